@@ -1,0 +1,55 @@
+// The kernel interface (SPEC section 6). A kernel answers "can I?" before "do it":
+//   is_supported(host)          can this host run me at all (ISA, GPU, compiled in)?
+//   can_implement(layer, shape) can I compute this layer at this shape (scheme, alignment, M)?
+//   prepare(weights)            once per layer at load: pack a private copy of the weights.
+//   PreparedKernel::run(args)   per request.
+// Each check returns OK or a status whose message is the reason, shown to users verbatim.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/core/host_info.h"
+#include "kernels/core/layer.h"
+
+namespace qlinear {
+
+// Rows of activations a kernel is best at; the registry skips it for M buckets outside.
+struct MRange {
+  int64_t min = 1;
+  int64_t max = std::numeric_limits<int64_t>::max();
+  bool contains(int64_t lo, int64_t hi) const { return lo >= min && hi <= max; }
+};
+
+// A kernel bound to one layer's weights. `run` may be called from many threads at once.
+class PreparedKernel {
+ public:
+  virtual ~PreparedKernel() = default;
+  // Quantizes x, runs the GEMM and the epilogue. Fails with INVALID_ARGUMENT on non-finite input
+  // (naming the first bad row); never aborts.
+  virtual absl::Status run(const RunArgs& args, RunTimings* timings) const = 0;
+  // Bytes this kernel holds for the layer beyond the shared LayerWeights (packed copies).
+  virtual int64_t extra_bytes() const { return 0; }
+  // Where the kernel computes, e.g. "cpu" or "cuda:0".
+  virtual std::string device() const { return "cpu"; }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Stable name, e.g. "cpu.reference"; used for forcing, disabling and metadata.
+  virtual absl::string_view name() const = 0;
+  virtual absl::Status is_supported(const HostInfo& host) const = 0;
+  virtual absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const = 0;
+  virtual MRange preferred_m() const { return MRange{}; }
+  // `weights` outlives the returned object.
+  virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
+      const LayerWeights& weights) const = 0;
+};
+
+}  // namespace qlinear

@@ -1,0 +1,190 @@
+#include "server/core/engine.h"
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+
+namespace qlinear {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_hex_sha256(absl::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status validate_layer_name(absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("layer name is empty");
+  if (name.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer name is ", name.size(), " characters long; the limit is 128"));
+  }
+  for (char c : name) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+          c == ':' || c == '/' || c == '-')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer name '", absl::CHexEscape(name), "' has characters outside [A-Za-z0-9_.:/-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Engine::Engine(const Registry& registry, const HostInfo& host, EngineOptions options)
+    : registry_(registry), host_(host), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest request) {
+  RETURN_IF_ERROR(validate_layer_name(request.name));
+  RETURN_IF_ERROR(validate_layer_spec(request.spec));
+  if (!is_hex_sha256(request.weight_sha256)) {
+    return absl::InvalidArgumentError(
+        "weight_sha256 must be the 64-character hex SHA-256 of the N*K weight bytes");
+  }
+  request.weight_sha256 = absl::AsciiStrToLower(request.weight_sha256);
+  if (!request.replace && store_.contains(request.name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("layer '", request.name, "' already exists (set replace to swap it)"));
+  }
+  const int64_t bytes = request.spec.n * request.spec.k;
+  std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
+  up->start_ns_ = now_ns();
+  try {
+    up->weights_.resize(static_cast<size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host memory for the weights"));
+  }
+  return up;
+}
+
+absl::Status LayerUpload::append(absl::string_view chunk) {
+  if (chunk.size() > weights_.size() - filled_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight bytes exceed n*k=", weights_.size(), " (received ",
+                     filled_ + chunk.size(), " so far)"));
+  }
+  std::memcpy(weights_.data() + filled_, chunk.data(), chunk.size());
+  hash_.update(chunk.data(), chunk.size());
+  filled_ += chunk.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadResult> LayerUpload::commit() {
+  if (filled_ != weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload ended after ", filled_,
+                                                   " weight bytes; n*k=", weights_.size()));
+  }
+  const std::string digest = hash_.hex_digest();
+  if (digest != request_.weight_sha256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight checksum mismatch: header says sha256 ", request_.weight_sha256,
+                     ", received bytes hash to ", digest));
+  }
+  return engine_->publish(request_, std::move(weights_), start_ns_);
+}
+
+absl::StatusOr<LoadResult> Engine::load(LoadRequest request, std::vector<int8_t> weights) {
+  const int64_t start = now_ns();
+  RETURN_IF_ERROR(validate_layer_name(request.name));
+  RETURN_IF_ERROR(validate_layer_spec(request.spec));
+  if (!request.weight_sha256.empty()) {
+    const std::string digest = sha256_hex(weights.data(), weights.size());
+    if (digest != absl::AsciiStrToLower(request.weight_sha256)) {
+      return absl::InvalidArgumentError(absl::StrCat("weight checksum mismatch: header says ",
+                                                     request.weight_sha256, ", bytes hash to ",
+                                                     digest));
+    }
+  } else {
+    request.weight_sha256 = sha256_hex(weights.data(), weights.size());
+  }
+  return publish(request, std::move(weights), start);
+}
+
+absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vector<int8_t> weights,
+                                           int64_t start_ns) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const LayerWeights> lw,
+                   build_layer_weights(request.spec, std::move(weights)));
+  Layer::Options opts;
+  opts.name = request.name;
+  opts.forced_kernel = request.forced_kernel;
+  opts.weight_sha256 = request.weight_sha256;
+  opts.logical_widths = request.spec.logical_widths;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,
+                   Layer::create(std::move(opts), std::move(lw), registry_, host_));
+  LoadResult result;
+  ASSIGN_OR_RETURN(result.replaced, store_.put(layer, request.replace));
+  result.layer = std::move(layer);
+  result.load_time_us = (now_ns() - start_ns) / 1000;
+  return result;
+}
+
+absl::Status Engine::infer(const InferInput& in, std::string* y, InferOutput* out) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, store_.get(in.layer));
+  return infer_on(*layer, in, y, out);
+}
+
+absl::Status Engine::infer_on(const Layer& layer, const InferInput& in, std::string* y,
+                              InferOutput* out) const {
+  const LayerConfig& c = layer.config();
+  if (in.m < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("m must be >= 1, got ", in.m));
+  }
+  const int64_t x_elem = static_cast<int64_t>(dtype_size(in.x_dtype));
+  if (in.m > static_cast<int64_t>(in.x.size()) / (c.k * x_elem) + 1 ||
+      static_cast<int64_t>(in.x.size()) != in.m * c.k * x_elem) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "x has ", in.x.size(), " bytes; expected m*k*", x_elem, " = ", in.m, "*", c.k, "*",
+        x_elem, " for ", dtype_name(in.x_dtype), " input to layer '", layer.name(), "'"));
+  }
+  const int64_t y_bytes = in.m * c.n * static_cast<int64_t>(dtype_size(in.y_dtype));
+  if (y_bytes > options_.max_output_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "output would be ", y_bytes, " bytes (m=", in.m, ", n=", c.n, "), above the limit of ",
+        options_.max_output_bytes, "; send fewer rows per request"));
+  }
+  const ProblemShape shape{in.m, c.n, c.k, in.x_dtype, in.y_dtype};
+  ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
+
+  try {
+    y->resize(static_cast<size_t>(y_bytes));
+    out->sa.assign(static_cast<size_t>(in.m), 0.f);
+    out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory for the output");
+  }
+  RunArgs args;
+  args.x = in.x.data();
+  args.x_dtype = in.x_dtype;
+  args.m = in.m;
+  args.y = y->data();
+  args.y_dtype = in.y_dtype;
+  args.sa = out->sa.data();
+  args.azp = out->azp.empty() ? nullptr : out->azp.data();
+  RETURN_IF_ERROR(choice.prepared->run(args, &out->timings));
+
+  out->kernel = std::string(choice.kernel->name());
+  out->device = choice.prepared->device();
+  out->explanation = std::move(choice.explanation);
+  out->n = c.n;
+  if (!in.return_scales) {
+    out->sa.clear();
+    out->azp.clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace qlinear

@@ -1,0 +1,118 @@
+// The service core: layer uploads and inference over the layer store, free of transport types.
+// The gRPC service converts messages to these structs and statuses back; tests drive it directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/sha256.h"
+#include "kernels/core/weights.h"
+#include "kernels/registry.h"
+#include "server/core/layer.h"
+#include "server/core/layer_store.h"
+
+namespace qlinear {
+
+struct LoadRequest {
+  std::string name;
+  LayerSpec spec;
+  std::string forced_kernel;
+  bool replace = false;
+  std::string weight_sha256;  // hex; required for uploads, optional for in-process loads
+};
+
+struct LoadResult {
+  std::shared_ptr<const Layer> layer;
+  bool replaced = false;
+  int64_t load_time_us = 0;
+};
+
+struct InferInput {
+  absl::string_view layer;
+  DType x_dtype = DType::kBF16;
+  int64_t m = 0;
+  absl::string_view x;  // [M, K] raw bytes
+  DType y_dtype = DType::kBF16;
+  absl::string_view forced_kernel;
+  bool explain = false;
+  bool return_scales = false;
+};
+
+struct InferOutput {
+  std::string kernel;
+  std::string device;
+  std::vector<CandidateVerdict> explanation;
+  RunTimings timings;
+  int64_t n = 0;
+  std::vector<float> sa;
+  std::vector<int32_t> azp;
+};
+
+struct EngineOptions {
+  // Largest y a request may produce; a larger one is RESOURCE_EXHAUSTED (it could not be sent).
+  int64_t max_output_bytes = int64_t{64} << 20;
+};
+
+class Engine;
+
+// One streamed layer upload: header first, then chunks, then commit. Nothing is visible in the
+// store until commit succeeds; dropping the object discards everything.
+class LayerUpload {
+ public:
+  absl::Status append(absl::string_view chunk);
+  int64_t received() const { return static_cast<int64_t>(filled_); }
+  int64_t expected() const { return static_cast<int64_t>(weights_.size()); }
+  // Verifies size and checksum, prepares kernels and publishes the layer atomically.
+  absl::StatusOr<LoadResult> commit();
+
+ private:
+  friend class Engine;
+  LayerUpload(Engine* engine, LoadRequest request) : engine_(engine), request_(std::move(request)) {}
+  Engine* engine_;
+  LoadRequest request_;
+  std::vector<int8_t> weights_;
+  size_t filled_ = 0;
+  Sha256 hash_;
+  int64_t start_ns_ = 0;
+};
+
+class Engine {
+ public:
+  Engine(const Registry& registry, const HostInfo& host, EngineOptions options = {});
+
+  // Validates the header (name, shape, scheme, scales, duplicates) before any weight arrives.
+  absl::StatusOr<std::unique_ptr<LayerUpload>> begin_upload(LoadRequest request);
+  // Loads a layer whose weights are already in memory (demo layer, tests). Checks the checksum
+  // when one is given.
+  absl::StatusOr<LoadResult> load(LoadRequest request, std::vector<int8_t> weights);
+  absl::Status unload(absl::string_view name) { return store_.remove(name); }
+
+  // Runs one request; y is resized and written as [M, N] in y_dtype.
+  absl::Status infer(const InferInput& in, std::string* y, InferOutput* out) const;
+  // Runs one request on a layer the caller already holds.
+  absl::Status infer_on(const Layer& layer, const InferInput& in, std::string* y,
+                        InferOutput* out) const;
+
+  const LayerStore& store() const { return store_; }
+  const Registry& registry() const { return registry_; }
+  const HostInfo& host() const { return host_; }
+
+ private:
+  friend class LayerUpload;
+  absl::StatusOr<LoadResult> publish(const LoadRequest& request, std::vector<int8_t> weights,
+                                     int64_t start_ns);
+
+  const Registry& registry_;
+  const HostInfo& host_;
+  EngineOptions options_;
+  LayerStore store_;
+};
+
+// Layer names: 1-128 characters of [A-Za-z0-9_.:/-].
+absl::Status validate_layer_name(absl::string_view name);
+
+}  // namespace qlinear

@@ -1,0 +1,83 @@
+// A loaded layer: its immutable weights, every kernel prepared for it, and the kernel choice
+// per M bucket. Immutable after creation and shared (std::shared_ptr) by the store and by every
+// request running on it, so an unload or replace never frees memory under a running request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/core/kernel.h"
+#include "kernels/core/weights.h"
+#include "kernels/registry.h"
+
+namespace qlinear {
+
+struct BucketInfo {
+  MBucket bucket;
+  std::string kernel;  // chosen for bf16 in and out; empty if none fits
+  std::vector<CandidateVerdict> explanation;
+};
+
+// The kernel that will serve one request.
+struct KernelChoice {
+  const Kernel* kernel = nullptr;
+  const PreparedKernel* prepared = nullptr;
+  std::vector<CandidateVerdict> explanation;  // filled only when asked for
+};
+
+class Layer {
+ public:
+  struct Options {
+    std::string name;
+    std::string forced_kernel;  // every request runs here unless it forces another
+    std::string weight_sha256;
+    std::vector<int64_t> logical_widths;
+  };
+
+  // Prepares every usable kernel that can implement the layer at some M and computes the bucket
+  // choices. A forced kernel that cannot run the layer is FAILED_PRECONDITION.
+  static absl::StatusOr<std::shared_ptr<const Layer>> create(
+      Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
+      const HostInfo& host);
+
+  // Chooses the kernel for one request. `forced` (request) overrides the layer's forced kernel.
+  absl::StatusOr<KernelChoice> choose(const ProblemShape& shape, absl::string_view forced,
+                                      bool explain) const;
+
+  const std::string& name() const { return options_.name; }
+  const Options& options() const { return options_; }
+  const LayerConfig& config() const { return weights_->config; }
+  const LayerWeights& weights() const { return *weights_; }
+  const std::vector<BucketInfo>& buckets() const { return buckets_; }
+  int64_t total_bytes() const { return total_bytes_; }
+  std::string device() const;
+  int64_t loaded_unix_ms() const { return loaded_unix_ms_; }
+
+ private:
+  Layer(Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
+        const HostInfo& host);
+
+  struct Prepared {
+    const Kernel* kernel;
+    std::unique_ptr<PreparedKernel> state;
+  };
+  const PreparedKernel* find_prepared(const Kernel* k) const;
+
+  Options options_;
+  std::shared_ptr<const LayerWeights> weights_;  // outlives prepared_ (declared first)
+  const Registry& registry_;
+  const HostInfo& host_;
+  std::vector<Prepared> prepared_;  // in priority order
+  // Per bucket, the prepared kernels that are usable and prefer that bucket, in priority order:
+  // the request path walks this short list with can_implement only.
+  std::vector<std::vector<const Prepared*>> bucket_candidates_;
+  std::vector<BucketInfo> buckets_;
+  int64_t total_bytes_ = 0;
+  int64_t loaded_unix_ms_ = 0;
+};
+
+}  // namespace qlinear

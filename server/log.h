@@ -1,0 +1,10 @@
+// One-line server log records on stderr: "2026-11-30T12:00:00.123Z qlinear-server: message".
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+namespace qlinear {
+
+void log_info(absl::string_view message);
+
+}  // namespace qlinear

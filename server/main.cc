@@ -1,0 +1,93 @@
+// qlinear-server: serves INT8 W8A8 quantized linear layers over gRPC.
+//
+// Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
+// SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, calls in flight finish (up to
+// --drain-timeout-ms), then it exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/args.h"
+#include "kernels/registry.h"
+#include "server/log.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  // Block the stop signals in every thread; this thread waits for them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  qlinear::ServerOptions o;
+  std::string address = o.address;
+  int64_t port = o.port, threads = o.max_threads, max_message_mb = o.max_message_mb;
+  int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
+  bool demo_layer = true;
+  std::string disabled;
+  qlinear::ArgParser args(
+      "qlinear-server [options]",
+      "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
+      "grpc.health.v1.Health and server reflection). Layers are uploaded with qlinear-cli load\n"
+      "or any gRPC client.\n\n"
+      "Environment: QLINEAR_DISABLED_KERNELS=a,b turns kernels off (added to --disabled-kernels).");
+  args.add("address", &address, "Address to listen on");
+  args.add("port", &port, "Port to listen on (0 picks a free one)");
+  args.add("threads", &threads, "Maximum gRPC worker threads; each open stream holds one");
+  args.add("max-message-mb", &max_message_mb, "Largest request/response message in MiB");
+  args.add("demo-layer", &demo_layer, "Load the deterministic demo layer 'demo' at start-up");
+  args.add("demo-n", &demo_n, "Output features of the demo layer");
+  args.add("demo-k", &demo_k, "Input features of the demo layer");
+  args.add("disabled-kernels", &disabled, "Comma-separated kernel names to turn off");
+  args.add("drain-timeout-ms", &drain_timeout_ms,
+           "On SIGINT/SIGTERM, how long calls in flight may take to finish");
+  if (absl::Status s = args.parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::printf("%s", args.help().c_str());
+    return 0;
+  }
+  if (!args.positional().empty()) {
+    std::fprintf(stderr, "qlinear-server: unexpected argument '%s' (see --help)\n",
+                 args.positional()[0].c_str());
+    return 2;
+  }
+  if (port < 0 || port > 65535 || threads < 1 || max_message_mb < 1 || max_message_mb > 2047) {
+    std::fprintf(stderr,
+                 "qlinear-server: --port must be 0-65535, --threads >= 1, --max-message-mb "
+                 "1-2047\n");
+    return 2;
+  }
+  o.address = address;
+  o.port = static_cast<int>(port);
+  o.max_threads = static_cast<int>(threads);
+  o.max_message_mb = static_cast<int>(max_message_mb);
+  o.demo_layer = demo_layer;
+  o.demo_n = demo_n;
+  o.demo_k = demo_k;
+  o.disabled_kernels = qlinear::parse_kernel_list(disabled);
+  if (const char* env = std::getenv("QLINEAR_DISABLED_KERNELS")) {
+    for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
+  }
+
+  auto server = qlinear::QLinearServer::start(o);
+  if (!server.ok()) {
+    std::fprintf(stderr, "qlinear-server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  qlinear::log_info(absl::StrCat("received ", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                                 "; draining (up to ", drain_timeout_ms, " ms)"));
+  (*server)->shutdown(std::chrono::milliseconds(drain_timeout_ms));
+  (*server)->wait();
+  qlinear::log_info("stopped");
+  return 0;
+}

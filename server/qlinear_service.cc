@@ -1,0 +1,346 @@
+#include "server/qlinear_service.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/core/status.h"
+#include "server/grpc_status.h"
+#include "server/log.h"
+
+namespace qlinear {
+namespace {
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::StatusOr<DType> dtype_from_proto(v1::DType t, absl::string_view field) {
+  switch (t) {
+    case v1::DTYPE_FP32:
+      return DType::kF32;
+    case v1::DTYPE_FP16:
+      return DType::kF16;
+    case v1::DTYPE_BF16:
+      return DType::kBF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " must be DTYPE_FP32, DTYPE_FP16 or DTYPE_BF16 (got ",
+                       static_cast<int>(t), ")"));
+  }
+}
+
+v1::DType dtype_to_proto(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return v1::DTYPE_FP32;
+    case DType::kF16:
+      return v1::DTYPE_FP16;
+    case DType::kBF16:
+      return v1::DTYPE_BF16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<Scheme> scheme_from_proto(v1::Scheme s) {
+  switch (s) {
+    case v1::SCHEME_UNSPECIFIED:
+    case v1::SCHEME_DYNAMIC_SYMMETRIC:
+      return Scheme::kDynamicSymmetric;
+    case v1::SCHEME_STATIC_SYMMETRIC:
+      return Scheme::kStaticSymmetric;
+    case v1::SCHEME_DYNAMIC_ASYMMETRIC:
+      return Scheme::kDynamicAsymmetric;
+    case v1::SCHEME_STATIC_ASYMMETRIC:
+      return Scheme::kStaticAsymmetric;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown scheme ", static_cast<int>(s)));
+  }
+}
+
+v1::Scheme scheme_to_proto(Scheme s) { return static_cast<v1::Scheme>(static_cast<int>(s)); }
+
+// Reads a small tensor as fp32 values; `shape` receives its declared shape.
+absl::StatusOr<std::vector<float>> floats_from_tensor(const v1::Tensor& t, absl::string_view field,
+                                                      std::vector<int64_t>* shape) {
+  v1::DType dt = t.dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP32 : t.dtype();
+  ASSIGN_OR_RETURN(DType type, dtype_from_proto(dt, absl::StrCat(field, ".dtype")));
+  const size_t elem = dtype_size(type);
+  if (t.data().size() % elem != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", t.data().size(),
+                                                   " bytes, not a multiple of ", elem, " (",
+                                                   dtype_name(type), ")"));
+  }
+  const size_t count = t.data().size() / elem;
+  if (t.shape_size() > 0) {
+    int64_t expect = 1;
+    for (int64_t d : t.shape()) {
+      if (d < 0 || d > (int64_t{1} << 32)) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".shape has a bad dimension ", d));
+      }
+      expect *= d;
+    }
+    if (static_cast<size_t>(expect) != count) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " has ", count, " values but shape [",
+                                                     absl::StrJoin(t.shape(), ", "), "] says ",
+                                                     expect));
+    }
+  }
+  if (shape != nullptr) shape->assign(t.shape().begin(), t.shape().end());
+  std::vector<float> out(count);
+  for (size_t i = 0; i < count; ++i) out[i] = load_as_f32(t.data().data(), type, i);
+  return out;
+}
+
+void fill_verdicts(const std::vector<CandidateVerdict>& in,
+                   google::protobuf::RepeatedPtrField<v1::CandidateVerdict>* out) {
+  for (const CandidateVerdict& v : in) {
+    v1::CandidateVerdict* p = out->Add();
+    p->set_kernel(v.kernel);
+    p->set_selected(v.selected);
+    p->set_reason(v.reason);
+  }
+}
+
+std::string bucket_summary(const Layer& layer) {
+  std::vector<std::string> parts;
+  for (const BucketInfo& b : layer.buckets()) {
+    parts.push_back(absl::StrCat(
+        "M ", b.bucket.hi == INT64_MAX ? absl::StrCat(">=", b.bucket.lo)
+                                       : absl::StrCat(b.bucket.lo, "-", b.bucket.hi),
+        ": ", b.kernel.empty() ? "none" : b.kernel));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
+  LoadRequest r;
+  r.name = h.name();
+  r.spec.n = h.n();
+  r.spec.k = h.k();
+  ASSIGN_OR_RETURN(r.spec.scheme, scheme_from_proto(h.scheme()));
+  ASSIGN_OR_RETURN(r.spec.weight_scale,
+                   floats_from_tensor(h.weight_scale(), "weight_scale", &r.spec.weight_scale_shape));
+  r.spec.logical_widths.assign(h.logical_widths().begin(), h.logical_widths().end());
+  if (h.has_bias() && !h.bias().data().empty()) {
+    std::vector<int64_t> bias_shape;
+    ASSIGN_OR_RETURN(r.spec.bias, floats_from_tensor(h.bias(), "bias", &bias_shape));
+    if (bias_shape.size() > 1) {
+      return absl::InvalidArgumentError("bias must be one-dimensional [N]");
+    }
+  }
+  r.spec.has_input_scale = h.has_input_scale();
+  r.spec.input_scale = h.input_scale();
+  r.spec.has_input_zero_point = h.has_input_zero_point();
+  r.spec.input_zero_point = h.input_zero_point();
+  r.forced_kernel = h.forced_kernel();
+  r.replace = h.replace();
+  r.weight_sha256 = h.weight_sha256();
+  return r;
+}
+
+void fill_layer_info(const Layer& layer, v1::LayerInfo* info) {
+  const LayerConfig& c = layer.config();
+  info->set_name(layer.name());
+  info->set_n(c.n);
+  info->set_k(c.k);
+  info->set_scheme(scheme_to_proto(c.scheme));
+  info->set_has_bias(c.has_bias);
+  for (int64_t w : layer.options().logical_widths) info->add_logical_widths(w);
+  info->set_input_scale(c.input_scale);
+  info->set_input_zero_point(c.input_zero_point);
+  info->set_weight_bytes(c.n * c.k);
+  info->set_total_bytes(layer.total_bytes());
+  info->set_device(layer.device());
+  info->set_forced_kernel(layer.options().forced_kernel);
+  info->set_weight_sha256(layer.options().weight_sha256);
+  info->set_loaded_unix_ms(layer.loaded_unix_ms());
+  for (const BucketInfo& b : layer.buckets()) {
+    v1::BucketChoice* bc = info->add_buckets();
+    bc->set_m_min(b.bucket.lo);
+    bc->set_m_max(b.bucket.hi == INT64_MAX ? 0 : b.bucket.hi);
+    bc->set_kernel(b.kernel);
+    fill_verdicts(b.explanation, bc->mutable_explanation());
+  }
+}
+
+grpc::Status QLinearService::unavailable_if_draining() const {
+  if (draining_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
+                                       grpc::ServerReader<v1::LoadLayerRequest>* reader,
+                                       v1::LoadLayerResponse* response) {
+  if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  v1::LoadLayerRequest msg;
+  if (!reader->Read(&msg)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload ended before its header");
+  }
+  if (msg.part_case() != v1::LoadLayerRequest::kHeader) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message of an upload must be the header");
+  }
+  auto request = load_request_from_header(msg.header());
+  if (!request.ok()) return to_grpc_status(request.status());
+  const std::string name = request->name;
+  auto upload = engine_->begin_upload(*std::move(request));
+  if (!upload.ok()) return to_grpc_status(upload.status());
+  while (reader->Read(&msg)) {
+    if (msg.part_case() != v1::LoadLayerRequest::kWeightChunk) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "only weight_chunk messages may follow the header");
+    }
+    if (absl::Status s = (*upload)->append(msg.weight_chunk()); !s.ok()) return to_grpc_status(s);
+  }
+  if (ctx->IsCancelled()) {
+    log_info(absl::StrCat("upload of layer '", name, "' cancelled after ", (*upload)->received(),
+                          " of ", (*upload)->expected(), " bytes; nothing kept"));
+    return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+  }
+  auto result = (*upload)->commit();
+  if (!result.ok()) {
+    log_info(absl::StrCat("load of layer '", name, "' failed: ", result.status().ToString()));
+    return to_grpc_status(result.status());
+  }
+  const Layer& layer = *result->layer;
+  log_info(absl::StrCat(result->replaced ? "replaced" : "loaded", " layer '", layer.name(), "' ",
+                        layer.config().n, "x", layer.config().k, " ",
+                        scheme_name(layer.config().scheme), " on ", layer.device(), " in ",
+                        result->load_time_us / 1000, " ms; kernels: ", bucket_summary(layer)));
+  fill_layer_info(layer, response->mutable_layer());
+  response->set_replaced(result->replaced);
+  response->set_load_time_us(result->load_time_us);
+  return grpc::Status::OK;
+}
+
+grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*, const v1::UnloadLayerRequest* request,
+                                         v1::UnloadLayerResponse*) {
+  if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
+  absl::Status s = engine_->unload(request->name());
+  if (s.ok()) log_info(absl::StrCat("unloaded layer '", request->name(), "'"));
+  return to_grpc_status(s);
+}
+
+grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLayersRequest*,
+                                        v1::ListLayersResponse* response) {
+  for (const auto& layer : engine_->store().list()) fill_layer_info(*layer, response->add_layers());
+  return grpc::Status::OK;
+}
+
+grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
+                                           const v1::DescribeLayerRequest* request,
+                                           v1::LayerInfo* response) {
+  if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
+  auto layer = engine_->store().get(request->name());
+  if (!layer.ok()) return to_grpc_status(layer.status());
+  fill_layer_info(**layer, response);
+  return grpc::Status::OK;
+}
+
+absl::Status QLinearService::infer_one(const v1::InferRequest& request,
+                                       v1::InferResponse* response) {
+  const int64_t t0 = now_us();
+  response->set_request_id(request.request_id());
+  RETURN_IF_ERROR(validate_layer_name(request.layer()));
+  InferInput in;
+  in.layer = request.layer();
+  ASSIGN_OR_RETURN(in.x_dtype, dtype_from_proto(request.x_dtype(), "x_dtype"));
+  in.m = request.m();
+  in.x = request.x();
+  if (request.output_dtype() == v1::DTYPE_UNSPECIFIED) {
+    in.y_dtype = in.x_dtype;
+  } else {
+    ASSIGN_OR_RETURN(in.y_dtype, dtype_from_proto(request.output_dtype(), "output_dtype"));
+  }
+  in.forced_kernel = request.forced_kernel();
+  in.explain = request.explain();
+  in.return_scales = request.return_scales();
+  InferOutput out;
+  RETURN_IF_ERROR(engine_->infer(in, response->mutable_y(), &out));
+  response->set_y_dtype(dtype_to_proto(in.y_dtype));
+  response->set_m(in.m);
+  response->set_n(out.n);
+  v1::InferMetadata* md = response->mutable_metadata();
+  md->set_kernel(out.kernel);
+  md->set_device(out.device);
+  fill_verdicts(out.explanation, md->mutable_selection());
+  md->set_batch_requests(1);
+  md->set_batch_rows(in.m);
+  md->mutable_sa()->Add(out.sa.begin(), out.sa.end());
+  md->mutable_azp()->Add(out.azp.begin(), out.azp.end());
+  v1::Timings* t = md->mutable_timings();
+  t->set_queue_us(0);
+  t->set_quantize_us(out.timings.quantize_ns / 1000);
+  t->set_gemm_us(out.timings.gemm_ns / 1000);
+  t->set_total_us(now_us() - t0);
+  return absl::OkStatus();
+}
+
+grpc::Status QLinearService::Infer(grpc::ServerContext*, const v1::InferRequest* request,
+                                   v1::InferResponse* response) {
+  if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  absl::Status s = infer_one(*request, response);
+  if (!s.ok()) response->Clear();
+  return to_grpc_status(s);
+}
+
+grpc::Status QLinearService::InferStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
+  if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  v1::InferRequest request;
+  v1::InferResponse response;
+  bool first = true;
+  while (stream->Read(&request)) {
+    response.Clear();
+    // The first message of a stream always carries the selection explanation.
+    if (first) request.set_explain(true);
+    first = false;
+    absl::Status s = infer_one(request, &response);
+    if (!s.ok()) {
+      response.Clear();
+      response.set_request_id(request.request_id());
+      response.set_status_code(static_cast<int>(s.code()));
+      response.set_status_message(std::string(s.message()));
+    }
+    if (!stream->Write(response)) break;  // client went away
+    if (ctx->IsCancelled()) break;
+  }
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+  return grpc::Status::OK;
+}
+
+grpc::Status QLinearService::ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
+                                         v1::ListKernelsResponse* response) {
+  const Registry& reg = engine_->registry();
+  const HostInfo& host = engine_->host();
+  int prio = 0;
+  for (const Kernel* k : reg.kernels()) {
+    v1::KernelInfo* ki = response->add_kernels();
+    ki->set_name(std::string(k->name()));
+    ki->set_priority(prio++);
+    absl::Status s = reg.usable(*k, host);
+    ki->set_supported(s.ok());
+    ki->set_reason(std::string(s.message()));
+    ki->set_disabled(reg.is_disabled(k->name()));
+    ki->set_preferred_m_min(k->preferred_m().min);
+    ki->set_preferred_m_max(k->preferred_m().max == INT64_MAX ? 0 : k->preferred_m().max);
+    if (ki->disabled()) response->add_disabled(std::string(k->name()));
+  }
+  response->set_cpu(host.cpu_description());
+  response->set_gpu(host.gpu_description());
+  return grpc::Status::OK;
+}
+
+}  // namespace qlinear

@@ -1,0 +1,49 @@
+// The gRPC service: each handler validates the message, calls the Engine and converts the
+// status in one place (grpc_status.h). Synchronous API; the server's thread pool bounds the
+// number of calls in flight.
+#pragma once
+
+#include <atomic>
+
+#include "qlinear/v1/qlinear.grpc.pb.h"
+#include "server/core/engine.h"
+
+namespace qlinear {
+
+class QLinearService final : public v1::QLinear::Service {
+ public:
+  explicit QLinearService(Engine* engine) : engine_(engine) {}
+
+  // After this, new calls are answered UNAVAILABLE; calls in flight complete.
+  void start_draining() { draining_.store(true); }
+
+  grpc::Status LoadLayer(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadLayerRequest>* reader,
+                         v1::LoadLayerResponse* response) override;
+  grpc::Status UnloadLayer(grpc::ServerContext* ctx, const v1::UnloadLayerRequest* request,
+                           v1::UnloadLayerResponse* response) override;
+  grpc::Status ListLayers(grpc::ServerContext* ctx, const v1::ListLayersRequest* request,
+                          v1::ListLayersResponse* response) override;
+  grpc::Status DescribeLayer(grpc::ServerContext* ctx, const v1::DescribeLayerRequest* request,
+                             v1::LayerInfo* response) override;
+  grpc::Status Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
+                     v1::InferResponse* response) override;
+  grpc::Status InferStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) override;
+  grpc::Status ListKernels(grpc::ServerContext* ctx, const v1::ListKernelsRequest* request,
+                           v1::ListKernelsResponse* response) override;
+
+ private:
+  // Runs one inference message; the returned status is the message's.
+  absl::Status infer_one(const v1::InferRequest& request, v1::InferResponse* response);
+  grpc::Status unavailable_if_draining() const;
+
+  Engine* engine_;
+  std::atomic<bool> draining_{false};
+};
+
+// Proto <-> core conversions, shared with tests.
+void fill_layer_info(const Layer& layer, v1::LayerInfo* info);
+absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& header);
+
+}  // namespace qlinear

@@ -1,0 +1,85 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/core/status.h"
+#include "server/core/demo_layer.h"
+#include "server/log.h"
+
+namespace qlinear {
+
+absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const ServerOptions& o) {
+  std::unique_ptr<QLinearServer> s(new QLinearServer);
+  register_builtin_kernels(&s->registry_);
+  RETURN_IF_ERROR(s->registry_.set_disabled(o.disabled_kernels));
+  const HostInfo& host = host_info();
+  EngineOptions eo;
+  eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
+  s->engine_ = std::make_unique<Engine>(s->registry_, host, eo);
+  s->service_ = std::make_unique<QLinearService>(s->engine_.get());
+
+  if (!o.quiet) {
+    log_info(absl::StrCat("host: ", host.cpu_description(), "; ", host.gpu_description()));
+    std::vector<std::string> names;
+    for (const Kernel* k : s->registry_.kernels()) {
+      absl::Status u = s->registry_.usable(*k, host);
+      names.push_back(u.ok() ? std::string(k->name())
+                             : absl::StrCat(k->name(), " (", u.message(), ")"));
+    }
+    log_info(absl::StrCat("kernels in priority order: ", absl::StrJoin(names, ", ")));
+  }
+
+  if (o.demo_layer) {
+    std::vector<int8_t> w;
+    LoadRequest req = make_demo_layer_request("demo", o.demo_n, o.demo_k, kDemoSeed, &w);
+    auto r = s->engine_->load(std::move(req), std::move(w));
+    if (!r.ok()) return r.status();
+    if (!o.quiet) {
+      log_info(absl::StrCat("loaded demo layer 'demo' ", o.demo_n, "x", o.demo_k,
+                            " dynamic_symmetric with bias (seed ", kDemoSeed, ") on ",
+                            r->layer->device(), "; kernel for M=1: ", r->layer->buckets()[0].kernel));
+    }
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(o.address, ":", o.port), grpc::InsecureServerCredentials(),
+                           &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
+  builder.SetMaxSendMessageSize(o.max_message_mb << 20);
+  grpc::ResourceQuota quota("qlinear");
+  quota.SetMaxThreads(o.max_threads);
+  builder.SetResourceQuota(quota);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", o.address, ":", o.port, " (address in use?)"));
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!o.quiet) log_info(absl::StrCat("listening on ", o.address, ":", s->port_));
+  return s;
+}
+
+void QLinearServer::shutdown(std::chrono::milliseconds grace) {
+  if (stopped_) return;
+  stopped_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  service_->start_draining();
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+}
+
+void QLinearServer::wait() { server_->Wait(); }
+
+QLinearServer::~QLinearServer() {
+  if (server_ != nullptr) {
+    shutdown(std::chrono::milliseconds(0));
+    server_->Wait();
+  }
+}
+
+}  // namespace qlinear

@@ -1,0 +1,55 @@
+// A running qlinear server: registry, engine, gRPC service, health and reflection. Used by
+// qlinear-server's main and by the end-to-end tests (which start it on port 0).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "kernels/registry.h"
+#include "server/core/engine.h"
+#include "server/qlinear_service.h"
+
+namespace qlinear {
+
+struct ServerOptions {
+  std::string address = "0.0.0.0";
+  int port = 50051;            // 0 picks a free port
+  int max_threads = 256;       // gRPC worker threads (each open stream holds one)
+  int max_message_mb = 64;     // largest request or response message
+  bool demo_layer = true;      // load the deterministic layer "demo" at start-up
+  int64_t demo_n = 4096;
+  int64_t demo_k = 4096;
+  std::vector<std::string> disabled_kernels;
+  bool quiet = false;          // no log lines (tests)
+};
+
+class QLinearServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<QLinearServer>> start(const ServerOptions& options);
+  ~QLinearServer();
+
+  int port() const { return port_; }
+  Engine& engine() { return *engine_; }
+  const Registry& registry() const { return registry_; }
+
+  // Graceful stop: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight get up
+  // to `grace` to finish, then the server stops.
+  void shutdown(std::chrono::milliseconds grace);
+  void wait();
+
+ private:
+  QLinearServer() = default;
+  Registry registry_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<QLinearService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace qlinear
