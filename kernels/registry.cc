@@ -6,7 +6,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference_w8a8.h"
+#if QLINEAR_HAVE_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace qlinear {
 
@@ -160,6 +164,10 @@ absl::StatusOr<Selection> Registry::select(const HostInfo& host, const LayerConf
 
 void register_builtin_kernels(Registry* registry) {
   // Order of these calls does not matter: the priority order decides.
+#if QLINEAR_HAVE_CUDA
+  register_cuda_kernels(registry);
+#endif
+  register_cpu_kernels(registry);
   (void)registry->add(reference::make_reference_kernel());
 }
 

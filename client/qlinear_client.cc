@@ -1,0 +1,129 @@
+#include "client/qlinear_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/sha256.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace qlinear {
+
+absl::Status from_grpc_status(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+bool InferStream::write(const v1::InferRequest& request) { return rw_->Write(request); }
+bool InferStream::read(v1::InferResponse* response) { return rw_->Read(response); }
+bool InferStream::writes_done() { return rw_->WritesDone(); }
+absl::Status InferStream::finish() { return from_grpc_status(rw_->Finish()); }
+
+Client::Client(const std::string& target, ClientOptions options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options_.max_message_mb << 20);
+  args.SetMaxSendMessageSize(options_.max_message_mb << 20);
+  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  stub_ = v1::QLinear::NewStub(channel_);
+}
+
+void Client::prepare(grpc::ClientContext* ctx) const {
+  if (options_.call_timeout.count() > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+  }
+}
+
+absl::StatusOr<bool> Client::health(const std::string& service) {
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  if (!s.ok()) return from_grpc_status(s);
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+absl::StatusOr<v1::ListKernelsResponse> Client::list_kernels() {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  v1::ListKernelsResponse resp;
+  grpc::Status s = stub_->ListKernels(&ctx, v1::ListKernelsRequest(), &resp);
+  if (!s.ok()) return from_grpc_status(s);
+  return resp;
+}
+
+absl::StatusOr<v1::ListLayersResponse> Client::list_layers() {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  v1::ListLayersResponse resp;
+  grpc::Status s = stub_->ListLayers(&ctx, v1::ListLayersRequest(), &resp);
+  if (!s.ok()) return from_grpc_status(s);
+  return resp;
+}
+
+absl::StatusOr<v1::LayerInfo> Client::describe_layer(const std::string& name) {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  v1::DescribeLayerRequest req;
+  req.set_name(name);
+  v1::LayerInfo resp;
+  grpc::Status s = stub_->DescribeLayer(&ctx, req, &resp);
+  if (!s.ok()) return from_grpc_status(s);
+  return resp;
+}
+
+absl::Status Client::unload_layer(const std::string& name) {
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  v1::UnloadLayerRequest req;
+  req.set_name(name);
+  v1::UnloadLayerResponse resp;
+  return from_grpc_status(stub_->UnloadLayer(&ctx, req, &resp));
+}
+
+absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
+    v1::LayerHeader header, absl::Span<const int8_t> weights,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  if (header.weight_sha256().empty()) {
+    header.set_weight_sha256(sha256_hex(weights.data(), weights.size()));
+  }
+  grpc::ClientContext ctx;
+  prepare(&ctx);
+  v1::LoadLayerResponse resp;
+  auto writer = stub_->LoadLayer(&ctx, &resp);
+  v1::LoadLayerRequest msg;
+  *msg.mutable_header() = std::move(header);
+  bool ok = writer->Write(msg);
+  const int64_t total = static_cast<int64_t>(weights.size());
+  const int64_t chunk = std::max<int64_t>(1, options_.upload_chunk_bytes);
+  for (int64_t off = 0; ok && off < total; off += chunk) {
+    const int64_t len = std::min(chunk, total - off);
+    msg.set_weight_chunk(reinterpret_cast<const char*>(weights.data()) + off,
+                         static_cast<size_t>(len));
+    ok = writer->Write(msg);
+    if (ok && progress) progress(off + len, total);
+  }
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  if (!s.ok()) return from_grpc_status(s);
+  return resp;
+}
+
+absl::StatusOr<v1::InferResponse> Client::infer(const v1::InferRequest& request,
+                                                std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::InferResponse resp;
+  grpc::Status s = stub_->Infer(&ctx, request, &resp);
+  if (!s.ok()) return from_grpc_status(s);
+  return resp;
+}
+
+std::unique_ptr<InferStream> Client::open_stream() {
+  std::unique_ptr<InferStream> st(new InferStream);
+  st->rw_ = stub_->InferStream(&st->ctx_);
+  return st;
+}
+
+}  // namespace qlinear

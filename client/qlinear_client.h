@@ -1,0 +1,83 @@
+// C++ client library for qlinear.v1: a thin, synchronous wrapper over the generated stub that
+// handles chunked uploads with checksums, streams and status conversion. Thread-safe: one Client
+// may be used from many threads (each call is independent; an InferStream belongs to one thread
+// at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "qlinear/v1/qlinear.grpc.pb.h"
+
+namespace qlinear {
+
+// grpc::Status -> absl::Status (the codes are the same).
+absl::Status from_grpc_status(const grpc::Status& s);
+
+struct ClientOptions {
+  int max_message_mb = 64;
+  // Deadline for unary calls other than Infer (0 = none).
+  std::chrono::milliseconds call_timeout{0};
+  // Size of each weight_chunk message in an upload.
+  int64_t upload_chunk_bytes = int64_t{1} << 20;
+};
+
+class InferStream {
+ public:
+  // Sends one request; false once the stream is broken (then call finish()).
+  bool write(const v1::InferRequest& request);
+  // Receives the next response in request order; false at the end of the stream.
+  bool read(v1::InferResponse* response);
+  // No more requests; responses still in flight can be read.
+  bool writes_done();
+  // The stream's final status (call after read() returned false).
+  absl::Status finish();
+  // Cancels the call.
+  void cancel() { ctx_.TryCancel(); }
+
+ private:
+  friend class Client;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::InferRequest, v1::InferResponse>> rw_;
+};
+
+class Client {
+ public:
+  // `target` is host:port, e.g. "localhost:50051".
+  explicit Client(const std::string& target, ClientOptions options = {});
+
+  // grpc.health.v1 Check for `service` ("" = the whole server): true when SERVING.
+  absl::StatusOr<bool> health(const std::string& service = "");
+  absl::StatusOr<v1::ListKernelsResponse> list_kernels();
+  absl::StatusOr<v1::ListLayersResponse> list_layers();
+  absl::StatusOr<v1::LayerInfo> describe_layer(const std::string& name);
+  absl::Status unload_layer(const std::string& name);
+
+  // Uploads `weights` ([N, K] int8) under `header`. An empty header.weight_sha256 is filled in
+  // from the bytes. `progress(sent, total)` is called after each chunk when given.
+  absl::StatusOr<v1::LoadLayerResponse> load_layer(
+      v1::LayerHeader header, absl::Span<const int8_t> weights,
+      const std::function<void(int64_t, int64_t)>& progress = nullptr);
+
+  absl::StatusOr<v1::InferResponse> infer(const v1::InferRequest& request,
+                                          std::chrono::milliseconds timeout = {});
+  std::unique_ptr<InferStream> open_stream();
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  v1::QLinear::Stub& stub() { return *stub_; }
+
+ private:
+  void prepare(grpc::ClientContext* ctx) const;
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::QLinear::Stub> stub_;
+};
+
+}  // namespace qlinear
