@@ -1,12 +1,20 @@
 #include "server/log.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 
 namespace qlinear {
 
+namespace {
+std::atomic<bool> g_logging{true};
+}  // namespace
+
+void set_logging(bool enabled) { g_logging.store(enabled); }
+
 void log_info(absl::string_view message) {
+  if (!g_logging.load(std::memory_order_relaxed)) return;
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const int ms = static_cast<int>(

@@ -6,5 +6,7 @@
 namespace qlinear {
 
 void log_info(absl::string_view message);
+// Turns logging off (tests) or on; on by default.
+void set_logging(bool enabled);
 
 }  // namespace qlinear

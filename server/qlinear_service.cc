@@ -107,13 +107,18 @@ void fill_verdicts(const std::vector<CandidateVerdict>& in,
   }
 }
 
+// "M 1-16: a, M >=17: b": consecutive buckets with the same kernel are merged.
 std::string bucket_summary(const Layer& layer) {
   std::vector<std::string> parts;
-  for (const BucketInfo& b : layer.buckets()) {
+  const auto& buckets = layer.buckets();
+  for (size_t i = 0; i < buckets.size();) {
+    size_t j = i;
+    while (j + 1 < buckets.size() && buckets[j + 1].kernel == buckets[i].kernel) ++j;
+    const int64_t lo = buckets[i].bucket.lo, hi = buckets[j].bucket.hi;
     parts.push_back(absl::StrCat(
-        "M ", b.bucket.hi == INT64_MAX ? absl::StrCat(">=", b.bucket.lo)
-                                       : absl::StrCat(b.bucket.lo, "-", b.bucket.hi),
-        ": ", b.kernel.empty() ? "none" : b.kernel));
+        "M ", hi == INT64_MAX ? absl::StrCat(">=", lo) : absl::StrCat(lo, "-", hi), ": ",
+        buckets[i].kernel.empty() ? "none" : buckets[i].kernel));
+    i = j + 1;
   }
   return absl::StrJoin(parts, ", ");
 }

@@ -13,6 +13,7 @@ namespace qlinear {
 
 absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const ServerOptions& o) {
   std::unique_ptr<QLinearServer> s(new QLinearServer);
+  set_logging(!o.quiet);
   register_builtin_kernels(&s->registry_);
   RETURN_IF_ERROR(s->registry_.set_disabled(o.disabled_kernels));
   const HostInfo& host = host_info();

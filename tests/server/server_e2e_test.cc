@@ -1,0 +1,603 @@
+// End-to-end tests of qlinear-server over loopback, driven through the C++ client library.
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "client/qlinear_client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "server/server.h"
+#include "tests/server/test_util.h"
+
+namespace qlinear {
+namespace {
+
+using testing::make_request;
+using testing::make_test_layer;
+using testing::random_x;
+using testing::reference_y;
+using testing::TestLayer;
+
+uint64_t test_seed() {
+  if (const char* s = std::getenv("QLINEAR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static const uint64_t seed = std::random_device{}();
+  return seed;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions o;
+    o.address = "127.0.0.1";
+    o.port = 0;
+    o.quiet = true;
+    o.demo_layer = true;
+    o.demo_n = 48;
+    o.demo_k = 64;
+    o.max_message_mb = 8;
+    auto s = QLinearServer::start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    ClientOptions co;
+    co.max_message_mb = 8;
+    co.upload_chunk_bytes = 256 << 10;
+    client_ = std::make_unique<Client>("127.0.0.1:" + std::to_string(server_->port()), co);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+  }
+
+  TestLayer load(const std::string& name, int64_t n, int64_t k, Scheme scheme, bool bias = true) {
+    TestLayer t = make_test_layer(name, n, k, scheme, bias, seed_++);
+    auto r = client_->load_layer(t.header, t.weights);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return t;
+  }
+
+  std::unique_ptr<QLinearServer> server_;
+  std::unique_ptr<Client> client_;
+  uint64_t seed_ = test_seed();
+};
+
+#define SEED_TRACE() SCOPED_TRACE("QLINEAR_TEST_SEED=" + std::to_string(test_seed()))
+
+TEST_F(ServerTest, HealthServingAndWatch) {
+  auto h = client_->health();
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(*h);
+
+  auto stub = grpc::health::v1::Health::NewStub(client_->channel());
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  auto reader = stub->Watch(&ctx, req);
+  grpc::health::v1::HealthCheckResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // Shutdown turns the server NOT_SERVING before it stops.
+  std::thread stopper([&] { server_->shutdown(std::chrono::milliseconds(2000)); });
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  ctx.TryCancel();
+  stopper.join();
+}
+
+TEST_F(ServerTest, ReflectionListsTheService) {
+  // ServerReflectionRequest{list_services: "*"} encoded by hand: field 7, length-delimited.
+  const std::string request("\x3a\x01*", 3);
+  grpc::GenericStub stub(client_->channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                               &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer buf(&slice, 1);
+  call->Write(buf, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("qlinear.v1.QLinear"), std::string::npos);
+  EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  call->WritesDone(reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+TEST_F(ServerTest, ListKernelsNamesReferenceAndHost) {
+  auto k = client_->list_kernels();
+  ASSERT_TRUE(k.ok()) << k.status();
+  ASSERT_GE(k->kernels_size(), 1);
+  EXPECT_EQ(k->kernels(k->kernels_size() - 1).name(), "cpu.reference");
+  EXPECT_TRUE(k->kernels(k->kernels_size() - 1).supported());
+  EXPECT_FALSE(k->cpu().empty());
+  EXPECT_FALSE(k->gpu().empty());
+}
+
+TEST_F(ServerTest, DemoLayerIsLoaded) {
+  auto info = client_->describe_layer("demo");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->n(), 48);
+  EXPECT_EQ(info->k(), 64);
+  EXPECT_EQ(info->buckets_size(), static_cast<int>(m_buckets().size()));
+  EXPECT_FALSE(info->buckets(0).kernel().empty());
+}
+
+TEST_F(ServerTest, LargeUploadInManyChunksThenUnaryMatchesReference) {
+  SEED_TRACE();
+  // 5 MiB of weights in 256 KiB chunks: above the 4 MiB default message size.
+  TestLayer t = load("big", 1280, 4096, Scheme::kDynamicSymmetric);
+  auto info = client_->describe_layer("big");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->weight_bytes(), 1280 * 4096);
+  EXPECT_EQ(info->weight_sha256(), t.header.weight_sha256());
+  SplitMix64 rng(seed_);
+  const std::string x = random_x(rng, 3, 4096, DType::kBF16);
+  auto r = client_->infer(make_request("big", x, DType::kBF16, 3, DType::kBF16, "r1"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request_id(), "r1");
+  EXPECT_EQ(r->m(), 3);
+  EXPECT_EQ(r->n(), 1280);
+  EXPECT_EQ(r->y_dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(r->y(), reference_y(t, x, DType::kBF16, 3, DType::kBF16));
+  EXPECT_FALSE(r->metadata().kernel().empty());
+  EXPECT_EQ(r->metadata().batch_rows(), 3);
+}
+
+TEST_F(ServerTest, EverySchemeAndDtypeMatchesReferenceBitForBit) {
+  SEED_TRACE();
+  const Scheme schemes[] = {Scheme::kDynamicSymmetric, Scheme::kStaticSymmetric,
+                            Scheme::kDynamicAsymmetric, Scheme::kStaticAsymmetric};
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+  SplitMix64 rng(seed_ + 99);
+  int i = 0;
+  for (Scheme s : schemes) {
+    for (bool bias : {false, true}) {
+      const std::string name = "l" + std::to_string(i++);
+      TestLayer t = load(name, 33, 70, s, bias);
+      for (DType xd : dtypes) {
+        for (DType yd : dtypes) {
+          const int64_t m = rng.range(1, 9);
+          const std::string x = random_x(rng, m, 70, xd);
+          v1::InferRequest req = make_request(name, x, xd, m, yd);
+          req.set_return_scales(true);
+          auto r = client_->infer(req);
+          ASSERT_TRUE(r.ok()) << r.status();
+          EXPECT_EQ(r->y(), reference_y(t, x, xd, m, yd))
+              << scheme_name(s) << " bias=" << bias << " x=" << dtype_name(xd)
+              << " y=" << dtype_name(yd);
+          EXPECT_EQ(r->metadata().sa_size(), m);
+          EXPECT_EQ(r->metadata().azp_size(), is_asymmetric(s) ? m : 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
+  SEED_TRACE();
+  TestLayer t = load("s", 40, 48, Scheme::kDynamicAsymmetric);
+  SplitMix64 rng(seed_ + 7);
+  auto stream = client_->open_stream();
+  struct Sent {
+    std::string id;
+    std::string x;
+    int64_t m;
+    int expect_code;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t m = rng.range(1, 6);
+    std::string x = random_x(rng, m, 48, DType::kF32);
+    v1::InferRequest req = make_request("s", x, DType::kF32, m, DType::kBF16, "id" + std::to_string(i));
+    int code = 0;
+    if (i % 4 == 1) {  // wrong byte count
+      req.mutable_x()->pop_back();
+      code = static_cast<int>(absl::StatusCode::kInvalidArgument);
+    } else if (i % 4 == 2 && i > 2) {  // unknown layer
+      req.set_layer("nope");
+      code = static_cast<int>(absl::StatusCode::kNotFound);
+    }
+    ASSERT_TRUE(stream->write(req));
+    sent.push_back({req.request_id(), x, m, code});
+  }
+  stream->writes_done();
+  v1::InferResponse resp;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    ASSERT_TRUE(stream->read(&resp)) << "response " << i << " missing";
+    EXPECT_EQ(resp.request_id(), sent[i].id);
+    EXPECT_EQ(resp.status_code(), sent[i].expect_code) << resp.status_message();
+    if (sent[i].expect_code == 0) {
+      EXPECT_EQ(resp.y(), reference_y(t, sent[i].x, DType::kF32, sent[i].m, DType::kBF16));
+      // The first message of a stream carries the selection explanation.
+      EXPECT_EQ(resp.metadata().selection_size() > 0, i == 0);
+    } else {
+      EXPECT_TRUE(resp.y().empty());
+      EXPECT_FALSE(resp.status_message().empty());
+    }
+  }
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
+TEST_F(ServerTest, ChecksumMismatchLeavesNothing) {
+  TestLayer t = make_test_layer("bad", 16, 32, Scheme::kDynamicSymmetric, false, 1);
+  t.header.set_weight_sha256(std::string(64, 'a'));
+  auto r = client_->load_layer(t.header, t.weights);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("checksum mismatch"), absl::string_view::npos);
+  EXPECT_EQ(client_->describe_layer("bad").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServerTest, FailedReplaceKeepsTheLoadedLayer) {
+  SEED_TRACE();
+  TestLayer t = load("keep", 16, 32, Scheme::kDynamicSymmetric);
+  TestLayer t2 = make_test_layer("keep", 16, 32, Scheme::kDynamicSymmetric, true, 5);
+  t2.header.set_replace(true);
+  t2.weights.pop_back();  // short upload
+  t2.header.set_weight_sha256(sha256_hex(t2.weights.data(), t2.weights.size()));
+  auto r = client_->load_layer(t2.header, t2.weights);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("upload ended after"), absl::string_view::npos);
+  SplitMix64 rng(seed_);
+  const std::string x = random_x(rng, 2, 32, DType::kF32);
+  auto y = client_->infer(make_request("keep", x, DType::kF32, 2, DType::kF32));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->y(), reference_y(t, x, DType::kF32, 2, DType::kF32));
+}
+
+TEST_F(ServerTest, CancelledUploadLeavesNothing) {
+  TestLayer t = make_test_layer("cancel", 64, 1024, Scheme::kDynamicSymmetric, false, 3);
+  grpc::ClientContext ctx;
+  v1::LoadLayerResponse resp;
+  auto writer = client_->stub().LoadLayer(&ctx, &resp);
+  v1::LoadLayerRequest msg;
+  *msg.mutable_header() = t.header;
+  ASSERT_TRUE(writer->Write(msg));
+  msg.set_weight_chunk(std::string(reinterpret_cast<const char*>(t.weights.data()), 4096));
+  ASSERT_TRUE(writer->Write(msg));
+  ctx.TryCancel();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  // The server notices the cancellation asynchronously; the layer must never appear.
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(client_->describe_layer("cancel").status().code(), absl::StatusCode::kNotFound);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // And the name is free for a real upload afterwards.
+  auto r = client_->load_layer(t.header, t.weights);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(ServerTest, DuplicateNameAndReplace) {
+  SEED_TRACE();
+  TestLayer a = load("dup", 8, 16, Scheme::kDynamicSymmetric);
+  TestLayer b = make_test_layer("dup", 12, 16, Scheme::kStaticSymmetric, true, 11);
+  auto r = client_->load_layer(b.header, b.weights);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
+  b.header.set_replace(true);
+  r = client_->load_layer(b.header, b.weights);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->replaced());
+  auto info = client_->describe_layer("dup");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->n(), 12);
+  EXPECT_EQ(info->scheme(), v1::SCHEME_STATIC_SYMMETRIC);
+}
+
+TEST_F(ServerTest, UnloadDuringAStream) {
+  SEED_TRACE();
+  TestLayer t = load("gone", 24, 40, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(seed_);
+  auto stream = client_->open_stream();
+  const std::string x = random_x(rng, 2, 40, DType::kBF16);
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->write(make_request("gone", x, DType::kBF16, 2, DType::kBF16, "a")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0);
+  ASSERT_TRUE(client_->unload_layer("gone").ok());
+  ASSERT_TRUE(stream->write(make_request("gone", x, DType::kBF16, 2, DType::kBF16, "b")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.request_id(), "b");
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kNotFound));
+  // The stream survives: the demo layer still answers on it.
+  const std::string xd = random_x(rng, 1, 64, DType::kBF16);
+  ASSERT_TRUE(stream->write(make_request("demo", xd, DType::kBF16, 1, DType::kBF16, "c")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+  EXPECT_EQ(client_->unload_layer("gone").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServerTest, ConcurrentInferenceWhileLayersChange) {
+  SEED_TRACE();
+  TestLayer t = load("hot", 32, 64, Scheme::kDynamicSymmetric);
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, not_found{0}, wrong{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      SplitMix64 rng(seed_ + w);
+      while (!stop.load()) {
+        const std::string x = random_x(rng, 3, 64, DType::kF32);
+        auto r = client_->infer(make_request("hot", x, DType::kF32, 3, DType::kF32));
+        if (r.ok()) {
+          ++ok;
+          if (r->y() != reference_y(t, x, DType::kF32, 3, DType::kF32)) ++wrong;
+        } else if (r.status().code() == absl::StatusCode::kNotFound) {
+          ++not_found;
+        } else {
+          ++wrong;
+        }
+      }
+    });
+  }
+  // Unload, reload and replace (with the same weights, so every answer has one right value).
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(client_->unload_layer("hot").ok());
+    ASSERT_TRUE(client_->load_layer(t.header, t.weights).ok());
+    v1::LayerHeader h = t.header;
+    h.set_replace(true);
+    ASSERT_TRUE(client_->load_layer(h, t.weights).ok());
+  }
+  stop = true;
+  for (auto& th : workers) th.join();
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// Every INVALID_ARGUMENT / NOT_FOUND / FAILED_PRECONDITION case of the error model, by code and
+// message.
+struct BadInfer {
+  std::string what;
+  std::function<void(v1::InferRequest*)> mutate;
+  absl::StatusCode code;
+  std::string message;
+};
+
+TEST_F(ServerTest, InferErrors) {
+  SplitMix64 rng(1);
+  const std::string x = random_x(rng, 2, 64, DType::kBF16);
+  const std::vector<BadInfer> cases = {
+      {"unknown layer", [](v1::InferRequest* r) { r->set_layer("missing"); },
+       absl::StatusCode::kNotFound, "layer 'missing' not found"},
+      {"empty layer name", [](v1::InferRequest* r) { r->set_layer(""); },
+       absl::StatusCode::kInvalidArgument, "layer name is empty"},
+      {"bad layer name", [](v1::InferRequest* r) { r->set_layer("a b"); },
+       absl::StatusCode::kInvalidArgument, "characters outside"},
+      {"no dtype", [](v1::InferRequest* r) { r->set_x_dtype(v1::DTYPE_UNSPECIFIED); },
+       absl::StatusCode::kInvalidArgument, "x_dtype must be"},
+      {"bad dtype", [](v1::InferRequest* r) { r->set_x_dtype(static_cast<v1::DType>(42)); },
+       absl::StatusCode::kInvalidArgument, "x_dtype must be"},
+      {"bad output dtype",
+       [](v1::InferRequest* r) { r->set_output_dtype(static_cast<v1::DType>(9)); },
+       absl::StatusCode::kInvalidArgument, "output_dtype must be"},
+      {"m zero", [](v1::InferRequest* r) { r->set_m(0); }, absl::StatusCode::kInvalidArgument,
+       "m must be >= 1"},
+      {"m negative", [](v1::InferRequest* r) { r->set_m(-3); },
+       absl::StatusCode::kInvalidArgument, "m must be >= 1"},
+      {"m huge", [](v1::InferRequest* r) { r->set_m(int64_t{1} << 60); },
+       absl::StatusCode::kInvalidArgument, "x has 256 bytes; expected m*k*2"},
+      {"x short", [](v1::InferRequest* r) { r->mutable_x()->resize(255); },
+       absl::StatusCode::kInvalidArgument, "x has 255 bytes"},
+      {"x for other dtype", [](v1::InferRequest* r) { r->set_x_dtype(v1::DTYPE_FP32); },
+       absl::StatusCode::kInvalidArgument, "expected m*k*4"},
+      {"non-finite", [](v1::InferRequest* r) {
+         uint16_t nan = 0x7fc0;
+         std::memcpy(r->mutable_x()->data() + 2 * (64 + 5), &nan, 2);
+       },
+       absl::StatusCode::kInvalidArgument, "x row 1 holds a non-finite value"},
+      {"unknown forced kernel", [](v1::InferRequest* r) { r->set_forced_kernel("cpu.magic"); },
+       absl::StatusCode::kInvalidArgument, "unknown kernel 'cpu.magic'"},
+  };
+  for (const BadInfer& c : cases) {
+    SCOPED_TRACE(c.what);
+    v1::InferRequest req = make_request("demo", x, DType::kBF16, 2, DType::kBF16);
+    c.mutate(&req);
+    auto r = client_->infer(req);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), c.code) << r.status();
+    EXPECT_NE(r.status().message().find(c.message), absl::string_view::npos) << r.status();
+  }
+}
+
+TEST_F(ServerTest, OutputAboveMessageLimitIsResourceExhausted) {
+  TestLayer t = load("wide", 40000, 16, Scheme::kDynamicSymmetric, false);
+  SplitMix64 rng(2);
+  const int64_t m = 60;  // 60 * 40000 * 4 bytes = 9.6 MB > 8 MiB
+  const std::string x = random_x(rng, m, 16, DType::kF32);
+  auto r = client_->infer(make_request("wide", x, DType::kF32, m, DType::kF32));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("send fewer rows"), absl::string_view::npos);
+}
+
+TEST_F(ServerTest, ForcedKernelPerRequestAndLayer) {
+  SplitMix64 rng(3);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  v1::InferRequest req = make_request("demo", x, DType::kBF16, 1, DType::kBF16);
+  req.set_forced_kernel("cpu.reference");
+  req.set_explain(true);
+  auto r = client_->infer(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->metadata().kernel(), "cpu.reference");
+  ASSERT_GT(r->metadata().selection_size(), 0);
+
+  TestLayer t = make_test_layer("forced", 8, 16, Scheme::kDynamicSymmetric, false, 4);
+  t.header.set_forced_kernel("cpu.reference");
+  auto l = client_->load_layer(t.header, t.weights);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->layer().forced_kernel(), "cpu.reference");
+  t.header.set_name("forced2");
+  t.header.set_forced_kernel("gpu.nonexistent");
+  l = client_->load_layer(t.header, t.weights);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("unknown forced_kernel"), absl::string_view::npos);
+}
+
+struct BadHeader {
+  std::string what;
+  std::function<void(v1::LayerHeader*)> mutate;
+  absl::StatusCode code;
+  std::string message;
+};
+
+TEST_F(ServerTest, LoadErrors) {
+  const std::vector<BadHeader> cases = {
+      {"empty name", [](v1::LayerHeader* h) { h->set_name(""); },
+       absl::StatusCode::kInvalidArgument, "layer name is empty"},
+      {"long name", [](v1::LayerHeader* h) { h->set_name(std::string(129, 'a')); },
+       absl::StatusCode::kInvalidArgument, "limit is 128"},
+      {"zero n", [](v1::LayerHeader* h) { h->set_n(0); }, absl::StatusCode::kInvalidArgument,
+       "n and k must be positive"},
+      {"k too big", [](v1::LayerHeader* h) { h->set_k(131072); },
+       absl::StatusCode::kInvalidArgument, "exceeds 131071"},
+      {"bad scheme", [](v1::LayerHeader* h) { h->set_scheme(static_cast<v1::Scheme>(17)); },
+       absl::StatusCode::kInvalidArgument, "unknown scheme"},
+      {"no scale", [](v1::LayerHeader* h) { h->clear_weight_scale(); },
+       absl::StatusCode::kInvalidArgument, "weight_scale is required"},
+      {"scale count", [](v1::LayerHeader* h) {
+         h->mutable_weight_scale()->clear_shape();
+         h->mutable_weight_scale()->mutable_data()->resize(12);
+       },
+       absl::StatusCode::kInvalidArgument, "weight_scale has 3 values"},
+      {"scale bytes", [](v1::LayerHeader* h) { h->mutable_weight_scale()->mutable_data()->pop_back(); },
+       absl::StatusCode::kInvalidArgument, "not a multiple of 4"},
+      {"bias length", [](v1::LayerHeader* h) {
+         h->mutable_bias()->set_dtype(v1::DTYPE_FP32);
+         h->mutable_bias()->set_data(std::string(12, '\0'));
+       },
+       absl::StatusCode::kInvalidArgument, "bias has 3 values, expected n=8"},
+      {"static needs scale", [](v1::LayerHeader* h) { h->set_scheme(v1::SCHEME_STATIC_SYMMETRIC); },
+       absl::StatusCode::kInvalidArgument, "requires input_scale"},
+      {"dynamic refuses scale", [](v1::LayerHeader* h) { h->set_input_scale(0.1f); },
+       absl::StatusCode::kInvalidArgument, "input_scale is given"},
+      {"bad checksum format", [](v1::LayerHeader* h) { h->set_weight_sha256("abc"); },
+       absl::StatusCode::kInvalidArgument, "weight_sha256 must be"},
+      {"duplicate", [](v1::LayerHeader* h) { h->set_name("demo"); },
+       absl::StatusCode::kAlreadyExists, "already exists"},
+      {"logical widths", [](v1::LayerHeader* h) {
+         h->add_logical_widths(3);
+         h->add_logical_widths(3);
+       },
+       absl::StatusCode::kInvalidArgument, "sum to 6, not n=8"},
+  };
+  for (const BadHeader& c : cases) {
+    SCOPED_TRACE(c.what);
+    TestLayer t = make_test_layer("e", 8, 16, Scheme::kDynamicSymmetric, false, 9);
+    c.mutate(&t.header);
+    auto r = client_->load_layer(t.header, t.weights);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), c.code) << r.status();
+    EXPECT_NE(r.status().message().find(c.message), absl::string_view::npos) << r.status();
+  }
+  // A header-less upload and a chunk-before-header upload.
+  {
+    grpc::ClientContext ctx;
+    v1::LoadLayerResponse resp;
+    auto w = client_->stub().LoadLayer(&ctx, &resp);
+    v1::LoadLayerRequest msg;
+    msg.set_weight_chunk("xx");
+    w->Write(msg);
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("first message"), std::string::npos);
+  }
+  {
+    TestLayer t = make_test_layer("over", 8, 16, Scheme::kDynamicSymmetric, false, 9);
+    t.weights.push_back(1);  // one byte too many
+    t.header.set_weight_sha256(sha256_hex(t.weights.data(), t.weights.size()));
+    auto r = client_->load_layer(t.header, t.weights);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("weight bytes exceed"), absl::string_view::npos);
+  }
+  EXPECT_EQ(client_->unload_layer("nothing").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->describe_layer("nothing").status().code(), absl::StatusCode::kNotFound);
+  // Nothing from the failures is listed.
+  auto layers = client_->list_layers();
+  ASSERT_TRUE(layers.ok());
+  ASSERT_EQ(layers->layers_size(), 1);
+  EXPECT_EQ(layers->layers(0).name(), "demo");
+}
+
+TEST_F(ServerTest, WeightScaleFormsAndPartitions) {
+  SEED_TRACE();
+  SplitMix64 rng(seed_);
+  // [1, N], [N, 1], per tensor [1], scalar [] and per partition: all give the reference's answer
+  // for the expanded per-channel scale.
+  struct Form {
+    std::vector<int64_t> shape;
+    std::vector<int64_t> widths;
+    int count;
+  };
+  const std::vector<Form> forms = {{{1, 12}, {}, 12}, {{12, 1}, {}, 12}, {{1}, {}, 1},
+                                   {{}, {}, 1},       {{3}, {6, 4, 2}, 3}};
+  int i = 0;
+  for (const Form& f : forms) {
+    TestLayer t = make_test_layer("f" + std::to_string(i++), 12, 20, Scheme::kDynamicSymmetric,
+                                  true, seed_ + i);
+    std::vector<float> sc = random_floats(rng, f.count, 1e-3f, 2e-3f);
+    auto* ws = t.header.mutable_weight_scale();
+    ws->clear_shape();
+    for (int64_t d : f.shape) ws->add_shape(d);
+    ws->set_data(sc.data(), 4 * sc.size());
+    for (int64_t w : f.widths) t.header.add_logical_widths(w);
+    t.spec.weight_scale = sc;
+    t.spec.weight_scale_shape = f.shape;
+    t.spec.logical_widths = f.widths;
+    auto r = client_->load_layer(t.header, t.weights);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string x = random_x(rng, 4, 20, DType::kF16);
+    auto y = client_->infer(make_request(t.header.name(), x, DType::kF16, 4, DType::kF32));
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->y(), reference_y(t, x, DType::kF16, 4, DType::kF32)) << t.header.name();
+  }
+}
+
+TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
+  // A stream opened before shutdown keeps working until it ends; new calls are refused.
+  auto stream = client_->open_stream();
+  SplitMix64 rng(5);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "before")));
+  ASSERT_TRUE(stream->read(&resp));
+  std::thread stopper([&] { server_->shutdown(std::chrono::milliseconds(5000)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "during")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0);
+  EXPECT_EQ(resp.request_id(), "during");
+  auto r = client_->infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+  stopper.join();
+}
+
+}  // namespace
+}  // namespace qlinear
