@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <new>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +17,20 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// MemAvailable from /proc/meminfo in bytes, or -1 if unknown. std::vector zero-fills what it
+// allocates, so an upload larger than this would be killed by the OOM killer rather than fail
+// with bad_alloc: such uploads are refused up front instead.
+int64_t available_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return -1;
 }
 
 bool is_hex_sha256(absl::string_view s) {
@@ -60,6 +75,11 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
         absl::StrCat("layer '", request.name, "' already exists (set replace to swap it)"));
   }
   const int64_t bytes = request.spec.n * request.spec.k;
+  if (const int64_t avail = available_host_memory(); avail >= 0 && bytes > avail) {
+    return absl::ResourceExhaustedError(absl::StrCat("layer needs ", bytes,
+                                                     " bytes of host memory; only ", avail,
+                                                     " are available"));
+  }
   std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
   up->start_ns_ = now_ns();
   try {

@@ -533,6 +533,18 @@ TEST_F(ServerTest, LoadErrors) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("weight bytes exceed"), absl::string_view::npos);
   }
+  {
+    // 2^20 x 131071 bytes (137 GB) of weights: refused at the header, before any data.
+    TestLayer t = make_test_layer("huge", 8, 16, Scheme::kDynamicSymmetric, false, 9);
+    t.header.set_n(1 << 20);
+    t.header.set_k(131071);
+    t.header.mutable_weight_scale()->clear_shape();
+    t.header.mutable_weight_scale()->set_data(std::string(4, '\0'));
+    auto r = client_->load_layer(t.header, {});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_NE(r.status().message().find("bytes of host memory"), absl::string_view::npos);
+  }
   EXPECT_EQ(client_->unload_layer("nothing").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client_->describe_layer("nothing").status().code(), absl::StatusCode::kNotFound);
   // Nothing from the failures is listed.
