@@ -1,8 +1,8 @@
 // qlinear-server: serves INT8 W8A8 quantized linear layers over gRPC.
 //
 // Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
-// SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, calls in flight finish (up to
-// --drain-timeout-ms), then it exits 0.
+// SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, new calls get UNAVAILABLE, queued
+// and running calls finish (up to --drain-timeout-ms), then it exits 0.
 #include <pthread.h>
 #include <signal.h>
 
@@ -30,6 +30,13 @@ int main(int argc, char** argv) {
   int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
   bool demo_layer = true;
   std::string disabled;
+  int64_t max_batch_rows = o.batching.max_batch_rows;
+  int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
+  int64_t max_queue_requests = o.batching.max_queue_requests;
+  int64_t metrics_port = 0;
+  bool enable_echo = false;
+  int64_t keepalive_time_ms = 0, keepalive_timeout_ms = 0;
+  int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
   qlinear::ArgParser args(
       "qlinear-server [options]",
       "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
@@ -45,7 +52,23 @@ int main(int argc, char** argv) {
   args.add("demo-k", &demo_k, "Input features of the demo layer");
   args.add("disabled-kernels", &disabled, "Comma-separated kernel names to turn off");
   args.add("drain-timeout-ms", &drain_timeout_ms,
-           "On SIGINT/SIGTERM, how long calls in flight may take to finish");
+           "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
+  args.add("max-batch-rows", &max_batch_rows,
+           "Dynamic batching: most rows coalesced into one GEMM per layer (1 = off)");
+  args.add("max-queue-delay-us", &max_queue_delay_us,
+           "Dynamic batching: longest a request waits for company (0 = batch only what is "
+           "already queued)");
+  args.add("max-queue-requests", &max_queue_requests,
+           "Requests a layer's queue holds before answering RESOURCE_EXHAUSTED");
+  args.add("metrics-port", &metrics_port,
+           "Serve Prometheus metrics on http://ADDRESS:PORT/metrics (0 = off)");
+  args.add("enable-echo", &enable_echo, "Offer the Echo RPC (transport floor for load tests)");
+  args.add("keepalive-time-ms", &keepalive_time_ms, "Send HTTP/2 keepalive pings this often (0 = gRPC default)");
+  args.add("keepalive-timeout-ms", &keepalive_timeout_ms, "Close a connection whose ping is not answered in this time (0 = default)");
+  args.add("max-connection-age-ms", &max_connection_age_ms,
+           "Ask clients to reconnect after this long, so load balancers can rebalance (0 = never)");
+  args.add("max-connection-age-grace-ms", &max_connection_age_grace_ms,
+           "Time calls get to finish on a connection past its maximum age (0 = default)");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -59,10 +82,13 @@ int main(int argc, char** argv) {
                  args.positional()[0].c_str());
     return 2;
   }
-  if (port < 0 || port > 65535 || threads < 1 || max_message_mb < 1 || max_message_mb > 2047) {
+  if (port < 0 || port > 65535 || threads < 1 || max_message_mb < 1 || max_message_mb > 2047 ||
+      metrics_port < 0 || metrics_port > 65535 || max_batch_rows < 1 || max_queue_delay_us < 0 ||
+      max_queue_requests < 1 || drain_timeout_ms < 0) {
     std::fprintf(stderr,
-                 "qlinear-server: --port must be 0-65535, --threads >= 1, --max-message-mb "
-                 "1-2047\n");
+                 "qlinear-server: --port/--metrics-port must be 0-65535, --threads >= 1, "
+                 "--max-message-mb 1-2047, --max-batch-rows >= 1, --max-queue-delay-us >= 0, "
+                 "--max-queue-requests >= 1, --drain-timeout-ms >= 0\n");
     return 2;
   }
   o.address = address;
@@ -73,6 +99,15 @@ int main(int argc, char** argv) {
   o.demo_n = demo_n;
   o.demo_k = demo_k;
   o.disabled_kernels = qlinear::parse_kernel_list(disabled);
+  o.batching.max_batch_rows = max_batch_rows;
+  o.batching.max_queue_delay_us = max_queue_delay_us;
+  o.batching.max_queue_requests = max_queue_requests;
+  o.metrics_port = static_cast<int>(metrics_port);
+  o.enable_echo = enable_echo;
+  o.keepalive_time_ms = keepalive_time_ms;
+  o.keepalive_timeout_ms = keepalive_timeout_ms;
+  o.max_connection_age_ms = max_connection_age_ms;
+  o.max_connection_age_grace_ms = max_connection_age_grace_ms;
   if (const char* env = std::getenv("QLINEAR_DISABLED_KERNELS")) {
     for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
   }

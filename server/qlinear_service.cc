@@ -148,11 +148,29 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   r.forced_kernel = h.forced_kernel();
   r.replace = h.replace();
   r.weight_sha256 = h.weight_sha256();
+  if (h.has_max_batch_rows()) {
+    if (h.max_batch_rows() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_batch_rows must be >= 1, got ", h.max_batch_rows()));
+    }
+    r.max_batch_rows = h.max_batch_rows();
+  }
+  if (h.has_max_queue_delay_us()) {
+    if (h.max_queue_delay_us() < 0 || h.max_queue_delay_us() > 10'000'000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_queue_delay_us must be in 0..10000000, got ", h.max_queue_delay_us()));
+    }
+    r.max_queue_delay_us = h.max_queue_delay_us();
+  }
   return r;
 }
 
-void fill_layer_info(const Layer& layer, v1::LayerInfo* info) {
+void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info) {
+  const Layer& layer = *served.layer;
   const LayerConfig& c = layer.config();
+  info->set_max_batch_rows(served.queue->options().max_batch_rows);
+  info->set_max_queue_delay_us(served.queue->options().max_queue_delay_us);
+  info->set_queue_depth(served.queue->depth());
   info->set_name(layer.name());
   info->set_n(c.n);
   info->set_k(c.k);
@@ -217,12 +235,12 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
     log_info(absl::StrCat("load of layer '", name, "' failed: ", result.status().ToString()));
     return to_grpc_status(result.status());
   }
-  const Layer& layer = *result->layer;
+  const Layer& layer = result->layer();
   log_info(absl::StrCat(result->replaced ? "replaced" : "loaded", " layer '", layer.name(), "' ",
                         layer.config().n, "x", layer.config().k, " ",
                         scheme_name(layer.config().scheme), " on ", layer.device(), " in ",
                         result->load_time_us / 1000, " ms; kernels: ", bucket_summary(layer)));
-  fill_layer_info(layer, response->mutable_layer());
+  fill_layer_info(*result->served, response->mutable_layer());
   response->set_replaced(result->replaced);
   response->set_load_time_us(result->load_time_us);
   return grpc::Status::OK;
@@ -239,7 +257,9 @@ grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*, const v1::UnloadL
 
 grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLayersRequest*,
                                         v1::ListLayersResponse* response) {
-  for (const auto& layer : engine_->store().list()) fill_layer_info(*layer, response->add_layers());
+  for (const auto& served : engine_->store().list()) {
+    fill_layer_info(*served, response->add_layers());
+  }
   return grpc::Status::OK;
 }
 
@@ -247,32 +267,52 @@ grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
                                            const v1::DescribeLayerRequest* request,
                                            v1::LayerInfo* response) {
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
-  auto layer = engine_->store().get(request->name());
-  if (!layer.ok()) return to_grpc_status(layer.status());
-  fill_layer_info(**layer, response);
+  auto served = engine_->store().get(request->name());
+  if (!served.ok()) return to_grpc_status(served.status());
+  fill_layer_info(**served, response);
   return grpc::Status::OK;
 }
 
-absl::Status QLinearService::infer_one(const v1::InferRequest& request,
+absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
                                        v1::InferResponse* response) {
   const int64_t t0 = now_us();
   response->set_request_id(request.request_id());
-  RETURN_IF_ERROR(validate_layer_name(request.layer()));
   InferInput in;
-  in.layer = request.layer();
-  ASSIGN_OR_RETURN(in.x_dtype, dtype_from_proto(request.x_dtype(), "x_dtype"));
-  in.m = request.m();
-  in.x = request.x();
-  if (request.output_dtype() == v1::DTYPE_UNSPECIFIED) {
-    in.y_dtype = in.x_dtype;
-  } else {
-    ASSIGN_OR_RETURN(in.y_dtype, dtype_from_proto(request.output_dtype(), "output_dtype"));
+  absl::Status parsed = [&]() -> absl::Status {
+    RETURN_IF_ERROR(validate_layer_name(request.layer()));
+    in.layer = request.layer();
+    ASSIGN_OR_RETURN(in.x_dtype, dtype_from_proto(request.x_dtype(), "x_dtype"));
+    in.m = request.m();
+    in.x = request.x();
+    if (request.output_dtype() == v1::DTYPE_UNSPECIFIED) {
+      in.y_dtype = in.x_dtype;
+    } else {
+      ASSIGN_OR_RETURN(in.y_dtype, dtype_from_proto(request.output_dtype(), "output_dtype"));
+    }
+    in.forced_kernel = request.forced_kernel();
+    in.explain = request.explain();
+    in.return_scales = request.return_scales();
+    return absl::OkStatus();
+  }();
+  if (!parsed.ok()) {
+    // The engine counts what reaches it; count what is rejected before that here.
+    if (Metrics* m = engine_->metrics()) m->request_done("", "", parsed, 0, 0);
+    return parsed;
   }
-  in.forced_kernel = request.forced_kernel();
-  in.explain = request.explain();
-  in.return_scales = request.return_scales();
   InferOutput out;
-  RETURN_IF_ERROR(engine_->infer(in, response->mutable_y(), &out));
+  CallContext call;
+  const auto deadline = ctx->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    call.deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        deadline - std::chrono::system_clock::now());
+  }
+  call.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+  RETURN_IF_ERROR(engine_->infer(in, call, response->mutable_y(), &out));
+  if (!in.return_scales) {
+    out.sa.clear();
+    out.azp.clear();
+  }
   response->set_y_dtype(dtype_to_proto(in.y_dtype));
   response->set_m(in.m);
   response->set_n(out.n);
@@ -280,22 +320,22 @@ absl::Status QLinearService::infer_one(const v1::InferRequest& request,
   md->set_kernel(out.kernel);
   md->set_device(out.device);
   fill_verdicts(out.explanation, md->mutable_selection());
-  md->set_batch_requests(1);
-  md->set_batch_rows(in.m);
+  md->set_batch_requests(static_cast<int32_t>(out.batch_requests));
+  md->set_batch_rows(out.batch_rows);
   md->mutable_sa()->Add(out.sa.begin(), out.sa.end());
   md->mutable_azp()->Add(out.azp.begin(), out.azp.end());
   v1::Timings* t = md->mutable_timings();
-  t->set_queue_us(0);
+  t->set_queue_us(out.queue_ns / 1000);
   t->set_quantize_us(out.timings.quantize_ns / 1000);
   t->set_gemm_us(out.timings.gemm_ns / 1000);
   t->set_total_us(now_us() - t0);
   return absl::OkStatus();
 }
 
-grpc::Status QLinearService::Infer(grpc::ServerContext*, const v1::InferRequest* request,
+grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  absl::Status s = infer_one(*request, response);
+  absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
 }
@@ -312,7 +352,7 @@ grpc::Status QLinearService::InferStream(
     // The first message of a stream always carries the selection explanation.
     if (first) request.set_explain(true);
     first = false;
-    absl::Status s = infer_one(request, &response);
+    absl::Status s = infer_one(ctx, request, &response);
     if (!s.ok()) {
       response.Clear();
       response.set_request_id(request.request_id());
@@ -323,6 +363,20 @@ grpc::Status QLinearService::InferStream(
     if (ctx->IsCancelled()) break;
   }
   if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+  return grpc::Status::OK;
+}
+
+grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
+                                  v1::EchoResponse* response) {
+  if (!enable_echo_) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "Echo is off; start qlinear-server with --enable-echo");
+  }
+  if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  if (request->response_bytes() < 0 || request->response_bytes() > (int64_t{1} << 30)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "response_bytes must be in 0..2^30");
+  }
+  response->mutable_payload()->assign(static_cast<size_t>(request->response_bytes()), '\0');
   return grpc::Status::OK;
 }
 

@@ -12,7 +12,7 @@ namespace qlinear {
 
 class QLinearService final : public v1::QLinear::Service {
  public:
-  explicit QLinearService(Engine* engine) : engine_(engine) {}
+  QLinearService(Engine* engine, bool enable_echo) : engine_(engine), enable_echo_(enable_echo) {}
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
@@ -32,18 +32,22 @@ class QLinearService final : public v1::QLinear::Service {
       grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) override;
   grpc::Status ListKernels(grpc::ServerContext* ctx, const v1::ListKernelsRequest* request,
                            v1::ListKernelsResponse* response) override;
+  grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoRequest* request,
+                    v1::EchoResponse* response) override;
 
  private:
   // Runs one inference message; the returned status is the message's.
-  absl::Status infer_one(const v1::InferRequest& request, v1::InferResponse* response);
+  absl::Status infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
+                         v1::InferResponse* response);
   grpc::Status unavailable_if_draining() const;
 
   Engine* engine_;
+  const bool enable_echo_;
   std::atomic<bool> draining_{false};
 };
 
 // Proto <-> core conversions, shared with tests.
-void fill_layer_info(const Layer& layer, v1::LayerInfo* info);
+void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info);
 absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& header);
 
 }  // namespace qlinear

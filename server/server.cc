@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "prometheus/exposer.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/core/status.h"
@@ -19,8 +21,22 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   const HostInfo& host = host_info();
   EngineOptions eo;
   eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
-  s->engine_ = std::make_unique<Engine>(s->registry_, host, eo);
-  s->service_ = std::make_unique<QLinearService>(s->engine_.get());
+  eo.batching = o.batching;
+  s->metrics_ = std::make_unique<Metrics>();
+  if (o.metrics_port > 0) {
+    try {
+      auto exposer = std::make_shared<prometheus::Exposer>(
+          absl::StrCat(o.address, ":", o.metrics_port));
+      exposer->RegisterCollectable(s->metrics_->registry());
+      s->metrics_port_ = o.metrics_port;
+      s->exposer_ = exposer;
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", o.address, ":",
+                                                 o.metrics_port, ": ", e.what()));
+    }
+  }
+  s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
+  s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo);
 
   if (!o.quiet) {
     log_info(absl::StrCat("host: ", host.cpu_description(), "; ", host.gpu_description()));
@@ -41,7 +57,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     if (!o.quiet) {
       log_info(absl::StrCat("loaded demo layer 'demo' ", o.demo_n, "x", o.demo_k,
                             " dynamic_symmetric with bias (seed ", kDemoSeed, ") on ",
-                            r->layer->device(), "; kernel for M=1: ", r->layer->buckets()[0].kernel));
+                            r->layer().device(), "; kernel for M=1: ",
+                            r->layer().buckets()[0].kernel));
     }
   }
 
@@ -53,6 +70,16 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
   builder.SetMaxSendMessageSize(o.max_message_mb << 20);
+  if (o.keepalive_time_ms > 0) builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
+  if (o.keepalive_timeout_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
+  }
+  if (o.max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, o.max_connection_age_ms);
+  }
+  if (o.max_connection_age_grace_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, o.max_connection_age_grace_ms);
+  }
   grpc::ResourceQuota quota("qlinear");
   quota.SetMaxThreads(o.max_threads);
   builder.SetResourceQuota(quota);
@@ -62,7 +89,13 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
         absl::StrCat("cannot listen on ", o.address, ":", o.port, " (address in use?)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
-  if (!o.quiet) log_info(absl::StrCat("listening on ", o.address, ":", s->port_));
+  if (!o.quiet) {
+    log_info(absl::StrCat("listening on ", o.address, ":", s->port_,
+                          s->metrics_port_ > 0
+                              ? absl::StrCat("; metrics on http://", o.address, ":",
+                                             s->metrics_port_, "/metrics")
+                              : ""));
+  }
   return s;
 }
 

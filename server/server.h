@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/registry.h"
 #include "server/core/engine.h"
+#include "server/core/metrics.h"
 #include "server/qlinear_service.h"
 
 namespace qlinear {
@@ -26,6 +27,14 @@ struct ServerOptions {
   int64_t demo_k = 4096;
   std::vector<std::string> disabled_kernels;
   bool quiet = false;          // no log lines (tests)
+  BatchOptions batching;       // defaults for every layer
+  int metrics_port = 0;        // Prometheus text exposition on http://address:port/metrics; 0 = off
+  bool enable_echo = false;    // the Echo RPC (transport floor for load tests)
+  // Connection management (needed behind load balancers); 0 leaves gRPC's default.
+  int64_t keepalive_time_ms = 0;
+  int64_t keepalive_timeout_ms = 0;
+  int64_t max_connection_age_ms = 0;
+  int64_t max_connection_age_grace_ms = 0;
 };
 
 class QLinearServer {
@@ -34,6 +43,8 @@ class QLinearServer {
   ~QLinearServer();
 
   int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  Metrics& metrics() { return *metrics_; }
   Engine& engine() { return *engine_; }
   const Registry& registry() const { return registry_; }
 
@@ -45,6 +56,9 @@ class QLinearServer {
  private:
   QLinearServer() = default;
   Registry registry_;
+  std::unique_ptr<Metrics> metrics_;
+  std::shared_ptr<void> exposer_;  // prometheus::Exposer, when --metrics-port is set
+  int metrics_port_ = 0;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QLinearService> service_;
   std::unique_ptr<grpc::Server> server_;

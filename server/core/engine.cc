@@ -1,5 +1,6 @@
 #include "server/core/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -59,8 +60,9 @@ absl::Status validate_layer_name(absl::string_view name) {
   return absl::OkStatus();
 }
 
-Engine::Engine(const Registry& registry, const HostInfo& host, EngineOptions options)
-    : registry_(registry), host_(host), options_(options) {}
+Engine::Engine(const Registry& registry, const HostInfo& host, EngineOptions options,
+               Metrics* metrics)
+    : registry_(registry), host_(host), options_(options), metrics_(metrics) {}
 
 absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest request) {
   RETURN_IF_ERROR(validate_layer_name(request.name));
@@ -145,20 +147,47 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   opts.logical_widths = request.spec.logical_widths;
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,
                    Layer::create(std::move(opts), std::move(lw), registry_, host_));
+  BatchOptions batching = options_.batching;
+  if (request.max_batch_rows >= 0) batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);
+  if (request.max_queue_delay_us >= 0) batching.max_queue_delay_us = request.max_queue_delay_us;
+  auto served = std::make_shared<ServedLayer>();
+  served->layer = layer;
+  served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
   LoadResult result;
-  ASSIGN_OR_RETURN(result.replaced, store_.put(layer, request.replace));
-  result.layer = std::move(layer);
+  std::shared_ptr<const ServedLayer> previous;
+  ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
+  if (metrics_ != nullptr) {
+    if (previous != nullptr) metrics_->layer_unloaded(previous->name(), previous->layer->device());
+    metrics_->layer_loaded(layer->name(), layer->device(), layer->total_bytes());
+  }
+  result.served = std::move(served);
   result.load_time_us = (now_ns() - start_ns) / 1000;
   return result;
 }
 
-absl::Status Engine::infer(const InferInput& in, std::string* y, InferOutput* out) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, store_.get(in.layer));
-  return infer_on(*layer, in, y, out);
+absl::Status Engine::unload(absl::string_view name) {
+  std::shared_ptr<const ServedLayer> removed;
+  RETURN_IF_ERROR(store_.remove(name, &removed));
+  if (metrics_ != nullptr) metrics_->layer_unloaded(removed->name(), removed->layer->device());
+  return absl::OkStatus();
 }
 
-absl::Status Engine::infer_on(const Layer& layer, const InferInput& in, std::string* y,
-                              InferOutput* out) const {
+absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::string* y,
+                           InferOutput* out) const {
+  const int64_t start = now_ns();
+  auto served = store_.get(in.layer);
+  absl::Status status = served.status();
+  if (status.ok()) status = validate(*(*served)->layer, in);
+  if (status.ok()) status = (*served)->queue->run(in, call, y, out);
+  if (metrics_ != nullptr) {
+    // Only loaded layers become label values: names from clients are unbounded.
+    metrics_->request_done(served.ok() ? (*served)->name() : std::string(), out->kernel, status,
+                           in.m, (now_ns() - start) * 1e-9);
+  }
+  return status;
+}
+
+absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
   const LayerConfig& c = layer.config();
   if (in.m < 1) {
     return absl::InvalidArgumentError(absl::StrCat("m must be >= 1, got ", in.m));
@@ -176,11 +205,22 @@ absl::Status Engine::infer_on(const Layer& layer, const InferInput& in, std::str
         "output would be ", y_bytes, " bytes (m=", in.m, ", n=", c.n, "), above the limit of ",
         options_.max_output_bytes, "; send fewer rows per request"));
   }
+  if (!in.forced_kernel.empty()) {
+    // A forced kernel that cannot run this request fails here, naming the reason.
+    return layer.choose(ProblemShape{in.m, c.n, c.k, in.x_dtype, in.y_dtype}, in.forced_kernel,
+                        false)
+        .status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::string* y,
+                             InferOutput* out) const {
+  const LayerConfig& c = layer.config();
   const ProblemShape shape{in.m, c.n, c.k, in.x_dtype, in.y_dtype};
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
-
   try {
-    y->resize(static_cast<size_t>(y_bytes));
+    y->resize(static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);
     out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
   } catch (const std::bad_alloc&) {
@@ -194,16 +234,12 @@ absl::Status Engine::infer_on(const Layer& layer, const InferInput& in, std::str
   args.y_dtype = in.y_dtype;
   args.sa = out->sa.data();
   args.azp = out->azp.empty() ? nullptr : out->azp.data();
-  RETURN_IF_ERROR(choice.prepared->run(args, &out->timings));
-
   out->kernel = std::string(choice.kernel->name());
   out->device = choice.prepared->device();
+  RETURN_IF_ERROR(choice.prepared->run(args, &out->timings));
   out->explanation = std::move(choice.explanation);
   out->n = c.n;
-  if (!in.return_scales) {
-    out->sa.clear();
-    out->azp.clear();
-  }
+  out->batch_rows = in.m;
   return absl::OkStatus();
 }
 

@@ -12,8 +12,10 @@
 #include "common/sha256.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
+#include "server/core/batcher.h"
 #include "server/core/layer.h"
 #include "server/core/layer_store.h"
+#include "server/core/metrics.h"
 
 namespace qlinear {
 
@@ -23,10 +25,14 @@ struct LoadRequest {
   std::string forced_kernel;
   bool replace = false;
   std::string weight_sha256;  // hex; required for uploads, optional for in-process loads
+  // Per-layer batching overrides; -1 keeps the server default.
+  int64_t max_batch_rows = -1;
+  int64_t max_queue_delay_us = -1;
 };
 
 struct LoadResult {
-  std::shared_ptr<const Layer> layer;
+  std::shared_ptr<const ServedLayer> served;
+  const Layer& layer() const { return *served->layer; }
   bool replaced = false;
   int64_t load_time_us = 0;
 };
@@ -46,15 +52,19 @@ struct InferOutput {
   std::string kernel;
   std::string device;
   std::vector<CandidateVerdict> explanation;
-  RunTimings timings;
+  RunTimings timings;  // of the batch this request ran in
   int64_t n = 0;
   std::vector<float> sa;
   std::vector<int32_t> azp;
+  int64_t queue_ns = 0;
+  int64_t batch_requests = 1;
+  int64_t batch_rows = 0;
 };
 
 struct EngineOptions {
   // Largest y a request may produce; a larger one is RESOURCE_EXHAUSTED (it could not be sent).
   int64_t max_output_bytes = int64_t{64} << 20;
+  BatchOptions batching;  // defaults for every layer
 };
 
 class Engine;
@@ -82,24 +92,33 @@ class LayerUpload {
 
 class Engine {
  public:
-  Engine(const Registry& registry, const HostInfo& host, EngineOptions options = {});
+  // `metrics` may be null.
+  Engine(const Registry& registry, const HostInfo& host, EngineOptions options = {},
+         Metrics* metrics = nullptr);
 
   // Validates the header (name, shape, scheme, scales, duplicates) before any weight arrives.
   absl::StatusOr<std::unique_ptr<LayerUpload>> begin_upload(LoadRequest request);
   // Loads a layer whose weights are already in memory (demo layer, tests). Checks the checksum
   // when one is given.
   absl::StatusOr<LoadResult> load(LoadRequest request, std::vector<int8_t> weights);
-  absl::Status unload(absl::string_view name) { return store_.remove(name); }
+  absl::Status unload(absl::string_view name);
 
-  // Runs one request; y is resized and written as [M, N] in y_dtype.
-  absl::Status infer(const InferInput& in, std::string* y, InferOutput* out) const;
-  // Runs one request on a layer the caller already holds.
-  absl::Status infer_on(const Layer& layer, const InferInput& in, std::string* y,
-                        InferOutput* out) const;
+  // Runs one request through the layer's batching queue; y is resized and written as [M, N] in
+  // y_dtype. Validation errors come back at once, without queueing.
+  absl::Status infer(const InferInput& in, const CallContext& call, std::string* y,
+                     InferOutput* out) const;
+  // Checks a request against a layer: shapes, sizes and output limit.
+  absl::Status validate(const Layer& layer, const InferInput& in) const;
+  // Runs a validated request (or a batch of them concatenated) directly on the layer: selection,
+  // quantization, GEMM and epilogue. sa/azp are always returned.
+  absl::Status execute(const Layer& layer, const InferInput& in, std::string* y,
+                       InferOutput* out) const;
 
   const LayerStore& store() const { return store_; }
   const Registry& registry() const { return registry_; }
   const HostInfo& host() const { return host_; }
+  const EngineOptions& options() const { return options_; }
+  Metrics* metrics() const { return metrics_; }
 
  private:
   friend class LayerUpload;
@@ -109,6 +128,7 @@ class Engine {
   const Registry& registry_;
   const HostInfo& host_;
   EngineOptions options_;
+  Metrics* metrics_;
   LayerStore store_;
 };
 

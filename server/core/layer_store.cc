@@ -6,7 +6,7 @@
 
 namespace qlinear {
 
-absl::StatusOr<std::shared_ptr<const Layer>> LayerStore::get(absl::string_view name) const {
+absl::StatusOr<std::shared_ptr<const ServedLayer>> LayerStore::get(absl::string_view name) const {
   absl::MutexLock lock(&mu_);
   auto it = layers_.find(name);
   if (it == layers_.end()) return absl::NotFoundError(absl::StrCat("layer '", name, "' not found"));
@@ -18,8 +18,9 @@ bool LayerStore::contains(absl::string_view name) const {
   return layers_.contains(name);
 }
 
-absl::StatusOr<bool> LayerStore::put(std::shared_ptr<const Layer> layer, bool replace) {
-  std::shared_ptr<const Layer> old;  // released outside the lock
+absl::StatusOr<bool> LayerStore::put(std::shared_ptr<const ServedLayer> layer, bool replace,
+                                     std::shared_ptr<const ServedLayer>* previous) {
+  std::shared_ptr<const ServedLayer> old;  // released outside the lock
   absl::MutexLock lock(&mu_);
   auto it = layers_.find(layer->name());
   if (it == layers_.end()) {
@@ -33,21 +34,24 @@ absl::StatusOr<bool> LayerStore::put(std::shared_ptr<const Layer> layer, bool re
   }
   old = std::move(it->second);
   it->second = std::move(layer);
+  if (previous != nullptr) *previous = old;
   return true;
 }
 
-absl::Status LayerStore::remove(absl::string_view name) {
-  std::shared_ptr<const Layer> old;
+absl::Status LayerStore::remove(absl::string_view name,
+                                std::shared_ptr<const ServedLayer>* removed) {
+  std::shared_ptr<const ServedLayer> old;
   absl::MutexLock lock(&mu_);
   auto it = layers_.find(name);
   if (it == layers_.end()) return absl::NotFoundError(absl::StrCat("layer '", name, "' not found"));
   old = std::move(it->second);
   layers_.erase(it);
+  if (removed != nullptr) *removed = old;
   return absl::OkStatus();
 }
 
-std::vector<std::shared_ptr<const Layer>> LayerStore::list() const {
-  std::vector<std::shared_ptr<const Layer>> out;
+std::vector<std::shared_ptr<const ServedLayer>> LayerStore::list() const {
+  std::vector<std::shared_ptr<const ServedLayer>> out;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, layer] : layers_) out.push_back(layer);

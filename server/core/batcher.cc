@@ -1,0 +1,211 @@
+#include "server/core/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "server/core/engine.h"
+#include "server/core/metrics.h"
+
+namespace qlinear {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct BatchQueue::Pending {
+  const InferInput* in;
+  const CallContext* call;
+  std::string* y;
+  InferOutput* out;
+  int64_t enqueued_ns;
+  absl::Status status;
+  absl::Notification done;
+};
+
+BatchQueue::BatchQueue(std::shared_ptr<const Layer> layer, const Engine* engine,
+                       BatchOptions options, Metrics* metrics)
+    : layer_(std::move(layer)), engine_(engine), options_(options), metrics_(metrics) {
+  worker_ = std::thread([this] { worker(); });
+}
+
+BatchQueue::~BatchQueue() {
+  close();
+  worker_.join();
+}
+
+void BatchQueue::close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+int64_t BatchQueue::depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std::string* y,
+                             InferOutput* out) {
+  Pending p{&in, &call, y, out, now_ns(), absl::OkStatus(), {}};
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      return absl::UnavailableError(absl::StrCat("layer '", layer_->name(), "' is being unloaded"));
+    }
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("queue of layer '", layer_->name(), "' is full (",
+                       options_.max_queue_requests, " requests waiting); retry later"));
+    }
+    queue_.push_back(&p);
+    if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+  }
+  p.done.WaitForNotification();
+  return p.status;
+}
+
+bool BatchQueue::compatible(const Pending& a, const Pending& b) const {
+  return a.in->x_dtype == b.in->x_dtype && a.in->y_dtype == b.in->y_dtype &&
+         a.in->forced_kernel == b.in->forced_kernel;
+}
+
+void BatchQueue::worker() {
+  std::vector<Pending*> batch;
+  for (;;) {
+    batch.clear();
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
+            return q->closed_ || !q->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // closed and drained
+      Pending* head = queue_.front();
+      // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
+      // is already queued or the queue is closing.
+      if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
+        const int64_t deadline_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
+        auto full = [this, head]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          int64_t rows = 0;
+          for (Pending* q : queue_) {
+            if (compatible(*head, *q)) rows += q->in->m;
+          }
+          return closed_ || rows >= options_.max_batch_rows;
+        };
+        while (!full()) {
+          const int64_t left = deadline_ns - now_ns();
+          if (left <= 0) break;
+          mu_.AwaitWithTimeout(absl::Condition(&full), absl::Nanoseconds(left));
+        }
+      }
+      // Take the head and every compatible request after it, in order, up to the row budget.
+      int64_t rows = 0;
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        Pending* q = *it;
+        if (!compatible(*head, *q) || (rows > 0 && rows + q->in->m > options_.max_batch_rows)) {
+          ++it;
+          continue;
+        }
+        rows += q->in->m;
+        batch.push_back(q);
+        it = queue_.erase(it);
+        if (rows >= options_.max_batch_rows) break;
+      }
+      if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+    }
+    execute(batch);
+  }
+}
+
+void BatchQueue::execute(std::vector<Pending*>& batch) {
+  const int64_t start = now_ns();
+  // Drop what expired or was cancelled while queued: it never reaches a kernel.
+  std::vector<Pending*> live;
+  for (Pending* p : batch) {
+    p->out->queue_ns = start - p->enqueued_ns;
+    if (metrics_ != nullptr) metrics_->queued(layer_->name(), p->out->queue_ns * 1e-9);
+    if (p->call->is_cancelled && p->call->is_cancelled()) {
+      p->status = absl::CancelledError("request cancelled while queued");
+      p->done.Notify();
+    } else if (std::chrono::steady_clock::now() >= p->call->deadline) {
+      p->status = absl::DeadlineExceededError(absl::StrCat(
+          "deadline expired after ", p->out->queue_ns / 1000, " us in the queue, before compute"));
+      p->done.Notify();
+    } else {
+      live.push_back(p);
+    }
+  }
+  if (live.empty()) return;
+
+  auto record = [&](const InferOutput& o, int64_t requests, int64_t rows) {
+    if (metrics_ != nullptr) {
+      metrics_->batch_done(layer_->name(), o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
+                           o.timings.gemm_ns * 1e-9);
+    }
+  };
+  auto run_alone = [&](Pending* p) {
+    p->status = engine_->execute(*layer_, *p->in, p->y, p->out);
+    p->out->batch_requests = 1;
+    if (p->status.ok()) record(*p->out, 1, p->in->m);
+    p->done.Notify();
+  };
+  if (live.size() == 1) {
+    run_alone(live[0]);
+    return;
+  }
+
+  // Concatenate the rows, run once, split the rows back.
+  const LayerConfig& c = layer_->config();
+  const Pending& head = *live[0];
+  const size_t x_row = static_cast<size_t>(c.k) * dtype_size(head.in->x_dtype);
+  const size_t y_row = static_cast<size_t>(c.n) * dtype_size(head.in->y_dtype);
+  int64_t rows = 0;
+  bool explain = false;
+  for (Pending* p : live) {
+    rows += p->in->m;
+    explain = explain || p->in->explain;
+  }
+  std::string x;
+  x.reserve(rows * x_row);
+  for (Pending* p : live) x.append(p->in->x.data(), p->in->x.size());
+  InferInput in = *head.in;
+  in.m = rows;
+  in.x = x;
+  in.explain = explain;
+  std::string y;
+  InferOutput out;
+  absl::Status s = engine_->execute(*layer_, in, &y, &out);
+  if (!s.ok()) {
+    // One request's bad data (a non-finite row) or a forced kernel that cannot take the batched
+    // shape must not fail the others: run each alone so every one gets its own answer.
+    for (Pending* p : live) run_alone(p);
+    return;
+  }
+  record(out, static_cast<int64_t>(live.size()), rows);
+  int64_t row = 0;
+  for (Pending* p : live) {
+    const int64_t m = p->in->m;
+    InferOutput& o = *p->out;
+    p->y->assign(y.data() + row * y_row, m * y_row);
+    o.kernel = out.kernel;
+    o.device = out.device;
+    if (p->in->explain) o.explanation = out.explanation;
+    o.timings = out.timings;
+    o.n = out.n;
+    o.sa.assign(out.sa.begin() + row, out.sa.begin() + row + m);
+    if (!out.azp.empty()) o.azp.assign(out.azp.begin() + row, out.azp.begin() + row + m);
+    o.batch_requests = static_cast<int64_t>(live.size());
+    o.batch_rows = rows;
+    row += m;
+    p->done.Notify();
+  }
+}
+
+}  // namespace qlinear

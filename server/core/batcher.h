@@ -1,0 +1,77 @@
+// Dynamic batching: one queue per served layer. Callers block in `run` while a worker thread
+// coalesces compatible queued requests (same x dtype, output dtype and forced kernel) into one
+// GEMM of up to `max_batch_rows` rows, then splits the result back. Per-token quantization makes
+// every row independent, so a batched request gets exactly the bits it would get alone.
+//
+// Thread safety: `run` may be called from any number of threads. The queue is bounded: when it
+// holds `max_queue_requests`, `run` fails at once with RESOURCE_EXHAUSTED. Expired or cancelled
+// requests are answered before compute and never reach a kernel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/layer.h"
+
+namespace qlinear {
+
+class Engine;
+struct InferInput;
+struct InferOutput;
+class Metrics;
+
+struct BatchOptions {
+  int64_t max_batch_rows = 256;      // 1 turns batching off
+  int64_t max_queue_delay_us = 0;    // 0: batch only what is already queued
+  int64_t max_queue_requests = 1024; // per layer
+};
+
+// What the transport knows about a call: its deadline and whether it was cancelled.
+struct CallContext {
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::function<bool()> is_cancelled;  // may be empty
+};
+
+class BatchQueue {
+ public:
+  BatchQueue(std::shared_ptr<const Layer> layer, const Engine* engine, BatchOptions options,
+             Metrics* metrics);
+  ~BatchQueue();  // closes the queue, lets the worker finish what is queued, joins it
+  BatchQueue(const BatchQueue&) = delete;
+  BatchQueue& operator=(const BatchQueue&) = delete;
+
+  // Queues the (already validated) request and waits for its result.
+  absl::Status run(const InferInput& in, const CallContext& call, std::string* y,
+                   InferOutput* out);
+
+  // Stops accepting requests; queued ones still run.
+  void close();
+  int64_t depth() const;
+  const BatchOptions& options() const { return options_; }
+  const std::shared_ptr<const Layer>& layer() const { return layer_; }
+
+ private:
+  struct Pending;
+  void worker();
+  bool compatible(const Pending& a, const Pending& b) const;
+  void execute(std::vector<Pending*>& batch);
+
+  std::shared_ptr<const Layer> layer_;
+  const Engine* engine_;
+  const BatchOptions options_;
+  Metrics* metrics_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+}  // namespace qlinear

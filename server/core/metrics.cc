@@ -1,0 +1,130 @@
+#include "server/core/metrics.h"
+
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "prometheus/text_serializer.h"
+
+namespace qlinear {
+namespace {
+
+// 10 us .. ~10 s, x2 per bucket.
+prometheus::Histogram::BucketBoundaries seconds_buckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 10e-6; v < 12.0; v *= 2) b.push_back(v);
+  return b;
+}
+
+// 1 .. 4096 rows/requests, x2 per bucket.
+prometheus::Histogram::BucketBoundaries count_buckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1; v <= 4096; v *= 2) b.push_back(v);
+  return b;
+}
+
+std::string code_name(const absl::Status& s) { return absl::StatusCodeToString(s.code()); }
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("qlinear_requests_total")
+                    .Help("Inference requests answered, by layer, kernel and status code")
+                    .Register(*registry_)),
+      failures_(prometheus::BuildCounter()
+                    .Name("qlinear_request_failures_total")
+                    .Help("Inference requests that failed, by layer and reason (status code)")
+                    .Register(*registry_)),
+      rows_(prometheus::BuildCounter()
+                .Name("qlinear_rows_total")
+                .Help("Activation rows (tokens) computed, by layer")
+                .Register(*registry_)),
+      request_seconds_(prometheus::BuildHistogram()
+                           .Name("qlinear_request_duration_seconds")
+                           .Help("Server time per inference request, receipt to response")
+                           .Register(*registry_)),
+      queue_seconds_(prometheus::BuildHistogram()
+                         .Name("qlinear_queue_duration_seconds")
+                         .Help("Time requests waited in the batching queue")
+                         .Register(*registry_)),
+      compute_seconds_(prometheus::BuildHistogram()
+                           .Name("qlinear_compute_duration_seconds")
+                           .Help("Kernel time per batch, by phase (quantize, gemm)")
+                           .Register(*registry_)),
+      batch_rows_(prometheus::BuildHistogram()
+                      .Name("qlinear_batch_rows")
+                      .Help("Rows per executed batch")
+                      .Register(*registry_)),
+      batch_requests_(prometheus::BuildHistogram()
+                          .Name("qlinear_batch_requests")
+                          .Help("Requests coalesced per executed batch")
+                          .Register(*registry_)),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("qlinear_queue_depth")
+                       .Help("Requests waiting in a layer's queue")
+                       .Register(*registry_)),
+      layers_loaded_(prometheus::BuildGauge()
+                         .Name("qlinear_layers_loaded")
+                         .Help("Layers currently loaded")
+                         .Register(*registry_)),
+      layer_bytes_(prometheus::BuildGauge()
+                       .Name("qlinear_layer_bytes")
+                       .Help("Memory held by a loaded layer (weights, scales, packed copies), by "
+                             "device")
+                       .Register(*registry_)) {
+  layers_loaded_.Add({}).Set(0);
+}
+
+void Metrics::request_done(const std::string& layer, const std::string& kernel,
+                           const absl::Status& status, int64_t rows, double total_s) {
+  requests_.Add({{"layer", layer}, {"kernel", kernel}, {"code", code_name(status)}}).Increment();
+  if (!status.ok()) {
+    failures_.Add({{"layer", layer}, {"reason", code_name(status)}}).Increment();
+    return;
+  }
+  rows_.Add({{"layer", layer}}).Increment(static_cast<double>(rows));
+  request_seconds_.Add({{"layer", layer}}, seconds_buckets()).Observe(total_s);
+}
+
+void Metrics::batch_done(const std::string& layer, const std::string& kernel, int64_t requests,
+                         int64_t rows, double quantize_s, double gemm_s) {
+  batch_rows_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(rows));
+  batch_requests_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(requests));
+  compute_seconds_.Add({{"layer", layer}, {"kernel", kernel}, {"phase", "quantize"}},
+                       seconds_buckets())
+      .Observe(quantize_s);
+  compute_seconds_.Add({{"layer", layer}, {"kernel", kernel}, {"phase", "gemm"}}, seconds_buckets())
+      .Observe(gemm_s);
+}
+
+void Metrics::queued(const std::string& layer, double queue_s) {
+  queue_seconds_.Add({{"layer", layer}}, seconds_buckets()).Observe(queue_s);
+}
+
+void Metrics::queue_depth(const std::string& layer, int64_t depth) {
+  queue_depth_.Add({{"layer", layer}}).Set(static_cast<double>(depth));
+}
+
+void Metrics::layer_loaded(const std::string& layer, const std::string& device, int64_t bytes) {
+  layer_bytes_.Add({{"layer", layer}, {"device", device}}).Set(static_cast<double>(bytes));
+  layers_loaded_.Add({}).Increment();
+}
+
+void Metrics::layer_unloaded(const std::string& layer, const std::string& device) {
+  // Drop the per-layer gauges so that scrapes do not show layers that are gone.
+  const prometheus::Labels bytes_labels{{"layer", layer}, {"device", device}};
+  if (layer_bytes_.Has(bytes_labels)) layer_bytes_.Remove(&layer_bytes_.Add(bytes_labels));
+  const prometheus::Labels depth_labels{{"layer", layer}};
+  if (queue_depth_.Has(depth_labels)) queue_depth_.Remove(&queue_depth_.Add(depth_labels));
+  layers_loaded_.Add({}).Decrement();
+}
+
+std::string Metrics::serialize() const {
+  prometheus::TextSerializer s;
+  std::ostringstream out;
+  s.Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace qlinear

@@ -1,0 +1,347 @@
+// Dynamic batching, back-pressure, deadlines and cancellation in the serving core, driven
+// directly through Engine (no transport), plus the metrics those paths record.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "server/core/engine.h"
+#include "tests/server/test_util.h"
+
+namespace qlinear {
+namespace {
+
+using testing::make_test_layer;
+using testing::random_x;
+using testing::reference_y;
+using testing::TestLayer;
+
+uint64_t test_seed() {
+  if (const char* s = std::getenv("QLINEAR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  static const uint64_t seed = std::random_device{}();
+  return seed;
+}
+
+// A kernel that blocks until released, so tests can hold the queue in a known state.
+class GateKernel final : public Kernel {
+ public:
+  struct Gate {
+    absl::Mutex mu;
+    bool open = true;
+    int running = 0;
+    int want = 0;  // wait_running's target
+    std::vector<int64_t> batch_rows;
+  };
+  explicit GateKernel(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
+  absl::string_view name() const override { return "cpu.avx512_vnni"; }  // a slot in the order
+  absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
+  absl::Status can_implement(const LayerConfig&, const ProblemShape&) const override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(const LayerWeights& w) const override {
+    return std::unique_ptr<PreparedKernel>(new Prepared(w, gate_));
+  }
+
+ private:
+  class Prepared final : public PreparedKernel {
+   public:
+    Prepared(const LayerWeights& w, std::shared_ptr<Gate> g) : w_(w), gate_(std::move(g)) {}
+    absl::Status run(const RunArgs& args, RunTimings* t) const override {
+      {
+        absl::MutexLock lock(&gate_->mu);
+        gate_->running++;
+        gate_->batch_rows.push_back(args.m);
+        gate_->mu.Await(absl::Condition(&gate_->open));
+        gate_->running--;
+      }
+      return reference::w8a8_linear(w_, args, t);
+    }
+
+   private:
+    const LayerWeights& w_;
+    std::shared_ptr<Gate> gate_;
+  };
+  std::shared_ptr<Gate> gate_;
+};
+
+class BatcherTest : public ::testing::Test {
+ protected:
+  void start(BatchOptions batching, bool gated = false) {
+    gate_ = std::make_shared<GateKernel::Gate>();
+    if (gated) {
+      (void)registry_.add(std::make_unique<GateKernel>(gate_));
+    }
+    register_builtin_kernels(&registry_);
+    EngineOptions eo;
+    eo.batching = batching;
+    engine_ = std::make_unique<Engine>(registry_, host_info(), eo, &metrics_);
+    layer_ = make_test_layer("b", 40, 96, Scheme::kDynamicAsymmetric, true, test_seed());
+    LoadRequest r;
+    r.name = "b";
+    r.spec = layer_.spec;
+    auto loaded = engine_->load(r, layer_.weights);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+  }
+  void set_gate(bool open) {
+    absl::MutexLock lock(&gate_->mu);
+    gate_->open = open;
+  }
+  void wait_running(int n) {
+    absl::MutexLock lock(&gate_->mu);
+    gate_->want = n;
+    gate_->mu.Await(absl::Condition(
+        +[](GateKernel::Gate* g) { return g->running >= g->want; }, gate_.get()));
+  }
+  int64_t queue_depth() {
+    return (*engine_->store().get("b"))->queue->depth();
+  }
+
+  Registry registry_;
+  Metrics metrics_;
+  std::unique_ptr<Engine> engine_;
+  TestLayer layer_;
+  std::shared_ptr<GateKernel::Gate> gate_;
+};
+
+#define SEED_TRACE() SCOPED_TRACE("QLINEAR_TEST_SEED=" + std::to_string(test_seed()))
+
+TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
+  SEED_TRACE();
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  b.max_queue_delay_us = 2000;
+  start(b);
+  const DType dtypes[] = {DType::kF32, DType::kBF16};
+  std::atomic<int> mismatches{0}, failures{0}, batched{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      SplitMix64 rng(test_seed() + t);
+      for (int i = 0; i < 15; ++i) {
+        const int64_t m = rng.range(1, 12);
+        const DType xd = dtypes[rng.range(0, 1)];
+        const DType yd = dtypes[rng.range(0, 1)];
+        const std::string x = random_x(rng, m, 96, xd);
+        InferInput in;
+        in.layer = "b";
+        in.x_dtype = xd;
+        in.y_dtype = yd;
+        in.m = m;
+        in.x = x;
+        std::string y;
+        InferOutput out;
+        absl::Status s = engine_->infer(in, CallContext{}, &y, &out);
+        if (!s.ok()) {
+          ++failures;
+          continue;
+        }
+        if (y != reference_y(layer_, x, xd, m, yd)) ++mismatches;
+        if (out.batch_requests > 1) ++batched;
+        if (static_cast<int64_t>(out.sa.size()) != m) ++mismatches;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_GT(batched.load(), 0) << "no request was ever coalesced";
+}
+
+TEST_F(BatcherTest, QueueFullIsResourceExhausted) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  b.max_queue_requests = 2;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(1);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  InferInput in;
+  in.layer = "b";
+  in.x_dtype = DType::kF32;
+  in.y_dtype = DType::kF32;
+  in.m = 1;
+  in.x = x;
+  // One running (held at the gate) and two queued fill the layer.
+  std::vector<std::thread> held;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back([&] {
+      std::string y;
+      InferOutput out;
+      if (engine_->infer(in, CallContext{}, &y, &out).ok()) ++ok;
+    });
+    if (i == 0) wait_running(1);
+  }
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::string y;
+  InferOutput out;
+  absl::Status s = engine_->infer(in, CallContext{}, &y, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("queue of layer 'b' is full"), absl::string_view::npos) << s;
+  set_gate(true);
+  for (auto& th : held) th.join();
+  EXPECT_EQ(ok.load(), 3);
+  EXPECT_NE(metrics_.serialize().find("qlinear_request_failures_total"), std::string::npos);
+}
+
+TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(2);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  InferInput in;
+  in.layer = "b";
+  in.x_dtype = DType::kF32;
+  in.y_dtype = DType::kF32;
+  in.m = 1;
+  in.x = x;
+  std::thread blocker([&] {
+    std::string y;
+    InferOutput out;
+    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  });
+  wait_running(1);
+  CallContext expiring;
+  expiring.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  CallContext cancelled;
+  std::atomic<bool> cancel{false};
+  cancelled.is_cancelled = [&] { return cancel.load(); };
+  absl::Status s1, s2;
+  std::thread t1([&] {
+    std::string y;
+    InferOutput out;
+    s1 = engine_->infer(in, expiring, &y, &out);
+  });
+  std::thread t2([&] {
+    std::string y;
+    InferOutput out;
+    s2 = engine_->infer(in, cancelled, &y, &out);
+  });
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cancel = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the deadline
+  set_gate(true);
+  blocker.join();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(s1.code(), absl::StatusCode::kDeadlineExceeded) << s1;
+  EXPECT_NE(s1.message().find("before compute"), absl::string_view::npos);
+  EXPECT_EQ(s2.code(), absl::StatusCode::kCancelled) << s2;
+  absl::MutexLock lock(&gate_->mu);
+  EXPECT_EQ(gate_->batch_rows.size(), 1u) << "a dropped request reached the kernel";
+}
+
+TEST_F(BatcherTest, BadRowInABatchFailsOnlyItsRequest) {
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(3);
+  const std::string good = random_x(rng, 2, 96, DType::kF32);
+  std::string bad = random_x(rng, 3, 96, DType::kF32);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(bad.data() + 4 * (96 * 2 + 7), &inf, 4);  // row 2 of the bad request
+  auto make = [](const std::string& x, int64_t m) {
+    InferInput in;
+    in.layer = "b";
+    in.x_dtype = DType::kF32;
+    in.y_dtype = DType::kBF16;
+    in.m = m;
+    in.x = x;
+    return in;
+  };
+  // Hold the worker so both requests queue up and run as one batch.
+  InferInput first = make(good, 2);
+  std::thread blocker([&] {
+    std::string y;
+    InferOutput out;
+    EXPECT_TRUE(engine_->infer(first, CallContext{}, &y, &out).ok());
+  });
+  wait_running(1);
+  absl::Status sg, sb;
+  std::string yg;
+  InferOutput og;
+  InferInput ig = make(good, 2), ib = make(bad, 3);
+  std::thread tg([&] { sg = engine_->infer(ig, CallContext{}, &yg, &og); });
+  std::thread tb([&] {
+    std::string y;
+    InferOutput o;
+    sb = engine_->infer(ib, CallContext{}, &y, &o);
+  });
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  set_gate(true);
+  blocker.join();
+  tg.join();
+  tb.join();
+  EXPECT_TRUE(sg.ok()) << sg;
+  EXPECT_EQ(yg, reference_y(layer_, good, DType::kF32, 2, DType::kBF16));
+  EXPECT_EQ(sb.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(sb.message().find("x row 2 holds a non-finite value"), absl::string_view::npos) << sb;
+}
+
+TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(4);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  InferInput in;
+  in.layer = "b";
+  in.x_dtype = DType::kF32;
+  in.y_dtype = DType::kF32;
+  in.m = 1;
+  in.x = x;
+  std::vector<std::thread> th;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    th.emplace_back([&] {
+      std::string y;
+      InferOutput out;
+      if (engine_->infer(in, CallContext{}, &y, &out).ok() &&
+          y == reference_y(layer_, x, DType::kF32, 1, DType::kF32)) {
+        ++ok;
+      }
+    });
+  }
+  wait_running(1);
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(engine_->unload("b").ok());
+  std::string y;
+  InferOutput out;
+  EXPECT_EQ(engine_->infer(in, CallContext{}, &y, &out).code(), absl::StatusCode::kNotFound);
+  set_gate(true);
+  for (auto& t : th) t.join();
+  EXPECT_EQ(ok.load(), 3);
+}
+
+TEST_F(BatcherTest, MetricsRecordBatchesAndLayers) {
+  BatchOptions b;
+  start(b);
+  SplitMix64 rng(5);
+  const std::string x = random_x(rng, 3, 96, DType::kBF16);
+  InferInput in;
+  in.layer = "b";
+  in.x_dtype = DType::kBF16;
+  in.y_dtype = DType::kBF16;
+  in.m = 3;
+  in.x = x;
+  std::string y;
+  InferOutput out;
+  ASSERT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  const std::string text = metrics_.serialize();
+  EXPECT_NE(text.find("qlinear_batch_rows_count{layer=\"b\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layers_loaded 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layer_bytes{device=\"cpu\",layer=\"b\"}"), std::string::npos)
+      << text;
+  ASSERT_TRUE(engine_->unload("b").ok());
+  const std::string after = metrics_.serialize();
+  EXPECT_NE(after.find("qlinear_layers_loaded 0"), std::string::npos) << after;
+  EXPECT_EQ(after.find("qlinear_layer_bytes{"), std::string::npos) << after;
+}
+
+}  // namespace
+}  // namespace qlinear
