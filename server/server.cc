@@ -3,7 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "prometheus/exposer.h"
+#include "server/metrics_http.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,16 +24,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   eo.batching = o.batching;
   s->metrics_ = std::make_unique<Metrics>();
   if (o.metrics_port > 0) {
-    try {
-      auto exposer = std::make_shared<prometheus::Exposer>(
-          absl::StrCat(o.address, ":", o.metrics_port));
-      exposer->RegisterCollectable(s->metrics_->registry());
-      s->metrics_port_ = o.metrics_port;
-      s->exposer_ = exposer;
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", o.address, ":",
-                                                 o.metrics_port, ": ", e.what()));
-    }
+    ASSIGN_OR_RETURN(s->metrics_http_,
+                     MetricsHttpServer::start(o.address, o.metrics_port, s->metrics_->registry()));
+    s->metrics_port_ = s->metrics_http_->port();
   }
   s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
   s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo);

@@ -13,6 +13,7 @@
 #include "kernels/registry.h"
 #include "server/core/engine.h"
 #include "server/core/metrics.h"
+#include "server/metrics_http.h"
 #include "server/qlinear_service.h"
 
 namespace qlinear {
@@ -57,7 +58,7 @@ class QLinearServer {
   QLinearServer() = default;
   Registry registry_;
   std::unique_ptr<Metrics> metrics_;
-  std::shared_ptr<void> exposer_;  // prometheus::Exposer, when --metrics-port is set
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // when --metrics-port is set
   int metrics_port_ = 0;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QLinearService> service_;

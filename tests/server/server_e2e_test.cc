@@ -1,6 +1,10 @@
 // End-to-end tests of qlinear-server over loopback, driven through the C++ client library.
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <random>
@@ -26,10 +30,49 @@ uint64_t test_seed() {
   return seed;
 }
 
+// A port that was free a moment ago.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// GET http://127.0.0.1:port/path with a plain socket; returns the whole response.
+std::string http_get(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "write failed";
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions o;
+    o.metrics_port = free_port();
+    o.enable_echo = true;
     o.address = "127.0.0.1";
     o.port = 0;
     o.quiet = true;
@@ -609,6 +652,61 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   EXPECT_FALSE(stream->read(&resp));
   EXPECT_TRUE(stream->finish().ok());
   stopper.join();
+}
+
+TEST_F(ServerTest, MetricsEndpointIsScraped) {
+  SplitMix64 rng(6);
+  const std::string x = random_x(rng, 2, 64, DType::kBF16);
+  ASSERT_TRUE(client_->infer(make_request("demo", x, DType::kBF16, 2, DType::kBF16)).ok());
+  EXPECT_FALSE(client_->infer(make_request("missing", x, DType::kBF16, 2, DType::kBF16)).ok());
+  const std::string text = http_get(server_->metrics_port(), "/metrics");
+  EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_requests_total{code=\"OK\",kernel=\"cpu."), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("qlinear_rows_total{layer=\"demo\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_request_failures_total{layer=\"\",reason=\"NOT_FOUND\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("qlinear_layers_loaded 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_queue_duration_seconds_count{layer=\"demo\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("qlinear_compute_duration_seconds_count"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layer_bytes{device=\"cpu\",layer=\"demo\"}"), std::string::npos)
+      << text;
+}
+
+TEST_F(ServerTest, EchoReturnsTheRequestedBytes) {
+  grpc::ClientContext ctx;
+  v1::EchoRequest req;
+  req.set_payload(std::string(1000, 'x'));
+  req.set_response_bytes(4096);
+  v1::EchoResponse resp;
+  ASSERT_TRUE(client_->stub().Echo(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.payload().size(), 4096u);
+}
+
+TEST_F(ServerTest, BatchMetadataAndPerLayerBatchSettings) {
+  TestLayer t = make_test_layer("batchy", 16, 32, Scheme::kDynamicSymmetric, true, 8);
+  t.header.set_max_batch_rows(8);
+  t.header.set_max_queue_delay_us(500);
+  ASSERT_TRUE(client_->load_layer(t.header, t.weights).ok());
+  auto info = client_->describe_layer("batchy");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->max_batch_rows(), 8);
+  EXPECT_EQ(info->max_queue_delay_us(), 500);
+  SplitMix64 rng(9);
+  const std::string x = random_x(rng, 3, 32, DType::kF32);
+  auto r = client_->infer(make_request("batchy", x, DType::kF32, 3, DType::kF32));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->metadata().batch_requests(), 1);
+  EXPECT_GE(r->metadata().batch_rows(), 3);
+  EXPECT_GE(r->metadata().timings().queue_us(), 0);
+  t.header.set_name("batchy2");
+  t.header.set_max_batch_rows(0);
+  auto bad = client_->load_layer(t.header, t.weights);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("max_batch_rows must be >= 1"), absl::string_view::npos);
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+#include "server/metrics_http.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace qlinear {
+namespace {
+
+bool write_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
+    const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port_str = std::to_string(port);
+  if (int rc = getaddrinfo(address.empty() ? nullptr : address.c_str(), port_str.c_str(), &hints,
+                           &res);
+      rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
+  }
+  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+    const int err = errno;
+    freeaddrinfo(res);
+    if (fd >= 0) ::close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ":", port,
+                                               ": ", std::strerror(err)));
+  }
+  freeaddrinfo(res);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer);
+  s->port_ = ntohs(bound.ss_family == AF_INET6
+                       ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                       : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s->listen_fd_ = fd;
+  s->registry_ = std::move(registry);
+  s->thread_ = std::thread([p = s.get()] { p->serve(); });
+  return s;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void MetricsHttpServer::serve() {
+  while (!stop_.load()) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;  // wake up regularly to notice stop_
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    timeval tv{2, 0};  // a slow or silent client cannot hold the thread
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    answer(fd);
+    ::close(fd);
+  }
+}
+
+void MetricsHttpServer::answer(int fd) {
+  // Read the request head (up to 8 KiB); only the request line matters.
+  std::string head;
+  char buf[1024];
+  while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos &&
+         head.find("\n\n") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    head.append(buf, static_cast<size_t>(n));
+  }
+  const size_t eol = head.find_first_of("\r\n");
+  const std::string line = head.substr(0, eol);
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  if (line.rfind("GET /metrics ", 0) == 0 || line == "GET /metrics" ||
+      line.rfind("GET /metrics?", 0) == 0) {
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, registry_->Collect());
+    body = out.str();
+  } else if (line.rfind("GET ", 0) == 0) {
+    status = "404 Not Found";
+    type = "text/plain";
+    body = "metrics are at /metrics\n";
+  } else {
+    status = "405 Method Not Allowed";
+    type = "text/plain";
+    body = "only GET is supported\n";
+  }
+  write_all(fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                             "\r\nContent-Length: ", body.size(),
+                             "\r\nConnection: close\r\n\r\n", body));
+}
+
+}  // namespace qlinear

@@ -1,0 +1,38 @@
+// Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics.
+//
+// A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and
+// prometheus-cpp's civetweb exposer starts its threads with a fixed 100 KiB stack, which is less
+// than the static TLS of a process that links cuBLASLt, so its threads fail to start there.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "prometheus/registry.h"
+
+namespace qlinear {
+
+class MetricsHttpServer {
+ public:
+  // Binds and starts serving; port 0 picks a free port (see port()).
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> start(
+      const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry);
+  ~MetricsHttpServer();
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer() = default;
+  void serve();
+  void answer(int fd);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace qlinear
