@@ -1,0 +1,203 @@
+// Tests that need a real qlinear-server process: SIGTERM drains with requests in flight, and
+// clients killed mid-upload or mid-stream leave the server healthy with nothing left behind.
+// The server binary's path comes from CMake (QLINEAR_SERVER_BIN).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "client/qlinear_client.h"
+#include "tests/server/test_util.h"
+
+namespace qlinear {
+namespace {
+
+using testing::make_request;
+using testing::make_test_layer;
+using testing::random_x;
+using testing::TestLayer;
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> extra = {}) : port_(free_port()) {
+    std::vector<std::string> args = {QLINEAR_SERVER_BIN, "--address=127.0.0.1",
+                                     "--port=" + std::to_string(port_), "--demo-n=256",
+                                     "--demo-k=512", "--drain-timeout-ms=10000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      // Keep the test output readable: the server logs go to /dev/null.
+      freopen("/dev/null", "w", stderr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // Wait for the port with plain connects: a gRPC channel that fails to connect backs off
+    // for seconds.
+    for (int i = 0; i < 400 && !accepts_connections(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    client_ = std::make_unique<Client>("127.0.0.1:" + std::to_string(port_));
+    for (int i = 0; i < 200; ++i) {
+      auto h = client_->health();
+      if (h.ok() && *h) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "server did not become healthy";
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Sends SIGTERM and waits; returns the exit status and the time it took.
+  int terminate(std::chrono::milliseconds* took) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    *took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  t0);
+    return status;
+  }
+  Client& client() { return *client_; }
+  bool accepts_connections() const {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    return ok;
+  }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_;
+  pid_t pid_ = -1;
+  std::unique_ptr<Client> client_;
+};
+
+TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
+  ServerProcess server({"--max-batch-rows=1"});
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, unavailable{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 6; ++t) {
+    clients.emplace_back([&, t] {
+      // Each thread has its own channel, as separate clients would.
+      Client c(server.target());
+      SplitMix64 rng(t);
+      const std::string x = random_x(rng, 16, 512, DType::kBF16);
+      auto stream = c.open_stream();
+      int sent = 0;
+      v1::InferResponse resp;
+      while (!stop.load()) {
+        if (!stream->write(make_request("demo", x, DType::kBF16, 16, DType::kBF16))) break;
+        ++sent;
+        if (!stream->read(&resp)) break;
+        --sent;
+        if (resp.status_code() == 0) ++ok; else ++other;
+      }
+      stream->writes_done();
+      while (stream->read(&resp)) {
+        --sent;
+        if (resp.status_code() == 0) ++ok; else ++other;
+      }
+      absl::Status s = stream->finish();
+      // A request written but never answered would be lost work.
+      if (sent != 0) ++other;
+      if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) ++other;
+      // New calls after the drain began are refused.
+      auto r = c.infer(make_request("demo", x, DType::kBF16, 16, DType::kBF16));
+      if (!r.ok() && r.status().code() == absl::StatusCode::kUnavailable) ++unavailable;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_GT(ok.load(), 0);
+  std::chrono::milliseconds took;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stop = true;  // clients close their streams while the server drains
+  });
+  const int status = server.terminate(&took);
+  stopper.join();
+  for (auto& c : clients) c.join();
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_LT(took.count(), 10000);
+  std::printf("drain took %lld ms\n", static_cast<long long>(took.count()));
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(unavailable.load(), 6);
+}
+
+// Runs killable_client in `mode` against `target` and SIGKILLs it once it says it is ready.
+void run_and_kill(const std::string& target, const std::string& mode) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pipefd[1], 1);
+    close(pipefd[0]);
+    execl(QLINEAR_KILLABLE_CLIENT_BIN, QLINEAR_KILLABLE_CLIENT_BIN, target.c_str(), mode.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  char buf[16] = {};
+  EXPECT_GT(read(pipefd[0], buf, sizeof(buf) - 1), 0) << mode << " client did not start";
+  close(pipefd[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+TEST(ProcessTest, ClientsKilledMidUploadAndMidStreamLeaveNothingBehind) {
+  ServerProcess server;
+  run_and_kill(server.target(), "upload");
+  run_and_kill(server.target(), "stream");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  TestLayer big = make_test_layer("killed", 4096, 4096, Scheme::kDynamicSymmetric, false, 1);
+  // The server is healthy, holds only the demo layer, and the name is free.
+  auto h = server.client().health();
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(*h);
+  auto layers = server.client().list_layers();
+  ASSERT_TRUE(layers.ok());
+  ASSERT_EQ(layers->layers_size(), 1);
+  EXPECT_EQ(layers->layers(0).name(), "demo");
+  EXPECT_EQ(layers->layers(0).queue_depth(), 0);
+  auto r = server.client().load_layer(big.header, big.weights);
+  EXPECT_TRUE(r.ok()) << r.status();
+  std::chrono::milliseconds took;
+  const int status = server.terminate(&took);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "status " << status << " signalled " << WIFSIGNALED(status) << " sig " << WTERMSIG(status);
+  EXPECT_LT(took.count(), 10000);
+}
+
+}  // namespace
+}  // namespace qlinear
