@@ -1,0 +1,230 @@
+#include "kernels/cuda/cuda_context.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "kernels/cuda/cuda_arch.h"  // generated: QLINEAR_CUDA_ARCHS
+
+namespace qlinear::gpu {
+namespace {
+
+const char* base_name(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash == nullptr ? path : slash + 1;
+}
+
+std::string memory_note() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return absl::StrCat(" (", free_bytes >> 20, " MiB free of ", total_bytes >> 20, " MiB)");
+}
+
+// One entry of CMAKE_CUDA_ARCHITECTURES, e.g. "90a", "89-real", "80-virtual".
+struct ArchEntry {
+  int major = 0;
+  int minor = 0;
+  char suffix = 0;  // 0, 'a' (this exact capability) or 'f' (the family)
+  bool sass = true;
+  bool ptx = true;
+  std::string spelled;  // "sm_90a"
+};
+
+bool parse_arch(absl::string_view s, ArchEntry* e) {
+  if (absl::ConsumeSuffix(&s, "-real")) {
+    e->ptx = false;
+  } else if (absl::ConsumeSuffix(&s, "-virtual")) {
+    e->sass = false;
+  }
+  if (!s.empty() && (s.back() == 'a' || s.back() == 'f')) {
+    e->suffix = s.back();
+    s.remove_suffix(1);
+  }
+  int num = 0;
+  if (s.size() < 2 || !absl::SimpleAtoi(s, &num) || num < 10) return false;
+  e->major = num / 10;
+  e->minor = num % 10;
+  e->spelled = absl::StrCat(e->sass ? "sm_" : "compute_", num,
+                            e->suffix ? std::string(1, e->suffix) : std::string());
+  return true;
+}
+
+bool arch_runs_on(const ArchEntry& e, int major, int minor) {
+  const bool same_major = major == e.major && minor >= e.minor;
+  const bool exact = major == e.major && minor == e.minor;
+  if (e.sass && (e.suffix == 'a' ? exact : same_major)) return true;
+  if (e.ptx) {
+    if (e.suffix == 'a') return exact;
+    if (e.suffix == 'f') return same_major;
+    return major > e.major || same_major;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
+                               int line) {
+  cudaGetLastError();  // a non-sticky error must not fail the next, unrelated call
+  std::string msg = absl::StrCat("CUDA error in ", what, " (", base_name(file), ":", line,
+                                 "): ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+  if (error == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(absl::StrCat(msg, memory_note()));
+  }
+  return absl::InternalError(msg);
+}
+
+absl::Status cublas_error_status(int status, absl::string_view what, const char* file, int line) {
+  const auto st = static_cast<cublasStatus_t>(status);
+  std::string msg = absl::StrCat("cuBLASLt error in ", what, " (", base_name(file), ":", line,
+                                 "): ", cublasLtGetStatusName(st));
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::string_view compiled_cuda_archs() { return QLINEAR_CUDA_ARCHS; }
+
+absl::Status check_cuda_arch(absl::string_view archs, int cc_major, int cc_minor) {
+  std::vector<std::string> spelled;
+  for (absl::string_view raw : absl::StrSplit(archs, absl::ByAnyChar(";, "), absl::SkipEmpty())) {
+    if (raw == "all" || raw == "all-major" || raw == "native") {
+      return absl::OkStatus();  // CMake chose the list; the first launch tells
+    }
+    ArchEntry e;
+    if (!parse_arch(raw, &e)) continue;
+    if (arch_runs_on(e, cc_major, cc_minor)) return absl::OkStatus();
+    spelled.push_back(e.spelled);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "compiled for ", spelled.empty() ? "no CUDA architecture" : absl::StrJoin(spelled, ", "),
+      ", device is sm_", cc_major, cc_minor));
+}
+
+absl::Status cuda_device_usable(const HostInfo& host) {
+  if (!host.cuda_compiled) return absl::FailedPreconditionError("built without CUDA");
+  if (host.gpus.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device", host.cuda_error.empty() ? "" : absl::StrCat(" (", host.cuda_error, ")")));
+  }
+  const GpuInfo& g = host.gpus[0];
+  return check_cuda_arch(compiled_cuda_archs(), g.cc_major, g.cc_minor);
+}
+
+// --- DeviceBuffer / PinnedBuffer --------------------------------------------------------------
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+  ptr_ = nullptr;
+  size_ = 0;
+}
+
+absl::Status DeviceBuffer::allocate(size_t bytes, absl::string_view what) {
+  reset();
+  if (bytes == 0) return absl::OkStatus();
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory on cuda:0 allocating ",
+                                                     bytes, " bytes for ", what, memory_note()));
+  }
+  if (e != cudaSuccess)
+    return cuda_error_status(e, absl::StrCat("cudaMalloc for ", what), __FILE__, __LINE__);
+  ptr_ = p;
+  size_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceBuffer::reserve(size_t bytes, absl::string_view what) {
+  if (bytes <= size_) return absl::OkStatus();
+  const size_t grown = std::max(bytes, size_ + size_ / 2);
+  absl::Status s = allocate(grown, what);
+  if (!s.ok() && grown > bytes) s = allocate(bytes, what);
+  return s;
+}
+
+PinnedBuffer::~PinnedBuffer() { reset(); }
+
+void PinnedBuffer::reset() {
+  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  ptr_ = nullptr;
+  size_ = 0;
+}
+
+absl::Status PinnedBuffer::reserve(size_t bytes, absl::string_view what) {
+  if (bytes <= size_) return absl::OkStatus();
+  size_t want = std::max(bytes, size_ + size_ / 2);
+  reset();
+  void* p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+  if (e != cudaSuccess && want > bytes) {
+    cudaGetLastError();
+    want = bytes;
+    e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of pinned host memory allocating ", bytes, " bytes for ", what));
+  }
+  if (e != cudaSuccess) {
+    return cuda_error_status(e, absl::StrCat("cudaHostAlloc for ", what), __FILE__, __LINE__);
+  }
+  ptr_ = p;
+  size_ = want;
+  return absl::OkStatus();
+}
+
+// --- StreamPool -------------------------------------------------------------------------------
+
+absl::StatusOr<StreamPool*> StreamPool::get() {
+  static const absl::StatusOr<StreamPool*> pool = []() -> absl::StatusOr<StreamPool*> {
+    auto* p = new StreamPool();  // never freed: see the class comment
+    for (int i = 0; i < kContexts; ++i) {
+      auto ctx = std::make_unique<StreamContext>();
+      RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+      for (cudaEvent_t& e : ctx->events) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
+      p->contexts_.push_back(std::move(ctx));
+    }
+    return p;
+  }();
+  return pool;
+}
+
+StreamContext* StreamPool::acquire() {
+  const uint32_t start = next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size();
+  for (size_t i = 0; i < contexts_.size(); ++i) {
+    StreamContext* c = contexts_[(start + i) % contexts_.size()].get();
+    if (c->mu.try_lock()) return c;
+  }
+  StreamContext* c = contexts_[start].get();
+  c->mu.lock();
+  return c;
+}
+
+}  // namespace qlinear::gpu

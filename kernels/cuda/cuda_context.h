@@ -1,0 +1,211 @@
+// Host-side plumbing shared by the CUDA kernel families: CUDA/cuBLASLt errors as absl::Status,
+// the compiled-architecture check behind every `is_supported`, RAII device and pinned buffers,
+// the pool of stream contexts that requests run on, and the interface of a prepared CUDA kernel
+// (device-pointer entry points for benchmarks and a debug entry for tests).
+//
+// Compiled by the host compiler only (it includes Abseil); .cu files never include it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/core/host_info.h"
+#include "kernels/core/kernel.h"
+
+namespace qlinear::gpu {
+
+// A failed CUDA runtime call as a status: out of memory is RESOURCE_EXHAUSTED, anything else
+// INTERNAL; the message names the call, the error and the source line. Clears the runtime's
+// last-error slot so that a non-sticky error does not leak into the next call.
+absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
+                               int line);
+// The same for a cuBLAS/cuBLASLt status (passed as int to keep cublas headers out of here).
+absl::Status cublas_error_status(int status, absl::string_view what, const char* file, int line);
+
+}  // namespace qlinear::gpu
+
+// Return from the enclosing function (which returns absl::Status or StatusOr) when a CUDA runtime
+// call fails.
+#define RETURN_IF_CUDA_ERROR(expr)                                                       \
+  do {                                                                                   \
+    const cudaError_t _ql_cuda_err = (expr);                                             \
+    if (_ql_cuda_err != cudaSuccess) {                                                   \
+      return ::qlinear::gpu::cuda_error_status(_ql_cuda_err, #expr, __FILE__, __LINE__); \
+    }                                                                                    \
+  } while (0)
+
+// The same for cuBLAS/cuBLASLt calls.
+#define RETURN_IF_CUBLAS_ERROR(expr)                                                        \
+  do {                                                                                      \
+    const int _ql_cublas_st = static_cast<int>(expr);                                       \
+    if (_ql_cublas_st != 0) {                                                               \
+      return ::qlinear::gpu::cublas_error_status(_ql_cublas_st, #expr, __FILE__, __LINE__); \
+    }                                                                                       \
+  } while (0)
+
+namespace qlinear::gpu {
+
+// The CUDA architectures this binary was compiled for, as CMAKE_CUDA_ARCHITECTURES spelled them
+// (e.g. "90a" or "80;89;90a").
+absl::string_view compiled_cuda_archs();
+
+// Whether code compiled for `archs` (CMake spelling: 80, 90a, 89-real, 80-virtual, ...) runs on a
+// device of compute capability major.minor: machine code for sm_XY runs on X.Y' with Y' >= Y,
+// for sm_XYa only on X.Y; PTX for compute_XY is compiled by the driver for any capability >= X.Y
+// (for compute_XYa only X.Y). OK, or the reason, e.g. "compiled for sm_90a, device is sm_80".
+absl::Status check_cuda_arch(absl::string_view archs, int cc_major, int cc_minor);
+
+// The usual gate of a CUDA kernel: compiled in, a device present, code for its capability.
+// Reasons: "built without CUDA", "no CUDA device (cudaErrorNoDevice: ...)", "compiled for ...".
+absl::Status cuda_device_usable(const HostInfo& host);
+
+// Device memory; freed on destruction. Not thread-safe.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+  // Allocates exactly `bytes` (dropping the old contents). Out of memory is RESOURCE_EXHAUSTED
+  // naming `what` and the device's free memory.
+  absl::Status allocate(size_t bytes, absl::string_view what);
+  // Grows to at least `bytes` (1.5x steps, contents dropped); no-op when already large enough.
+  absl::Status reserve(size_t bytes, absl::string_view what);
+  void reset();
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t size() const { return size_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc) for asynchronous copies; same contract as DeviceBuffer.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  absl::Status reserve(size_t bytes, absl::string_view what);
+  void reset();
+  void* get() const { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Rounds `bytes` up to the 256-byte alignment that cudaMalloc gives, so that sub-buffers carved
+// out of one allocation keep it (cuBLASLt and the vector loads want 16 bytes at least).
+inline size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
+
+// One worker's slot on the GPU: a stream, timing events and the buffers a request needs, grown
+// to the largest request seen (so no cudaMalloc once warm). Owned by the StreamPool; use it only
+// while holding `mu` (a StreamLease does that).
+struct StreamContext {
+  std::mutex mu;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t events[3] = {nullptr, nullptr, nullptr};  // quantize start, GEMM start, end
+  DeviceBuffer device;  // x, y, sa, azp and the kernel's scratch (incl. cuBLASLt workspace)
+  PinnedBuffer host;    // staging for x, y, sa, azp and the bad-row flag
+};
+
+// The process-wide pool of stream contexts on cuda:0. Concurrent requests take different
+// contexts, so their copies and kernels overlap on different streams; a request that finds every
+// context busy waits for one. Created on first use; intentionally never destroyed (CUDA objects
+// must not be released from static destructors after the runtime has shut down).
+class StreamPool {
+ public:
+  static constexpr int kContexts = 4;
+
+  // The pool, creating it (streams, events) on first call. Fails if no device can be used.
+  static absl::StatusOr<StreamPool*> get();
+
+  StreamContext* acquire();  // returned locked
+  void release(StreamContext* ctx) { ctx->mu.unlock(); }
+
+ private:
+  StreamPool() = default;
+  std::vector<std::unique_ptr<StreamContext>> contexts_;
+  std::atomic<uint32_t> next_{0};
+};
+
+// Holds a StreamContext for one request.
+class StreamLease {
+ public:
+  explicit StreamLease(StreamPool* pool) : pool_(pool), ctx_(pool->acquire()) {}
+  ~StreamLease() { pool_->release(ctx_); }
+  StreamLease(const StreamLease&) = delete;
+  StreamLease& operator=(const StreamLease&) = delete;
+  StreamContext* operator->() const { return ctx_; }
+  StreamContext* get() const { return ctx_; }
+
+ private:
+  StreamPool* pool_;
+  StreamContext* ctx_;
+};
+
+// Device pointers for one call of a prepared CUDA kernel. x [m, k] in x_dtype, y [m, n] in
+// y_dtype; sa [m] and azp [m] may be null (then the kernel keeps them in its scratch).
+struct DeviceRunArgs {
+  const void* x = nullptr;
+  DType x_dtype = DType::kBF16;
+  int64_t m = 0;
+  void* y = nullptr;
+  DType y_dtype = DType::kBF16;
+  float* sa = nullptr;
+  int32_t* azp = nullptr;
+};
+
+// Optional events recorded around the stages of run_device: [0] before quantization, [1] before
+// the GEMM, [2] after the epilogue.
+struct StageEvents {
+  cudaEvent_t e[3] = {nullptr, nullptr, nullptr};
+};
+
+// Every intermediate of one call, for differential tests against the reference.
+struct DebugOutputs {
+  std::vector<int8_t> xq;    // [m, k]
+  std::vector<float> sa;     // [m]
+  std::vector<int32_t> azp;  // [m] (asymmetric schemes; zeros otherwise)
+  std::vector<int32_t> acc;  // [m, n] row-major
+};
+
+// A prepared CUDA kernel. `run` (PreparedKernel) takes host pointers: it stages x through pinned
+// memory, runs on a pooled stream and synchronises once. The entries below serve tests and
+// benchmarks.
+class CudaPreparedKernel : public PreparedKernel {
+ public:
+  // Bytes of device scratch that run_device needs for m rows (256-byte aligned pointer).
+  virtual size_t device_scratch_bytes(int64_t m) const = 0;
+  // Enqueues quantize + GEMM + epilogue on `stream` with device pointers and returns without
+  // synchronising: no host copies, no allocation. Rows holding NaN/Inf are not reported here
+  // (their outputs are unspecified); `run` reports them. `scratch` must not be in use by another
+  // call in flight.
+  virtual absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                                  const StageEvents* events) const = 0;
+  // `run` that also returns every intermediate (xq, sa, azp, acc).
+  virtual absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const = 0;
+};
+
+}  // namespace qlinear::gpu

@@ -1,0 +1,12 @@
+// The CUDA kernel families, registered into the registry by register_builtin_kernels when the
+// binary is built with CUDA. Each checks the device and the compiled architectures at run time.
+#pragma once
+
+namespace qlinear {
+
+class Registry;
+
+// Registers every CUDA kernel compiled into this binary.
+void register_cuda_kernels(Registry* registry);
+
+}  // namespace qlinear

@@ -1,0 +1,47 @@
+// cuda.quantize: per-token activation quantization on the GPU (SPEC section 2), bit-exact with
+// reference::quantize_activations for all four schemes and fp32/fp16/bf16 input.
+//
+// Not a registry kernel by itself: the GEMM kernels call it before their int8 GEMM.
+//
+// This header is compiled by nvcc and by the host compiler, so it holds plain C++ only (no
+// Abseil): the enums below mirror qlinear::DType and qlinear::Scheme value for value, which the
+// host glue checks with static_asserts.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qlinear::gpu {
+
+// Same values as qlinear::DType.
+enum class ElemType : int { kF32 = 1, kF16 = 2, kBF16 = 3 };
+// Same values as qlinear::Scheme.
+enum class QuantScheme : int {
+  kDynamicSymmetric = 1,
+  kStaticSymmetric = 2,
+  kDynamicAsymmetric = 3,
+  kStaticAsymmetric = 4,
+};
+
+struct QuantizeParams {
+  QuantScheme scheme = QuantScheme::kDynamicSymmetric;
+  float input_scale = 0.f;       // static schemes
+  int32_t input_zero_point = 0;  // static asymmetric
+};
+
+// The value bad_row holds when every row is finite. Set it (cudaMemsetAsync 0xff) before the
+// launch; the kernel lowers it to the smallest index of a row holding NaN or +-Inf.
+inline constexpr uint32_t kNoBadRow = 0xffffffffu;
+
+// Quantizes x [m, k] (row-major, x_type, device memory) into xq [m, k] int8, sa [m] and, when
+// azp is not null, azp [m] (0 for symmetric schemes). One block per row: the row's absmax or
+// min/max reduction also detects non-finite values, then a second pass over the row (from L2)
+// writes xq. Rows holding NaN/Inf leave xq/sa/azp unspecified and lower *bad_row.
+// Requires 1 <= m < 2^31 and k >= 1; any alignment (16-byte vector loads when x is aligned and
+// k % 4 == 0). Returns the launch error, if any.
+cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
+                               const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
+                               uint32_t* bad_row, cudaStream_t stream);
+
+}  // namespace qlinear::gpu

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Runs on the GPU host, from the repository root, over the folder scripts/gpu-bundle.sh made:
+#   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
+#   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
+#      when the CLI is in the bundle,
+#   3. the GPU benchmark.
+# Full logs go to $OUT (else ./gpu-logs); a short summary is printed last.
+#
+# Usage: bash scripts/gpu-remote.sh [--quick]     (--quick: the benchmark's short run)
+#
+# Environment:
+#   QLINEAR_BUNDLE_DIR   bundle directory (default: bundle-gpu)
+#   QLINEAR_PORT         server port (default: 50551)
+#   QLINEAR_TEST_ARGS    extra arguments for qlinear_cuda_test (e.g. --gtest_filter=...)
+#   QLINEAR_SANITIZE=1   also run a subset of the tests under compute-sanitizer memcheck
+set -uo pipefail
+
+BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
+PORT="${QLINEAR_PORT:-50551}"
+LOG="${OUT:-$PWD/gpu-logs}"
+BENCH_ARGS=()
+[ "${1:-}" = "--quick" ] && BENCH_ARGS+=(--quick)
+mkdir -p "$LOG"
+if [ -f "$BUNDLE/lib.tar.gz" ] && [ ! -d "$BUNDLE/lib" ]; then
+  tar -C "$BUNDLE" -xzf "$BUNDLE/lib.tar.gz" || { echo "gpu-remote: cannot unpack $BUNDLE/lib.tar.gz"; exit 1; }
+fi
+run() { "$BUNDLE/run" "$@"; }
+have() { [ -x "$BUNDLE/bin/$1" ]; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  uname -r
+  command -v cuobjdump >/dev/null && cuobjdump --list-elf "$BUNDLE/bin/qlinear_cuda_test"
+} >"$LOG/env.txt" 2>&1
+cat "$LOG/env.txt"
+
+echo "=== qlinear_cuda_test"
+# shellcheck disable=SC2086
+run qlinear_cuda_test --gtest_color=no ${QLINEAR_TEST_ARGS:-} >"$LOG/cuda_test.log" 2>&1
+test_rc=$?
+tail -n 25 "$LOG/cuda_test.log"
+
+if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
+  echo "=== compute-sanitizer memcheck (subset)"
+  LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64" timeout 240 compute-sanitizer \
+    --tool memcheck --error-exitcode 3 "$BUNDLE/bin/qlinear_cuda_test" --gtest_color=no \
+    '--gtest_filter=*RunFills*:*NonFinite*:*LargestK*:*Concurrent*' >"$LOG/sanitizer.log" 2>&1
+  echo "compute-sanitizer exit $?"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/sanitizer.log" | head -n 5
+fi
+
+echo "=== qlinear-server + qlinear-cli"
+cli_rc=-
+if have qlinear-server; then
+  run qlinear-server --port="$PORT" >"$LOG/server.log" 2>&1 &
+  server_pid=$!
+  if have qlinear-cli; then
+    cli() { echo "\$ qlinear-cli $*"; run qlinear-cli --server="127.0.0.1:$PORT" "$@"; }
+    {
+      cli health --wait-seconds 60 &&
+        cli kernels --layer demo &&
+        cli infer --layer demo --m 4 --explain &&
+        cli infer --layer demo --m 2048 &&
+        cli smoke
+    } >"$LOG/cli.log" 2>&1
+    cli_rc=$?
+    cat "$LOG/cli.log" | head -c 6000
+  else
+    sleep 5
+    echo "no qlinear-cli in the bundle"
+  fi
+  kill "$server_pid" 2>/dev/null
+  wait "$server_pid" 2>/dev/null
+  tail -n 5 "$LOG/server.log"
+fi
+
+echo "=== qlinear_gpu_bench ${BENCH_ARGS[*]}"
+run qlinear_gpu_bench "${BENCH_ARGS[@]}" >"$LOG/bench.log" 2>&1
+bench_rc=$?
+
+echo
+echo "=============================== summary ==============================="
+grep -E "^GPU:" "$LOG/bench.log" || true
+echo "qlinear_cuda_test: exit $test_rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/cuda_test.log" | grep -v 'ms)' | tr '\n' ' ')"
+grep -E '^\[  FAILED  \]' "$LOG/cuda_test.log" | head -n 10
+echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
+echo "qlinear_gpu_bench: exit $bench_rc"
+sed -n '/^ceilings/,$p' "$LOG/bench.log"

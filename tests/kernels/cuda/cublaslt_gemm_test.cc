@@ -1,0 +1,371 @@
+// cuda.cublaslt (and cuda.quantize inside it) against the reference, bit for bit on xq, sa, azp,
+// acc and y: every scheme, x dtype, y dtype and bias, M = 1..67 and 1000..4096, model shapes,
+// the largest K, awkward rows (all zero, constant, one-hot, tiny, huge), non-finite rows, and
+// concurrent requests. Without a usable GPU every test here skips with the reason.
+#include "kernels/cuda/cublaslt_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "kernels/registry.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace qlinear::gpu::testing {
+namespace {
+
+struct Prepared {
+  std::shared_ptr<const LayerWeights> weights;
+  std::unique_ptr<PreparedKernel> owner;
+  const CudaPreparedKernel* kernel = nullptr;
+};
+
+Prepared prepare(const Kernel& k, std::shared_ptr<const LayerWeights> w) {
+  Prepared p;
+  p.weights = std::move(w);
+  auto st = k.prepare(*p.weights);
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return p;
+  p.owner = std::move(st).value();
+  p.kernel = dynamic_cast<const CudaPreparedKernel*>(p.owner.get());
+  EXPECT_NE(p.kernel, nullptr);
+  return p;
+}
+
+std::string describe(const LayerConfig& c, int64_t m, DType xt, DType yt) {
+  return absl::StrCat(scheme_name(c.scheme), " M=", m, " N=", c.n, " K=", c.k,
+                      " x=", dtype_name(xt), " y=", dtype_name(yt),
+                      c.has_bias ? " bias" : " no-bias");
+}
+
+// Runs one call through run_debug and compares every intermediate with the reference. Returns
+// false after the first mismatch (reported as a test failure).
+bool check_call(const Prepared& p, const std::vector<uint8_t>& x, DType xt, int64_t m, DType yt) {
+  const LayerWeights& w = *p.weights;
+  const LayerConfig& c = w.config;
+  const std::string what = describe(c, m, xt, yt);
+  const Expected want = reference_run(w, x.data(), xt, m, yt);
+
+  std::vector<uint8_t> y(static_cast<size_t>(m * c.n) * dtype_size(yt), 0xA5);  // poisoned
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = xt;
+  args.m = m;
+  args.y = y.data();
+  args.y_dtype = yt;
+  DebugOutputs got;
+  const absl::Status st = p.kernel->run_debug(args, &got);
+  if (!want.status.ok()) {
+    EXPECT_EQ(st.code(), want.status.code()) << what << ": " << st;
+    EXPECT_EQ(st.message(), want.status.message()) << what;
+    return st.code() == want.status.code() && st.message() == want.status.message();
+  }
+  if (!st.ok()) {
+    ADD_FAILURE() << what << ": " << st;
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.xq, got.xq); i >= 0) {
+    ADD_FAILURE() << what << ": xq differs at row " << i / c.k << " col " << i % c.k << ": want "
+                  << int{want.xq[i]} << " got " << int{got.xq[i]} << " (sa want "
+                  << want.sa[i / c.k] << ")";
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.sa, got.sa); i >= 0) {
+    ADD_FAILURE() << what << ": sa differs at row " << i << ": want " << want.sa[i] << " got "
+                  << got.sa[i];
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.azp, got.azp); i >= 0) {
+    ADD_FAILURE() << what << ": azp differs at row " << i << ": want " << want.azp[i] << " got "
+                  << got.azp[i];
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.acc, got.acc); i >= 0) {
+    ADD_FAILURE() << what << ": acc differs at row " << i / c.n << " col " << i % c.n << ": want "
+                  << want.acc[i] << " got " << got.acc[i];
+    return false;
+  }
+  if (int64_t i = first_y_mismatch(want.y, y, yt); i >= 0) {
+    const size_t es = dtype_size(yt);
+    ADD_FAILURE() << what << ": y differs at row " << i / c.n << " col " << i % c.n << ": want "
+                  << load_as_f32(want.y.data(), yt, i) << " got " << load_as_f32(y.data(), yt, i)
+                  << " (acc " << want.acc[i] << ", sa " << want.sa[i / c.n] << ", sb "
+                  << w.sb[i % c.n] << ", " << es << "-byte elements)";
+    return false;
+  }
+  return true;
+}
+
+class CublasLtTest : public ::testing::Test {
+ protected:
+  void SetUp() override { QLINEAR_REQUIRE_GPU(); }
+  std::unique_ptr<Kernel> kernel_ = make_cublaslt_kernel();
+};
+
+// Every scheme x x-dtype x y-dtype x bias, M = 1..67, on a random aligned shape per combination.
+TEST_F(CublasLtTest, MatchesReferenceForEveryCombinationAndSmallM) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  for (Scheme scheme : kSchemes) {
+    for (DType xt : kDTypes) {
+      for (DType yt : kDTypes) {
+        for (bool bias : {false, true}) {
+          const int64_t n = 4 * rng.range(1, 40), k = 4 * rng.range(1, 40);
+          const Prepared p = prepare(*kernel_, make_layer(rng, scheme, n, k, bias));
+          if (p.kernel == nullptr) return;
+          for (int64_t m = 1; m <= 67; ++m) {
+            if (!check_call(p, make_x(rng, m, k, xt), xt, m, yt)) break;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CublasLtTest, MatchesReferenceForLargeM) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t ms[] = {1000, 2048, 4096, 1000 + rng.range(1, 3095)};
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 132, 264, true));
+    if (p.kernel == nullptr) return;
+    for (int64_t m : ms) {
+      EXPECT_TRUE(check_call(p, make_x(rng, m, 264, DType::kBF16), DType::kBF16, m, DType::kBF16));
+    }
+    const int64_t m = ms[3];
+    EXPECT_TRUE(check_call(p, make_x(rng, m, 264, DType::kF32), DType::kF32, m, DType::kF16));
+    EXPECT_TRUE(check_call(p, make_x(rng, m, 264, DType::kF16), DType::kF16, m, DType::kF32));
+  }
+}
+
+// A Llama-sized projection at decode and small-batch M (the cuBLASLt algorithms differ there:
+// split-K and stream-K for the weight-bound sizes).
+TEST_F(CublasLtTest, MatchesReferenceOnModelShape) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const Prepared p =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 4096, 4096, true));
+  if (p.kernel == nullptr) return;
+  for (int64_t m : {1, 16, 64}) {
+    EXPECT_TRUE(
+        check_call(p, make_x(rng, m, 4096, DType::kBF16, false), DType::kBF16, m, DType::kBF16));
+  }
+}
+
+// The largest aligned K whose int32 accumulation is still exact.
+TEST_F(CublasLtTest, MatchesReferenceAtLargestK) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t k = kMaxK / 4 * 4;
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 8, k, true));
+    if (p.kernel == nullptr) return;
+    EXPECT_TRUE(check_call(p, make_x(rng, 3, k, DType::kF32), DType::kF32, 3, DType::kF32));
+  }
+}
+
+// NaN or +-Inf anywhere in a row is INVALID_ARGUMENT naming the first bad row, with the
+// reference's exact message; y is left untouched.
+TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Bad {
+    int64_t row, col;
+    float v;
+  };
+  const std::vector<std::vector<Bad>> plans = {
+      {{5, 3, nan}, {9, 0, inf}}, {{0, 63, -inf}}, {{11, 17, inf}, {11, 18, nan}}, {{7, 0, nan}}};
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, 64, true));
+    if (p.kernel == nullptr) return;
+    for (DType xt : kDTypes) {
+      for (const auto& plan : plans) {
+        std::vector<uint8_t> x = make_x(rng, 12, 64, xt);
+        for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
+        const Expected want = reference_run(*p.weights, x.data(), xt, 12, DType::kBF16);
+        ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
+        std::vector<uint16_t> y(12 * 16, 0xBEEF);
+        RunArgs args;
+        args.x = x.data();
+        args.x_dtype = xt;
+        args.m = 12;
+        args.y = y.data();
+        args.y_dtype = DType::kBF16;
+        const absl::Status st = p.kernel->run(args, nullptr);
+        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+        EXPECT_EQ(st.message(), want.status.message());
+        EXPECT_TRUE(absl::StartsWith(
+            st.message(), absl::StrCat("x row ", plan[0].row, " holds a non-finite value")))
+            << st.message();
+        EXPECT_EQ(y, std::vector<uint16_t>(12 * 16, 0xBEEF)) << "y was written on error";
+      }
+    }
+  }
+}
+
+// The serving entry point (`run`): y, sa and azp in the caller's buffers, timings filled.
+TEST_F(CublasLtTest, RunFillsOutputsAndTimings) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 64, 128, true));
+    if (p.kernel == nullptr) return;
+    const int64_t m = rng.range(1, 300);
+    const std::vector<uint8_t> x = make_x(rng, m, 128, DType::kBF16);
+    const Expected want = reference_run(*p.weights, x.data(), DType::kBF16, m, DType::kBF16);
+    std::vector<uint8_t> y(static_cast<size_t>(m * 64 * 2));
+    std::vector<float> sa(static_cast<size_t>(m), -1.f);
+    std::vector<int32_t> azp(static_cast<size_t>(m), -7);
+    RunArgs args;
+    args.x = x.data();
+    args.x_dtype = DType::kBF16;
+    args.m = m;
+    args.y = y.data();
+    args.y_dtype = DType::kBF16;
+    args.sa = sa.data();
+    args.azp = is_asymmetric(scheme) ? azp.data() : nullptr;
+    RunTimings t;
+    ASSERT_TRUE(p.kernel->run(args, &t).ok());
+    EXPECT_EQ(first_y_mismatch(want.y, y, DType::kBF16), -1) << scheme_name(scheme);
+    EXPECT_EQ(first_mismatch(want.sa, sa), -1) << scheme_name(scheme);
+    if (is_asymmetric(scheme)) {
+      EXPECT_EQ(first_mismatch(want.azp, azp), -1) << scheme_name(scheme);
+    }
+    EXPECT_GT(t.quantize_ns, 0);
+    EXPECT_GT(t.gemm_ns, 0);
+    EXPECT_EQ(p.kernel->device(), "cuda:0");
+    EXPECT_GE(p.kernel->extra_bytes(), 64 * 128);
+  }
+}
+
+// Requests on one layer from many threads at once share the stream pool; each must get its own
+// answer.
+TEST_F(CublasLtTest, ConcurrentRequestsGetTheirOwnResults) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, 96, 192, true));
+  if (p.kernel == nullptr) return;
+  constexpr int kThreads = 8, kCalls = 12;
+  struct Job {
+    int64_t m;
+    std::vector<uint8_t> x;
+    Expected want;
+  };
+  std::vector<std::vector<Job>> jobs(kThreads);
+  for (auto& list : jobs) {
+    for (int i = 0; i < kCalls; ++i) {
+      Job j;
+      j.m = rng.range(1, 200);
+      j.x = make_x(rng, j.m, 192, DType::kF16);
+      j.want = reference_run(*p.weights, j.x.data(), DType::kF16, j.m, DType::kF32);
+      list.push_back(std::move(j));
+    }
+  }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const Job& j : jobs[t]) {
+        std::vector<uint8_t> y(static_cast<size_t>(j.m * 96 * 4));
+        RunArgs args;
+        args.x = j.x.data();
+        args.x_dtype = DType::kF16;
+        args.m = j.m;
+        args.y = y.data();
+        args.y_dtype = DType::kF32;
+        if (!p.kernel->run(args, nullptr).ok() || first_y_mismatch(j.want.y, y, DType::kF32) >= 0) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// Unaligned shapes: the kernel declines with the reason and the registry picks a CPU kernel.
+TEST_F(CublasLtTest, RegistryFallsBackToCpuOnUnalignedShapes) {
+  Registry registry;
+  register_builtin_kernels(&registry);
+  struct Shape {
+    int64_t n, k;
+    const char* reason;
+  };
+  for (const Shape& s : {Shape{64, 102, "K=102 is not a multiple of 4"},
+                         Shape{50, 128, "N=50 is not a multiple of 4"}}) {
+    LayerConfig c;
+    c.n = s.n;
+    c.k = s.k;
+    const ProblemShape shape{1, s.n, s.k, DType::kBF16, DType::kBF16};
+    auto sel = registry.select(host_info(), c, shape, "", 1, 1);
+    ASSERT_TRUE(sel.ok()) << sel.status();
+    EXPECT_TRUE(absl::StartsWith(sel->kernel->name(), "cpu.")) << sel->kernel->name();
+    bool seen = false;
+    for (const CandidateVerdict& v : sel->explanation) {
+      if (v.kernel != kCublasLtKernelName) continue;
+      seen = true;
+      EXPECT_FALSE(v.selected);
+      EXPECT_TRUE(absl::StrContains(v.reason, s.reason)) << v.reason;
+    }
+    EXPECT_TRUE(seen);
+  }
+  LayerConfig aligned;
+  aligned.n = 64;
+  aligned.k = 128;
+  auto sel = registry.select(host_info(), aligned,
+                             ProblemShape{1, 64, 128, DType::kBF16, DType::kBF16}, "", 1, 1);
+  ASSERT_TRUE(sel.ok()) << sel.status();
+  EXPECT_TRUE(absl::StartsWith(sel->kernel->name(), "cuda.")) << sel->kernel->name();
+}
+
+// --- What runs without a GPU --------------------------------------------------------------
+
+TEST(CublasLtKernel, DeclinesShapesItCannotRun) {
+  auto k = make_cublaslt_kernel();
+  EXPECT_EQ(k->name(), "cuda.cublaslt");
+  LayerConfig c;
+  c.n = 64;
+  c.k = 102;
+  ProblemShape s{1, 64, 102, DType::kBF16, DType::kBF16};
+  absl::Status st = k->can_implement(c, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "K=102 is not a multiple of 4 (cuBLASLt int8 GEMM alignment)");
+  c.k = 128;
+  c.n = 50;
+  s = ProblemShape{1, 50, 128, DType::kBF16, DType::kBF16};
+  EXPECT_EQ(k->can_implement(c, s).message(),
+            "N=50 is not a multiple of 4 (cuBLASLt int8 GEMM alignment)");
+  c.n = 64;
+  s = ProblemShape{1, 64, 128, DType::kF32, DType::kF16};
+  EXPECT_TRUE(k->can_implement(c, s).ok());
+  s.m = 0;
+  EXPECT_FALSE(k->can_implement(c, s).ok());
+  // Every M is welcome: this is the universal GPU fallback.
+  EXPECT_EQ(k->preferred_m().min, 1);
+  EXPECT_EQ(k->preferred_m().max, std::numeric_limits<int64_t>::max());
+}
+
+TEST(CublasLtKernel, IsSupportedNamesWhatIsMissing) {
+  auto k = make_cublaslt_kernel();
+  HostInfo h;
+  h.cuda_compiled = true;
+  h.cuda_error = "cudaErrorNoDevice: no CUDA-capable device is detected";
+  absl::Status st = k->is_supported(h);
+  EXPECT_EQ(st.message(), "no CUDA device (cudaErrorNoDevice: no CUDA-capable device is detected)");
+
+  // A device this build has no code for (the default build holds sm_90a only).
+  h.gpus.push_back(GpuInfo{0, "Fake GPU", 7, 5, int64_t{16} << 30, 40});
+  st = k->is_supported(h);
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(absl::StartsWith(st.message(), "compiled for ")) << st.message();
+  EXPECT_TRUE(absl::EndsWith(st.message(), ", device is sm_75")) << st.message();
+}
+
+}  // namespace
+}  // namespace qlinear::gpu::testing

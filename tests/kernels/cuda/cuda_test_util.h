@@ -1,0 +1,197 @@
+// Shared pieces of the CUDA kernel tests: the per-run seed, the GPU gate, random layers and
+// activations with awkward rows, and the reference's answer for every intermediate.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/random.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/host_info.h"
+#include "kernels/core/layer.h"
+#include "kernels/core/weights.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/reference/reference_w8a8.h"
+
+namespace qlinear::gpu::testing {
+
+// The run's seed: QLINEAR_TEST_SEED when set (to replay a failure), otherwise fresh.
+inline uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    if (const char* s = std::getenv("QLINEAR_TEST_SEED"); s != nullptr && *s != '\0') {
+      return static_cast<uint64_t>(std::strtoull(s, nullptr, 0));
+    }
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return seed;
+}
+
+inline std::string seed_note() {
+  return absl::StrCat("random data from QLINEAR_TEST_SEED=", run_seed(), " (set it to replay)");
+}
+
+// One generator per test, derived from the run seed and the test's name, so that a test replays
+// alone with the same data.
+inline SplitMix64 test_rng() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  uint64_t h = run_seed();
+  for (const char* p : {info->test_suite_name(), info->name()}) {
+    for (; *p != '\0'; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 0x100000001b3ull;
+  }
+  return SplitMix64(h);
+}
+
+// Skips the calling test, with the reason, when no GPU this binary can run on is present.
+#define QLINEAR_REQUIRE_GPU()                                                               \
+  do {                                                                                      \
+    const ::absl::Status _gpu = ::qlinear::gpu::cuda_device_usable(::qlinear::host_info()); \
+    if (!_gpu.ok()) GTEST_SKIP() << "no usable GPU: " << _gpu.message();                    \
+  } while (0)
+
+inline const Scheme kSchemes[] = {Scheme::kDynamicSymmetric, Scheme::kStaticSymmetric,
+                                  Scheme::kDynamicAsymmetric, Scheme::kStaticAsymmetric};
+inline const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+// A random layer: int8 weights over the full range, weight scales over several decades (large
+// ones push fp16 outputs past 65504), optional bias, and static parameters where the scheme
+// needs them.
+inline std::shared_ptr<const LayerWeights> make_layer(SplitMix64& rng, Scheme scheme, int64_t n,
+                                                      int64_t k, bool bias) {
+  LayerSpec spec;
+  spec.n = n;
+  spec.k = k;
+  spec.scheme = scheme;
+  const float sb_decade = static_cast<float>(rng.range(-5, 0));
+  spec.weight_scale.resize(static_cast<size_t>(n));
+  for (float& s : spec.weight_scale) s = std::pow(10.f, sb_decade + rng.uniform(0.f, 1.f));
+  spec.weight_scale_shape = {n};
+  if (bias) spec.bias = random_floats(rng, static_cast<size_t>(n), -4.f, 4.f);
+  if (is_static(scheme)) {
+    spec.has_input_scale = true;
+    spec.input_scale = std::pow(10.f, rng.uniform(-3.f, 0.f));
+  }
+  if (scheme == Scheme::kStaticAsymmetric) {
+    spec.has_input_zero_point = true;
+    spec.input_zero_point = static_cast<int32_t>(rng.range(-128, 127));
+  }
+  auto lw = build_layer_weights(spec, random_int8(rng, static_cast<size_t>(n * k)));
+  EXPECT_TRUE(lw.ok()) << lw.status();
+  return lw.ok() ? *lw : nullptr;
+}
+
+// Activations [m, k] in dtype t. Most rows are random at a random magnitude; some are all zero,
+// constant, one-hot, tiny (subnormal-range scales) or huge (near the type's maximum), the rows
+// where quantization has its special cases.
+inline std::vector<uint8_t> make_x(SplitMix64& rng, int64_t m, int64_t k, DType t,
+                                   bool awkward_rows = true) {
+  std::vector<uint8_t> x(static_cast<size_t>(m * k) * dtype_size(t));
+  const float type_max = t == DType::kF16 ? 60000.f : 3.0e38f;
+  const float type_tiny = t == DType::kF16 ? 1e-7f : 1e-40f;
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t kind = awkward_rows ? rng.range(0, 19) : 0;
+    const float scale = std::pow(10.f, rng.uniform(-3.f, 3.f));
+    const float offset = rng.range(0, 3) == 0 ? rng.uniform(-2.f, 2.f) * scale : 0.f;
+    const float constant = rng.uniform(-8.f, 8.f);
+    const int64_t hot = rng.range(0, k - 1);
+    for (int64_t i = 0; i < k; ++i) {
+      float v;
+      switch (kind) {
+        case 15:
+          v = 0.f;
+          break;
+        case 16:
+          v = constant;
+          break;
+        case 17:
+          v = i == hot ? constant : 0.f;
+          break;
+        case 18:
+          v = rng.uniform(-1.f, 1.f) * type_tiny;
+          break;
+        case 19:
+          v = rng.uniform(-1.f, 1.f) * type_max;
+          break;
+        default:
+          v = offset + rng.uniform(-1.f, 1.f) * scale;
+          break;
+      }
+      store_from_f32(x.data(), t, static_cast<size_t>(r * k + i), v);
+    }
+  }
+  return x;
+}
+
+// Everything the reference computes for one call.
+struct Expected {
+  absl::Status status;
+  std::vector<int8_t> xq;
+  std::vector<float> sa;
+  std::vector<int32_t> azp;
+  std::vector<int32_t> acc;
+  std::vector<uint8_t> y;
+};
+
+inline Expected reference_run(const LayerWeights& w, const void* x, DType xt, int64_t m, DType yt) {
+  const LayerConfig& c = w.config;
+  Expected e;
+  e.xq.resize(static_cast<size_t>(m * c.k));
+  e.sa.resize(static_cast<size_t>(m));
+  e.azp.assign(static_cast<size_t>(m), 0);
+  e.status = reference::quantize_activations(c, x, xt, m, e.xq.data(), e.sa.data(), e.azp.data());
+  if (!e.status.ok()) return e;
+  e.acc.resize(static_cast<size_t>(m * c.n));
+  reference::gemm_s8s8_s32(e.xq.data(), w.w.data(), m, c.n, c.k, e.acc.data());
+  e.y.resize(static_cast<size_t>(m * c.n) * dtype_size(yt));
+  reference::epilogue(w, e.acc.data(), e.sa.data(), e.azp.data(), m, e.y.data(), yt);
+  return e;
+}
+
+inline bool is_nan_bits(const uint8_t* p, DType t) {
+  if (t == DType::kF32) {
+    uint32_t u;
+    std::memcpy(&u, p, 4);
+    return (u & 0x7fffffffu) > 0x7f800000u;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return t == DType::kBF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
+}
+
+// Index of the first element of y whose bits differ, or -1. A NaN matches any NaN: the payload
+// of a NaN born in arithmetic (an Inf scale times zero, only with scales that overflow) is the
+// hardware's choice, not the SPEC's.
+inline int64_t first_y_mismatch(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+                                DType t) {
+  const size_t es = dtype_size(t);
+  if (want.size() != got.size()) return 0;
+  for (size_t i = 0; i < want.size() / es; ++i) {
+    const uint8_t* a = want.data() + i * es;
+    const uint8_t* b = got.data() + i * es;
+    if (std::memcmp(a, b, es) == 0) continue;
+    if (is_nan_bits(a, t) && is_nan_bits(b, t)) continue;
+    return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+template <typename T>
+int64_t first_mismatch(const std::vector<T>& want, const std::vector<T>& got) {
+  if (want.size() != got.size()) return 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::memcmp(&want[i], &got[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace qlinear::gpu::testing
