@@ -86,12 +86,14 @@ const Kernel* Registry::find(absl::string_view name) const {
 }
 
 absl::Status Registry::set_disabled(const std::vector<std::string>& names) {
+  // Any name of the priority order is accepted, compiled in or not, so that one configuration
+  // serves every host; anything else is a typo that would silently leave a kernel on.
+  const auto& order = kernel_priority_order();
   for (const std::string& n : names) {
-    if (find(n) == nullptr) {
-      std::vector<std::string> known;
-      for (const auto& k : kernels_) known.emplace_back(k->name());
+    if (std::find(order.begin(), order.end(), n) == order.end()) {
       return absl::InvalidArgumentError(absl::StrCat("cannot disable unknown kernel '", n,
-                                                     "'; registered: ", absl::StrJoin(known, ", ")));
+                                                     "'; known kernels: ",
+                                                     absl::StrJoin(order, ", ")));
     }
   }
   disabled_ = absl::flat_hash_set<std::string>(names.begin(), names.end());

@@ -53,8 +53,9 @@ class Registry {
   std::vector<const Kernel*> kernels() const;
   const Kernel* find(absl::string_view name) const;
 
-  // Kernels the operator turned off (QLINEAR_DISABLED_KERNELS, --disabled-kernels). Unknown names
-  // are INVALID_ARGUMENT so that a typo does not silently leave a kernel on.
+  // Kernels the operator turned off (QLINEAR_DISABLED_KERNELS, --disabled-kernels). Names of the
+  // priority order are accepted even when not compiled in (one configuration for every host);
+  // other names are INVALID_ARGUMENT so that a typo does not silently leave a kernel on.
   absl::Status set_disabled(const std::vector<std::string>& names);
   bool is_disabled(absl::string_view name) const { return disabled_.contains(name); }
 

@@ -219,6 +219,14 @@ TEST(Disable, UnknownNameIsRejectedAndKeepsThePreviousSet) {
   EXPECT_FALSE(r.is_disabled("cpu.reference"));
 }
 
+TEST(Disable, KnownNamesThatAreNotCompiledInAreAccepted) {
+  // One QLINEAR_DISABLED_KERNELS for every host: a CPU-only build accepts GPU kernel names.
+  Registry r;
+  register_builtin_kernels(&r);
+  EXPECT_TRUE(r.set_disabled({"cuda.cublaslt", "cuda.cutlass_sm90"}).ok());
+  EXPECT_TRUE(r.is_disabled("cuda.cublaslt"));
+}
+
 TEST(Disable, ReplacesTheSetAndShowsInUsable) {
   Registry r = typical_registry();
   ASSERT_TRUE(r.set_disabled({"cpu.avx512_vnni", "cpu.onednn"}).ok());
