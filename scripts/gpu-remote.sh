@@ -42,7 +42,7 @@ tail -n 25 "$LOG/cuda_test.log"
 
 if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   echo "=== compute-sanitizer memcheck (subset)"
-  LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64" timeout 240 compute-sanitizer \
+  LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64" timeout 150 compute-sanitizer \
     --tool memcheck --error-exitcode 3 "$BUNDLE/bin/qlinear_cuda_test" --gtest_color=no \
     '--gtest_filter=*RunFills*:*NonFinite*:*LargestK*:*Concurrent*' >"$LOG/sanitizer.log" 2>&1
   echo "compute-sanitizer exit $?"
@@ -80,9 +80,14 @@ bench_rc=$?
 
 echo
 echo "=============================== summary ==============================="
-grep -E "^GPU:" "$LOG/bench.log" || true
-echo "qlinear_cuda_test: exit $test_rc; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/cuda_test.log" | grep -v 'ms)' | tr '\n' ' ')"
-grep -E '^\[  FAILED  \]' "$LOG/cuda_test.log" | head -n 10
+grep -E "^GPU:|no usable GPU" "$LOG/bench.log" || true
+counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/cuda_test.log" | tr -s ' ' | tr '\n' ' ')
+echo "qlinear_cuda_test: exit $test_rc; $counts"
+grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/cuda_test.log" | head -n 10
 echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
+if [ -f "$LOG/cli.log" ]; then
+  grep -E '^(host gpu|kernel |smoke: )' "$LOG/cli.log" | cut -c 1-160
+  grep -E '^[0-9]+ +cuda\.' "$LOG/cli.log" | cut -c 1-160
+fi
 echo "qlinear_gpu_bench: exit $bench_rc"
 sed -n '/^ceilings/,$p' "$LOG/bench.log"
