@@ -1,0 +1,228 @@
+#include "client/cli/cli.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace qlinear::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> list = {
+      {"health", "Check that the server is serving (grpc.health.v1); can wait for it", cmd_health},
+      {"kernels", "List the server's kernels in priority order, with why each can or cannot run",
+       cmd_kernels},
+      {"layers", "List the loaded layers", cmd_layers},
+      {"describe", "Show everything about one layer, with the kernel choice per M bucket",
+       cmd_describe},
+      {"load", "Upload a layer: random, or from .npy / raw files", cmd_load},
+      {"unload", "Remove a layer", cmd_unload},
+      {"infer", "Run one request and summarize the output and its metadata", cmd_infer},
+      {"smoke", "End-to-end check of every scheme, bit-for-bit against a local reference",
+       cmd_smoke},
+  };
+  return list;
+}
+
+int fail(const absl::Status& status) {
+  std::fprintf(stderr, "qlinear-cli: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str());
+  return kExitFailure;
+}
+
+int usage_error(absl::string_view message) {
+  std::fprintf(stderr, "qlinear-cli: INVALID_ARGUMENT: %s\n", std::string(message).c_str());
+  return kExitUsage;
+}
+
+int parse_command_line(ArgParser& parser, const CommandArgs& args,
+                       const std::vector<std::string>& positional) {
+  parser.add("server", args.server, "Server address HOST:PORT");
+  if (absl::Status s = parser.parse(args.argc, args.argv, args.first); !s.ok()) {
+    return usage_error(s.message());
+  }
+  if (parser.help_requested()) {
+    std::printf("%s", parser.help().c_str());
+    return kExitOk;
+  }
+  const auto& pos = parser.positional();
+  if (pos.size() > positional.size()) {
+    return usage_error(
+        absl::StrCat("unexpected argument '", pos[positional.size()], "' (see --help)"));
+  }
+  if (pos.size() < positional.size()) {
+    return usage_error(absl::StrCat("missing ", positional[pos.size()], " (see --help)"));
+  }
+  return -1;
+}
+
+std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options) {
+  return std::make_unique<Client>(*args.server, options);
+}
+
+std::string scheme_cli_name(v1::Scheme s) {
+  switch (s) {
+    case v1::SCHEME_UNSPECIFIED:
+    case v1::SCHEME_DYNAMIC_SYMMETRIC:
+      return "dynamic_symmetric";
+    case v1::SCHEME_STATIC_SYMMETRIC:
+      return "static_symmetric";
+    case v1::SCHEME_DYNAMIC_ASYMMETRIC:
+      return "dynamic_asymmetric";
+    case v1::SCHEME_STATIC_ASYMMETRIC:
+      return "static_asymmetric";
+    default:
+      return absl::StrCat("scheme(", static_cast<int>(s), ")");
+  }
+}
+
+absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name) {
+  for (v1::Scheme s : {v1::SCHEME_DYNAMIC_SYMMETRIC, v1::SCHEME_STATIC_SYMMETRIC,
+                       v1::SCHEME_DYNAMIC_ASYMMETRIC, v1::SCHEME_STATIC_ASYMMETRIC}) {
+    if (name == scheme_cli_name(s)) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scheme '", name,
+      "'; expected dynamic_symmetric, static_symmetric, dynamic_asymmetric or static_asymmetric"));
+}
+
+std::string dtype_cli_name(v1::DType t) {
+  switch (t) {
+    case v1::DTYPE_FP32:
+      return "fp32";
+    case v1::DTYPE_FP16:
+      return "fp16";
+    case v1::DTYPE_BF16:
+      return "bf16";
+    default:
+      return absl::StrCat("dtype(", static_cast<int>(t), ")");
+  }
+}
+
+absl::StatusOr<v1::DType> parse_dtype(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "bf16" || n == "bfloat16") return v1::DTYPE_BF16;
+  if (n == "fp16" || n == "float16" || n == "f16") return v1::DTYPE_FP16;
+  if (n == "fp32" || n == "float32" || n == "f32") return v1::DTYPE_FP32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", name, "'; expected bf16, fp16 or fp32"));
+}
+
+DType core_dtype(v1::DType t) {
+  switch (t) {
+    case v1::DTYPE_FP32:
+      return DType::kF32;
+    case v1::DTYPE_FP16:
+      return DType::kF16;
+    default:
+      return DType::kBF16;
+  }
+}
+
+v1::DType proto_dtype(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return v1::DTYPE_FP32;
+    case DType::kF16:
+      return v1::DTYPE_FP16;
+    case DType::kBF16:
+      return v1::DTYPE_BF16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+std::string m_range(int64_t m_min, int64_t m_max) {
+  if (m_max == 0) return absl::StrCat(">=", m_min);
+  if (m_min == m_max) return absl::StrCat(m_min);
+  return absl::StrCat(m_min, "-", m_max);
+}
+
+std::string selection_summary(
+    const google::protobuf::RepeatedPtrField<v1::CandidateVerdict>& verdicts) {
+  std::string selected = "none";
+  std::vector<std::string> skipped;
+  for (const auto& v : verdicts) {
+    if (v.selected()) {
+      selected = v.kernel();
+      break;  // the candidates after it lost on priority alone
+    }
+    skipped.push_back(absl::StrCat(v.kernel(), ": ", v.reason()));
+  }
+  if (verdicts.empty()) return "(no explanation)";
+  return absl::StrCat(selected, " (", selected == "none" ? "nothing fits" : "selected",
+                      skipped.empty() ? "" : "; ", absl::StrJoin(skipped, "; "), ")");
+}
+
+void print_selection(const google::protobuf::RepeatedPtrField<v1::CandidateVerdict>& verdicts,
+                     absl::string_view indent) {
+  size_t width = 0;
+  for (const auto& v : verdicts) width = std::max(width, v.kernel().size());
+  for (const auto& v : verdicts) {
+    std::printf("%.*s%-*s  %s\n", static_cast<int>(indent.size()), indent.data(),
+                static_cast<int>(width), v.kernel().c_str(),
+                v.selected() ? "selected" : absl::StrCat("skipped: ", v.reason()).c_str());
+  }
+}
+
+std::string human_bytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  int u = 0;
+  while (v >= 1024.0 && u < 3) {
+    v /= 1024.0;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string bucket_summary(const v1::LayerInfo& info) {
+  std::vector<std::string> parts;
+  int64_t lo = 0, hi = 0;
+  std::string kernel;
+  auto flush = [&] {
+    if (!kernel.empty()) parts.push_back(absl::StrCat(m_range(lo, hi), " ", kernel));
+  };
+  for (const v1::BucketChoice& b : info.buckets()) {
+    const std::string k = b.kernel().empty() ? "none" : b.kernel();
+    if (k == kernel && b.m_min() == hi + 1) {
+      hi = b.m_max();
+      continue;
+    }
+    flush();
+    kernel = k;
+    lo = b.m_min();
+    hi = b.m_max();
+  }
+  flush();
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+std::string random_activations(SplitMix64& rng, int64_t count, DType dtype) {
+  std::string out(static_cast<size_t>(count) * dtype_size(dtype), '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    store_from_f32(out.data(), dtype, static_cast<size_t>(i), rng.uniform(-1.f, 1.f));
+  }
+  return out;
+}
+
+void Table::print(FILE* out) const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 2, ' ');
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::fprintf(out, "%s\n", line.c_str());
+  }
+}
+
+}  // namespace qlinear::cli

@@ -1,0 +1,109 @@
+// Shared pieces of qlinear-cli: exit codes, error reporting, subcommand option parsing, the
+// conversions between the wire enums and their command-line names, and plain-text tables.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/qlinear_client.h"
+#include "common/args.h"
+#include "common/random.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/layer.h"
+#include "qlinear/v1/qlinear.pb.h"
+
+namespace qlinear::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // an RPC failed, the server is not serving, a mismatch
+inline constexpr int kExitUsage = 2;    // bad command line
+
+inline constexpr char kDefaultServer[] = "localhost:50051";
+
+// What every subcommand receives: its own arguments argv[first..argc) and the global settings.
+struct CommandArgs {
+  int argc = 0;
+  char** argv = nullptr;
+  int first = 0;
+  std::string* server = nullptr;  // HOST:PORT; a subcommand's --server overrides it
+};
+
+using CommandFn = int (*)(const CommandArgs&);
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn run;
+};
+
+// The subcommands, in the order the overview lists them.
+const std::vector<Command>& commands();
+
+int cmd_health(const CommandArgs& args);
+int cmd_kernels(const CommandArgs& args);
+int cmd_layers(const CommandArgs& args);
+int cmd_describe(const CommandArgs& args);
+int cmd_load(const CommandArgs& args);
+int cmd_unload(const CommandArgs& args);
+int cmd_infer(const CommandArgs& args);
+int cmd_smoke(const CommandArgs& args);
+
+// Prints "qlinear-cli: <CODE>: <message>" to stderr and returns kExitFailure.
+int fail(const absl::Status& status);
+// Prints "qlinear-cli: INVALID_ARGUMENT: <message>" to stderr and returns kExitUsage.
+int usage_error(absl::string_view message);
+
+// Parses a subcommand's options with `parser` (to which it adds --server). Returns -1 when the
+// command should run; otherwise the exit code to return (0 after printing --help, 2 on a usage
+// error). `positional` names the required positional arguments (e.g. {"NAME"}); no others are
+// accepted.
+int parse_command_line(ArgParser& parser, const CommandArgs& args,
+                       const std::vector<std::string>& positional = {});
+
+std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options = {});
+
+// Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...
+std::string scheme_cli_name(v1::Scheme s);
+absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name);
+std::string dtype_cli_name(v1::DType t);
+// "bf16" | "fp16" | "fp32" (also "bfloat16", "float16", "float32").
+absl::StatusOr<v1::DType> parse_dtype(absl::string_view name);
+DType core_dtype(v1::DType t);  // t must be a concrete dtype
+v1::DType proto_dtype(DType t);
+
+// "1", "2-16", ">=1025" from inclusive bounds (m_max 0 = unbounded).
+std::string m_range(int64_t m_min, int64_t m_max);
+// "cpu.reference (selected; cpu.avx512_vnni: <reason>; ...)": the selected kernel, then why each
+// candidate before it in priority order was skipped.
+std::string selection_summary(
+    const google::protobuf::RepeatedPtrField<v1::CandidateVerdict>& verdicts);
+// One line per candidate, in order: "<indent>name  selected" or "<indent>name  skipped: reason".
+void print_selection(const google::protobuf::RepeatedPtrField<v1::CandidateVerdict>& verdicts,
+                     absl::string_view indent);
+// "16.0 MiB".
+std::string human_bytes(int64_t bytes);
+// Compact kernel choice of a layer: adjacent buckets with the same kernel are merged,
+// e.g. "1-16 cuda.gemv_s8, >=17 cuda.cutlass_sm90".
+std::string bucket_summary(const v1::LayerInfo& info);
+
+// x [count] uniform in [-1, 1) from `rng`, converted to `dtype` (one RNE rounding).
+std::string random_activations(SplitMix64& rng, int64_t count, DType dtype);
+
+// Left-aligned plain-text table; the last column is not padded.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(FILE* out) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace qlinear::cli

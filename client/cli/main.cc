@@ -1,0 +1,99 @@
+// qlinear-cli: the command-line client of a qlinear server. It checks health, lists kernels and
+// layers, uploads layers (random ones, or .npy / raw files from a checkpoint), runs requests and,
+// with `smoke`, checks a server end to end against a local copy of the reference kernel.
+//
+// Usage: qlinear-cli [--server HOST:PORT] <command> [options]
+//        qlinear-cli help [<command>]
+// The server defaults to $QLINEAR_SERVER, else localhost:50051. Exit status: 0 ok, 1 failure
+// (an RPC error, a server that is not serving, a mismatch), 2 usage error.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/cli.h"
+#include "common/args.h"
+
+namespace qlinear::cli {
+namespace {
+
+std::string overview() {
+  std::string out =
+      "qlinear-cli: command-line client for the qlinear INT8 W8A8 inference server.\n\n"
+      "Usage: qlinear-cli [--server HOST:PORT] <command> [options]\n"
+      "       qlinear-cli help [<command>]\n\n"
+      "Commands:\n";
+  for (const Command& c : commands()) {
+    std::string name = c.name;
+    name.resize(12, ' ');
+    out += absl::StrCat("  ", name, c.summary, "\n");
+  }
+  out += absl::StrCat("  help        Show this overview, or a command's options\n\n",
+                      "Global options:\n",
+                      "  --server=HOST:PORT  Server address (default: $QLINEAR_SERVER, else ",
+                      kDefaultServer, ")\n", "  --help              Show this overview\n\n",
+                      "Run `qlinear-cli <command> --help` for the options of a command.\n",
+                      "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
+                      "2 usage error.\n");
+  return out;
+}
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+int run(int argc, char** argv) {
+  std::string server = kDefaultServer;
+  if (const char* env = std::getenv("QLINEAR_SERVER"); env != nullptr && *env != '\0') {
+    server = env;
+  }
+  // Global options come before the command; only --server takes a value.
+  int cmd = 1;
+  while (cmd < argc && argv[cmd][0] == '-') {
+    cmd += std::strcmp(argv[cmd], "--server") == 0 ? 2 : 1;
+  }
+  ArgParser globals("qlinear-cli [--server HOST:PORT] <command> [options]", "");
+  globals.add("server", &server, "Server address HOST:PORT");
+  if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
+    return usage_error(s.message());
+  }
+  if (globals.help_requested()) {
+    std::printf("%s", overview().c_str());
+    return kExitOk;
+  }
+  if (cmd >= argc) {
+    std::fprintf(stderr, "%s", overview().c_str());
+    return kExitUsage;
+  }
+  std::string name = argv[cmd];
+  CommandArgs args{argc, argv, cmd + 1, &server};
+  if (name == "help") {
+    if (cmd + 1 >= argc) {
+      std::printf("%s", overview().c_str());
+      return kExitOk;
+    }
+    const Command* c = find_command(argv[cmd + 1]);
+    if (c == nullptr) {
+      return usage_error(
+          absl::StrCat("unknown command '", argv[cmd + 1], "' (see qlinear-cli help)"));
+    }
+    static char help_flag[] = "--help";
+    char* help_argv[] = {argv[0], help_flag};
+    return c->run(CommandArgs{2, help_argv, 1, &server});
+  }
+  const Command* c = find_command(name);
+  if (c == nullptr) {
+    return usage_error(absl::StrCat("unknown command '", name, "' (see qlinear-cli help)"));
+  }
+  return c->run(args);
+}
+
+}  // namespace
+}  // namespace qlinear::cli
+
+int main(int argc, char** argv) { return qlinear::cli::run(argc, argv); }

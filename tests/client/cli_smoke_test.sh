@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# End-to-end test of qlinear-cli against a real qlinear-server on a free local port: health,
+# smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
+# (random and from .npy files), infer (unary and streamed, .npy in and out), unload, error exit
+# codes, --help of every command, and a graceful SIGTERM stop of the server (exit 0).
+#
+# Usage: cli_smoke_test.sh QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY" >&2
+  exit 2
+fi
+server_bin=$1
+cli_bin=$2
+work=$(mktemp -d)
+server_pid=""
+
+cleanup() {
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- last qlinear-cli stdout ---" >&2
+  cat "$work/out" >&2 2>/dev/null || true
+  echo "--- last qlinear-cli stderr ---" >&2
+  cat "$work/err" >&2 2>/dev/null || true
+  echo "--- server log ---" >&2
+  cat "$work/server.log" >&2 2>/dev/null || true
+  exit 1
+}
+
+# expect RC ARGS...: runs qlinear-cli ARGS, keeps its output in $work/out and $work/err, and
+# checks the exit code.
+expect() {
+  local want=$1
+  shift
+  local rc=0
+  "$cli_bin" "$@" >"$work/out" 2>"$work/err" || rc=$?
+  [[ $rc -eq $want ]] || fail "qlinear-cli $* exited $rc, expected $want"
+}
+# grep_out PATTERN / grep_err PATTERN: the last command's stdout / stderr contains PATTERN.
+grep_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
+grep_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# --- start the server -------------------------------------------------------------------------
+port=$(free_port)
+"$server_bin" --address 127.0.0.1 --port "$port" --no-demo-layer 2>"$work/server.log" &
+server_pid=$!
+export QLINEAR_SERVER=127.0.0.1:$port
+
+expect 0 health --wait-seconds 20
+grep_out '^SERVING$'
+grep -q "listening on 127.0.0.1:$port" "$work/server.log" || fail "no 'listening on' log line"
+
+# --- smoke: every scheme, streamed, bit-exact ---------------------------------------------------
+expect 0 smoke --n 256 --k 320 --batches 4
+cat "$work/out"
+grep_out '^smoke: PASS'
+for scheme in dynamic_symmetric static_symmetric dynamic_asymmetric static_asymmetric; do
+  grep_out "^$scheme  *256x320 .* INVALID_ARGUMENT  *cpu\."
+done
+expect 0 layers
+grep_out 'no layers loaded'  # smoke unloads its layers
+
+# --- kernels, load, layers, describe ------------------------------------------------------------
+expect 0 kernels
+grep_out '^host cpu: '
+grep_out 'cpu.reference'
+expect 0 load --name cli-test/random --n 96 --k 136 --scheme dynamic_asymmetric --seed 5
+grep_out "loaded layer 'cli-test/random'"
+grep_out 'N=96 K=136'
+grep_out 'M >=1025'
+expect 1 load --name cli-test/random --n 96 --k 136
+grep_err '^qlinear-cli: ALREADY_EXISTS: '
+expect 0 load --name cli-test/random --n 96 --k 136 --scheme static_asymmetric \
+  --input-scale 0.03 --input-zero-point -4 --logical-widths 32,32,32 --replace \
+  --max-batch-rows 1 --max-queue-delay-us 250
+grep_out "replaced layer 'cli-test/random'"
+grep_out 'up to 1 rows per GEMM (off), up to 250 us'
+expect 0 layers
+grep_out '^cli-test/random  *96  *136  *static_asymmetric  *yes '
+expect 0 kernels --layer cli-test/random
+grep_out '^>=1025 '
+expect 0 describe cli-test/random
+grep_out '^input zero point -4'
+grep_out '^logical widths   \[32, 32, 32\]'
+
+# --- infer: random input, unary and streamed, .npy output ---------------------------------------
+expect 0 infer --layer cli-test/random --m 3 --explain --scales --output "$work/y1.npy"
+grep_out '^y  *\[3, 96\] bf16'
+grep_out '^kernel '
+grep_out '^sa '
+expect 0 infer --layer cli-test/random --m 3 --stream --output "$work/y2.npy"
+cmp -s "$work/y1.npy" "$work/y2.npy" || fail "unary and streamed results differ"
+expect 0 infer --layer cli-test/random --m 2 --dtype fp32 --output-dtype fp16 \
+  --output "$work/y3.npy"
+grep_out '^y  *\[2, 96\] fp16'
+python3 - "$work" <<'EOF' || fail "bad .npy output"
+import sys
+work = sys.argv[1]
+for name, descr, shape in (("y1.npy", "<f4", "(3, 96)"), ("y3.npy", "<f2", "(2, 96)")):
+    data = open(f"{work}/{name}", "rb").read()
+    assert data[:8] == b"\x93NUMPY\x01\x00", name
+    hlen = data[8] | data[9] << 8
+    header = data[10:10 + hlen].decode()
+    assert f"'descr': '{descr}'" in header and f"'shape': {shape}" in header, header
+    assert (10 + hlen) % 64 == 0, name
+    size = 4 if descr == "<f4" else 2
+    assert len(data) == 10 + hlen + eval(shape)[0] * 96 * size, name
+EOF
+
+# --- load and infer from .npy files -------------------------------------------------------------
+python3 - "$work" <<'EOF'
+import random, struct, sys
+work = sys.argv[1]
+def save(name, descr, shape, data):
+    dims = "".join(f"{d}," for d in shape) if len(shape) == 1 else ", ".join(map(str, shape))
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    header = header.ljust((10 + len(header) + 1 + 63) // 64 * 64 - 10 - 1) + "\n"
+    with open(f"{work}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+rng = random.Random(1)
+n, k, m = 40, 72, 5
+save("w.npy", "|i1", (n, k), bytes(rng.randrange(256) for _ in range(n * k)))
+save("s.npy", "<f4", (n, 1), struct.pack(f"<{n}f", *(rng.uniform(5e-4, 2e-3) for _ in range(n))))
+save("b.npy", "<f2", (n,), struct.pack(f"<{n}e", *(rng.uniform(-1, 1) for _ in range(n))))
+save("x.npy", "<f4", (m, k), struct.pack(f"<{m * k}f", *(rng.uniform(-1, 1) for _ in range(m * k))))
+save("x8.npy", "|i1", (m, k), bytes(m * k))
+open(f"{work}/w.raw", "wb").write(bytes(rng.randrange(256) for _ in range(n * k)))
+EOF
+expect 0 load --name cli-test/files --weights "$work/w.npy" --weight-scale "$work/s.npy" \
+  --bias "$work/b.npy"
+grep_out 'N=40 K=72'
+grep_out 'with bias'
+expect 0 infer --layer cli-test/files --input "$work/x.npy" --output-dtype fp32 \
+  --output "$work/y4.npy"
+grep_out '^y  *\[5, 40\] fp32  from x \[5, 72\] fp32'
+expect 0 load --name cli-test/raw --weights "$work/w.raw" --n 40 --k 72 \
+  --weight-scale "$work/s.npy" --chunk-mb 0.001
+grep_out 'no bias'
+expect 1 load --name cli-test/raw2 --weights "$work/w.raw" --n 41 --k 72 \
+  --weight-scale "$work/s.npy"
+grep_err 'raw int8 weights \[41, 72\] need 2952'
+expect 1 infer --layer cli-test/files --input "$work/x8.npy"
+grep_err "activations must be float32 (<f4) or float16 (<f2), got |i1"
+expect 1 infer --layer cli-test/missing
+grep_err '^qlinear-cli: NOT_FOUND: '
+
+# --- unload ---------------------------------------------------------------------------------------
+for layer in cli-test/random cli-test/files cli-test/raw; do
+  expect 0 unload "$layer"
+done
+expect 1 unload cli-test/random
+grep_err '^qlinear-cli: NOT_FOUND: '
+expect 0 layers
+grep_out 'no layers loaded'
+
+# --- command line: help, usage errors, server selection -----------------------------------------
+expect 0 --help
+grep_out '^Commands:'
+expect 0 help
+grep_out '^  smoke '
+for cmd in health kernels layers describe load unload infer smoke; do
+  expect 0 "$cmd" --help
+  grep_out "^Usage: qlinear-cli $cmd"
+  expect 0 help "$cmd"
+  grep_out "^Usage: qlinear-cli $cmd"
+  expect 2 "$cmd" --no-such-option
+  grep_err '^qlinear-cli: INVALID_ARGUMENT: unknown option --no-such-option'
+done
+expect 2
+expect 2 frobnicate
+grep_err "unknown command 'frobnicate'"
+expect 2 describe
+grep_err 'missing NAME'
+expect 2 load --name x --scheme bogus
+grep_err "unknown scheme 'bogus'"
+expect 2 infer --layer x --dtype fp8
+expect 2 --server
+QLINEAR_SERVER= expect 0 --server "127.0.0.1:$port" layers
+QLINEAR_SERVER= expect 0 layers --server "127.0.0.1:$port"
+closed=$(free_port)
+expect 1 health --server "127.0.0.1:$closed"
+grep_err '^qlinear-cli: UNAVAILABLE: '
+
+# --- graceful stop -----------------------------------------------------------------------------
+kill -TERM "$server_pid"
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=""
+[[ $rc -eq 0 ]] || fail "the server exited $rc after SIGTERM, expected 0"
+expect 1 health
+echo "cli_smoke_test: PASS"
