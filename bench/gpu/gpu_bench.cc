@@ -12,9 +12,9 @@
 // M <= 64, where the op streams its weights, repetitions rotate over enough weight copies (>= 256
 // MB together, over 4x the 60 MB L2) that weights come from HBM as they do in a served model.
 // Floor = max(bytes / 4.3 TB/s, 2*M*N*K / 1979 TOPS) with bytes = weights + x + y (the GPU's
-// measured copy bandwidth and the datasheet's dense int8 peak; the copy bandwidth measured in this
-// run is printed too). A last section times the serving path (`run` on host buffers, copies
-// included) for M = 1 and 2048.
+// measured copy bandwidth and the datasheet's dense int8 peak; an SM copy kernel's bandwidth
+// measured in this run is printed too). A last section times the serving path (`run` on host
+// buffers, copies included) for M = 1 and 2048.
 //
 // Usage: qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N]
 #include <cublasLt.h>
@@ -33,6 +33,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/gpu/copy_kernel.h"
 #include "common/args.h"
 #include "common/random.h"
 #include "kernels/core/dtype.h"
@@ -197,11 +198,11 @@ absl::StatusOr<double> measure_copy_tbps(cudaStream_t s) {
   Options o;
   o.reps = 10;
   o.warmup = 2;
-  ASSIGN_OR_RETURN(
-      double us, median_us(s, 1, o, [&](int) -> absl::Status {
-        RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-        return absl::OkStatus();
-      }));
+  ASSIGN_OR_RETURN(double us, median_us(s, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(
+                         launch_copy_16b(a.get(), b.get(), bytes, host_info().gpus[0].sm_count, s));
+                     return absl::OkStatus();
+                   }));
   return 2.0 * bytes / (us * 1e-6) / 1e12;
 }
 

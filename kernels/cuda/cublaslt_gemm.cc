@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -59,7 +60,7 @@ int algo_range_index(int64_t m) {
 
 // Where run_device keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
-  size_t xq = 0, acc = 0, sa = 0, azp = 0, bad_row = 0, workspace = 0, total = 0;
+  size_t xq = 0, acc = 0, sa = 0, azp = 0, workspace = 0, total = 0;
   ScratchLayout(int64_t m, int64_t n, int64_t k) {
     size_t off = 0;
     auto take = [&off](size_t bytes) {
@@ -71,7 +72,6 @@ struct ScratchLayout {
     acc = take(static_cast<size_t>(m * n) * 4);
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
-    bad_row = take(4);
     workspace = take(kWorkspaceBytes);
     total = off;
   }
@@ -110,7 +110,7 @@ class CublasLtPrepared final : public CudaPreparedKernel {
                       cudaStream_t stream) const;
   absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;
   absl::Status enqueue_host(StreamContext* ctx, const RunArgs& args, DebugOutputs* debug,
-                            uint32_t* bad_row) const;
+                            int64_t* bad_row) const;
 
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;
@@ -129,6 +129,17 @@ absl::StatusOr<std::unique_ptr<CublasLtPrepared>> CublasLtPrepared::create(
     const LayerWeights& weights) {
   std::unique_ptr<CublasLtPrepared> p(new CublasLtPrepared(weights));
   RETURN_IF_ERROR(p->init());  // on failure the destructor releases what init made
+  // One bf16 row through the whole path at load: CUDA loads kernels lazily and cuBLASLt sets up
+  // on its first call, which on the H200 made a layer's first request about 1 ms slower.
+  const LayerConfig& c = weights.config;
+  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
+  RunArgs warm;
+  warm.x = x.data();
+  warm.x_dtype = DType::kBF16;
+  warm.m = 1;
+  warm.y = y.data();
+  warm.y_dtype = DType::kBF16;
+  RETURN_IF_ERROR(p->run(warm, nullptr));
   return p;
 }
 
@@ -232,16 +243,14 @@ absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scrat
   int32_t* acc = at<int32_t>(scratch, L.acc);
   float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
-  uint32_t* bad_row = at<uint32_t>(scratch, L.bad_row);
 
-  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(bad_row, 0xff, sizeof(uint32_t), stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
   QuantizeParams qp;
   qp.scheme = static_cast<QuantScheme>(c.scheme);
   qp.input_scale = c.input_scale;
   qp.input_zero_point = c.input_zero_point;
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
-                                          xq, sa, azp, bad_row, stream));
+                                          xq, sa, azp, stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
   RETURN_IF_ERROR(matmul(xq, m, acc, at<void>(scratch, L.workspace), stream));
   EpilogueArgs ep;
@@ -262,11 +271,11 @@ absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scrat
 }
 
 // Sizes of one host call, and where its pieces live in the context's device and pinned buffers:
-// device [x | y | sa | azp | scratch], pinned [x | y | sa | azp | bad_row].
+// device [x | y | sa | azp | scratch], pinned [x | y | sa | azp].
 struct HostCallLayout {
   size_t x_bytes, y_bytes, row_bytes;
   size_t d_x, d_y, d_sa, d_azp, d_scratch, d_total;
-  size_t h_x, h_y, h_sa, h_azp, h_bad, h_total;
+  size_t h_x, h_y, h_sa, h_azp, h_total;
   HostCallLayout(const RunArgs& a, int64_t n, int64_t k, size_t scratch_bytes) {
     x_bytes = static_cast<size_t>(a.m * k) * dtype_size(a.x_dtype);
     y_bytes = static_cast<size_t>(a.m * n) * dtype_size(a.y_dtype);
@@ -281,65 +290,102 @@ struct HostCallLayout {
     h_y = h_x + align_up(x_bytes);
     h_sa = h_y + align_up(y_bytes);
     h_azp = h_sa + align_up(row_bytes);
-    h_bad = h_azp + align_up(row_bytes);
-    h_total = h_bad + align_up(4);
+    h_total = h_azp + align_up(row_bytes);
   }
 };
 
+// Host <-> pinned copies of large requests go in chunks so that the host memcpy of one chunk
+// overlaps the DMA of the previous one (for M = 2048 x 4096 bf16 the copies, not the GPU, are
+// most of a request). At most StreamContext::kCopyEvents chunks per direction.
+constexpr size_t kMinChunkBytes = size_t{2} << 20;
+
+size_t chunk_bytes(size_t total) {
+  const size_t per_event = (total + StreamContext::kCopyEvents - 1) / StreamContext::kCopyEvents;
+  return std::max(kMinChunkBytes, align_up(per_event));
+}
+
+int64_t first_nan_row(const float* sa, int64_t m) {
+  for (int64_t r = 0; r < m; ++r) {
+    if (std::isnan(sa[r])) return r;
+  }
+  return -1;
+}
+
 absl::Status CublasLtPrepared::enqueue_host(StreamContext* ctx, const RunArgs& args,
-                                            DebugOutputs* debug, uint32_t* bad_row) const {
+                                            DebugOutputs* debug, int64_t* bad_row) const {
   const LayerConfig& c = weights_.config;
   const HostCallLayout L(args, c.n, c.k, device_scratch_bytes(args.m));
   RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
   RETURN_IF_ERROR(
       ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows")));
-  void* dev = ctx->device.get();
-  void* host = ctx->host.get();
+  char* dev = static_cast<char*>(ctx->device.get());
+  char* host = static_cast<char*>(ctx->host.get());
   const cudaStream_t s = ctx->stream;
 
-  std::memcpy(at<void>(host, L.h_x), args.x, L.x_bytes);
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(at<void>(dev, L.d_x), at<void>(host, L.h_x), L.x_bytes,
-                                       cudaMemcpyHostToDevice, s));
+  // x: host -> pinned -> device, chunk by chunk (the pinned buffer holds all of x, so a chunk's
+  // memcpy never waits for an earlier chunk's DMA).
+  const size_t x_chunk = chunk_bytes(L.x_bytes);
+  for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
+    const size_t len = std::min(x_chunk, L.x_bytes - off);
+    std::memcpy(host + L.h_x + off, static_cast<const char*>(args.x) + off, len);
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpyAsync(dev + L.d_x + off, host + L.h_x + off, len, cudaMemcpyHostToDevice, s));
+  }
   DeviceRunArgs d;
-  d.x = at<void>(dev, L.d_x);
+  d.x = dev + L.d_x;
   d.x_dtype = args.x_dtype;
   d.m = args.m;
-  d.y = at<void>(dev, L.d_y);
+  d.y = dev + L.d_y;
   d.y_dtype = args.y_dtype;
-  d.sa = at<float>(dev, L.d_sa);
-  d.azp = at<int32_t>(dev, L.d_azp);
+  d.sa = reinterpret_cast<float*>(dev + L.d_sa);
+  d.azp = reinterpret_cast<int32_t*>(dev + L.d_azp);
   StageEvents ev;
   for (int i = 0; i < 3; ++i) ev.e[i] = ctx->events[i];
-  void* scratch = at<void>(dev, L.d_scratch);
+  char* scratch = dev + L.d_scratch;
   RETURN_IF_ERROR(run_device(d, scratch, s, &ev));
 
+  // sa (which also flags non-finite rows) and azp first, then y in chunks, each chunk's arrival
+  // marked by an event so that the host copies it out while the next one is in flight.
+  const bool asym = is_asymmetric(c.scheme);
   RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(at<void>(host, L.h_y), d.y, L.y_bytes, cudaMemcpyDeviceToHost, s));
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(at<void>(host, L.h_sa), d.sa, L.row_bytes, cudaMemcpyDeviceToHost, s));
-  if (is_asymmetric(c.scheme)) {
+      cudaMemcpyAsync(host + L.h_sa, d.sa, L.row_bytes, cudaMemcpyDeviceToHost, s));
+  if (asym) {
     RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(at<void>(host, L.h_azp), d.azp, L.row_bytes, cudaMemcpyDeviceToHost, s));
+        cudaMemcpyAsync(host + L.h_azp, d.azp, L.row_bytes, cudaMemcpyDeviceToHost, s));
+  }
+  const size_t y_chunk = chunk_bytes(L.y_bytes);
+  int chunks = 0;
+  for (size_t off = 0; off < L.y_bytes; off += y_chunk, ++chunks) {
+    const size_t len = std::min(y_chunk, L.y_bytes - off);
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host + L.h_y + off, static_cast<char*>(d.y) + off, len,
+                                         cudaMemcpyDeviceToHost, s));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(ctx->copy_events[chunks], s));
   }
   const ScratchLayout S(args.m, c.n, c.k);
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(at<void>(host, L.h_bad), at<void>(scratch, S.bad_row), 4,
-                                       cudaMemcpyDeviceToHost, s));
   if (debug != nullptr) {
     debug->xq.resize(static_cast<size_t>(args.m * c.k));
     debug->acc.resize(static_cast<size_t>(args.m * c.n));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq.data(), at<void>(scratch, S.xq),
-                                         debug->xq.size(), cudaMemcpyDeviceToHost, s));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->acc.data(), at<void>(scratch, S.acc),
-                                         debug->acc.size() * 4, cudaMemcpyDeviceToHost, s));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq.data(), scratch + S.xq, debug->xq.size(),
+                                         cudaMemcpyDeviceToHost, s));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->acc.data(), scratch + S.acc, debug->acc.size() * 4,
+                                         cudaMemcpyDeviceToHost, s));
+  }
+
+  const float* h_sa = reinterpret_cast<const float*>(host + L.h_sa);
+  const int32_t* h_azp = reinterpret_cast<const int32_t*>(host + L.h_azp);
+  for (int i = 0; i < chunks; ++i) {
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ctx->copy_events[i]));
+    if (i == 0) {
+      *bad_row = first_nan_row(h_sa, args.m);
+      if (*bad_row >= 0) break;  // the caller reports it; y stays untouched
+    }
+    const size_t off = static_cast<size_t>(i) * y_chunk;
+    std::memcpy(static_cast<char*>(args.y) + off, host + L.h_y + off,
+                std::min(y_chunk, L.y_bytes - off));
   }
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
-  std::memcpy(bad_row, at<void>(host, L.h_bad), 4);
-  if (*bad_row != kNoBadRow) return absl::OkStatus();  // the caller reports it
+  if (*bad_row >= 0) return absl::OkStatus();
 
-  std::memcpy(args.y, at<void>(host, L.h_y), L.y_bytes);
-  const float* h_sa = at<float>(host, L.h_sa);
-  const int32_t* h_azp = at<int32_t>(host, L.h_azp);
-  const bool asym = is_asymmetric(c.scheme);
   if (args.sa != nullptr) std::memcpy(args.sa, h_sa, L.row_bytes);
   if (args.azp != nullptr && asym) std::memcpy(args.azp, h_azp, L.row_bytes);
   if (debug != nullptr) {
@@ -357,7 +403,7 @@ absl::Status CublasLtPrepared::run_host(const RunArgs& args, RunTimings* timings
                                         DebugOutputs* debug) const {
   const LayerConfig& c = weights_.config;
   if (args.m < 1) return absl::InvalidArgumentError("M must be >= 1");
-  uint32_t bad_row = kNoBadRow;
+  int64_t bad_row = -1;
   {
     StreamLease ctx(pool_);
     absl::Status s = enqueue_host(ctx.get(), args, debug, &bad_row);
@@ -368,7 +414,7 @@ absl::Status CublasLtPrepared::run_host(const RunArgs& args, RunTimings* timings
       cudaGetLastError();
       return s;
     }
-    if (timings != nullptr && bad_row == kNoBadRow) {
+    if (timings != nullptr && bad_row < 0) {
       // CUDA events on the request's stream (resolution about 0.5 us): quantize_ns is the
       // quantization kernel, gemm_ns the cuBLASLt GEMM plus the epilogue kernel. The copies
       // between host and device are in neither.
@@ -379,17 +425,16 @@ absl::Status CublasLtPrepared::run_host(const RunArgs& args, RunTimings* timings
       timings->gemm_ns = static_cast<int64_t>(g_ms * 1e6);
     }
   }
-  if (bad_row != kNoBadRow) {
+  if (bad_row >= 0) {
     // The same message as the reference: the row from the GPU, the column and value from x.
-    const int64_t r = bad_row;
     int64_t col = 0;
     float v = 0.f;
     for (; col < c.k; ++col) {
-      v = load_as_f32(args.x, args.x_dtype, static_cast<size_t>(r * c.k + col));
+      v = load_as_f32(args.x, args.x_dtype, static_cast<size_t>(bad_row * c.k + col));
       if (!std::isfinite(v)) break;
     }
     return absl::InvalidArgumentError(
-        absl::StrCat("x row ", r, " holds a non-finite value (", v, " at column ", col, ")"));
+        absl::StrCat("x row ", bad_row, " holds a non-finite value (", v, " at column ", col, ")"));
   }
   return absl::OkStatus();
 }

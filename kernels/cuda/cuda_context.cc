@@ -209,6 +209,9 @@ absl::StatusOr<StreamPool*> StreamPool::get() {
       auto ctx = std::make_unique<StreamContext>();
       RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
       for (cudaEvent_t& e : ctx->events) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
+      for (cudaEvent_t& e : ctx->copy_events) {
+        RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      }
       p->contexts_.push_back(std::move(ctx));
     }
     return p;

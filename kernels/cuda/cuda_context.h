@@ -123,9 +123,11 @@ inline size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 // to the largest request seen (so no cudaMalloc once warm). Owned by the StreamPool; use it only
 // while holding `mu` (a StreamLease does that).
 struct StreamContext {
+  static constexpr int kCopyEvents = 8;
   std::mutex mu;
   cudaStream_t stream = nullptr;
   cudaEvent_t events[3] = {nullptr, nullptr, nullptr};  // quantize start, GEMM start, end
+  cudaEvent_t copy_events[kCopyEvents] = {};            // arrival of chunked copies (no timing)
   DeviceBuffer device;  // x, y, sa, azp and the kernel's scratch (incl. cuBLASLt workspace)
   PinnedBuffer host;    // staging for x, y, sa, azp and the bad-row flag
 };
@@ -199,9 +201,9 @@ class CudaPreparedKernel : public PreparedKernel {
   // Bytes of device scratch that run_device needs for m rows (256-byte aligned pointer).
   virtual size_t device_scratch_bytes(int64_t m) const = 0;
   // Enqueues quantize + GEMM + epilogue on `stream` with device pointers and returns without
-  // synchronising: no host copies, no allocation. Rows holding NaN/Inf are not reported here
-  // (their outputs are unspecified); `run` reports them. `scratch` must not be in use by another
-  // call in flight.
+  // synchronising: no host copies, no allocation. A row holding NaN/Inf gets sa = NaN (in args.sa
+  // when given) and unspecified outputs; `run` turns that into INVALID_ARGUMENT. `scratch` must
+  // not be in use by another call in flight.
   virtual absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                                   const StageEvents* events) const = 0;
   // `run` that also returns every intermediate (xq, sa, azp, acc).

@@ -76,8 +76,7 @@ __device__ __forceinline__ int8_t quantize_value(float v, float mul, float divis
 template <typename T, QuantScheme S, bool kVec>
 __global__ void __launch_bounds__(1024)
     quantize_rows_s8(const T* __restrict__ x, int64_t k, QuantizeParams p, int8_t* __restrict__ xq,
-                     float* __restrict__ sa, int32_t* __restrict__ azp,
-                     uint32_t* __restrict__ bad_row) {
+                     float* __restrict__ sa, int32_t* __restrict__ azp) {
   constexpr bool kAbsmax = S == QuantScheme::kDynamicSymmetric;
   constexpr bool kMinMax = S == QuantScheme::kDynamicAsymmetric;
   const int64_t row = blockIdx.x;
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(1024)
     int32_t zp = 0;
     if (bad) {
       mode = kBadRow;
-      atomicMin(bad_row, static_cast<uint32_t>(row));
+      sa[row] = __int_as_float(0x7fffffff);  // NaN: the row's flag (a real sa is never NaN)
     } else if constexpr (S == QuantScheme::kDynamicSymmetric) {
       sa[row] = __fdiv_rn(absmax, 127.f);
       mul = absmax == 0.f ? 0.f : __fdiv_rn(127.f, absmax);
@@ -198,9 +197,9 @@ __global__ void __launch_bounds__(1024)
 
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
-                         float* sa, int32_t* azp, uint32_t* bad_row, cudaStream_t stream) {
+                         float* sa, int32_t* azp, cudaStream_t stream) {
   // Enough threads that each handles a few 4-element chunks; a block per row keeps the row's
-  // reduction in one block (no second launch, no atomics but the bad-row one).
+  // reduction in one block (no second launch, no atomics).
   int threads = 32;
   while (threads < 512 && threads * 16 < k) threads *= 2;
   const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0 &&
@@ -208,30 +207,25 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   const T* xt = static_cast<const T*>(x);
   const dim3 grid(static_cast<unsigned>(m));
   if (vec) {
-    quantize_rows_s8<T, S, true><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, bad_row);
+    quantize_rows_s8<T, S, true><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
   } else {
-    quantize_rows_s8<T, S, false><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, bad_row);
+    quantize_rows_s8<T, S, false><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeParams& p,
-                            int8_t* xq, float* sa, int32_t* azp, uint32_t* bad_row,
-                            cudaStream_t stream) {
+                            int8_t* xq, float* sa, int32_t* azp, cudaStream_t stream) {
   switch (p.scheme) {
     case QuantScheme::kDynamicSymmetric:
-      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, bad_row,
-                                                             stream);
+      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, stream);
     case QuantScheme::kStaticSymmetric:
-      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, bad_row,
-                                                            stream);
+      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, stream);
     case QuantScheme::kDynamicAsymmetric:
-      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, bad_row,
-                                                              stream);
+      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, stream);
     case QuantScheme::kStaticAsymmetric:
-      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, bad_row,
-                                                             stream);
+      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -240,15 +234,15 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
-                               uint32_t* bad_row, cudaStream_t stream) {
+                               cudaStream_t stream) {
   if (m < 1 || m > 0x7fffffff || k < 1) return cudaErrorInvalidValue;
   switch (x_type) {
     case ElemType::kF32:
-      return launch_for_type<float>(x, m, k, params, xq, sa, azp, bad_row, stream);
+      return launch_for_type<float>(x, m, k, params, xq, sa, azp, stream);
     case ElemType::kF16:
-      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, bad_row, stream);
+      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, stream);
     case ElemType::kBF16:
-      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, bad_row, stream);
+      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, stream);
   }
   return cudaErrorInvalidValue;
 }

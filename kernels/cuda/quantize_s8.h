@@ -30,18 +30,16 @@ struct QuantizeParams {
   int32_t input_zero_point = 0;  // static asymmetric
 };
 
-// The value bad_row holds when every row is finite. Set it (cudaMemsetAsync 0xff) before the
-// launch; the kernel lowers it to the smallest index of a row holding NaN or +-Inf.
-inline constexpr uint32_t kNoBadRow = 0xffffffffu;
-
 // Quantizes x [m, k] (row-major, x_type, device memory) into xq [m, k] int8, sa [m] and, when
 // azp is not null, azp [m] (0 for symmetric schemes). One block per row: the row's absmax or
 // min/max reduction also detects non-finite values, then a second pass over the row (from L2)
-// writes xq. Rows holding NaN/Inf leave xq/sa/azp unspecified and lower *bad_row.
+// writes xq. A row holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows
+// give finite or +Inf scales), and unspecified xq/azp: the caller finds the first bad row by
+// scanning sa, which it copies back anyway, so the check needs no flag, memset or atomic.
 // Requires 1 <= m < 2^31 and k >= 1; any alignment (16-byte vector loads when x is aligned and
 // k % 4 == 0). Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
-                               uint32_t* bad_row, cudaStream_t stream);
+                               cudaStream_t stream);
 
 }  // namespace qlinear::gpu

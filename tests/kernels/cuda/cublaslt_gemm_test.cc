@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <thread>
@@ -242,6 +243,37 @@ TEST_F(CublasLtTest, RunFillsOutputsAndTimings) {
     EXPECT_EQ(p.kernel->device(), "cuda:0");
     EXPECT_GE(p.kernel->extra_bytes(), 64 * 128);
   }
+}
+
+// Requests large enough that x and y cross the host in several chunks: every chunk lands, and a
+// bad row found late still leaves y untouched.
+TEST_F(CublasLtTest, LargeRequestsCopyEveryChunk) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 1024, k = 512, m = 2100 + rng.range(0, 99);
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true));
+  if (p.kernel == nullptr) return;
+  std::vector<uint8_t> x = make_x(rng, m, k, DType::kF32, false);  // 4.3 MB: 3 chunks
+  const Expected want = reference_run(*p.weights, x.data(), DType::kF32, m, DType::kF32);
+  std::vector<uint8_t> y(static_cast<size_t>(m * n * 4), 0xA5);  // 8.6 MB: 5 chunks
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = DType::kF32;
+  args.m = m;
+  args.y = y.data();
+  args.y_dtype = DType::kF32;
+  ASSERT_TRUE(p.kernel->run(args, nullptr).ok());
+  EXPECT_EQ(first_y_mismatch(want.y, y, DType::kF32), -1);
+
+  store_from_f32(x.data(), DType::kF32, static_cast<size_t>((m - 3) * k + 7),
+                 std::numeric_limits<float>::infinity());
+  std::fill(y.begin(), y.end(), uint8_t{0xA5});
+  const absl::Status st = p.kernel->run(args, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            absl::StrCat("x row ", m - 3, " holds a non-finite value (inf at column 7)"));
+  EXPECT_EQ(std::count(y.begin(), y.end(), uint8_t{0xA5}), static_cast<std::ptrdiff_t>(y.size()))
+      << "y was written on error";
 }
 
 // Requests on one layer from many threads at once share the stream pool; each must get its own
