@@ -1,0 +1,133 @@
+#include "kernels/cpu/avx512_vnni_gemm.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace qlinear::cpu {
+namespace {
+
+// Bytes ahead of the current k-step that the streaming path prefetches (a few KiB: enough to
+// cover DRAM latency at full bandwidth, small enough to stay within the prefetch queue).
+constexpr int64_t kPrefetchBytes = 2048;
+
+inline int32_t load_u32(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// One register tile: MR rows x NV vectors of 16 columns over the whole K, then stored to
+// out[MR][kVnniPanel]. b points to the panel, b_step is the panel's bytes per k-step.
+template <int MR, int NV, bool kPrefetch>
+void tile_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t b_step, int64_t ksteps,
+                 const int32_t* comp, int32_t* out) {
+  __m512i c[MR][NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) {
+    const __m512i cv = _mm512_loadu_si512(comp + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) c[i][v] = cv;
+  }
+#pragma GCC unroll 2
+  for (int64_t s = 0; s < ksteps; ++s) {
+    const int8_t* bk = b + s * b_step;
+    if constexpr (kPrefetch) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm_prefetch(bk + kPrefetchBytes + 64 * v, _MM_HINT_T0);
+    }
+    __m512i bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(bk + 64 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512i ai = _mm512_set1_epi32(load_u32(a + i * lda + 4 * s));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[i][v] = _mm512_dpbusd_epi32(c[i][v], ai, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_si512(out + i * kVnniPanel + 16 * v, c[i][v]);
+  }
+}
+
+using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, const int32_t*,
+                        int32_t*);
+
+template <bool kPrefetch, int MR>
+constexpr TileFn tile_for_nv(int nv) {
+  return nv == 1   ? &tile_kernel<MR, 1, kPrefetch>
+         : nv == 2 ? &tile_kernel<MR, 2, kPrefetch>
+         : nv == 3 ? &tile_kernel<MR, 3, kPrefetch>
+                   : &tile_kernel<MR, 4, kPrefetch>;
+}
+
+template <bool kPrefetch>
+TileFn tile_for(int mr, int nv) {
+  switch (mr) {
+    case 1:
+      return tile_for_nv<kPrefetch, 1>(nv);
+    case 2:
+      return tile_for_nv<kPrefetch, 2>(nv);
+    case 3:
+      return tile_for_nv<kPrefetch, 3>(nv);
+    case 4:
+      return tile_for_nv<kPrefetch, 4>(nv);
+    case 5:
+      return tile_for_nv<kPrefetch, 5>(nv);
+    default:
+      return tile_for_nv<kPrefetch, 6>(nv);
+  }
+}
+
+static_assert(kVnniMr == 6, "tile_for covers MR = 1..6");
+
+}  // namespace
+
+void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
+                       int8_t* packed, int32_t* comp) {
+  for (int64_t col = 0; col < n_pad; ++col) {
+    const int64_t p = col / kVnniPanel;
+    const int64_t nv = (n_pad - p * kVnniPanel) >= kVnniPanel ? 4 : (n_pad - p * kVnniPanel) / 16;
+    const int64_t v = (col % kVnniPanel) / 16, lane = col % 16;
+    int8_t* base = packed + p * kVnniPanel * k_pad + v * 64 + lane * 4;
+    uint32_t sum = 0;
+    if (col < n) {
+      const int8_t* row = w + col * k;
+      for (int64_t i = 0; i < k; ++i) {
+        base[(i / 4) * nv * 64 + (i % 4)] = row[i];
+        sum += static_cast<uint32_t>(static_cast<int32_t>(row[i]));
+      }
+    }
+    comp[col] = static_cast<int32_t>(0u - 128u * sum);
+  }
+}
+
+void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_t p_begin,
+                           int64_t p_end) {
+  alignas(64) int32_t tile[kVnniMr * kVnniPanel];
+  const int64_t ksteps = g.k_pad / 4;
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t n0 = p * kVnniPanel;
+    const int nv = static_cast<int>(g.n_pad - n0 >= kVnniPanel ? 4 : (g.n_pad - n0) / 16);
+    const int8_t* b = g.packed + n0 * g.k_pad;
+    const int64_t cols = (g.n - n0) < kVnniPanel ? g.n - n0 : kVnniPanel;
+    for (int64_t m = m_begin; m < m_end; m += kVnniMr) {
+      const int mr = static_cast<int>(m_end - m < kVnniMr ? m_end - m : kVnniMr);
+      const TileFn fn = g.prefetch ? tile_for<true>(mr, nv) : tile_for<false>(mr, nv);
+      fn(g.xu + m * g.ldx, g.ldx, b, nv * 64, ksteps, g.comp + n0, tile);
+      if (g.acc_out != nullptr) {
+        for (int r = 0; r < mr; ++r) {
+          std::memcpy(g.acc_out + (m + r) * g.ld_acc + n0, tile + r * kVnniPanel,
+                      static_cast<size_t>(cols) * 4);
+        }
+      } else {
+        epilogue_s32_avx512(g.epi, tile, kVnniPanel, m, mr, n0, cols);
+      }
+    }
+  }
+}
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,56 @@
+// AVX-512 VNNI (VPDPBUSD) GEMM for W8A8: acc[m, n] = sum_k xq[m, k] * W[n, k] in exact int32,
+// with the SPEC section 4 epilogue applied to each register tile before it leaves the core.
+//
+// VPDPBUSD multiplies unsigned by signed bytes, so the activations enter as xu = xq + 128 (uint8)
+// and every accumulator starts at comp[n] = -128 * colsum[n]: sum_k (xq + 128) * W - 128 * colsum
+// = sum_k xq * W. The int32 arithmetic wraps (VPDPBUSD does not saturate) and the true sum fits in
+// int32 for K <= kMaxK, so the result is exact even where the intermediate sum wraps.
+//
+// Packed weight layout (built once at load by pack_weights_vnni):
+//   K is padded with zero weights to k_pad = round_up(K, 4) and N to n_pad = round_up(N, 16).
+//   Columns are grouped in panels of 64 (the last panel may hold 16, 32 or 48). Panel p starts at
+//   byte p * 64 * k_pad and holds, for each k-step s = 0 .. k_pad/4 - 1, its nv (<= 4) vectors of
+//   64 bytes: vector v, lane l (column 64p + 16v + l) holds W[n, 4s .. 4s+3]. That is the operand
+//   order of VPDPBUSD, and a panel is one contiguous stream.
+//
+// Compiled with AVX-512 flags: call only on hosts with avx512f, avx512bw, avx512vl and
+// avx512_vnni. Functions are plain and reentrant; concurrent calls on disjoint outputs are safe.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/epilogue_avx512.h"
+
+namespace qlinear::cpu {
+
+inline constexpr int64_t kVnniPanel = 64;  // columns per panel (4 zmm of int32)
+inline constexpr int64_t kVnniMr = 6;      // rows per register tile: 6 x 4 accumulators
+
+// Fills `packed` (n_pad * k_pad bytes, see above; padding must already be zero) and
+// comp[0, n_pad) = -128 * sum_k W[n, k] (wrapping; 0 for padded columns). w is [N, K] row-major.
+void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
+                       int8_t* packed, int32_t* comp);
+
+struct VnniGemmArgs {
+  const int8_t* packed = nullptr;  // the layout above
+  const int32_t* comp = nullptr;   // [n_pad]
+  int64_t n = 0;                   // real N: columns >= n are never written
+  int64_t k_pad = 0;
+  int64_t n_pad = 0;
+  const uint8_t* xu = nullptr;  // [M, ldx] uint8 (xq + 128); bytes [K, k_pad) of a row: any value
+  int64_t ldx = 0;
+  // Prefetch weights ahead of use: pays off when they stream from DRAM (small M), not when a
+  // panel is reused from L2 across many row tiles.
+  bool prefetch = false;
+  EpilogueArgs epi;  // comp must be null here: it is folded into the accumulators
+  // When set, the exact int32 accumulators acc[m * ld_acc + n] are written here instead of y
+  // (no epilogue): for other epilogues and for testing the GEMM on its own.
+  int32_t* acc_out = nullptr;
+  int64_t ld_acc = 0;
+};
+
+// y[m, n] (or acc_out) for rows [m_begin, m_end) and the columns of panels [p_begin, p_end).
+void gemm_u8s8_vnni_avx512(const VnniGemmArgs& args, int64_t m_begin, int64_t m_end,
+                           int64_t p_begin, int64_t p_end);
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,211 @@
+#include "kernels/cpu/avx512_vnni_kernel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/cpu/cpu_support.h"
+#include "kernels/cpu/thread_pool.h"
+#if QLINEAR_HAVE_AVX512_VNNI
+#include "kernels/cpu/avx512_vnni_gemm.h"
+#include "kernels/cpu/quantize_avx512.h"
+#endif
+
+namespace qlinear::cpu {
+
+absl::Status avx512_vnni_supported(const HostInfo& host) { return avx512_vnni_isa_status(host); }
+
+#if QLINEAR_HAVE_AVX512_VNNI
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// Tuning of the work split, measured with bench/cpu/qlinear_cpu_bench on a 2-core AMD EPYC
+// (Zen 5) VM; see the constants' comments for the figures.
+struct Tuning {
+  // Up to this M the weights stream from DRAM once per call and the GEMM is memory-bound: the
+  // tiles prefetch weights ahead of use.
+  int64_t stream_max_m = 16;
+  // Tasks per thread: the last task bounds the imbalance between threads (a late-waking worker,
+  // or a core shared with another process), the number of tasks bounds the claiming overhead.
+  int64_t tasks_per_thread = 16;
+  // Quantize rows on several threads only when there is enough of it to repay the hand-off.
+  int64_t parallel_quantize_min_elems = int64_t{1} << 15;
+};
+constexpr Tuning kTuning;
+
+class Avx512VnniPrepared final : public PreparedKernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
+    std::unique_ptr<Avx512VnniPrepared> p(new Avx512VnniPrepared(w));
+    const LayerConfig& c = w.config;
+    p->k_pad_ = round_up(c.k, 4);
+    p->n_pad_ = round_up(c.n, 16);
+    p->panels_ = (p->n_pad_ + kVnniPanel - 1) / kVnniPanel;
+    p->ldx_ = round_up(p->k_pad_, 64);
+    const size_t packed_bytes = static_cast<size_t>(p->n_pad_) * static_cast<size_t>(p->k_pad_);
+    p->packed_ = allocate_buffer(packed_bytes);
+    p->comp_ = allocate_buffer(static_cast<size_t>(p->n_pad_) * 4);
+    if (p->packed_ == nullptr || p->comp_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu.avx512_vnni: cannot allocate ",
+                                                       packed_bytes, " bytes for packed weights"));
+    }
+    pack_weights_vnni(w.w.data(), c.n, c.k, p->k_pad_, p->n_pad_,
+                      reinterpret_cast<int8_t*>(p->packed_.get()),
+                      reinterpret_cast<int32_t*>(p->comp_.get()));
+    p->bias_ = round_bias(w);
+    p->extra_bytes_ = static_cast<int64_t>(packed_bytes) + 4 * p->n_pad_ + p->bias_.bytes();
+    return std::unique_ptr<PreparedKernel>(std::move(p));
+  }
+
+  int64_t extra_bytes() const override { return extra_bytes_; }
+
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
+    const LayerConfig& c = weights_.config;
+    const int64_t m = args.m;
+    if (m < 1) return absl::InvalidArgumentError("M must be >= 1");
+    ThreadPool& pool = ThreadPool::global();
+    const int threads = pool.threads();
+
+    // Per-thread scratch: xu [M, ldx], sa [M], azp [M].
+    thread_local ScratchBuffer scratch;
+    const size_t xu_bytes = static_cast<size_t>(round_up(m * ldx_, 64));
+    uint8_t* buf = scratch.get(xu_bytes + static_cast<size_t>(8 * m));
+    if (buf == nullptr) {
+      return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate activation scratch");
+    }
+    auto* xu = buf;
+    auto* sa = reinterpret_cast<float*>(buf + xu_bytes);
+    auto* azp = reinterpret_cast<int32_t*>(buf + xu_bytes + 4 * m);
+
+    const int64_t t0 = now_ns();
+    QuantizeArgs q;
+    q.scheme = c.scheme;
+    q.input_scale = c.input_scale;
+    q.input_zero_point = c.input_zero_point;
+    q.x = args.x;
+    q.x_dtype = args.x_dtype;
+    q.k = c.k;
+    q.xq = reinterpret_cast<int8_t*>(xu);
+    q.xq_stride = ldx_;
+    q.shift_to_u8 = true;
+    q.sa = sa;
+    q.azp = azp;
+    int64_t bad_row = -1;
+    if (m * c.k < kTuning.parallel_quantize_min_elems || threads == 1) {
+      bad_row = quantize_rows_avx512(q, 0, m);
+    } else {
+      const int64_t tasks = std::min<int64_t>(m, 4 * threads);
+      std::atomic<int64_t> first_bad{INT64_MAX};
+      pool.parallel_for(tasks, [&](int64_t t) {
+        const int64_t r = quantize_rows_avx512(q, m * t / tasks, m * (t + 1) / tasks);
+        if (r >= 0) {
+          int64_t cur = first_bad.load();
+          while (r < cur && !first_bad.compare_exchange_weak(cur, r)) {
+          }
+        }
+      });
+      if (first_bad.load() != INT64_MAX) bad_row = first_bad.load();
+    }
+    if (bad_row >= 0) return non_finite_row_error(args.x, args.x_dtype, c.k, bad_row);
+    const int64_t t1 = now_ns();
+
+    VnniGemmArgs g;
+    g.packed = reinterpret_cast<const int8_t*>(packed_.get());
+    g.comp = reinterpret_cast<const int32_t*>(comp_.get());
+    g.n = c.n;
+    g.k_pad = k_pad_;
+    g.n_pad = n_pad_;
+    g.xu = xu;
+    g.ldx = ldx_;
+    g.prefetch = m <= kTuning.stream_max_m;
+    g.epi.scheme = c.scheme;
+    g.epi.sb = weights_.sb.data();
+    g.epi.bias_f = bias_.get(args.y_dtype);
+    g.epi.azp_adj = is_asymmetric(c.scheme) ? weights_.azp_adj.data() : nullptr;
+    g.epi.sa = sa;
+    g.epi.azp = azp;
+    g.epi.y = args.y;
+    g.epi.y_dtype = args.y_dtype;
+    g.epi.ldy = c.n;
+
+    // Split: contiguous panel ranges first (each panel's weights are read once per call), then
+    // row ranges when there are too few panels to keep every thread busy.
+    const int64_t target = threads == 1 ? 1 : threads * kTuning.tasks_per_thread;
+    const int64_t row_tiles = (m + kVnniMr - 1) / kVnniMr;
+    const int64_t panel_chunks = std::min(panels_, target);
+    const int64_t row_chunks = std::min(row_tiles, (target + panel_chunks - 1) / panel_chunks);
+    pool.parallel_for(panel_chunks * row_chunks, [&](int64_t t) {
+      const int64_t pc = t / row_chunks, rc = t % row_chunks;
+      const int64_t p0 = panels_ * pc / panel_chunks, p1 = panels_ * (pc + 1) / panel_chunks;
+      const int64_t r0 = std::min(m, row_tiles * rc / row_chunks * kVnniMr);
+      const int64_t r1 = std::min(m, row_tiles * (rc + 1) / row_chunks * kVnniMr);
+      gemm_u8s8_vnni_avx512(g, r0, r1, p0, p1);
+    });
+    const int64_t t2 = now_ns();
+
+    if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
+    if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp, azp + m, args.azp);
+    if (timings != nullptr) {
+      timings->quantize_ns = t1 - t0;
+      timings->gemm_ns = t2 - t1;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit Avx512VnniPrepared(const LayerWeights& w) : weights_(w) {}
+
+  const LayerWeights& weights_;
+  int64_t k_pad_ = 0, n_pad_ = 0, panels_ = 0, ldx_ = 0;
+  std::unique_ptr<uint8_t[], FreeDeleter> packed_;
+  std::unique_ptr<uint8_t[], FreeDeleter> comp_;
+  RoundedBias bias_;
+  int64_t extra_bytes_ = 0;
+};
+
+}  // namespace
+#endif  // QLINEAR_HAVE_AVX512_VNNI
+
+namespace {
+
+class Avx512VnniKernel final : public Kernel {
+ public:
+  absl::string_view name() const override { return "cpu.avx512_vnni"; }
+  absl::Status is_supported(const HostInfo& host) const override {
+    return avx512_vnni_supported(host);
+  }
+  absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
+    // Every scheme, dtype and shape: tails in M, N and K are handled, not refused.
+    if (config.k > kMaxK) {
+      return absl::InvalidArgumentError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
+    }
+    if (shape.m < 1) return absl::InvalidArgumentError("M must be >= 1");
+    return absl::OkStatus();
+  }
+  MRange preferred_m() const override { return MRange{}; }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
+      const LayerWeights& weights) const override {
+#if QLINEAR_HAVE_AVX512_VNNI
+    RETURN_IF_ERROR(avx512_vnni_supported(host_info()));
+    return Avx512VnniPrepared::create(weights);
+#else
+    (void)weights;
+    return avx512_vnni_supported(host_info());
+#endif
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_avx512_vnni_kernel() { return std::make_unique<Avx512VnniKernel>(); }
+
+}  // namespace qlinear::cpu

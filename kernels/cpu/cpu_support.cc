@@ -1,0 +1,88 @@
+#include "kernels/cpu/cpu_support.h"
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace qlinear::cpu {
+
+void FreeDeleter::operator()(void* p) const { std::free(p); }
+
+std::unique_ptr<uint8_t[], FreeDeleter> allocate_buffer(size_t bytes, size_t alignment) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const bool huge = bytes >= kHugePage;
+  if (huge) alignment = kHugePage;
+  if (alignment < 64) alignment = 64;
+  // aligned_alloc wants a multiple of the alignment.
+  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* p = std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded);
+  if (p == nullptr) return nullptr;
+#ifdef MADV_HUGEPAGE
+  if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);  // advice only; failure is harmless
+#endif
+  std::memset(p, 0, rounded);
+  return std::unique_ptr<uint8_t[], FreeDeleter>(static_cast<uint8_t*>(p));
+}
+
+uint8_t* ScratchBuffer::get(size_t bytes) {
+  if (bytes > size_ || data_ == nullptr) {
+    // Grow geometrically so that a slowly rising M does not reallocate every call.
+    const size_t want = bytes > 2 * size_ ? bytes : 2 * size_;
+    data_ = allocate_buffer(want);
+    size_ = data_ == nullptr ? 0 : want;
+  }
+  return data_.get();
+}
+
+absl::Status avx512_vnni_isa_status(const HostInfo& host) {
+#if !QLINEAR_HAVE_AVX512_VNNI
+  (void)host;
+  return absl::FailedPreconditionError(
+      "not compiled in (the compiler that built this binary lacks -mavx512vnni)");
+#else
+  std::vector<std::string> missing;
+  if (!host.avx512f) missing.push_back("avx512f");
+  if (!host.avx512bw) missing.push_back("avx512bw");
+  if (!host.avx512vl) missing.push_back("avx512vl");
+  if (!host.avx512_vnni) missing.push_back("avx512_vnni");
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("needs AVX-512 VNNI; this CPU lacks ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+#endif
+}
+
+const float* RoundedBias::get(DType t) const {
+  const std::vector<float>& v = t == DType::kF32 ? f32 : t == DType::kF16 ? f16 : bf16;
+  return v.empty() ? nullptr : v.data();
+}
+
+RoundedBias round_bias(const LayerWeights& weights) {
+  RoundedBias b;
+  if (!weights.config.has_bias) return b;
+  for (float v : weights.bias) {
+    b.f32.push_back(round_to_dtype(v, DType::kF32));
+    b.f16.push_back(round_to_dtype(v, DType::kF16));
+    b.bf16.push_back(round_to_dtype(v, DType::kBF16));
+  }
+  return b;
+}
+
+absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row) {
+  for (int64_t col = 0; col < k; ++col) {
+    const float v = load_as_f32(x, x_dtype, static_cast<size_t>(row * k + col));
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("x row ", row, " holds a non-finite value (", v, " at column ", col, ")"));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("x row ", row, " holds a non-finite value"));
+}
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,62 @@
+// Shared glue of the CPU kernel families (generic code, no ISA flags): aligned buffers for packed
+// weights and per-call scratch, the bias rounded per output dtype, and the non-finite input error.
+//
+// Packed weights are streamed from DRAM at every small-M call, so they live in 2 MiB-aligned
+// memory that the kernel is asked to back with transparent huge pages (madvise): with 4 KiB pages
+// a weight stream of hundreds of MiB walks a new page (and, in a VM, a nested page walk) every
+// 4 KiB. Where THP is off, the advice is ignored and the buffer is an ordinary aligned one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/core/host_info.h"
+#include "kernels/core/layer.h"
+
+namespace qlinear::cpu {
+
+struct FreeDeleter {
+  void operator()(void* p) const;
+};
+
+// An owned, zero-initialized buffer of `bytes` bytes aligned to `alignment` (a power of two >= 64).
+// Buffers of 2 MiB or more are aligned to 2 MiB and advised to use huge pages. Returns null when
+// memory is exhausted.
+std::unique_ptr<uint8_t[], FreeDeleter> allocate_buffer(size_t bytes, size_t alignment = 64);
+
+// A buffer that grows on demand and is reused across calls by one thread (per-call scratch).
+class ScratchBuffer {
+ public:
+  // Returns at least `bytes` bytes aligned to 64, or null when memory is exhausted. Invalidates
+  // earlier pointers.
+  uint8_t* get(size_t bytes);
+
+ private:
+  std::unique_ptr<uint8_t[], FreeDeleter> data_;
+  size_t size_ = 0;
+};
+
+// OK when this binary holds the AVX-512 code of kernels/cpu (quantize_avx512, epilogue_avx512,
+// avx512_vnni_gemm) and the host has avx512f, avx512bw, avx512vl and avx512_vnni; otherwise the
+// reason, for users. Nothing in those files may run before this passed.
+absl::Status avx512_vnni_isa_status(const HostInfo& host);
+
+// The layer's bias rounded to each output dtype and widened back (`bias_f` of SPEC section 4),
+// indexed by DType; empty when the layer has no bias.
+struct RoundedBias {
+  std::vector<float> f32, f16, bf16;
+  const float* get(DType t) const;  // null when the layer has no bias
+  int64_t bytes() const {
+    return static_cast<int64_t>(4 * (f32.size() + f16.size() + bf16.size()));
+  }
+};
+RoundedBias round_bias(const LayerWeights& weights);
+
+// The INVALID_ARGUMENT that reference::quantize_activations returns for `row` of x, word for word
+// (row must hold a non-finite value).
+absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row);
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,290 @@
+#include "kernels/cpu/onednn_gemm.h"
+
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/cpu/cpu_support.h"
+
+#if QLINEAR_HAVE_ONEDNN
+#include <omp.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/cpu/epilogue_avx512.h"
+#include "kernels/cpu/quantize_avx512.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#endif
+
+namespace qlinear::cpu {
+
+absl::Status onednn_supported(const HostInfo& host) {
+#if !QLINEAR_HAVE_ONEDNN
+  (void)host;
+  return absl::FailedPreconditionError("not compiled in (oneDNN was not found at build time)");
+#else
+  // Without VNNI, oneDNN's int8 kernels go through VPMADDUBSW, whose int16 intermediate
+  // saturates: not exact. Our quantization and epilogue around it are AVX-512 too.
+  return avx512_vnni_isa_status(host);
+#endif
+}
+
+#if QLINEAR_HAVE_ONEDNN
+namespace {
+
+using dnnl::memory;
+using Dt = dnnl::memory::data_type;
+using Tag = dnnl::memory::format_tag;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// oneDNN's C++ API throws; this is the one place where that becomes a status.
+absl::Status dnnl_call(absl::string_view what, absl::FunctionRef<void()> fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const dnnl::error& e) {
+    const std::string msg = absl::StrCat("oneDNN ", what, ": ", e.what());
+    return e.status == dnnl_out_of_memory ? absl::ResourceExhaustedError(msg)
+                                          : absl::InternalError(msg);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("oneDNN ", what, ": out of memory"));
+  }
+}
+
+// The process's CPU engine, created once.
+absl::StatusOr<const dnnl::engine*> cpu_engine() {
+  static dnnl::engine* engine = nullptr;
+  static absl::Status status =
+      dnnl_call("engine creation", [] { engine = new dnnl::engine(dnnl::engine::kind::cpu, 0); });
+  if (!status.ok()) return status;
+  return engine;
+}
+
+// The M at which the weights' blocked layout is chosen. oneDNN 2.6 picks its brgemm matmul with
+// the same layout for every fixed M (a runtime M would fall back to its slower gemm path), so
+// primitives for other M reuse the reordered weights.
+constexpr int64_t kLayoutM = 256;
+// Distinct M values whose primitives are kept per layer; beyond that a call creates its own.
+constexpr size_t kMaxCachedPrimitives = 64;
+// Below these sizes quantization and epilogue stay on the calling thread.
+constexpr int64_t kParallelMinElems = int64_t{1} << 15;
+
+struct Primitive {
+  dnnl::matmul matmul;
+  size_t scratchpad_bytes = 0;
+};
+
+class OneDnnPrepared final : public PreparedKernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
+    ASSIGN_OR_RETURN(const dnnl::engine* engine, cpu_engine());
+    std::unique_ptr<OneDnnPrepared> p(new OneDnnPrepared(w, *engine));
+    const LayerConfig& c = w.config;
+    RETURN_IF_ERROR(dnnl_call("weight reorder", [&] {
+      const memory::desc any({c.k, c.n}, Dt::s8, Tag::any);
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(memory::desc({kLayoutM, c.k}, Dt::u8, Tag::ab), any,
+                             memory::desc({kLayoutM, c.n}, Dt::s32, Tag::ab)),
+          p->engine_);
+      p->weights_md_ = pd.weights_desc();
+      p->packed_ = allocate_buffer(p->weights_md_.get_size());
+      if (p->packed_ == nullptr) throw std::bad_alloc();
+      // [N, K] row-major is K x N with strides {1, K}.
+      memory native(memory::desc({c.k, c.n}, Dt::s8, memory::dims{1, c.k}), p->engine_,
+                    const_cast<int8_t*>(w.w.data()));
+      memory packed(p->weights_md_, p->engine_, p->packed_.get());
+      dnnl::stream stream(p->engine_);
+      dnnl::reorder(native, packed).execute(stream, native, packed);
+      stream.wait();
+    }));
+    // -128 * colsum[n], wrapping: turns sum (xq + 128) * W back into sum xq * W.
+    p->comp_.resize(c.n);
+    for (int64_t n = 0; n < c.n; ++n) {
+      uint32_t sum = 0;
+      for (int64_t i = 0; i < c.k; ++i) sum += static_cast<uint32_t>(int32_t{w.w[n * c.k + i]});
+      p->comp_[n] = static_cast<int32_t>(0u - 128u * sum);
+    }
+    p->bias_ = round_bias(w);
+    p->extra_bytes_ = static_cast<int64_t>(p->weights_md_.get_size()) + 4 * c.n + p->bias_.bytes();
+    return std::unique_ptr<PreparedKernel>(std::move(p));
+  }
+
+  int64_t extra_bytes() const override { return extra_bytes_; }
+
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
+    const LayerConfig& c = weights_.config;
+    const int64_t m = args.m;
+    if (m < 1) return absl::InvalidArgumentError("M must be >= 1");
+    ASSIGN_OR_RETURN(std::shared_ptr<const Primitive> prim, primitive_for(m));
+
+    // Per-thread scratch: xu [M, K] | acc [M, N] | sa [M] | azp [M], and oneDNN's scratchpad.
+    thread_local ScratchBuffer scratch, pad;
+    const size_t xu_bytes = static_cast<size_t>((m * c.k + 63) / 64 * 64);
+    const size_t acc_bytes = static_cast<size_t>(4 * m * c.n);
+    uint8_t* buf = scratch.get(xu_bytes + acc_bytes + static_cast<size_t>(8 * m));
+    uint8_t* pad_buf = pad.get(prim->scratchpad_bytes + 64);
+    if (buf == nullptr || pad_buf == nullptr) {
+      return absl::ResourceExhaustedError("cpu.onednn: cannot allocate scratch");
+    }
+    uint8_t* xu = buf;
+    auto* acc = reinterpret_cast<int32_t*>(buf + xu_bytes);
+    auto* sa = reinterpret_cast<float*>(buf + xu_bytes + acc_bytes);
+    auto* azp = reinterpret_cast<int32_t*>(buf + xu_bytes + acc_bytes + 4 * m);
+
+    const int64_t t0 = now_ns();
+    QuantizeArgs q;
+    q.scheme = c.scheme;
+    q.input_scale = c.input_scale;
+    q.input_zero_point = c.input_zero_point;
+    q.x = args.x;
+    q.x_dtype = args.x_dtype;
+    q.k = c.k;
+    q.xq = reinterpret_cast<int8_t*>(xu);
+    q.xq_stride = c.k;
+    q.shift_to_u8 = true;
+    q.sa = sa;
+    q.azp = azp;
+    int64_t bad_row = INT64_MAX;
+    const int threads = m * c.k < kParallelMinElems ? 1 : omp_get_max_threads();
+#pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) \
+    reduction(min                                                               \
+              : bad_row)
+    for (int64_t t = 0; t < threads; ++t) {
+      const int64_t r = quantize_rows_avx512(q, m * t / threads, m * (t + 1) / threads);
+      if (r >= 0 && r < bad_row) bad_row = r;
+    }
+    if (bad_row != INT64_MAX) return non_finite_row_error(args.x, args.x_dtype, c.k, bad_row);
+    const int64_t t1 = now_ns();
+
+    RETURN_IF_ERROR(dnnl_call("matmul", [&] {
+      dnnl::stream stream(engine_);
+      memory src(memory::desc({m, c.k}, Dt::u8, Tag::ab), engine_, xu);
+      memory wei(weights_md_, engine_, packed_.get());
+      memory dst(memory::desc({m, c.n}, Dt::s32, Tag::ab), engine_, acc);
+      memory scratchpad(
+          memory::desc({static_cast<memory::dim>(prim->scratchpad_bytes)}, Dt::u8, Tag::a), engine_,
+          pad_buf);
+      prim->matmul.execute(stream, {{DNNL_ARG_SRC, src},
+                                    {DNNL_ARG_WEIGHTS, wei},
+                                    {DNNL_ARG_DST, dst},
+                                    {DNNL_ARG_SCRATCHPAD, scratchpad}});
+      stream.wait();
+    }));
+
+    EpilogueArgs e;
+    e.scheme = c.scheme;
+    e.sb = weights_.sb.data();
+    e.bias_f = bias_.get(args.y_dtype);
+    e.azp_adj = is_asymmetric(c.scheme) ? weights_.azp_adj.data() : nullptr;
+    e.comp = comp_.data();
+    e.sa = sa;
+    e.azp = azp;
+    e.y = args.y;
+    e.y_dtype = args.y_dtype;
+    e.ldy = c.n;
+    const int etasks = m * c.n < kParallelMinElems ? 1 : omp_get_max_threads();
+#pragma omp parallel for if (etasks > 1) num_threads(etasks) schedule(static)
+    for (int64_t t = 0; t < etasks; ++t) {
+      const int64_t r0 = m * t / etasks, r1 = m * (t + 1) / etasks;
+      // Row blocks of 8 keep sb, bias and the adjustments in cache across the rows.
+      for (int64_t r = r0; r < r1; r += 8) {
+        const int64_t rows = r1 - r < 8 ? r1 - r : 8;
+        epilogue_s32_avx512(e, acc + r * c.n, c.n, r, rows, 0, c.n);
+      }
+    }
+    const int64_t t2 = now_ns();
+
+    if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
+    if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp, azp + m, args.azp);
+    if (timings != nullptr) {
+      timings->quantize_ns = t1 - t0;
+      timings->gemm_ns = t2 - t1;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  OneDnnPrepared(const LayerWeights& w, const dnnl::engine& engine)
+      : weights_(w), engine_(engine) {}
+
+  absl::StatusOr<std::shared_ptr<const Primitive>> primitive_for(int64_t m) const {
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      auto it = cache_.find(m);
+      if (it != cache_.end()) return it->second;
+    }
+    auto prim = std::make_shared<Primitive>();
+    const LayerConfig& c = weights_.config;
+    RETURN_IF_ERROR(dnnl_call("matmul creation", [&] {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls, own scratch
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(memory::desc({m, c.k}, Dt::u8, Tag::ab), weights_md_,
+                             memory::desc({m, c.n}, Dt::s32, Tag::ab)),
+          attr, engine_);
+      prim->scratchpad_bytes = pd.scratchpad_desc().get_size();
+      prim->matmul = dnnl::matmul(pd);
+    }));
+    absl::WriterMutexLock lock(&mu_);
+    if (cache_.size() < kMaxCachedPrimitives) cache_.emplace(m, prim);
+    return std::shared_ptr<const Primitive>(std::move(prim));
+  }
+
+  const LayerWeights& weights_;
+  const dnnl::engine& engine_;
+  memory::desc weights_md_;
+  std::unique_ptr<uint8_t[], FreeDeleter> packed_;
+  std::vector<int32_t> comp_;
+  RoundedBias bias_;
+  int64_t extra_bytes_ = 0;
+  mutable absl::Mutex mu_;
+  mutable absl::flat_hash_map<int64_t, std::shared_ptr<const Primitive>> cache_;
+};
+
+}  // namespace
+#endif  // QLINEAR_HAVE_ONEDNN
+
+namespace {
+
+class OneDnnKernel final : public Kernel {
+ public:
+  absl::string_view name() const override { return "cpu.onednn"; }
+  absl::Status is_supported(const HostInfo& host) const override { return onednn_supported(host); }
+  absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
+    if (config.k > kOneDnnMaxK) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("K=", config.k, " exceeds ", kOneDnnMaxK,
+                       ", the largest K whose u8 x s8 int32 accumulation cannot overflow"));
+    }
+    if (shape.m < 1) return absl::InvalidArgumentError("M must be >= 1");
+    return absl::OkStatus();
+  }
+  MRange preferred_m() const override { return MRange{}; }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
+      const LayerWeights& weights) const override {
+    RETURN_IF_ERROR(onednn_supported(host_info()));
+#if QLINEAR_HAVE_ONEDNN
+    return OneDnnPrepared::create(weights);
+#else
+    (void)weights;
+    return absl::InternalError("unreachable");
+#endif
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_onednn_kernel() { return std::make_unique<OneDnnKernel>(); }
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,110 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <chrono>
+
+namespace qlinear::cpu {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// How long an idle worker polls for the next job before it sleeps. Long enough to cover the gap
+// between back-to-back calls (a decode step's layers follow each other within microseconds), short
+// enough that an idle pool gives the cores back at once.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+int process_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  // Workers start from generation 0, whenever their threads get to run: one that starts late
+  // still sees every job (or the stop) published after this constructor.
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool* pool = new ThreadPool(process_cpus());  // never destroyed: workers may be
+  return *pool;                                              // mid-spin at exit
+}
+
+void ThreadPool::run_tasks(Job* job) {
+  for (;;) {
+    const int64_t t = job->next.fetch_add(1);
+    if (t >= job->tasks) return;
+    job->fn(t);
+    job->done.fetch_add(1);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t tasks, absl::FunctionRef<void(int64_t)> fn) {
+  if (tasks <= 0) return;
+  if (tasks == 1 || workers_.empty() || busy_.exchange(true)) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  Job job{fn, tasks};
+  job_.store(&job);
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  run_tasks(&job);
+  while (job.done.load() < tasks) cpu_relax();
+  // Retract the job, then wait for every worker that may have picked up its pointer to let go:
+  // a worker increments in_job_ before it reads job_, so once in_job_ is zero after the
+  // retraction, no worker can reach this stack frame any more.
+  job_.store(nullptr);
+  while (in_job_.load() != 0) cpu_relax();
+  busy_.store(false);
+}
+
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    // Wait for a new generation: spin for a while, then sleep.
+    const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+    int polls = 0;
+    while (generation_.load() == seen) {
+      cpu_relax();
+      if (++polls % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+        std::unique_lock<std::mutex> lock(mu_);
+        sleepers_.fetch_add(1);
+        cv_.wait(lock, [&] { return generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+        break;
+      }
+    }
+    seen = generation_.load();
+    if (stop_.load()) return;
+    in_job_.fetch_add(1);
+    if (Job* job = job_.load(); job != nullptr) run_tasks(job);
+    in_job_.fetch_sub(1);
+  }
+}
+
+}  // namespace qlinear::cpu

@@ -1,0 +1,64 @@
+// A persistent pool of worker threads for the CPU kernels: every core works on one call, with no
+// thread created per call.
+//
+// The calling thread takes part in the work, so a pool of T threads has T - 1 workers. Workers
+// spin briefly after a call (back-to-back calls, as in decode loops, then start without a wake-up)
+// and then sleep on a condition variable, so an idle server costs no CPU.
+//
+// Thread safety: parallel_for may be called from any number of threads at once. One call at a
+// time gets the workers; a call that finds them busy (another request, or a nested call from
+// inside a task) runs all of its tasks on its own thread. Either way every task runs exactly once
+// and parallel_for returns after the last one finished.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+
+namespace qlinear::cpu {
+
+class ThreadPool {
+ public:
+  // `threads` counts the caller: threads = 2 starts one worker. threads <= 1 runs inline.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(task) for every task in [0, tasks). Tasks are claimed in increasing order, one at a
+  // time, by whichever thread is free: make tasks contiguous ranges of work, a few per thread.
+  void parallel_for(int64_t tasks, absl::FunctionRef<void(int64_t task)> fn);
+
+  // The process-wide pool, sized to the CPUs this process may run on.
+  static ThreadPool& global();
+
+ private:
+  struct Job {
+    absl::FunctionRef<void(int64_t)> fn;
+    int64_t tasks;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+
+  static void run_tasks(Job* job);
+  void worker_loop();
+
+  std::vector<std::thread> workers_;
+  std::atomic<bool> busy_{false};        // one call holds the workers
+  std::atomic<Job*> job_{nullptr};       // the job on offer, or null
+  std::atomic<int> in_job_{0};           // workers that may be touching *job_
+  std::atomic<uint64_t> generation_{0};  // bumped once per job
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace qlinear::cpu

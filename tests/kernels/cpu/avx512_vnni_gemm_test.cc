@@ -1,0 +1,104 @@
+// The VPDPBUSD GEMM (kernels/cpu/avx512_vnni_gemm.h) on its own: packed weights and raw int32
+// accumulators against reference::gemm_s8s8_s32, over M, N and K tails, any row and panel range,
+// and the extremes where the unsigned-shift sums wrap int32 before the compensation.
+#include "kernels/cpu/avx512_vnni_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/reference/reference_w8a8.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
+
+namespace qlinear::cpu {
+namespace {
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+struct Packed {
+  int64_t k_pad, n_pad, panels;
+  std::vector<int8_t> data;
+  std::vector<int32_t> comp;
+};
+
+Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
+  Packed p;
+  p.k_pad = round_up(k, 4);
+  p.n_pad = round_up(n, 16);
+  p.panels = (p.n_pad + kVnniPanel - 1) / kVnniPanel;
+  p.data.assign(p.k_pad * p.n_pad + 64, 0);
+  p.comp.assign(p.n_pad, 0);
+  pack_weights_vnni(w.data(), n, k, p.k_pad, p.n_pad, p.data.data(), p.comp.data());
+  return p;
+}
+
+// Raw accumulators for rows [m0, m1) and panels [p0, p1), written into acc [M, N].
+void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, int64_t k,
+          int64_t m0, int64_t m1, int64_t p0, int64_t p1, bool prefetch, int32_t* acc) {
+  const int64_t ldx = p.k_pad + 4;
+  std::vector<uint8_t> xu(m * ldx, 0x80);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < k; ++i) xu[r * ldx + i] = static_cast<uint8_t>(xq[r * k + i] ^ 0x80);
+  }
+  // The packed buffer must be 64-byte aligned; std::vector<int8_t> only promises 16.
+  std::unique_ptr<uint8_t[], FreeDeleter> aligned = allocate_buffer(p.data.size());
+  std::memcpy(aligned.get(), p.data.data(), p.data.size());
+  VnniGemmArgs g;
+  g.packed = reinterpret_cast<const int8_t*>(aligned.get());
+  g.comp = p.comp.data();
+  g.n = n;
+  g.k_pad = p.k_pad;
+  g.n_pad = p.n_pad;
+  g.xu = xu.data();
+  g.ldx = ldx;
+  g.prefetch = prefetch;
+  g.acc_out = acc;
+  g.ld_acc = n;
+  gemm_u8s8_vnni_avx512(g, m0, m1, p0, p1);
+}
+
+TEST(Avx512VnniGemm, AccumulatorsMatchReferenceOverTails) {
+  QL_REQUIRE_AVX512_VNNI();
+  QL_SEEDED_RNG(rng);
+  for (int64_t n : {1, 15, 16, 17, 48, 64, 65, 130, 971}) {
+    for (int64_t k : {1, 3, 4, 5, 17, 64, 496, 1025}) {
+      const int64_t m = rng.range(1, 20);
+      const std::vector<int8_t> w = random_int8(rng, n * k), xq = random_int8(rng, m * k);
+      const Packed p = pack(w, n, k);
+      std::vector<int32_t> want(m * n), got(m * n, 0x5a5a5a5a);
+      reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
+      // Split rows and panels at random points: every split must tile the output exactly once.
+      const int64_t ms = rng.range(0, m), ps = rng.range(0, p.panels);
+      const bool pf = rng.range(0, 1) == 1;
+      gemm(p, xq, m, n, k, 0, ms, 0, ps, pf, got.data());
+      gemm(p, xq, m, n, k, ms, m, 0, ps, pf, got.data());
+      gemm(p, xq, m, n, k, 0, ms, ps, p.panels, pf, got.data());
+      gemm(p, xq, m, n, k, ms, m, ps, p.panels, pf, got.data());
+      ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
+          << "M=" << m << " N=" << n << " K=" << k;
+    }
+  }
+}
+
+TEST(Avx512VnniGemm, ExtremeSumsAreExactUpToTheLargestK) {
+  QL_REQUIRE_AVX512_VNNI();
+  // xq = 127 enters VPDPBUSD as 255; with W = -128 the unsigned sums reach -255 * 128 * K, beyond
+  // int32 for K > 65793, and wrap; the compensation must bring back 127 * -128 * K exactly.
+  // xq = -128 with W = -128 gives the largest positive sum, 2^14 * K.
+  for (int64_t k : {int64_t{65793}, int64_t{65794}, kMaxK}) {
+    for (int8_t xv : {int8_t{127}, int8_t{-128}}) {
+      const int64_t n = 17, m = 2;
+      const std::vector<int8_t> w(n * k, -128), xq(m * k, xv);
+      const Packed p = pack(w, n, k);
+      std::vector<int32_t> want(m * n), got(m * n);
+      reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
+      gemm(p, xq, m, n, k, 0, m, 0, p.panels, false, got.data());
+      ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
+          << "K=" << k << " x=" << int{xv};
+      EXPECT_EQ(got[0], int32_t{xv} * -128 * static_cast<int32_t>(k));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qlinear::cpu

@@ -1,0 +1,358 @@
+// cpu.avx512_vnni and cpu.onednn against cpu.reference through the Kernel interface: the whole
+// W8A8 op (quantize, GEMM, epilogue) bit for bit on y, sa and azp; accumulators bit for bit
+// through an identity epilogue; every scheme x input dtype x output dtype x bias, per-channel,
+// per-tensor and per-partition scales, M = 1..67 and N, K with odd tails; non-finite rows rejected
+// with the reference's message; several threads on one prepared kernel.
+//
+// Combinations are sampled, not crossed, to keep the suite fast: every M in 1..67 on small
+// layers, a spread of M (tile edges 1, 6, 7, 12, 13, 16, 17 and 67 included) on large ones, and
+// the dtype pairs cycled so that each layer shape sees several.
+#include "kernels/cpu/cpu_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/avx512_vnni_kernel.h"
+#include "kernels/cpu/onednn_gemm.h"
+#include "kernels/reference/reference_w8a8.h"
+#include "kernels/registry.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
+
+namespace qlinear::cpu {
+namespace {
+
+using testing::kAllDTypes;
+using testing::kAllSchemes;
+using testing::LayerOptions;
+using testing::ScaleMode;
+
+struct KernelUnderTest {
+  std::unique_ptr<Kernel> kernel;
+};
+
+// The CPU kernels this host can run; the others are named in the skip message.
+std::vector<std::unique_ptr<Kernel>> supported_kernels(std::string* skipped) {
+  std::vector<std::unique_ptr<Kernel>> all;
+  all.push_back(make_avx512_vnni_kernel());
+  all.push_back(make_onednn_kernel());
+  std::vector<std::unique_ptr<Kernel>> out;
+  for (auto& k : all) {
+    const absl::Status s = k->is_supported(host_info());
+    if (s.ok()) {
+      out.push_back(std::move(k));
+    } else {
+      *skipped += std::string(k->name()) + ": " + std::string(s.message()) + "; ";
+    }
+  }
+  return out;
+}
+
+#define QL_CPU_KERNELS(kernels)                                                \
+  std::string _skipped;                                                        \
+  std::vector<std::unique_ptr<Kernel>> kernels = supported_kernels(&_skipped); \
+  if (!_skipped.empty()) std::cerr << "not tested here: " << _skipped << "\n"; \
+  if (kernels.empty()) GTEST_SKIP() << "no optimized CPU kernel runs here: " << _skipped
+
+struct Output {
+  absl::Status status;
+  std::vector<uint8_t> y;
+  std::vector<float> sa;
+  std::vector<int32_t> azp;
+};
+
+Output run_one(const PreparedKernel& k, const std::vector<uint8_t>& x, DType x_dtype, int64_t m,
+               int64_t n, DType y_dtype) {
+  Output o;
+  o.y.assign(static_cast<size_t>(m * n) * dtype_size(y_dtype), 0xcd);
+  o.sa.assign(m, -1.f);
+  o.azp.assign(m, -1);
+  RunArgs a;
+  a.x = x.data();
+  a.x_dtype = x_dtype;
+  a.m = m;
+  a.y = o.y.data();
+  a.y_dtype = y_dtype;
+  a.sa = o.sa.data();
+  a.azp = o.azp.data();
+  RunTimings t;
+  o.status = k.run(a, &t);
+  return o;
+}
+
+Output run_reference(const LayerWeights& w, const std::vector<uint8_t>& x, DType x_dtype, int64_t m,
+                     DType y_dtype) {
+  static const std::unique_ptr<Kernel> ref = reference::make_reference_kernel();
+  auto prepared = ref->prepare(w);
+  return run_one(**prepared, x, x_dtype, m, w.config.n, y_dtype);
+}
+
+void expect_same(const Output& got, const Output& want, const LayerConfig& c, int64_t m,
+                 DType y_dtype, const std::string& what) {
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status;
+  const int64_t d =
+      testing::first_difference(got.y.data(), want.y.data(), m * c.n, dtype_size(y_dtype));
+  ASSERT_EQ(d, -1) << what << ": y differs at row " << d / c.n << " column " << d % c.n << ": "
+                   << load_as_f32(got.y.data(), y_dtype, d) << " vs "
+                   << load_as_f32(want.y.data(), y_dtype, d);
+  ASSERT_EQ(testing::first_difference(got.sa.data(), want.sa.data(), m, 4), -1) << what << ": sa";
+  if (is_asymmetric(c.scheme)) {
+    ASSERT_EQ(testing::first_difference(got.azp.data(), want.azp.data(), m, 4), -1)
+        << what << ": azp";
+  }
+}
+
+// Runs every kernel on one layer for each M in `ms`, cycling the dtype pairs.
+void check_layer(SplitMix64& rng, const std::vector<std::unique_ptr<Kernel>>& kernels,
+                 const LayerWeights& w, const std::vector<int64_t>& ms) {
+  std::vector<std::unique_ptr<PreparedKernel>> prepared;
+  for (const auto& k : kernels) {
+    auto p = k->prepare(w);
+    ASSERT_TRUE(p.ok()) << k->name() << ": " << p.status();
+    prepared.push_back(std::move(*p));
+  }
+  int64_t pair = rng.range(0, 8);
+  for (int64_t m : ms) {
+    const DType x_dtype = kAllDTypes[pair % 3], y_dtype = kAllDTypes[(pair / 3) % 3];
+    ++pair;
+    const std::vector<uint8_t> x = testing::random_x(rng, m, w.config.k, x_dtype);
+    const Output want = run_reference(w, x, x_dtype, m, y_dtype);
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const ProblemShape shape{m, w.config.n, w.config.k, x_dtype, y_dtype};
+      if (!kernels[i]->can_implement(w.config, shape).ok()) continue;
+      const std::string what =
+          std::string(kernels[i]->name()) + " " + testing::describe(w.config, m, x_dtype, y_dtype);
+      expect_same(run_one(*prepared[i], x, x_dtype, m, w.config.n, y_dtype), want, w.config, m,
+                  y_dtype, what);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+ScaleMode scale_mode(int64_t i) { return static_cast<ScaleMode>(i % 3); }
+
+TEST(CpuKernels, SmallLayersEveryMFrom1To67) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  std::vector<int64_t> ms(67);
+  for (int64_t i = 0; i < 67; ++i) ms[i] = i + 1;
+  int64_t variant = rng.range(0, 5);
+  for (int64_t n : {1, 15}) {
+    for (int64_t k : {17, 496}) {
+      for (Scheme scheme : kAllSchemes) {
+        ++variant;
+        const LayerOptions o{n, k, scheme, variant % 2 == 0, scale_mode(variant / 2)};
+        auto w = testing::random_layer(rng, o);
+        ASSERT_NE(w, nullptr);
+        check_layer(rng, kernels, *w, ms);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, LargeLayersSampledM) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  int64_t variant = rng.range(0, 5);
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1025},  {15, 4099},  {971, 17},
+                                                {971, 496}, {971, 1025}, {971, 4099}};
+  for (const auto& [n, k] : shapes) {
+    for (Scheme scheme : kAllSchemes) {
+      ++variant;
+      const LayerOptions o{n, k, scheme, variant % 2 == 0, scale_mode(variant / 2)};
+      auto w = testing::random_layer(rng, o);
+      ASSERT_NE(w, nullptr);
+      // Tile edges (the register tile has 6 rows), the small-M limit, and random fill-ins.
+      std::vector<int64_t> ms = {1, 6, 7, rng.range(2, 5), rng.range(12, 17), rng.range(18, 66),
+                                 67};
+      if (n * k > 1000000) ms = {1, rng.range(6, 7), rng.range(12, 17), 67};
+      check_layer(rng, kernels, *w, ms);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Static symmetric with input_scale 1, sb 1 and no bias makes y = f32(acc) in fp32: exact for
+// |acc| < 2^24, and for the extremes below, whose values are multiples of large powers of two.
+TEST(CpuKernels, AccumulatorsAreExactThroughAnIdentityEpilogue) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  auto identity_layer = [](int64_t n, int64_t k, std::vector<int8_t> w) {
+    LayerSpec spec;
+    spec.n = n;
+    spec.k = k;
+    spec.scheme = Scheme::kStaticSymmetric;
+    spec.weight_scale = {1.f};
+    spec.has_input_scale = true;
+    spec.input_scale = 1.f;
+    return build_layer_weights(spec, std::move(w));
+  };
+  struct Case {
+    int64_t n, k;
+    bool extreme;
+  };
+  const Case cases[] = {{1, 17, false},    {15, 496, false},  {971, 1025, false},
+                        {33, 4099, false}, {17, 65793, true}, {17, kMaxK, true}};
+  for (const Case& cs : cases) {
+    std::vector<int8_t> w =
+        cs.extreme ? std::vector<int8_t>(cs.n * cs.k, -128) : random_int8(rng, cs.n * cs.k);
+    auto layer = identity_layer(cs.n, cs.k, w);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    const int64_t m = cs.extreme ? 2 : rng.range(1, 20);
+    std::vector<int8_t> xq(m * cs.k);
+    std::vector<float> x(m * cs.k);
+    for (int64_t i = 0; i < m * cs.k; ++i) {
+      // Extreme rows: 127 (255 after the shift: the unsigned sums wrap int32) and -128.
+      xq[i] = cs.extreme ? (i < cs.k ? int8_t{127} : int8_t{-128})
+                         : static_cast<int8_t>(rng.range(-128, 127));
+      x[i] = xq[i];
+    }
+    std::vector<int32_t> acc(m * cs.n);
+    reference::gemm_s8s8_s32(xq.data(), w.data(), m, cs.n, cs.k, acc.data());
+    std::vector<uint8_t> xb(x.size() * 4);
+    std::memcpy(xb.data(), x.data(), xb.size());
+    for (const auto& k : kernels) {
+      const ProblemShape shape{m, cs.n, cs.k, DType::kF32, DType::kF32};
+      if (const absl::Status s = k->can_implement((*layer)->config, shape); !s.ok()) {
+        EXPECT_EQ(k->name(), "cpu.onednn") << s;  // only oneDNN declines, above its K limit
+        EXPECT_GT(cs.k, kOneDnnMaxK);
+        continue;
+      }
+      auto p = k->prepare(**layer);
+      ASSERT_TRUE(p.ok()) << p.status();
+      const Output o = run_one(**p, xb, DType::kF32, m, cs.n, DType::kF32);
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      for (int64_t i = 0; i < m * cs.n; ++i) {
+        float y;
+        std::memcpy(&y, o.y.data() + 4 * i, 4);
+        ASSERT_EQ(y, static_cast<float>(acc[i]))
+            << k->name() << " N=" << cs.n << " K=" << cs.k << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, NonFiniteRowsAreRejectedAsTheReferenceDoes) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (Scheme scheme : kAllSchemes) {
+    for (DType x_dtype : kAllDTypes) {
+      auto w = testing::random_layer(
+          rng, {19, rng.range(1, 300), scheme, false, ScaleMode::kPerChannel});
+      ASSERT_NE(w, nullptr);
+      // Enough rows that quantization is split over threads: the lowest bad row must win.
+      const int64_t m = rng.range(1, 3) == 1 ? rng.range(2, 9) : rng.range(200, 400);
+      std::vector<uint8_t> x = testing::random_x(rng, m, w->config.k, x_dtype);
+      const int64_t first = rng.range(0, m - 1);
+      for (int64_t row : {first, std::min(m - 1, first + rng.range(0, 100))}) {
+        const int64_t col = rng.range(0, w->config.k - 1);
+        store_from_f32(x.data(), x_dtype, row * w->config.k + col, bad[rng.range(0, 2)]);
+      }
+      const Output want = run_reference(*w, x, x_dtype, m, DType::kBF16);
+      ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
+      for (const auto& k : kernels) {
+        auto p = k->prepare(*w);
+        ASSERT_TRUE(p.ok()) << p.status();
+        const Output got = run_one(**p, x, x_dtype, m, w->config.n, DType::kBF16);
+        EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument) << k->name();
+        EXPECT_EQ(got.status.message(), want.status.message()) << k->name();
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, ManyThreadsOnOnePreparedKernel) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  auto w = testing::random_layer(
+      rng, {203, 515, Scheme::kDynamicAsymmetric, true, ScaleMode::kPerPartition});
+  ASSERT_NE(w, nullptr);
+  struct Request {
+    int64_t m;
+    DType x_dtype, y_dtype;
+    std::vector<uint8_t> x;
+    Output want;
+  };
+  std::vector<Request> requests;
+  for (int i = 0; i < 12; ++i) {
+    Request r;
+    r.m = i % 3 == 0 ? rng.range(1, 4) : rng.range(5, 150);
+    r.x_dtype = kAllDTypes[rng.range(0, 2)];
+    r.y_dtype = kAllDTypes[rng.range(0, 2)];
+    r.x = testing::random_x(rng, r.m, w->config.k, r.x_dtype);
+    r.want = run_reference(*w, r.x, r.x_dtype, r.m, r.y_dtype);
+    requests.push_back(std::move(r));
+  }
+  for (const auto& k : kernels) {
+    auto p = k->prepare(*w);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const PreparedKernel& prepared = **p;
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int iter = 0; iter < 6; ++iter) {
+          const Request& r = requests[(t * 5 + iter * 7) % requests.size()];
+          const Output o = run_one(prepared, r.x, r.x_dtype, r.m, w->config.n, r.y_dtype);
+          if (!o.status.ok() || o.y != r.want.y || o.sa != r.want.sa || o.azp != r.want.azp) {
+            mismatches.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(mismatches.load(), 0) << k->name();
+  }
+}
+
+TEST(CpuKernels, DeclineWithReasonsOnHostsWithoutVnni) {
+  HostInfo host = host_info();
+  host.avx512_vnni = false;
+  host.avx512bw = false;
+  for (const auto& k : {make_avx512_vnni_kernel(), make_onednn_kernel()}) {
+    const absl::Status s = k->is_supported(host);
+    ASSERT_FALSE(s.ok()) << k->name();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    // Either the ISA is named or the kernel says it is not compiled in.
+    const std::string msg(s.message());
+    EXPECT_TRUE(msg.find("avx512_vnni") != std::string::npos ||
+                msg.find("not compiled in") != std::string::npos)
+        << k->name() << ": " << msg;
+  }
+}
+
+TEST(CpuKernels, CanImplementLimits) {
+  LayerConfig c;
+  c.n = 8;
+  c.k = kOneDnnMaxK + 1;
+  const ProblemShape shape{1, c.n, c.k, DType::kBF16, DType::kBF16};
+  EXPECT_TRUE(make_avx512_vnni_kernel()->can_implement(c, shape).ok());
+  const absl::Status s = make_onednn_kernel()->can_implement(c, shape);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("65793"), std::string::npos) << s;
+  c.k = kMaxK + 1;
+  EXPECT_FALSE(make_avx512_vnni_kernel()->can_implement(c, shape).ok());
+}
+
+TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
+  Registry r;
+  register_cpu_kernels(&r);
+  register_cpu_kernels(&r);  // idempotent
+  ASSERT_TRUE(r.add(reference::make_reference_kernel()).ok());
+  std::vector<std::string> names;
+  for (const Kernel* k : r.kernels()) names.emplace_back(k->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu.avx512_vnni", "cpu.onednn", "cpu.reference"}));
+}
+
+}  // namespace
+}  // namespace qlinear::cpu
