@@ -115,7 +115,7 @@ std::string ArgParser::help() const {
     if (!o.default_text.empty()) out += absl::StrCat(" (default: ", o.default_text, ")");
     out += "\n";
   }
-  out += "  --help" + std::string(24, ' ') + "Show this help\n";
+  out += "  --help" + std::string(22, ' ') + "Show this help\n";
   return out;
 }
 
