@@ -3,11 +3,11 @@
 #
 # Usage: scripts/test.sh [ctest arguments]
 #   scripts/test.sh                  everything
-#   scripts/test.sh -R Registry      only tests whose name matches
+#   scripts/test.sh -R ServerTest    only tests whose name matches
 #
 # Environment: everything scripts/build.sh reads (QLINEAR_BUILD_DIR, QLINEAR_SKIP_DEPS,
 # QLINEAR_CUDA, JOBS), plus
-#   QLINEAR_TEST_TIMEOUT  seconds one test may run before it counts as failed (default 600)
+#   QLINEAR_TEST_TIMEOUT  seconds one test may run before it counts as failed (default 300)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +21,7 @@ echo "test: running ctest in $BUILD"
 rc=0
 # --no-tests=error: a build that registered no test is a failure, not a pass.
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
-  -j "${JOBS:-$(nproc)}" --timeout "${QLINEAR_TEST_TIMEOUT:-600}" "$@" || rc=$?
+  -j "${JOBS:-$(nproc)}" --timeout "${QLINEAR_TEST_TIMEOUT:-300}" "$@" || rc=$?
 
 elapsed=$(($(date +%s) - start))
 if [ "$rc" -eq 0 ]; then
