@@ -14,6 +14,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libdnnl-dev nlohmann-json3-dev
   prometheus-cpp-dev
+  # Debian's oneDNN CMake package requires OpenCL headers and loader (a recommends, which
+  # --no-install-recommends would otherwise skip).
+  ocl-icd-opencl-dev opencl-headers
 )
 
 with_cutlass=0
