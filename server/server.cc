@@ -6,6 +6,7 @@
 #include "server/metrics_http.h"
 
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
 #include "absl/strings/str_join.h"
 #include "kernels/core/status.h"
 #include "server/core/demo_layer.h"
@@ -56,6 +57,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   }
 
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC's built-in health service has no protobuf descriptor of its own; linking ours lets
+  // reflection describe grpc.health.v1 so that grpcurl-style tools can call it.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(o.address, ":", o.port), grpc::InsecureServerCredentials(),

@@ -152,6 +152,22 @@ TEST_F(ServerTest, ReflectionListsTheService) {
   for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_NE(bytes.find("qlinear.v1.QLinear"), std::string::npos);
   EXPECT_NE(bytes.find("grpc.health.v1.Health"), std::string::npos);
+  // file_containing_symbol (field 4) for the health service: its descriptor must be served, or
+  // reflection-driven tools cannot call Check.
+  const std::string symbol = "grpc.health.v1.Health";
+  const std::string request2 = std::string("\x22") + static_cast<char>(symbol.size()) + symbol;
+  grpc::Slice slice2(request2);
+  grpc::ByteBuffer buf2(&slice2, 1);
+  call->Write(buf2, reinterpret_cast<void*>(6));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply2;
+  call->Read(&reply2, reinterpret_cast<void*>(7));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  slices.clear();
+  ASSERT_TRUE(reply2.Dump(&slices).ok());
+  bytes.clear();
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("HealthCheckRequest"), std::string::npos) << "no descriptor for health";
   call->WritesDone(reinterpret_cast<void*>(4));
   cq.Next(&tag, &ok);
   grpc::Status status;
