@@ -190,6 +190,13 @@ TEST(ProcessTest, ClientsKilledMidUploadAndMidStreamLeaveNothingBehind) {
   ASSERT_EQ(layers->layers_size(), 1);
   EXPECT_EQ(layers->layers(0).name(), "demo");
   EXPECT_EQ(layers->layers(0).queue_depth(), 0);
+  // Reflection in the real binary describes both services (grpcurl-style tools need both).
+  EXPECT_NE(testing::reflection_file_containing(server.client().channel(), "grpc.health.v1.Health")
+                .find("HealthCheckRequest"),
+            std::string::npos);
+  EXPECT_NE(testing::reflection_file_containing(server.client().channel(), "qlinear.v1.QLinear")
+                .find("LayerHeader"),
+            std::string::npos);
   auto r = server.client().load_layer(big.header, big.weights);
   EXPECT_TRUE(r.ok()) << r.status();
   std::chrono::milliseconds took;

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
 #include "common/random.h"
 #include "common/sha256.h"
 #include "kernels/core/weights.h"
@@ -92,6 +95,55 @@ inline v1::InferRequest make_request(const std::string& layer, const std::string
   r.set_m(m);
   r.set_x(x);
   return r;
+}
+
+// One request on grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo, encoded by hand
+// (the reflection protos are not installed): returns the raw response bytes, or "" on failure.
+inline std::string reflection_call(const std::shared_ptr<grpc::Channel>& channel,
+                                   const std::string& request) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok = false;
+  std::string bytes;
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (cq.Next(&tag, &ok) && ok) {
+    grpc::Slice slice(request);
+    grpc::ByteBuffer buf(&slice, 1);
+    call->Write(buf, reinterpret_cast<void*>(2));
+    if (cq.Next(&tag, &ok) && ok) {
+      grpc::ByteBuffer reply;
+      call->Read(&reply, reinterpret_cast<void*>(3));
+      std::vector<grpc::Slice> slices;
+      if (cq.Next(&tag, &ok) && ok && reply.Dump(&slices).ok()) {
+        for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+  }
+  call->WritesDone(reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return bytes;
+}
+
+// ServerReflectionRequest{list_services: "*"} (field 7).
+inline std::string reflection_list_services(const std::shared_ptr<grpc::Channel>& channel) {
+  return reflection_call(channel, std::string("\x3a\x01*", 3));
+}
+
+// ServerReflectionRequest{file_containing_symbol: symbol} (field 4).
+inline std::string reflection_file_containing(const std::shared_ptr<grpc::Channel>& channel,
+                                              const std::string& symbol) {
+  return reflection_call(channel, std::string("\x22") + static_cast<char>(symbol.size()) + symbol);
 }
 
 }  // namespace qlinear::testing
