@@ -22,6 +22,8 @@ const std::vector<Command>& commands() {
       {"infer", "Run one request and summarize the output and its metadata", cmd_infer},
       {"smoke", "End-to-end check of every scheme, bit-for-bit against a local reference",
        cmd_smoke},
+      {"bench", "Load benchmark: concurrent streams or unary callers, latency and throughput",
+       cmd_bench},
   };
   return list;
 }

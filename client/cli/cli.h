@@ -53,6 +53,7 @@ int cmd_load(const CommandArgs& args);
 int cmd_unload(const CommandArgs& args);
 int cmd_infer(const CommandArgs& args);
 int cmd_smoke(const CommandArgs& args);
+int cmd_bench(const CommandArgs& args);
 
 // Prints "qlinear-cli: <CODE>: <message>" to stderr and returns kExitFailure.
 int fail(const absl::Status& status);

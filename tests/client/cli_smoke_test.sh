@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test of qlinear-cli against a real qlinear-server on a free local port: health,
 # smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
-# (random and from .npy files), infer (unary and streamed, .npy in and out), unload, error exit
-# codes, --help of every command, and a graceful SIGTERM stop of the server (exit 0).
+# (random and from .npy files), infer (unary and streamed, .npy in and out), short load
+# benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, and a
+# graceful SIGTERM stop of the server (exit 0).
 #
 # Usage: cli_smoke_test.sh QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY
 set -euo pipefail
@@ -54,7 +55,8 @@ free_port() {
 
 # --- start the server -------------------------------------------------------------------------
 port=$(free_port)
-"$server_bin" --address 127.0.0.1 --port "$port" --no-demo-layer 2>"$work/server.log" &
+"$server_bin" --address 127.0.0.1 --port "$port" --no-demo-layer --enable-echo \
+  2>"$work/server.log" &
 server_pid=$!
 export QLINEAR_SERVER=127.0.0.1:$port
 
@@ -156,6 +158,38 @@ grep_err "activations must be float32 (<f4) or float16 (<f2), got |i1"
 expect 1 infer --layer cli-test/missing
 grep_err '^qlinear-cli: NOT_FOUND: '
 
+# --- bench: streams, echo, unary with the echo comparison, an existing layer --------------------
+expect 0 bench --n 256 --k 256 --streams 4 --duration 2 --m 1
+cat "$work/out"
+grep_out '^bench: infer on layer .bench-[0-9]*. (N=256 K=256, random, dynamic_symmetric'
+grep_out '4 InferStreams on their own channels, 2 s after 1 s warm-up'
+grep_out '^  throughput  [0-9.]* requests/s, [0-9.]* rows/s$'
+grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max '
+grep_out '^  errors      none$'
+grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* us   total '
+grep_out '^  batch       [0-9.]* requests, [0-9.]* rows per GEMM'
+grep_out '^  kernels     cpu\.'
+grep_err '^bench: .* req/s  0 errors$'  # the progress line, plain lines when not a terminal
+expect 0 bench --echo --n 256 --k 256 --duration 1
+grep_out '^bench: echo (512 B/row up, 512 B/row down, as for N=256 K=256), M=1'
+grep_out '^  throughput  [0-9.]* requests/s'
+grep_out '^  latency     p50 '
+expect 0 bench --unary --streams 2 --requests 50 --n 256 --k 256 --m-min 1 --m-max 8 \
+  --deadline-ms 5000 --shared-channel --compare-echo
+grep_out '2 unary Infer callers on one channel, 50 requests'
+grep_out '^  requests    50 ok, 0 failed'
+grep_out '^  throughput  [0-9.]* requests/s'
+grep_out '^server overhead = latency - echo latency:  p50 -*[0-9.]* ms (.*)   p99 '
+expect 0 bench --layer cli-test/random --m 2 --requests 20 --warmup 0
+grep_out "^bench: infer on layer 'cli-test/random' (N=96 K=136, existing, static_asymmetric, batching off)"
+grep_out '^  requests    20 ok'
+expect 1 bench --layer cli-test/missing --duration 1
+grep_err '^qlinear-cli: NOT_FOUND: '
+expect 2 bench --n 256
+grep_err 'need --layer, or --n >= 1 and 2 <= --k'
+expect 2 bench --n 256 --k 256 --duration 1 --requests 5
+expect 2 bench --n 256 --k 256 --deadline-ms 10
+
 # --- unload ---------------------------------------------------------------------------------------
 for layer in cli-test/random cli-test/files cli-test/raw; do
   expect 0 unload "$layer"
@@ -163,14 +197,14 @@ done
 expect 1 unload cli-test/random
 grep_err '^qlinear-cli: NOT_FOUND: '
 expect 0 layers
-grep_out 'no layers loaded'
+grep_out 'no layers loaded'  # bench unloads its random layers too
 
 # --- command line: help, usage errors, server selection -----------------------------------------
 expect 0 --help
 grep_out '^Commands:'
 expect 0 help
 grep_out '^  smoke '
-for cmd in health kernels layers describe load unload infer smoke; do
+for cmd in health kernels layers describe load unload infer smoke bench; do
   expect 0 "$cmd" --help
   grep_out "^Usage: qlinear-cli $cmd"
   expect 0 help "$cmd"

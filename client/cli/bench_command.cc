@@ -1,0 +1,853 @@
+// bench: a closed-loop load generator. C workers (bidi InferStreams, or unary callers) each keep
+// one request in flight on their own channel (or one channel for all), for a duration or a
+// request count after a warm-up; inputs are generated before the clock starts. Prints
+// throughput, client latency percentiles from per-request samples, errors by status code, the
+// server's own timing breakdown and batch sizes from the response metadata, and the kernels that
+// ran. --echo runs the same loop on the Echo RPC (same bytes each way, no compute): the
+// transport floor. --compare-echo runs both and prints the difference.
+#include <grpc/grpc.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/cli.h"
+
+namespace qlinear::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Set by SIGINT: stop issuing requests, report what was measured, unload the layer.
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// Error "code" of a response that came back OK but with the wrong shape or size.
+constexpr int kBadResponse = -1;
+// Upper bound on the bytes of pre-generated inputs; fewer distinct buffers per M above it.
+constexpr int64_t kPayloadBudget = int64_t{256} << 20;
+constexpr int kMaxMessageBytes = (1 << 30) - 1;
+
+enum class Rpc { kStream, kUnary, kEcho };
+
+const char* rpc_name(Rpc r) {
+  switch (r) {
+    case Rpc::kStream:
+      return "InferStream";
+    case Rpc::kUnary:
+      return "Infer";
+    case Rpc::kEcho:
+      return "Echo";
+  }
+  return "?";
+}
+
+struct Config {
+  std::string server;
+  std::string layer;
+  int64_t n = 0, k = 0;
+  std::string layer_note;  // "uploaded, random, dynamic_symmetric" / "existing, ..."
+  int64_t m_min = 1, m_max = 1;
+  v1::DType x_dtype = v1::DTYPE_BF16, y_dtype = v1::DTYPE_BF16;
+  int64_t workers = 1;
+  bool unary = false;  // infer passes: unary Infer instead of InferStream
+  bool shared_channel = false;
+  double warmup_s = 1, duration_s = 10;
+  int64_t requests = 0;  // > 0: a request count instead of a duration
+  int64_t deadline_ms = 0;
+  int64_t variants = 4;  // distinct inputs per M
+  uint64_t seed = 1;
+};
+
+// Requests built before the clock starts: `variants` per M in [m_min, m_max].
+struct Payloads {
+  int64_t variants = 1;
+  std::vector<std::vector<v1::InferRequest>> infer;  // [m - m_min][variant]
+  std::vector<std::vector<v1::EchoRequest>> echo;
+};
+
+Payloads make_payloads(const Config& c, Rpc rpc) {
+  const size_t xs = dtype_size(core_dtype(c.x_dtype));
+  const size_t ys = dtype_size(core_dtype(c.y_dtype));
+  int64_t rows = 0;
+  for (int64_t m = c.m_min; m <= c.m_max; ++m) rows += m;
+  const int64_t bytes_per_variant = std::max<int64_t>(1, rows * c.k * static_cast<int64_t>(xs));
+  Payloads p;
+  p.variants = std::clamp<int64_t>(kPayloadBudget / bytes_per_variant, 1, c.variants);
+  SplitMix64 rng(c.seed ^ 0x5bd1e9955bd1e995ull);
+  for (int64_t m = c.m_min; m <= c.m_max; ++m) {
+    if (rpc == Rpc::kEcho) {
+      p.echo.emplace_back();
+    } else {
+      p.infer.emplace_back();
+    }
+    for (int64_t v = 0; v < p.variants; ++v) {
+      std::string x = random_activations(rng, m * c.k, core_dtype(c.x_dtype));
+      if (rpc == Rpc::kEcho) {
+        v1::EchoRequest e;
+        e.set_payload(std::move(x));
+        e.set_response_bytes(m * c.n * static_cast<int64_t>(ys));
+        p.echo.back().push_back(std::move(e));
+      } else {
+        v1::InferRequest r;
+        r.set_layer(c.layer);
+        r.set_x_dtype(c.x_dtype);
+        r.set_output_dtype(c.y_dtype);
+        r.set_m(m);
+        r.set_x(std::move(x));
+        p.infer.back().push_back(std::move(r));
+      }
+    }
+  }
+  return p;
+}
+
+struct ErrorTally {
+  int64_t count = 0;
+  std::string first_message;
+};
+
+// What one worker measured (requests issued after the warm-up only).
+struct WorkerResult {
+  int64_t ok = 0, rows = 0;
+  std::vector<int64_t> latency_ns;
+  std::map<int, ErrorTally> errors;  // by google.rpc code, or kBadResponse
+  std::vector<int64_t> queue_us, quantize_us, gemm_us, total_us;
+  int64_t batch_requests = 0, batch_rows = 0;
+  std::map<std::string, int64_t> kernels;
+  std::string device;
+  Clock::time_point last_done{};
+  int64_t streams_reopened = 0;
+};
+
+// State shared by the workers and the progress loop.
+struct Shared {
+  Clock::time_point start, measure_from, measure_until;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> tickets{0};   // --requests: measured requests claimed
+  std::atomic<int64_t> done{0};      // every completed request, warm-up included
+  std::atomic<int64_t> errors{0};    // every failed one
+  std::atomic<int64_t> finished{0};  // workers that have returned
+};
+
+class Worker {
+ public:
+  Worker(int index, const Config& c, const Payloads& p, v1::QLinear::Stub* stub, Rpc rpc,
+         Shared* sh, WorkerResult* r)
+      : c_(c),
+        p_(p),
+        stub_(stub),
+        rpc_(rpc),
+        sh_(sh),
+        r_(r),
+        rng_(c.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(index) + 1) {}
+
+  void run() {
+    switch (rpc_) {
+      case Rpc::kStream:
+        run_stream();
+        break;
+      case Rpc::kUnary:
+        run_unary();
+        break;
+      case Rpc::kEcho:
+        run_echo();
+        break;
+    }
+    sh_->finished.fetch_add(1);
+  }
+
+ private:
+  // Whether to issue another request; sets the send time and whether it is measured.
+  bool next(Clock::time_point* t0, bool* measured) {
+    if (sh_->stop.load(std::memory_order_relaxed)) return false;
+    *t0 = Clock::now();
+    *measured = *t0 >= sh_->measure_from;
+    if (!*measured) return true;
+    if (c_.requests > 0) return sh_->tickets.fetch_add(1, std::memory_order_relaxed) < c_.requests;
+    return *t0 < sh_->measure_until;
+  }
+
+  std::pair<size_t, size_t> pick() {
+    const int64_t m = c_.m_min == c_.m_max ? c_.m_min : rng_.range(c_.m_min, c_.m_max);
+    const int64_t v = p_.variants == 1 ? 0 : rng_.range(0, p_.variants - 1);
+    return {static_cast<size_t>(m - c_.m_min), static_cast<size_t>(v)};
+  }
+
+  void error(bool measured, int code, const std::string& message, Clock::time_point t1) {
+    sh_->done.fetch_add(1, std::memory_order_relaxed);
+    sh_->errors.fetch_add(1, std::memory_order_relaxed);
+    if (!measured) return;
+    ErrorTally& e = r_->errors[code];
+    if (e.count++ == 0) e.first_message = message;
+    r_->last_done = std::max(r_->last_done, t1);
+  }
+
+  void success(bool measured, int64_t m, Clock::time_point t0, Clock::time_point t1) {
+    sh_->done.fetch_add(1, std::memory_order_relaxed);
+    if (!measured) return;
+    ++r_->ok;
+    r_->rows += m;
+    r_->latency_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    r_->last_done = std::max(r_->last_done, t1);
+  }
+
+  // A response of either infer RPC; per-message errors only come on streams.
+  void infer_done(bool measured, const v1::InferRequest& req, const v1::InferResponse& resp,
+                  Clock::time_point t0, Clock::time_point t1) {
+    if (resp.status_code() != 0) {
+      error(measured, resp.status_code(), resp.status_message(), t1);
+      return;
+    }
+    const size_t want = static_cast<size_t>(req.m() * c_.n) * dtype_size(core_dtype(c_.y_dtype));
+    if (resp.m() != req.m() || resp.n() != c_.n || resp.y().size() != want) {
+      error(measured, kBadResponse,
+            absl::StrCat("y [", resp.m(), ", ", resp.n(), "] with ", resp.y().size(),
+                         " bytes for a request of M=", req.m(), " (expected ", want, " bytes)"),
+            t1);
+      return;
+    }
+    success(measured, req.m(), t0, t1);
+    if (!measured) return;
+    const v1::InferMetadata& md = resp.metadata();
+    r_->queue_us.push_back(md.timings().queue_us());
+    r_->quantize_us.push_back(md.timings().quantize_us());
+    r_->gemm_us.push_back(md.timings().gemm_us());
+    r_->total_us.push_back(md.timings().total_us());
+    r_->batch_requests += md.batch_requests();
+    r_->batch_rows += md.batch_rows();
+    if (md.kernel() != last_kernel_ || kernel_count_ == nullptr) {
+      last_kernel_ = md.kernel();
+      kernel_count_ = &r_->kernels[last_kernel_];
+    }
+    ++*kernel_count_;
+    if (r_->device.empty()) r_->device = md.device();
+  }
+
+  void run_stream() {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::InferRequest, v1::InferResponse>> rw;
+    auto open = [&] {
+      ctx = std::make_unique<grpc::ClientContext>();
+      rw = stub_->InferStream(ctx.get());
+    };
+    open();
+    int64_t ok_on_stream = 0;
+    v1::InferResponse resp;
+    Clock::time_point t0;
+    bool measured = false;
+    while (next(&t0, &measured)) {
+      auto [mi, vi] = pick();
+      const v1::InferRequest& req = p_.infer[mi][vi];
+      const bool good = rw->Write(req) && rw->Read(&resp);
+      const auto t1 = Clock::now();
+      if (good) {
+        ++ok_on_stream;
+        infer_done(measured, req, resp, t0, t1);
+        continue;
+      }
+      // The stream broke: count the request in flight, then open a new stream (after a pause
+      // when this one never worked, so that a dead server is not hammered).
+      const grpc::Status s = rw->Finish();
+      error(measured, s.ok() ? static_cast<int>(grpc::StatusCode::UNKNOWN) : s.error_code(),
+            s.ok() ? "the stream ended without a response" : s.error_message(), t1);
+      if (ok_on_stream == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ++r_->streams_reopened;
+      ok_on_stream = 0;
+      open();
+    }
+    rw->WritesDone();
+    while (rw->Read(&resp)) {
+    }
+    rw->Finish();
+  }
+
+  void set_deadline(grpc::ClientContext* ctx) const {
+    if (c_.deadline_ms > 0) {
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(c_.deadline_ms));
+    }
+  }
+
+  void run_unary() {
+    v1::InferResponse resp;
+    Clock::time_point t0;
+    bool measured = false;
+    while (next(&t0, &measured)) {
+      auto [mi, vi] = pick();
+      const v1::InferRequest& req = p_.infer[mi][vi];
+      grpc::ClientContext ctx;
+      set_deadline(&ctx);
+      resp.Clear();
+      const grpc::Status s = stub_->Infer(&ctx, req, &resp);
+      const auto t1 = Clock::now();
+      if (!s.ok()) {
+        error(measured, s.error_code(), s.error_message(), t1);
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        continue;
+      }
+      infer_done(measured, req, resp, t0, t1);
+    }
+  }
+
+  void run_echo() {
+    v1::EchoResponse resp;
+    Clock::time_point t0;
+    bool measured = false;
+    while (next(&t0, &measured)) {
+      auto [mi, vi] = pick();
+      const v1::EchoRequest& req = p_.echo[mi][vi];
+      grpc::ClientContext ctx;
+      set_deadline(&ctx);
+      const grpc::Status s = stub_->Echo(&ctx, req, &resp);
+      const auto t1 = Clock::now();
+      if (!s.ok()) {
+        error(measured, s.error_code(), s.error_message(), t1);
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        continue;
+      }
+      if (static_cast<int64_t>(resp.payload().size()) != req.response_bytes()) {
+        error(measured, kBadResponse,
+              absl::StrCat("echo returned ", resp.payload().size(), " bytes, asked for ",
+                           req.response_bytes()),
+              t1);
+        continue;
+      }
+      success(measured, (req.payload().size() / dtype_size(core_dtype(c_.x_dtype))) / c_.k, t0, t1);
+    }
+  }
+
+  const Config& c_;
+  const Payloads& p_;
+  v1::QLinear::Stub* stub_;
+  Rpc rpc_;
+  Shared* sh_;
+  WorkerResult* r_;
+  SplitMix64 rng_;
+  std::string last_kernel_;
+  int64_t* kernel_count_ = nullptr;
+};
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, int index) {
+  grpc::ChannelArguments a;
+  a.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  a.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A private subchannel pool and a distinct argument: channels with equal arguments would
+  // otherwise share one connection.
+  a.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  a.SetInt("qlinear.bench_channel", index);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), a);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// Merged results of one pass.
+struct PassResult {
+  Rpc rpc = Rpc::kStream;
+  int64_t ok = 0, failed = 0, rows = 0;
+  double measured_s = 0, cpu_s = 0, wall_s = 0;
+  int64_t variants = 1;
+  bool interrupted = false;
+  std::vector<int64_t> latency_ns;
+  std::map<int, ErrorTally> errors;
+  std::vector<int64_t> queue_us, quantize_us, gemm_us, total_us;
+  int64_t batch_requests = 0, batch_rows = 0;
+  std::map<std::string, int64_t> kernels;
+  std::string device;
+  int64_t streams_reopened = 0;
+};
+
+template <typename T>
+T percentile_sorted(const std::vector<T>& v, double q) {
+  if (v.empty()) return T{};
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+template <typename T>
+double mean(const std::vector<T>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (T x : v) s += static_cast<double>(x);
+  return s / static_cast<double>(v.size());
+}
+
+std::string ms(int64_t ns) { return absl::StrFormat("%.3f ms", static_cast<double>(ns) * 1e-6); }
+
+// `since`: the start of the interval that `rate` covers.
+std::string progress_line(const Shared& sh, Clock::time_point since, Clock::time_point now,
+                          int64_t rate) {
+  const double t = std::chrono::duration<double>(now - sh.start).count();
+  const char* phase = since < sh.measure_from ? " (warm-up)" : "";
+  return absl::StrFormat("bench: %5.1f s%s  %lld requests  %lld req/s  %lld errors", t, phase,
+                         static_cast<long long>(sh.done.load()), static_cast<long long>(rate),
+                         static_cast<long long>(sh.errors.load()));
+}
+
+// Runs one pass: builds the inputs, opens the channels, runs the workers with a progress line.
+absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
+  const Payloads payloads = make_payloads(c, rpc);
+  const int workers = static_cast<int>(c.workers);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < (c.shared_channel ? 1 : workers); ++i) {
+    channels.push_back(make_channel(c.server, i));
+  }
+  for (auto& ch : channels) {
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", c.server));
+    }
+  }
+  std::vector<std::unique_ptr<v1::QLinear::Stub>> stubs;
+  for (auto& ch : channels) stubs.push_back(v1::QLinear::NewStub(ch));
+
+  Shared sh;
+  std::vector<WorkerResult> results(static_cast<size_t>(workers));
+  const double cpu0 = cpu_seconds();
+  sh.start = Clock::now();
+  sh.measure_from = sh.start + std::chrono::microseconds(static_cast<int64_t>(c.warmup_s * 1e6));
+  sh.measure_until =
+      c.requests > 0
+          ? Clock::time_point::max()
+          : sh.measure_from + std::chrono::microseconds(static_cast<int64_t>(c.duration_s * 1e6));
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<Worker>> ws;
+  for (int i = 0; i < workers; ++i) {
+    ws.push_back(std::make_unique<Worker>(i, c, payloads, stubs[c.shared_channel ? 0 : i].get(),
+                                          rpc, &sh, &results[static_cast<size_t>(i)]));
+  }
+  for (auto& w : ws) threads.emplace_back([&w] { w->run(); });
+
+  // Progress once a second: carriage-return updates on a terminal, plain lines otherwise.
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  bool printed = false;
+  auto next_tick = sh.start + std::chrono::seconds(1);
+  int64_t last_done = 0;
+  auto last_tick = sh.start;
+  while (sh.finished.load() < workers) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (g_interrupted) sh.stop.store(true);
+    const auto now = Clock::now();
+    if (now < next_tick) continue;
+    const int64_t done = sh.done.load();
+    const double dt = std::chrono::duration<double>(now - last_tick).count();
+    const int64_t rate =
+        static_cast<int64_t>(std::llround((done - last_done) / std::max(dt, 1e-3)));
+    const std::string line = progress_line(sh, last_tick, now, rate);
+    last_done = done;
+    last_tick = now;
+    next_tick += std::chrono::seconds(1);
+    if (tty) {
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+    printed = true;
+  }
+  for (auto& t : threads) t.join();
+  if (tty && printed) std::fprintf(stderr, "\n");
+
+  PassResult pr;
+  pr.rpc = rpc;
+  pr.variants = payloads.variants;
+  pr.interrupted = g_interrupted != 0;
+  pr.wall_s = std::chrono::duration<double>(Clock::now() - sh.start).count();
+  pr.cpu_s = cpu_seconds() - cpu0;
+  Clock::time_point last = sh.measure_from;
+  for (WorkerResult& r : results) {
+    pr.ok += r.ok;
+    pr.rows += r.rows;
+    pr.latency_ns.insert(pr.latency_ns.end(), r.latency_ns.begin(), r.latency_ns.end());
+    for (auto& [code, e] : r.errors) {
+      ErrorTally& t = pr.errors[code];
+      if (t.count == 0) t.first_message = e.first_message;
+      t.count += e.count;
+      pr.failed += e.count;
+    }
+    pr.queue_us.insert(pr.queue_us.end(), r.queue_us.begin(), r.queue_us.end());
+    pr.quantize_us.insert(pr.quantize_us.end(), r.quantize_us.begin(), r.quantize_us.end());
+    pr.gemm_us.insert(pr.gemm_us.end(), r.gemm_us.begin(), r.gemm_us.end());
+    pr.total_us.insert(pr.total_us.end(), r.total_us.begin(), r.total_us.end());
+    pr.batch_requests += r.batch_requests;
+    pr.batch_rows += r.batch_rows;
+    for (auto& [k, n] : r.kernels) pr.kernels[k] += n;
+    if (pr.device.empty()) pr.device = r.device;
+    pr.streams_reopened += r.streams_reopened;
+    if (r.last_done > last) last = r.last_done;
+  }
+  pr.measured_s = std::chrono::duration<double>(last - sh.measure_from).count();
+  for (auto* v : {&pr.latency_ns, &pr.queue_us, &pr.quantize_us, &pr.gemm_us, &pr.total_us}) {
+    std::sort(v->begin(), v->end());
+  }
+  return pr;
+}
+
+std::string code_name(int code) {
+  if (code == kBadResponse) return "BAD_RESPONSE";
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+std::string describe_pass(const Config& c, Rpc rpc) {
+  std::string what;
+  if (rpc == Rpc::kEcho) {
+    const size_t xs = dtype_size(core_dtype(c.x_dtype)), ys = dtype_size(core_dtype(c.y_dtype));
+    what = absl::StrCat("echo (", c.k * static_cast<int64_t>(xs), " B/row up, ",
+                        c.n * static_cast<int64_t>(ys), " B/row down, as for N=", c.n, " K=", c.k,
+                        ")");
+  } else {
+    what = absl::StrCat("infer on layer '", c.layer, "' (N=", c.n, " K=", c.k, ", ", c.layer_note,
+                        ")");
+  }
+  const std::string m = c.m_min == c.m_max ? absl::StrCat("M=", c.m_min)
+                                           : absl::StrCat("M random in ", c.m_min, "..", c.m_max);
+  const std::string who = absl::StrCat(
+      c.workers, " ",
+      rpc == Rpc::kStream
+          ? (c.workers == 1 ? "InferStream" : "InferStreams")
+          : absl::StrCat("unary ", rpc_name(rpc), c.workers == 1 ? " caller" : " callers"),
+      c.shared_channel ? " on one channel" : (c.workers == 1 ? "" : " on their own channels"));
+  const std::string length = c.requests > 0 ? absl::StrCat(c.requests, " requests")
+                                            : absl::StrFormat("%g s", c.duration_s);
+  return absl::StrCat("bench: ", what, ", ", m, ", ", dtype_cli_name(c.x_dtype), " -> ",
+                      dtype_cli_name(c.y_dtype), ", ", who, ", ", length,
+                      absl::StrFormat(" after %g s warm-up", c.warmup_s),
+                      c.deadline_ms > 0 ? absl::StrCat(", deadline ", c.deadline_ms, " ms") : "",
+                      ", seed ", c.seed, ", server ", c.server);
+}
+
+void print_pass(const Config& c, const PassResult& r) {
+  std::printf("%s\n", describe_pass(c, r.rpc).c_str());
+  auto row = [](const char* key, const std::string& value) {
+    std::printf("  %-12s%s\n", key, value.c_str());
+  };
+  row("requests", absl::StrFormat("%lld ok, %lld failed in %.3f s measured%s",
+                                  static_cast<long long>(r.ok), static_cast<long long>(r.failed),
+                                  r.measured_s, r.interrupted ? " (interrupted)" : ""));
+  const double s = std::max(r.measured_s, 1e-9);
+  row("throughput", absl::StrFormat("%.1f requests/s, %.1f rows/s", static_cast<double>(r.ok) / s,
+                                    static_cast<double>(r.rows) / s));
+  if (r.latency_ns.empty()) {
+    row("latency", "- (no successful request)");
+  } else {
+    row("latency",
+        absl::StrCat("p50 ", ms(percentile_sorted(r.latency_ns, 0.5)), "   p90 ",
+                     ms(percentile_sorted(r.latency_ns, 0.9)), "   p99 ",
+                     ms(percentile_sorted(r.latency_ns, 0.99)), "   max ", ms(r.latency_ns.back()),
+                     "   mean ", ms(static_cast<int64_t>(mean(r.latency_ns))), "   (client, ",
+                     r.latency_ns.size(), " samples)"));
+  }
+  if (r.errors.empty()) {
+    row("errors", "none");
+  } else {
+    bool first = true;
+    for (const auto& [code, e] : r.errors) {
+      row(first ? "errors" : "",
+          absl::StrCat(code_name(code), " x", e.count, ": ", e.first_message));
+      first = false;
+    }
+  }
+  if (r.streams_reopened > 0)
+    row("streams", absl::StrCat(r.streams_reopened, " reopened after a break"));
+  if (r.rpc != Rpc::kEcho && !r.total_us.empty()) {
+    auto col = [&](const char* name, const std::vector<int64_t>& v) {
+      return absl::StrFormat("%s %.1f us", name, mean(v));
+    };
+    auto col50 = [&](const char* name, const std::vector<int64_t>& v) {
+      return absl::StrFormat("%s %lld us", name, static_cast<long long>(percentile_sorted(v, 0.5)));
+    };
+    row("server", absl::StrCat(col("queue", r.queue_us), "   ", col("quantize", r.quantize_us),
+                               "   ", col("gemm", r.gemm_us), "   ", col("total", r.total_us),
+                               "   (mean over ", r.total_us.size(), " responses)"));
+    row("server p50",
+        absl::StrCat(col50("queue", r.queue_us), "   ", col50("quantize", r.quantize_us), "   ",
+                     col50("gemm", r.gemm_us), "   ", col50("total", r.total_us)));
+    const double n = static_cast<double>(r.total_us.size());
+    row("batch", absl::StrFormat("%.2f requests, %.2f rows per GEMM (mean over responses)",
+                                 static_cast<double>(r.batch_requests) / n,
+                                 static_cast<double>(r.batch_rows) / n));
+    std::vector<std::string> ks;
+    for (const auto& [k, count] : r.kernels) ks.push_back(absl::StrCat(k, " x", count));
+    row("kernels", absl::StrCat(absl::StrJoin(ks, ", "), r.device.empty() ? "" : " on ", r.device));
+  }
+  row("client cpu", absl::StrFormat("%.2f s over %.2f s (%.2f cores), %lld distinct inputs per M",
+                                    r.cpu_s, r.wall_s, r.cpu_s / std::max(r.wall_s, 1e-9),
+                                    static_cast<long long>(r.variants)));
+  std::fflush(stdout);
+}
+
+void print_overhead(const PassResult& infer, const PassResult& echo) {
+  if (infer.latency_ns.empty() || echo.latency_ns.empty()) {
+    std::printf("server overhead = latency - echo latency: - (a pass had no successful request)\n");
+    return;
+  }
+  auto diff = [&](double q) {
+    const int64_t a = percentile_sorted(infer.latency_ns, q);
+    const int64_t b = percentile_sorted(echo.latency_ns, q);
+    return absl::StrFormat("%.3f ms (%.3f - %.3f)", (a - b) * 1e-6, a * 1e-6, b * 1e-6);
+  };
+  std::printf("server overhead = latency - echo latency:  p50 %s   p99 %s%s\n", diff(0.5).c_str(),
+              diff(0.99).c_str(),
+              infer.rpc == Rpc::kStream ? "   (infer on InferStreams, echo unary)" : "");
+  if (!infer.gemm_us.empty()) {
+    std::printf("  for reference, the server's p50 quantize %lld us, gemm %lld us, total %lld us\n",
+                static_cast<long long>(percentile_sorted(infer.quantize_us, 0.5)),
+                static_cast<long long>(percentile_sorted(infer.gemm_us, 0.5)),
+                static_cast<long long>(percentile_sorted(infer.total_us, 0.5)));
+  }
+}
+
+// Uploads a random layer (int8 weights, per-channel scales, a bias) for the bench.
+absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& c,
+                                                  v1::Scheme scheme, int64_t max_batch_rows,
+                                                  int64_t max_queue_delay_us) {
+  SplitMix64 rng(c.seed);
+  std::vector<int8_t> w = random_int8(rng, static_cast<size_t>(c.n * c.k));
+  auto tensor = [&](const std::vector<float>& v) {
+    v1::Tensor t;
+    t.set_dtype(v1::DTYPE_FP32);
+    t.add_shape(static_cast<int64_t>(v.size()));
+    t.set_data(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    return t;
+  };
+  v1::LayerHeader h;
+  h.set_name(c.layer);
+  h.set_n(c.n);
+  h.set_k(c.k);
+  h.set_scheme(scheme);
+  *h.mutable_weight_scale() = tensor(random_floats(rng, static_cast<size_t>(c.n), 0.5e-3f, 2e-3f));
+  *h.mutable_bias() = tensor(random_floats(rng, static_cast<size_t>(c.n), -1.f, 1.f));
+  if (scheme == v1::SCHEME_STATIC_SYMMETRIC || scheme == v1::SCHEME_STATIC_ASYMMETRIC) {
+    h.set_input_scale(0.02f);
+  }
+  if (scheme == v1::SCHEME_STATIC_ASYMMETRIC) h.set_input_zero_point(3);
+  if (max_batch_rows >= 0) h.set_max_batch_rows(max_batch_rows);
+  if (max_queue_delay_us >= 0) h.set_max_queue_delay_us(max_queue_delay_us);
+  const auto start = Clock::now();
+  auto resp = client.load_layer(std::move(h), w);
+  if (!resp.ok()) return resp.status();
+  std::fprintf(stderr, "bench: uploaded random layer '%s' (%s in %.2f s)\n", c.layer.c_str(),
+               human_bytes(c.n * c.k).c_str(),
+               std::chrono::duration<double>(Clock::now() - start).count());
+  return resp->layer();
+}
+
+std::string batching_note(const v1::LayerInfo& l) {
+  return l.max_batch_rows() <= 1 ? "batching off"
+                                 : absl::StrCat("batching up to ", l.max_batch_rows(), " rows, ",
+                                                l.max_queue_delay_us(), " us delay");
+}
+
+}  // namespace
+
+int cmd_bench(const CommandArgs& args) {
+  Config c;
+  std::string layer, scheme_arg = "dynamic_symmetric", dtype_arg = "bf16", output_dtype_arg;
+  int64_t n = 0, k = 0, m = 0, m_min = 0, m_max = 0, streams = 1, requests = 0, deadline_ms = 0;
+  int64_t seed = 1, inputs = 4, max_batch_rows = -1, max_queue_delay_us = -1;
+  double duration = 0, warmup = 1;
+  bool unary = false, echo = false, compare_echo = false, shared_channel = false, keep = false;
+  ArgParser p(
+      "qlinear-cli bench (--layer NAME | --n N --k K) [--m M | --m-min A --m-max B]\n"
+      "                  [--streams C] [--unary] [--duration S | --requests R] [options]",
+      "Load benchmark. C workers each keep one request in flight: bidirectional InferStreams\n"
+      "(default) or, with --unary, unary Infer callers; each worker has its own channel (its own\n"
+      "connection) unless --shared-channel. The layer is --layer, or a random one of --n x --k\n"
+      "uploaded as bench-<pid> and unloaded at the end (unless --keep). M is --m, or uniform in\n"
+      "--m-min..--m-max per request; inputs are generated before the clock starts (a few\n"
+      "distinct ones per M). Requests sent during --warmup are not measured. A progress line\n"
+      "goes to stderr once a second. The report gives throughput, client latency percentiles\n"
+      "(every request timed), errors by status code, the server's queue/quantize/gemm/total\n"
+      "times and batch sizes averaged over the responses, and the kernels that ran.\n"
+      "--echo runs the same loop on the Echo RPC (server flag --enable-echo; always unary):\n"
+      "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
+      "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"
+      "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports.\n"
+      "Exit 1 when no request succeeded or the server cannot be reached.");
+  p.add("layer", &layer, "Existing layer to run (instead of --n/--k)");
+  p.add("n", &n, "Output features of the random layer");
+  p.add("k", &k, "Input features of the random layer");
+  p.add("scheme", &scheme_arg, "Scheme of the random layer");
+  p.add("max-batch-rows", &max_batch_rows,
+        "Random layer: most rows per GEMM (1: batching off; -1: the server's default)");
+  p.add("max-queue-delay-us", &max_queue_delay_us,
+        "Random layer: longest wait for company (-1: the server's default)");
+  p.add("m", &m, "Rows per request (0: --m-min..--m-max, else 1)");
+  p.add("m-min", &m_min, "Smallest M of a random M");
+  p.add("m-max", &m_max, "Largest M of a random M");
+  p.add("dtype", &dtype_arg, "Activation dtype: bf16, fp16 or fp32");
+  p.add("output-dtype", &output_dtype_arg, "Output dtype (default: --dtype)");
+  p.add("streams", &streams, "Concurrent workers (streams, or unary callers with --unary)");
+  p.add("unary", &unary, "Unary Infer calls instead of InferStreams");
+  p.add("shared-channel", &shared_channel, "All workers on one channel (one connection)");
+  p.add("duration", &duration, "Measured seconds (0: 10, unless --requests)");
+  p.add("requests", &requests, "Measured requests in all, instead of --duration");
+  p.add("warmup", &warmup, "Seconds of unmeasured requests first");
+  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call (0: none)");
+  p.add("inputs", &inputs, "Distinct inputs per M");
+  p.add("seed", &seed, "Seed of the layer, the inputs and the M sequence");
+  p.add("echo", &echo, "Only the echo pass (transport floor)");
+  p.add("compare-echo", &compare_echo, "The infer pass, then the echo pass, and the difference");
+  p.add("keep", &keep, "Leave the random layer loaded");
+  if (int rc = parse_command_line(p, args); rc >= 0) return rc;
+
+  // --- the command line ------------------------------------------------------------------------
+  if (echo && compare_echo) return usage_error("--echo and --compare-echo exclude each other");
+  if (!layer.empty() && (n != 0 || k != 0)) {
+    return usage_error("give --layer or --n/--k, not both");
+  }
+  if (layer.empty() && (n < 1 || k < 2 || k > kMaxK)) {
+    return usage_error(absl::StrCat("need --layer, or --n >= 1 and 2 <= --k <= ", kMaxK));
+  }
+  if (layer.empty() && n * k > (int64_t{1} << 34)) {
+    return usage_error("random layers are limited to 16 GiB");
+  }
+  auto scheme = parse_scheme(scheme_arg);
+  if (!scheme.ok()) return usage_error(scheme.status().message());
+  if (m < 0 || m_min < 0 || m_max < 0) return usage_error("--m, --m-min and --m-max must be >= 1");
+  if (m > 0 && (m_min > 0 || m_max > 0)) return usage_error("give --m or --m-min/--m-max");
+  if (m > 0) {
+    c.m_min = c.m_max = m;
+  } else if (m_min > 0 || m_max > 0) {
+    c.m_min = m_min > 0 ? m_min : 1;
+    c.m_max = m_max > 0 ? m_max : c.m_min;
+    if (c.m_min > c.m_max) return usage_error("--m-min is above --m-max");
+  }
+  auto xt = parse_dtype(dtype_arg);
+  if (!xt.ok()) return usage_error(xt.status().message());
+  c.x_dtype = c.y_dtype = *xt;
+  if (!output_dtype_arg.empty()) {
+    auto yt = parse_dtype(output_dtype_arg);
+    if (!yt.ok()) return usage_error(yt.status().message());
+    c.y_dtype = *yt;
+  }
+  if (streams < 1 || streams > 4096) return usage_error("--streams must be in 1..4096");
+  if (requests < 0 || duration < 0 || warmup < 0 || deadline_ms < 0) {
+    return usage_error("--requests, --duration, --warmup and --deadline-ms must be >= 0");
+  }
+  if (requests > 0 && duration > 0) return usage_error("give --duration or --requests, not both");
+  if (deadline_ms > 0 && !unary && !echo && !compare_echo) {
+    return usage_error("--deadline-ms applies to unary calls (--unary, --echo, --compare-echo)");
+  }
+  if (inputs < 1) return usage_error("--inputs must be >= 1");
+  if (!layer.empty() && (max_batch_rows >= 0 || max_queue_delay_us >= 0)) {
+    return usage_error("--max-batch-rows/--max-queue-delay-us apply to the random layer only");
+  }
+  c.server = *args.server;
+  c.workers = streams;
+  c.unary = unary;
+  c.shared_channel = shared_channel;
+  c.warmup_s = warmup;
+  c.requests = requests;
+  c.duration_s = requests > 0 ? 0 : (duration > 0 ? duration : 10);
+  c.deadline_ms = deadline_ms;
+  c.variants = inputs;
+  c.seed = static_cast<uint64_t>(seed);
+
+  // --- the layer -------------------------------------------------------------------------------
+  auto client = make_client(args);
+  if (!client->channel()->WaitForConnected(std::chrono::system_clock::now() +
+                                           std::chrono::seconds(10))) {
+    return fail(absl::UnavailableError(absl::StrCat("cannot connect to ", c.server)));
+  }
+  bool uploaded = false;
+  if (!layer.empty()) {
+    auto info = client->describe_layer(layer);
+    if (!info.ok()) return fail(info.status());
+    c.layer = layer;
+    c.n = info->n();
+    c.k = info->k();
+    c.layer_note =
+        absl::StrCat("existing, ", scheme_cli_name(info->scheme()), ", ", batching_note(*info));
+  } else {
+    c.n = n;
+    c.k = k;
+    c.layer = absl::StrCat("bench-", getpid());
+    if (!echo) {
+      auto info = upload_random_layer(*client, c, *scheme, max_batch_rows, max_queue_delay_us);
+      if (!info.ok()) return fail(info.status());
+      uploaded = true;
+      c.layer_note = absl::StrCat("random, ", scheme_cli_name(*scheme), ", ", batching_note(*info));
+    }
+  }
+  if (echo || compare_echo) {
+    // One small call first, so that a server without --enable-echo gets a clear message.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::EchoRequest req;
+    v1::EchoResponse resp;
+    if (grpc::Status s = client->stub().Echo(&ctx, req, &resp); !s.ok()) {
+      if (uploaded && !keep) client->unload_layer(c.layer).IgnoreError();
+      return fail(from_grpc_status(s));
+    }
+  }
+
+  // --- the passes ------------------------------------------------------------------------------
+  g_interrupted = 0;
+  struct sigaction sa {
+  }, old_sa{};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_sa);
+  std::vector<PassResult> passes;
+  absl::Status pass_error;
+  std::vector<Rpc> plan;
+  if (!echo) plan.push_back(unary ? Rpc::kUnary : Rpc::kStream);
+  if (echo || compare_echo) plan.push_back(Rpc::kEcho);
+  for (size_t i = 0; i < plan.size() && !g_interrupted; ++i) {
+    auto r = run_pass(c, plan[i]);
+    if (!r.ok()) {
+      pass_error = r.status();
+      break;
+    }
+    if (!passes.empty()) std::printf("\n");
+    print_pass(c, *r);
+    passes.push_back(*std::move(r));
+  }
+  sigaction(SIGINT, &old_sa, nullptr);
+  if (passes.size() == 2) {
+    std::printf("\n");
+    print_overhead(passes[0], passes[1]);
+  }
+  std::fflush(stdout);
+
+  if (uploaded && !keep) {
+    if (absl::Status s = client->unload_layer(c.layer); !s.ok()) {
+      std::fprintf(stderr, "qlinear-cli: unload %s: %s\n", c.layer.c_str(), s.ToString().c_str());
+    }
+  }
+  if (!pass_error.ok()) return fail(pass_error);
+  for (const PassResult& r : passes) {
+    if (r.ok > 0) continue;
+    if (r.errors.empty()) {
+      return fail(absl::UnavailableError(
+          absl::StrCat("no ", rpc_name(r.rpc), " request completed in the measured time")));
+    }
+    const auto& [code, e] = *r.errors.begin();
+    return fail(absl::Status(
+        code == kBadResponse ? absl::StatusCode::kInternal : static_cast<absl::StatusCode>(code),
+        absl::StrCat("every ", rpc_name(r.rpc), " request failed; first: ", e.first_message)));
+  }
+  return kExitOk;
+}
+
+}  // namespace qlinear::cli
