@@ -53,18 +53,32 @@ int64_t BatchQueue::depth() const {
 absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std::string* y,
                              InferOutput* out) {
   Pending p{&in, &call, y, out, now_ns(), absl::OkStatus(), {}};
+  bool run_here = false;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) {
       return absl::UnavailableError(absl::StrCat("layer '", layer_->name(), "' is being unloaded"));
     }
-    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
+    // An idle layer with nothing queued runs the request on the caller's thread: there is no one
+    // to batch with (unless a delay asks to wait for company), and handing it to the worker and
+    // back would cost two thread wake-ups.
+    if (queue_.empty() && !busy_ && options_.max_queue_delay_us == 0) {
+      busy_ = true;
+      run_here = true;
+    } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
       return absl::ResourceExhaustedError(
           absl::StrCat("queue of layer '", layer_->name(), "' is full (",
                        options_.max_queue_requests, " requests waiting); retry later"));
+    } else {
+      queue_.push_back(&p);
+      if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
     }
-    queue_.push_back(&p);
-    if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+  }
+  if (run_here) {
+    std::vector<Pending*> batch = {&p};
+    execute(batch);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;  // lets the worker take what queued meanwhile
   }
   p.done.WaitForNotification();
   return p.status;
@@ -81,9 +95,10 @@ void BatchQueue::worker() {
     batch.clear();
     {
       absl::MutexLock lock(&mu_);
+      // One batch at a time per layer: wait while a caller runs one on its own thread.
       mu_.Await(absl::Condition(
           +[](BatchQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(q->mu_) {
-            return q->closed_ || !q->queue_.empty();
+            return !q->busy_ && (q->closed_ || !q->queue_.empty());
           },
           this));
       if (queue_.empty()) return;  // closed and drained
@@ -119,8 +134,11 @@ void BatchQueue::worker() {
         if (rows >= options_.max_batch_rows) break;
       }
       if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+      busy_ = true;
     }
     execute(batch);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
   }
 }
 

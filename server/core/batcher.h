@@ -1,5 +1,6 @@
-// Dynamic batching: one queue per served layer. Callers block in `run` while a worker thread
-// coalesces compatible queued requests (same x dtype, output dtype and forced kernel) into one
+// Dynamic batching: one queue per served layer, one batch executing at a time. A request that
+// finds the layer idle runs at once on its caller's thread; otherwise callers block in `run`
+// while a worker thread coalesces compatible queued requests (same x dtype, output dtype and forced kernel) into one
 // GEMM of up to `max_batch_rows` rows, then splits the result back. Per-token quantization makes
 // every row independent, so a batched request gets exactly the bits it would get alone.
 //
@@ -71,6 +72,7 @@ class BatchQueue {
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
   std::thread worker_;
 };
 
