@@ -39,9 +39,9 @@ struct VnniGemmArgs {
   int64_t n_pad = 0;
   const uint8_t* xu = nullptr;  // [M, ldx] uint8 (xq + 128); bytes [K, k_pad) of a row: any value
   int64_t ldx = 0;
-  // Prefetch weights ahead of use: pays off when they stream from DRAM (small M), not when a
-  // panel is reused from L2 across many row tiles.
-  bool prefetch = false;
+  // Prefetch weights this many bytes ahead of use (0: no prefetch). Pays off when they stream
+  // from DRAM (small M), not when a panel is reused from L2 across many row tiles.
+  int64_t prefetch_bytes = 0;
   EpilogueArgs epi;  // comp must be null here: it is folded into the accumulators
   // When set, the exact int32 accumulators acc[m * ld_acc + n] are written here instead of y
   // (no epilogue): for other epilogues and for testing the GEMM on its own.

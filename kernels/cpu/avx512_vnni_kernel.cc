@@ -39,7 +39,10 @@ struct Tuning {
   int64_t tasks_per_thread = 16;
   // Quantize rows on several threads only when there is enough of it to repay the hand-off.
   int64_t parallel_quantize_min_elems = int64_t{1} << 15;
+  // Weight prefetch distance of the streaming path, in bytes.
+  int64_t prefetch_bytes = 1024;
 };
+
 constexpr Tuning kTuning;
 
 class Avx512VnniPrepared final : public PreparedKernel {
@@ -126,7 +129,7 @@ class Avx512VnniPrepared final : public PreparedKernel {
     g.n_pad = n_pad_;
     g.xu = xu;
     g.ldx = ldx_;
-    g.prefetch = m <= kTuning.stream_max_m;
+    g.prefetch_bytes = m <= kTuning.stream_max_m ? kTuning.prefetch_bytes : 0;
     g.epi.scheme = c.scheme;
     g.epi.sb = weights_.sb.data();
     g.epi.bias_f = bias_.get(args.y_dtype);

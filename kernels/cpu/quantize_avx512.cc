@@ -36,8 +36,9 @@ inline bool non_finite(uint32_t abs_bits_max) { return abs_bits_max >= 0x7f80000
 enum class Op { kMul, kDiv };
 
 // Writes xq for one row: q = sat8(sat32(x op c) + zp) (zp = 0 for symmetric schemes; the int32
-// addition wraps as the reference's does).
-template <DType T, Op kOp, bool kZp>
+// addition wraps as the reference's does). With kExact false the caller guarantees |x op c| <
+// 2^30 for the whole row (so no NaN and no int32 saturation): VCVTPS2DQ alone is sat32 then.
+template <DType T, Op kOp, bool kZp, bool kExact>
 void quantize_pass(const void* x, int64_t k, float c, int32_t zp, bool shift, int8_t* out) {
   const __m512 cv = _mm512_set1_ps(c);
   const __m512i zv = _mm512_set1_epi32(zp);
@@ -46,7 +47,8 @@ void quantize_pass(const void* x, int64_t k, float c, int32_t zp, bool shift, in
     const __mmask16 m = lanes16(k - i);
     const __m512 v = load_f32x16<T>(x, i, m);
     const __m512 r = kOp == Op::kMul ? _mm512_mul_ps(v, cv) : _mm512_div_ps(v, cv);
-    __m512i q = sat32_x16(r);
+    __m512i q = kExact ? sat32_x16(r)
+                       : _mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     if constexpr (kZp) q = _mm512_add_epi32(q, zv);
     const __m128i b = _mm_xor_si128(_mm512_cvtsepi32_epi8(q), flip);  // VPMOVSDB: sat8
     _mm_mask_storeu_epi8(out + i, m, b);
@@ -72,43 +74,66 @@ uint32_t abs_bits_max(const void* x, int64_t k) {
   return _mm512_reduce_max_epu32(_mm512_max_epu32(a0, a1));
 }
 
-// Row min and max (meaningful only when the row is finite).
+// Row min and max (meaningful only when the row is finite) and the largest |x| bit pattern, in
+// one pass.
 template <DType T>
-void min_max(const void* x, int64_t k, float* mn, float* mx) {
+uint32_t min_max(const void* x, int64_t k, float* mn, float* mx) {
+  const __m512i mag = _mm512_set1_epi32(0x7fffffff);
   __m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
+  __m512i a = _mm512_setzero_si512();
   for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 m = lanes16(k - i);
     const __m512 v = load_f32x16<T>(x, i, m);
     lo = _mm512_mask_min_ps(lo, m, lo, v);
     hi = _mm512_mask_max_ps(hi, m, hi, v);
+    a = _mm512_max_epu32(a, _mm512_and_si512(_mm512_castps_si512(v), mag));
   }
   *mn = _mm512_reduce_min_ps(lo);
   *mx = _mm512_reduce_max_ps(hi);
+  return _mm512_reduce_max_epu32(a);
+}
+
+// Below this bound for |x op c| over a row, the row takes the fast pass (see quantize_pass).
+constexpr float kFastBound = 1073741824.f;  // 2^30
+
+template <DType T, Op kOp, bool kZp>
+void quantize_pass_checked(const void* x, int64_t k, float c, float row_bound, int32_t zp,
+                           bool shift, int8_t* out) {
+  // row_bound = absmax op c, rounded the same way as every element's x op c and monotonic in
+  // |x|, so it bounds them all; NaN (0 * Inf) or Inf fail the comparison and take the exact pass.
+  if (row_bound < kFastBound) {
+    quantize_pass<T, kOp, kZp, false>(x, k, c, zp, shift, out);
+  } else {
+    quantize_pass<T, kOp, kZp, true>(x, k, c, zp, shift, out);
+  }
 }
 
 // One row; returns false if it holds a non-finite value.
 template <DType T>
 bool quantize_row(const QuantizeArgs& a, const void* x, int8_t* out, float* sa, int32_t* azp) {
   const int64_t k = a.k;
-  const uint32_t bits = abs_bits_max<T>(x, k);
+  // absmax as the largest |x| bit pattern: the same value as max(fabs(x)), +0 for a zero row.
+  float mn = 0.f, mx = 0.f;
+  const uint32_t bits =
+      a.scheme == Scheme::kDynamicAsymmetric ? min_max<T>(x, k, &mn, &mx) : abs_bits_max<T>(x, k);
   if (non_finite(bits)) return false;
+  float absmax;
+  std::memcpy(&absmax, &bits, 4);
+  const bool shift = a.shift_to_u8;
   switch (a.scheme) {
     case Scheme::kDynamicSymmetric: {
-      // absmax as the largest |x| bit pattern: the same value as max(fabs(x)), +0 for a zero row.
-      float absmax;
-      std::memcpy(&absmax, &bits, 4);
       *sa = absmax / 127.f;
       const float inv = absmax == 0.f ? 0.f : 127.f / absmax;
-      quantize_pass<T, Op::kMul, false>(x, k, inv, 0, a.shift_to_u8, out);
+      quantize_pass_checked<T, Op::kMul, false>(x, k, inv, absmax * inv, 0, shift, out);
       return true;
     }
-    case Scheme::kStaticSymmetric:
-      *sa = a.input_scale;
-      quantize_pass<T, Op::kDiv, false>(x, k, a.input_scale, 0, a.shift_to_u8, out);
+    case Scheme::kStaticSymmetric: {
+      const float s = a.input_scale;
+      *sa = s;
+      quantize_pass_checked<T, Op::kDiv, false>(x, k, s, absmax / s, 0, shift, out);
       return true;
+    }
     case Scheme::kDynamicAsymmetric: {
-      float mn, mx;
-      min_max<T>(x, k, &mn, &mx);
       // The reference keeps the first of equal values; the sign of a zero min or max only shows
       // in s for a row of zeros, where the reference computes x[0] - x[0] = +0.
       const float s = (mn == 0.f && mx == 0.f) ? 0.f : (mx - mn) / 255.f;
@@ -120,14 +145,16 @@ bool quantize_row(const QuantizeArgs& a, const void* x, int8_t* out, float* sa, 
       }
       const int32_t zp = sat32_scalar(-128.f - mn / s);
       if (azp != nullptr) *azp = zp;
-      quantize_pass<T, Op::kMul, true>(x, k, 1.f / s, zp, a.shift_to_u8, out);
+      const float inv = 1.f / s;
+      quantize_pass_checked<T, Op::kMul, true>(x, k, inv, absmax * inv, zp, shift, out);
       return true;
     }
     case Scheme::kStaticAsymmetric: {
       *sa = a.input_scale;
       if (azp != nullptr) *azp = a.input_zero_point;
-      quantize_pass<T, Op::kMul, true>(x, k, 1.f / a.input_scale, a.input_zero_point, a.shift_to_u8,
-                                       out);
+      const float inv = 1.f / a.input_scale;
+      quantize_pass_checked<T, Op::kMul, true>(x, k, inv, absmax * inv, a.input_zero_point, shift,
+                                               out);
       return true;
     }
   }

@@ -33,8 +33,12 @@ Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
 }
 
 // Raw accumulators for rows [m0, m1) and panels [p0, p1), written into acc [M, N].
+struct Options {
+  bool prefetch = false;
+};
+
 void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, int64_t k,
-          int64_t m0, int64_t m1, int64_t p0, int64_t p1, bool prefetch, int32_t* acc) {
+          int64_t m0, int64_t m1, int64_t p0, int64_t p1, const Options& blk, int32_t* acc) {
   const int64_t ldx = p.k_pad + 4;
   std::vector<uint8_t> xu(m * ldx, 0x80);
   for (int64_t r = 0; r < m; ++r) {
@@ -51,7 +55,7 @@ void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, 
   g.n_pad = p.n_pad;
   g.xu = xu.data();
   g.ldx = ldx;
-  g.prefetch = prefetch;
+  g.prefetch_bytes = blk.prefetch ? 1024 : 0;
   g.acc_out = acc;
   g.ld_acc = n;
   gemm_u8s8_vnni_avx512(g, m0, m1, p0, p1);
@@ -62,20 +66,22 @@ TEST(Avx512VnniGemm, AccumulatorsMatchReferenceOverTails) {
   QL_SEEDED_RNG(rng);
   for (int64_t n : {1, 15, 16, 17, 48, 64, 65, 130, 971}) {
     for (int64_t k : {1, 3, 4, 5, 17, 64, 496, 1025}) {
-      const int64_t m = rng.range(1, 20);
+      // Mostly small M; sometimes enough rows for several row blocks.
+      const int64_t m = rng.range(0, 3) == 0 ? rng.range(21, 230) : rng.range(1, 20);
       const std::vector<int8_t> w = random_int8(rng, n * k), xq = random_int8(rng, m * k);
       const Packed p = pack(w, n, k);
       std::vector<int32_t> want(m * n), got(m * n, 0x5a5a5a5a);
       reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
       // Split rows and panels at random points: every split must tile the output exactly once.
       const int64_t ms = rng.range(0, m), ps = rng.range(0, p.panels);
-      const bool pf = rng.range(0, 1) == 1;
-      gemm(p, xq, m, n, k, 0, ms, 0, ps, pf, got.data());
-      gemm(p, xq, m, n, k, ms, m, 0, ps, pf, got.data());
-      gemm(p, xq, m, n, k, 0, ms, ps, p.panels, pf, got.data());
-      gemm(p, xq, m, n, k, ms, m, ps, p.panels, pf, got.data());
+      Options blk;
+      blk.prefetch = rng.range(0, 1) == 1;
+      gemm(p, xq, m, n, k, 0, ms, 0, ps, blk, got.data());
+      gemm(p, xq, m, n, k, ms, m, 0, ps, blk, got.data());
+      gemm(p, xq, m, n, k, 0, ms, ps, p.panels, blk, got.data());
+      gemm(p, xq, m, n, k, ms, m, ps, p.panels, blk, got.data());
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
-          << "M=" << m << " N=" << n << " K=" << k;
+          << "M=" << m << " N=" << n << " K=" << k << " prefetch " << blk.prefetch;
     }
   }
 }
@@ -92,7 +98,7 @@ TEST(Avx512VnniGemm, ExtremeSumsAreExactUpToTheLargestK) {
       const Packed p = pack(w, n, k);
       std::vector<int32_t> want(m * n), got(m * n);
       reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
-      gemm(p, xq, m, n, k, 0, m, 0, p.panels, false, got.data());
+      gemm(p, xq, m, n, k, 0, m, 0, p.panels, Options{}, got.data());
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
           << "K=" << k << " x=" << int{xv};
       EXPECT_EQ(got[0], int32_t{xv} * -128 * static_cast<int32_t>(k));

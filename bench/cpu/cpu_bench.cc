@@ -1,0 +1,361 @@
+// qlinear_cpu_bench: the full W8A8 op (bf16 x in, per-token quantization, int8 GEMM, epilogue,
+// bf16 y out) of cpu.reference, cpu.avx512_vnni, cpu.onednn and the kernel the registry
+// dispatches to, side by side on the Llama-3-8B projection shapes (N, K) = (6144, 4096) qkv,
+// (4096, 4096) o, (28672, 4096) gate+up, (4096, 14336) down, for M in {1, 4, 16, 64, 256, 1024}.
+//
+// Why: oneDNN is what vLLM's CPU backend runs; this says how our kernels compare with it and how
+// far each is from this machine's ceilings, which the same run measures first: the DRAM read
+// bandwidth of all cores (the bound for small M, where the op streams its weights) and the
+// VPDPBUSD rate of all cores (the bound for large M).
+//
+// How it measures: each (shape, M) keeps enough copies of the layer (each kernel with its own
+// packed weights) that the copies together exceed 3x the last-level cache, and every call uses
+// the next copy, so small-M figures measure memory, not cache. Kernels are timed in interleaved
+// rounds (a batch of calls per kernel per round, the median of the rounds reported), so a
+// neighbour's load on this shared machine hits every kernel alike. "dispatched" is the kernel the
+// registry selects for the row's M bucket, with that kernel's own time; "disp/best" compares it
+// with the fastest of the optimized kernels. The reference is scalar and only timed when
+// M * N * K <= 2^28.
+//
+// Columns: ms per call; GOPS = 2 M N K / time; wGB/s = N K weight bytes / time; %roof = the
+// roofline time max(weight bytes / read bandwidth, operations / VPDPBUSD peak) / time; x1dnn =
+// oneDNN's time / this kernel's time (above 1: faster than oneDNN); d/best = the dispatched
+// kernel's time / the fastest optimized kernel's time.
+//
+// Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
+//                          [--batch-ms=T]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/cpu/roofline_avx512.h"
+#include "common/args.h"
+#include "common/random.h"
+#include "kernels/core/host_info.h"
+#include "kernels/core/weights.h"
+#include "kernels/cpu/avx512_vnni_kernel.h"
+#include "kernels/cpu/cpu_support.h"
+#include "kernels/cpu/onednn_gemm.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/reference/reference_w8a8.h"
+#include "kernels/registry.h"
+
+namespace qlinear::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int64_t llc_bytes() {
+  // The largest cache level the kernel reports for CPU 0.
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream in(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
+    std::string s;
+    if (!(in >> s) || s.empty()) continue;
+    int64_t mult = 1;
+    if (s.back() == 'K')
+      mult = 1024, s.pop_back();
+    else if (s.back() == 'M')
+      mult = 1024 * 1024, s.pop_back();
+    int64_t v = 0;
+    if (absl::SimpleAtoi(s, &v)) best = std::max(best, v * mult);
+  }
+  return best > 0 ? best : int64_t{32} << 20;
+}
+
+// DRAM read bandwidth of all pool threads together, best of `reps`, in bytes/s.
+double measure_read_bandwidth(size_t bytes, int reps) {
+  auto buf = cpu::allocate_buffer(bytes);
+  cpu::ThreadPool& pool = cpu::ThreadPool::global();
+  const int t = pool.threads();
+  const size_t chunk = bytes / t / 256 * 256;
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(
+        t, [&](int64_t i) { sink = sink + read_stream_avx512(buf.get() + i * chunk, chunk); });
+    best = std::max(best, static_cast<double>(chunk * t) / seconds_since(t0));
+  }
+  return best;
+}
+
+// VPDPBUSD rate of all pool threads together, in int8 operations/s (2 per multiply-add).
+double measure_vnni_peak() {
+  cpu::ThreadPool& pool = cpu::ThreadPool::global();
+  const int t = pool.threads();
+  const int64_t iters = 2000000;  // 48M VPDPBUSD per thread, ~20 ms at 2 per cycle
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(t, [&](int64_t) { sink = sink + vpdpbusd_loop_avx512(iters); });
+    best = std::max(best, static_cast<double>(t) * iters * 24 * 128 / seconds_since(t0));
+  }
+  return best;
+}
+
+struct Candidate {
+  std::string name;
+  std::vector<std::unique_ptr<PreparedKernel>> per_copy;  // one per layer copy
+  std::vector<double> call_ms;                            // every timed call, in ms
+  double ms = NAN;
+};
+
+// Runs calls of `c` (rotating over the copies) for about `batch_s`, appending each call's time
+// to `out` when given; returns the mean ms per call.
+double run_batch(Candidate& c, size_t* next_copy, const RunArgs& args, double batch_s,
+                 int min_calls, std::vector<double>* out) {
+  const auto t0 = Clock::now();
+  int calls = 0;
+  while (calls < min_calls || seconds_since(t0) < batch_s) {
+    const PreparedKernel& k = *c.per_copy[*next_copy % c.per_copy.size()];
+    ++*next_copy;
+    const auto tc = Clock::now();
+    const absl::Status s = k.run(args, nullptr);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s failed: %s\n", c.name.c_str(), std::string(s.message()).c_str());
+      std::exit(1);
+    }
+    if (out != nullptr) out->push_back(1e3 * seconds_since(tc));
+    ++calls;
+  }
+  return 1e3 * seconds_since(t0) / calls;
+}
+
+struct Row {
+  int64_t n, k, m;
+  double ref_ms, vnni_ms, dnnl_ms;
+  std::string dispatched;
+  double disp_ms;
+};
+
+struct Options {
+  bool quick = false;
+  std::string shapes = "6144:4096,4096:4096,28672:4096,4096:14336";
+  std::string ms = "1,4,16,64,256,1024";
+  int64_t rounds = 5;
+  double batch_ms = 40;
+  std::string stat = "median";
+};
+
+std::string fmt_or_dash(double v, const char* f) {
+  return std::isnan(v) ? std::string("-") : absl::StrFormat(f, v);
+}
+
+int run(const Options& opt) {
+  const HostInfo& host = host_info();
+  std::printf("host: %s\n", host.cpu_description().c_str());
+  if (const absl::Status s = cpu::avx512_vnni_isa_status(host); !s.ok()) {
+    std::printf("cpu.avx512_vnni cannot run here (%s); nothing to measure\n",
+                std::string(s.message()).c_str());
+    return 0;
+  }
+  const bool have_dnnl = cpu::onednn_supported(host).ok();
+  const int threads = cpu::ThreadPool::global().threads();
+  const int64_t llc = llc_bytes();
+
+  const double bw0 = measure_read_bandwidth(opt.quick ? (size_t{256} << 20) : (size_t{1} << 30), 5);
+  const double peak = measure_vnni_peak();
+  std::printf("threads: %d   last-level cache: %lld MiB\n", threads,
+              static_cast<long long>(llc >> 20));
+  std::printf("measured DRAM read bandwidth: %.1f GB/s   measured VPDPBUSD peak: %.0f GOPS\n",
+              bw0 / 1e9, peak / 1e9);
+
+  Registry registry;
+  register_builtin_kernels(&registry);
+  const std::unique_ptr<Kernel> ref_kernel = reference::make_reference_kernel();
+  const std::unique_ptr<Kernel> vnni_kernel = cpu::make_avx512_vnni_kernel();
+  const std::unique_ptr<Kernel> dnnl_kernel = cpu::make_onednn_kernel();
+
+  std::vector<int64_t> ms;
+  for (absl::string_view s : absl::StrSplit(opt.ms, ',', absl::SkipEmpty())) {
+    int64_t v;
+    if (absl::SimpleAtoi(s, &v) && v > 0) ms.push_back(v);
+  }
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (absl::string_view s : absl::StrSplit(opt.shapes, ',', absl::SkipEmpty())) {
+    std::vector<std::string> nk = absl::StrSplit(s, ':');
+    int64_t n, k;
+    if (nk.size() == 2 && absl::SimpleAtoi(nk[0], &n) && absl::SimpleAtoi(nk[1], &k)) {
+      shapes.push_back({n, k});
+    }
+  }
+
+  std::printf("\n%6s %6s %5s | %8s %5s | %8s %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6s %5s\n",
+              "N", "K", "M", "ref ms", "x1dnn", "vnni ms", "GOPS", "wGB/s", "%roof", "x1dnn",
+              "dnnl ms", "GOPS", "wGB/s", "%roof", "dispatched", "d/best", "x1dnn");
+  std::vector<Row> rows;
+  SplitMix64 rng(12345);
+  for (const auto& [n, k] : shapes) {
+    // Copies so that together they exceed 3x the LLC (weights are N*K bytes per copy).
+    const int64_t copies = std::max<int64_t>(1, (3 * llc + n * k - 1) / (n * k));
+    LayerSpec spec;
+    spec.n = n;
+    spec.k = k;
+    spec.scheme = Scheme::kDynamicSymmetric;
+    spec.weight_scale = random_floats(rng, n, 1e-3f, 1e-2f);
+    std::vector<std::shared_ptr<const LayerWeights>> layers;
+    const std::vector<int8_t> w = random_int8(rng, static_cast<size_t>(n * k));
+    for (int64_t c = 0; c < copies; ++c) {
+      auto lw = build_layer_weights(spec, w);
+      if (!lw.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(lw.status().message()).c_str());
+        return 1;
+      }
+      layers.push_back(*lw);
+    }
+    Candidate vnni{"cpu.avx512_vnni", {}, {}, NAN}, dnnl{"cpu.onednn", {}, {}, NAN},
+        ref{"cpu.reference", {}, {}, NAN};
+    for (const auto& l : layers) {
+      vnni.per_copy.push_back(*vnni_kernel->prepare(*l));
+      if (have_dnnl) dnnl.per_copy.push_back(*dnnl_kernel->prepare(*l));
+    }
+    ref.per_copy.push_back(*ref_kernel->prepare(*layers[0]));
+
+    for (int64_t m : ms) {
+      std::vector<uint16_t> x(static_cast<size_t>(m * k));
+      for (auto& v : x) v = f32_to_bf16(rng.uniform(-2.f, 2.f));
+      std::vector<uint16_t> y(static_cast<size_t>(m * n));
+      RunArgs args;
+      args.x = x.data();
+      args.x_dtype = DType::kBF16;
+      args.m = m;
+      args.y = y.data();
+      args.y_dtype = DType::kBF16;
+
+      std::vector<Candidate*> timed = {&vnni};
+      if (have_dnnl) timed.push_back(&dnnl);
+      for (Candidate* c : timed) c->call_ms.clear();
+      size_t next_copy = 0;
+      const double batch_s = opt.batch_ms / 1e3;
+      for (Candidate* c : timed)
+        run_batch(*c, &next_copy, args, batch_s / 2, 2, nullptr);  // warm-up
+      for (int64_t r = 0; r < opt.rounds; ++r) {
+        // Alternate the order so neither kernel always follows the other.
+        std::vector<Candidate*> order = timed;
+        if (r % 2) std::reverse(order.begin(), order.end());
+        for (Candidate* c : order) {
+          run_batch(*c, &next_copy, args, batch_s, 1, &c->call_ms);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let spinning threads park
+        }
+      }
+      for (Candidate* c : timed) {
+        c->ms = opt.stat == "min" ? *std::min_element(c->call_ms.begin(), c->call_ms.end())
+                                  : median(c->call_ms);
+      }
+      double ref_ms = NAN;
+      if (m * n * k <= (int64_t{1} << 28)) ref_ms = run_batch(ref, &next_copy, args, 0, 1, nullptr);
+
+      // What the registry picks for this M's bucket.
+      const MBucket& b = m_buckets()[m_bucket_index(m)];
+      const ProblemShape shape{m, n, k, DType::kBF16, DType::kBF16};
+      auto sel = registry.select(host, layers[0]->config, shape, "", b.lo, b.hi);
+      const std::string chosen = sel.ok() ? std::string(sel->kernel->name()) : "?";
+      const double disp_ms = chosen == vnni.name ? vnni.ms : chosen == dnnl.name ? dnnl.ms : ref_ms;
+      const double best = have_dnnl ? std::min(vnni.ms, dnnl.ms) : vnni.ms;
+
+      const double ops = 2.0 * m * n * k, wbytes = static_cast<double>(n) * k;
+      // Roofline time: the weights at the read bandwidth or the operations at the VNNI peak.
+      const double roof_ms = 1e3 * std::max(wbytes / bw0, ops / peak);
+      auto gops = [&](double t) { return fmt_or_dash(ops / t / 1e6, "%.0f"); };
+      auto gbs = [&](double t) { return fmt_or_dash(wbytes / t / 1e6, "%.1f"); };
+      auto pct = [&](double t) { return fmt_or_dash(100 * roof_ms / t, "%.0f%%"); };
+      auto x1dnn = [&](double t) { return fmt_or_dash(dnnl.ms / t, "%.2f"); };
+      std::printf(
+          "%6lld %6lld %5lld | %8s %5s | %8.3f %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6.3f "
+          "%5s\n",
+          static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
+          fmt_or_dash(ref_ms, "%.2f").c_str(), x1dnn(ref_ms).c_str(), vnni.ms,
+          gops(vnni.ms).c_str(), gbs(vnni.ms).c_str(), pct(vnni.ms).c_str(), x1dnn(vnni.ms).c_str(),
+          fmt_or_dash(dnnl.ms, "%.3f").c_str(), gops(dnnl.ms).c_str(), gbs(dnnl.ms).c_str(),
+          pct(dnnl.ms).c_str(), chosen.c_str(), disp_ms / best, x1dnn(disp_ms).c_str());
+      std::fflush(stdout);
+      rows.push_back({n, k, m, ref_ms, vnni.ms, have_dnnl ? dnnl.ms : NAN, chosen, disp_ms});
+    }
+  }
+
+  // Bandwidth again: the machine is shared, so the ceiling may have moved during the run.
+  const double bw1 = measure_read_bandwidth(opt.quick ? (size_t{256} << 20) : (size_t{1} << 30), 5);
+  const double bw = std::max(bw0, bw1);
+  std::printf("\nread bandwidth at the end: %.1f GB/s (start %.1f); targets use %.1f GB/s\n",
+              bw1 / 1e9, bw0 / 1e9, bw / 1e9);
+
+  // Targets of the CPU kernels on this machine.
+  std::printf("\ntargets:\n");
+  for (const Row& r : rows) {
+    const double speedup = r.dnnl_ms / r.vnni_ms;
+    const double best = std::isnan(r.dnnl_ms) ? r.vnni_ms : std::min(r.vnni_ms, r.dnnl_ms);
+    const double bw_frac = static_cast<double>(r.n) * r.k / (r.vnni_ms / 1e3) / bw;
+    std::string line = absl::StrFormat("  N=%-6lld K=%-6lld M=%-5lld", static_cast<long long>(r.n),
+                                       static_cast<long long>(r.k), static_cast<long long>(r.m));
+    bool ok = true;
+    if (r.m == 1) {
+      const bool a = speedup >= 1.3, b = bw_frac >= 0.8;
+      ok = a && b;
+      absl::StrAppendFormat(&line,
+                            " vnni/onednn %.2fx (>= 1.30: %s), %.0f%% of read BW (>= 80%%: %s)",
+                            speedup, a ? "met" : "MISSED", 100 * bw_frac, b ? "met" : "MISSED");
+    } else if (r.m >= 256) {
+      ok = speedup >= 0.95;
+      absl::StrAppendFormat(&line, " vnni/onednn %.2fx (>= 0.95: %s)", speedup,
+                            ok ? "met" : "MISSED");
+    }
+    const bool d = r.disp_ms <= 1.05 * best;
+    absl::StrAppendFormat(&line, "; dispatched %s within %.1f%% of best (<= 5%%: %s)", r.dispatched,
+                          100 * (r.disp_ms / best - 1), d ? "met" : "MISSED");
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace qlinear::bench
+
+int main(int argc, char** argv) {
+  qlinear::bench::Options opt;
+  qlinear::ArgParser p("qlinear_cpu_bench [options]",
+                       "Times the CPU W8A8 kernels against oneDNN and this machine's ceilings.");
+  p.add("quick", &opt.quick, "M in {1, 16, 256}, 3 rounds of 25 ms batches");
+  p.add("shapes", &opt.shapes, "comma-separated N:K layer shapes");
+  p.add("m", &opt.ms, "comma-separated M values");
+  p.add("rounds", &opt.rounds, "interleaved timing rounds per row (median reported)");
+  p.add("batch-ms", &opt.batch_ms, "time per kernel per round, in ms");
+  p.add("stat", &opt.stat,
+        "per-call statistic reported: median (default) or min (the uncontended speed on a busy "
+        "machine)");
+  if (const absl::Status s = p.parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "%s\n%s", std::string(s.message()).c_str(), p.help().c_str());
+    return 2;
+  }
+  if (p.help_requested()) {
+    std::printf("%s", p.help().c_str());
+    return 0;
+  }
+  if (opt.quick) {
+    if (opt.ms == "1,4,16,64,256,1024") opt.ms = "1,16,256";
+    opt.rounds = std::min<int64_t>(opt.rounds, 3);
+    opt.batch_ms = std::min(opt.batch_ms, 25.0);
+  }
+  return qlinear::bench::run(opt);
+}
