@@ -13,6 +13,11 @@
 //   64 bytes: vector v, lane l (column 64p + 16v + l) holds W[n, 4s .. 4s+3]. That is the operand
 //   order of VPDPBUSD, and a panel is one contiguous stream.
 //
+// Register tile: 6 rows x 64 columns (24 zmm accumulators), the 4 weight vectors of a k-step
+// loaded once and each activation dword broadcast once: 24 VPDPBUSD per 10 loads. Up to K = 4096
+// a tile runs the whole K in registers; longer K is cut into 4096-deep blocks that every row of
+// the call shares while the block is in L2 (see avx512_vnni_gemm.cc).
+//
 // Compiled with AVX-512 flags: call only on hosts with avx512f, avx512bw, avx512vl and
 // avx512_vnni. Functions are plain and reentrant; concurrent calls on disjoint outputs are safe.
 #pragma once
@@ -25,6 +30,10 @@ namespace qlinear::cpu {
 
 inline constexpr int64_t kVnniPanel = 64;  // columns per panel (4 zmm of int32)
 inline constexpr int64_t kVnniMr = 6;      // rows per register tile: 6 x 4 accumulators
+// Most rows per call of gemm_u8s8_vnni_avx512: the size of its accumulator scratch for long K
+// (516 x 64 x 4 = 129 KiB, which stays in L2 next to a 256 KiB block of weights; 258 and 516
+// measured 1-2% faster than 1536 at M = 1024, K = 14336).
+inline constexpr int64_t kVnniMaxRows = 516;
 
 // Fills `packed` (n_pad * k_pad bytes, see above; padding must already be zero) and
 // comp[0, n_pad) = -128 * sum_k W[n, k] (wrapping; 0 for padded columns). w is [N, K] row-major.
@@ -49,8 +58,10 @@ struct VnniGemmArgs {
   int64_t ld_acc = 0;
 };
 
-// y[m, n] (or acc_out) for rows [m_begin, m_end) and the columns of panels [p_begin, p_end).
+// y[m, n] (or acc_out) for rows [m_begin, m_end) (at most kVnniMaxRows) and the columns of
+// panels [p_begin, p_end). acc_scratch: kVnniMaxRows x kVnniPanel int32, 64-byte aligned, private
+// to the calling thread.
 void gemm_u8s8_vnni_avx512(const VnniGemmArgs& args, int64_t m_begin, int64_t m_end,
-                           int64_t p_begin, int64_t p_end);
+                           int64_t p_begin, int64_t p_end, int32_t* acc_scratch);
 
 }  // namespace qlinear::cpu

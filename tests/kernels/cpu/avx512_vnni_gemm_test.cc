@@ -58,7 +58,8 @@ void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, 
   g.prefetch_bytes = blk.prefetch ? 1024 : 0;
   g.acc_out = acc;
   g.ld_acc = n;
-  gemm_u8s8_vnni_avx512(g, m0, m1, p0, p1);
+  std::unique_ptr<uint8_t[], FreeDeleter> scratch = allocate_buffer(kVnniMaxRows * kVnniPanel * 4);
+  gemm_u8s8_vnni_avx512(g, m0, m1, p0, p1, reinterpret_cast<int32_t*>(scratch.get()));
 }
 
 TEST(Avx512VnniGemm, AccumulatorsMatchReferenceOverTails) {
@@ -82,6 +83,24 @@ TEST(Avx512VnniGemm, AccumulatorsMatchReferenceOverTails) {
       gemm(p, xq, m, n, k, ms, m, ps, p.panels, blk, got.data());
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
           << "M=" << m << " N=" << n << " K=" << k << " prefetch " << blk.prefetch;
+    }
+  }
+}
+
+TEST(Avx512VnniGemm, LongKIsSplitIntoBlocksOverRowBlocks) {
+  QL_REQUIRE_AVX512_VNNI();
+  QL_SEEDED_RNG(rng);
+  // K beyond one K block (4096), with tile tails.
+  for (int64_t k : {4097, 8195, 12289}) {
+    for (int64_t m : {7, 97, 203}) {
+      const int64_t n = rng.range(1, 80);
+      const std::vector<int8_t> w = random_int8(rng, n * k), xq = random_int8(rng, m * k);
+      const Packed p = pack(w, n, k);
+      std::vector<int32_t> want(m * n), got(m * n, 0x5a5a5a5a);
+      reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
+      gemm(p, xq, m, n, k, 0, m, 0, p.panels, Options{}, got.data());
+      ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
+          << "M=" << m << " N=" << n << " K=" << k;
     }
   }
 }
