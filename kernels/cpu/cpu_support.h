@@ -33,6 +33,14 @@ class ScratchBuffer {
   // Returns at least `bytes` bytes aligned to 64, or null when memory is exhausted. Invalidates
   // earlier pointers.
   uint8_t* get(size_t bytes);
+  // Frees the buffer if it holds more than `bytes`, so that one very large call does not pin its
+  // scratch in every thread that served it.
+  void release_if_larger(size_t bytes) {
+    if (size_ > bytes) {
+      data_.reset();
+      size_ = 0;
+    }
+  }
 
  private:
   std::unique_ptr<uint8_t[], FreeDeleter> data_;
@@ -58,5 +66,8 @@ RoundedBias round_bias(const LayerWeights& weights);
 // The INVALID_ARGUMENT that reference::quantize_activations returns for `row` of x, word for word
 // (row must hold a non-finite value).
 absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row);
+
+// Per-thread scratch above this size is freed after the call that needed it.
+inline constexpr size_t kKeepScratchBytes = size_t{64} << 20;
 
 }  // namespace qlinear::cpu

@@ -207,6 +207,7 @@ class OneDnnPrepared final : public PreparedKernel {
 
     if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
     if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp, azp + m, args.azp);
+    scratch.release_if_larger(kKeepScratchBytes);
     if (timings != nullptr) {
       timings->quantize_ns = t1 - t0;
       timings->gemm_ns = t2 - t1;
@@ -270,6 +271,9 @@ class OneDnnKernel final : public Kernel {
     if (shape.m < 1) return absl::InvalidArgumentError("M must be >= 1");
     return absl::OkStatus();
   }
+  // Every M bucket: it runs wherever cpu.avx512_vnni is disabled. Where both run,
+  // cpu.avx512_vnni (first in the priority order) measured as fast or faster in every bucket (see
+  // its preferred_m).
   MRange preferred_m() const override { return MRange{}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
