@@ -153,6 +153,7 @@ class Avx512VnniPrepared final : public PreparedKernel {
     const int64_t row_chunks =
         std::min(row_tiles, std::max((target + panel_chunks - 1) / panel_chunks,
                                      (row_tiles + max_chunk_tiles - 1) / max_chunk_tiles));
+    std::atomic<bool> out_of_memory{false};
     pool.parallel_for(panel_chunks * row_chunks, [&](int64_t t) {
       const int64_t pc = t / row_chunks, rc = t % row_chunks;
       const int64_t p0 = panels_ * pc / panel_chunks, p1 = panels_ * (pc + 1) / panel_chunks;
@@ -160,8 +161,15 @@ class Avx512VnniPrepared final : public PreparedKernel {
       const int64_t r1 = std::min(m, row_tiles * (rc + 1) / row_chunks * kVnniMr);
       thread_local ScratchBuffer acc_scratch;
       auto* acc = reinterpret_cast<int32_t*>(acc_scratch.get(kVnniMaxRows * kVnniPanel * 4));
-      if (acc != nullptr) gemm_u8s8_vnni_avx512(g, r0, r1, p0, p1, acc);
+      if (acc == nullptr) {
+        out_of_memory.store(true);
+        return;
+      }
+      gemm_u8s8_vnni_avx512(g, r0, r1, p0, p1, acc);
     });
+    if (out_of_memory.load()) {
+      return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate accumulator scratch");
+    }
     const int64_t t2 = now_ns();
 
     if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
