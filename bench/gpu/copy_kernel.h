@@ -1,6 +1,6 @@
-// A device-to-device copy with 16-byte loads and stores from every SM: the memory-bandwidth
-// ceiling the benchmark prints (a cudaMemcpy replayed in a graph may run on a copy engine,
-// which is slower than the SMs).
+// Memory-bandwidth ceilings the benchmark prints: a device-to-device copy with 16-byte loads and
+// stores from every SM (a cudaMemcpy replayed in a graph may run on a copy engine, which is
+// slower than the SMs), and a read-only stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,6 +11,11 @@ namespace qlinear::gpu {
 
 // bytes must be a multiple of 16 and both pointers 16-byte aligned.
 cudaError_t launch_copy_16b(const void* src, void* dst, size_t bytes, int sm_count,
+                            cudaStream_t stream);
+
+// Reads `bytes` once with 16-byte streaming loads from every SM: the read-bandwidth ceiling a
+// weight-streaming kernel is measured against. sink: sm_count * 4 * 512 words of device memory.
+cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* sink,
                             cudaStream_t stream);
 
 }  // namespace qlinear::gpu

@@ -2,9 +2,9 @@
 // Llama-3 8B and 70B projection shapes, next to a bare cuBLASLt int8 GEMM (int32 out) of the same
 // shape measured in the same run, with the roofline of each row.
 //
-// Why: the GEMM is the floor a W8A8 kernel can reach on this GPU through cuBLASLt; the ratio to it
-// says what quantization and the epilogue cost, and "x floor" says how far either is from what
-// the memory system and the tensor cores allow.
+// Why: the bare GEMM is what cuBLASLt reaches without quantization or dequantization, and
+// cuda.cublaslt (quantize + cuBLASLt + a separate epilogue kernel) is the op the fused kernels
+// replace; "x floor" says how far each is from what the memory system and tensor cores allow.
 //
 // How it measures: bf16 x in and bf16 y out in device memory (no PCIe in the timing), per-token x
 // per-channel scales with bias. Each timed repetition is one CUDA graph replay (the launches of
@@ -12,11 +12,17 @@
 // M <= 64, where the op streams its weights, repetitions rotate over enough weight copies (>= 256
 // MB together, over 4x the 60 MB L2) that weights come from HBM as they do in a served model.
 // Floor = max(bytes / 4.3 TB/s, 2*M*N*K / 1979 TOPS) with bytes = weights + x + y (the GPU's
-// measured copy bandwidth and the datasheet's dense int8 peak; an SM copy kernel's bandwidth
-// measured in this run is printed too). A last section times the serving path (`run` on host
-// buffers, copies included) for M = 1 and 2048.
+// measured copy bandwidth and the datasheet's dense int8 peak); an SM copy and an SM read stream
+// measured in this run are printed too.
 //
-// Usage: qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N]
+// Sections: (1) cuda.gemv_s8's launch plans swept against its planner's choice, (2)
+// cuda.cutlass_sm90's tile configurations (GEMM + fused epilogue, no quantize) against the bare
+// cuBLASLt GEMM, (3) every kernel's op per shape and M, (4) the serving path (`run` on host
+// buffers) for M = 1 and 2048, and last (5) a summary: per shape and M the kernel the registry
+// dispatches, its time, TOPS, weight bandwidth, distance to the floor, and its speed-up over the
+// bare GEMM and over cuda.cublaslt, with the targets checked.
+//
+// Usage: qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N] [--sweep=true|false]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -25,6 +31,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +48,9 @@
 #include "kernels/core/status.h"
 #include "kernels/core/weights.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cutlass_sm90_device.h"
+#include "kernels/cuda/gemv_s8.h"
+#include "kernels/cuda/gemv_s8_device.h"
 #include "kernels/registry.h"
 
 namespace qlinear::gpu {
@@ -55,16 +65,19 @@ struct ShapeCase {
   const char* model;
   const char* proj;
   int64_t n, k;
+  std::vector<int64_t> large_ms;  // prefill sizes measured on this shape besides kSmallMs
 };
 const ShapeCase kShapes[] = {
-    {"8B", "qkv", 6144, 4096},    {"8B", "o", 4096, 4096},  {"8B", "gate_up", 28672, 4096},
-    {"8B", "down", 4096, 14336},  {"70B", "o", 8192, 8192}, {"70B", "gate_up", 57344, 8192},
-    {"70B", "down", 8192, 28672},
+    {"8B", "qkv", 6144, 4096, {}},          {"8B", "o", 4096, 4096, {1024, 4096}},
+    {"8B", "gate_up", 28672, 4096, {4096}}, {"8B", "down", 4096, 14336, {1024}},
+    {"70B", "o", 8192, 8192, {2048, 8192}}, {"70B", "gate_up", 57344, 8192, {}},
+    {"70B", "down", 8192, 28672, {}},
 };
-const int64_t kMs[] = {1, 16, 64, 256, 1024, 4096};
+const int64_t kSmallMs[] = {1, 16, 64, 128, 256};
 
 struct Options {
   bool quick = false;
+  bool sweep = true;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -189,21 +202,45 @@ class BareGemm {
   cublasLtMatmulAlgo_t algo_{};
 };
 
-absl::StatusOr<double> measure_copy_tbps(cudaStream_t s) {
+struct Ceilings {
+  double copy_tbps = 0, read_tbps = 0;
+};
+
+absl::StatusOr<Ceilings> measure_ceilings(cudaStream_t s) {
   const size_t bytes = size_t{1} << 30;
-  DeviceBuffer a, b;
+  const int sms = host_info().gpus[0].sm_count;
+  DeviceBuffer a, b, sink;
   RETURN_IF_ERROR(a.allocate(bytes, "the copy benchmark"));
   RETURN_IF_ERROR(b.allocate(bytes, "the copy benchmark"));
+  RETURN_IF_ERROR(sink.allocate(static_cast<size_t>(sms) * 4 * 512 * 4, "the read benchmark"));
   RETURN_IF_CUDA_ERROR(cudaMemsetAsync(a.get(), 1, bytes, s));
   Options o;
   o.reps = 10;
   o.warmup = 2;
-  ASSIGN_OR_RETURN(double us, median_us(s, 1, o, [&](int) -> absl::Status {
-                     RETURN_IF_CUDA_ERROR(
-                         launch_copy_16b(a.get(), b.get(), bytes, host_info().gpus[0].sm_count, s));
+  Ceilings c;
+  ASSIGN_OR_RETURN(double copy_us, median_us(s, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(launch_copy_16b(a.get(), b.get(), bytes, sms, s));
                      return absl::OkStatus();
                    }));
-  return 2.0 * bytes / (us * 1e-6) / 1e12;
+  ASSIGN_OR_RETURN(double read_us, median_us(s, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(launch_read_16b(a.get(), bytes, sms, sink.get(), s));
+                     return absl::OkStatus();
+                   }));
+  c.copy_tbps = 2.0 * bytes / (copy_us * 1e-6) / 1e12;
+  c.read_tbps = 1.0 * bytes / (read_us * 1e-6) / 1e12;
+  return c;
+}
+
+// The CUDA kernels to measure: the registry's, plus cuda.gemv_s8, which is built but not in the
+// default registry (kernels/cuda/cuda_kernels.cc says why) and is measured all the same.
+std::vector<const Kernel*> bench_kernels(const Registry& registry) {
+  static const std::unique_ptr<Kernel> gemv = make_gemv_s8_kernel();
+  std::vector<const Kernel*> out;
+  for (const Kernel* k : registry.kernels()) {
+    if (absl::StartsWith(k->name(), "cuda.")) out.push_back(k);
+  }
+  if (registry.find(gemv->name()) == nullptr) out.insert(out.begin(), gemv.get());
+  return out;
 }
 
 std::vector<uint16_t> random_bf16(SplitMix64& rng, size_t count) {
@@ -212,25 +249,160 @@ std::vector<uint16_t> random_bf16(SplitMix64& rng, size_t count) {
   return v;
 }
 
-struct Row {
+// One measured (shape, M): the bare GEMM and each kernel's op.
+struct Point {
   std::string shape;
-  int64_t m;
-  std::string kernel;
-  double op_us, gemm_us;
-  double tops, weight_tbps, x_floor, ratio;
+  int64_t n = 0, k = 0, m = 0;
+  double gemm_us = 0;
+  std::map<std::string, double> op_us;  // kernel name -> op time
+  std::string dispatched;               // what the registry picks for this M
 };
 
-void print_row(const Row& r) {
-  std::printf("%-20s %5lld  %-14s %10.1f %10.1f %7.2f %8.1f %8.2f %8.2f\n", r.shape.c_str(),
-              static_cast<long long>(r.m), r.kernel.c_str(), r.op_us, r.gemm_us, r.ratio, r.tops,
-              r.weight_tbps, r.x_floor);
-  std::fflush(stdout);
+double floor_us(int64_t m, int64_t n, int64_t k) {
+  const double bytes = static_cast<double>(n * k) + 2.0 * m * k + 2.0 * m * n;
+  const double ops = 2.0 * m * n * k;
+  return 1e6 * std::max(bytes / kCopyBytesPerS, ops / kInt8OpsPerS);
 }
 
+// Everything one shape needs on the device: weight copies for rotation, inputs for the largest
+// M, outputs, and the per-channel vectors the device-level sweeps pass by hand.
+struct ShapeBuffers {
+  int copies = 1;
+  std::vector<DeviceBuffer> w;
+  DeviceBuffer x, xq, y, acc, workspace, scratch, sb, bias, sa, azp, adj;
+};
+
+std::string shape_name(const ShapeCase& sc) {
+  return absl::StrFormat("%s %s %lldx%lld", sc.model, sc.proj, static_cast<long long>(sc.n),
+                         static_cast<long long>(sc.k));
+}
+
+// (1) cuda.gemv_s8: every (row groups, split_k) launch plan against the planner's choice, for
+// M = 1, 16 and 64, weights rotated.
+absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                        cudaStream_t stream) {
+  Options so = o;
+  so.reps = std::min<int64_t>(o.reps, 30);
+  so.warmup = std::min<int64_t>(o.warmup, 3);
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    const int m_pad = gemv_m_pad(m);
+    if (!gemv_s8_fits(sc.k, m_pad)) continue;
+    GemvS8Args a;
+    a.x = b.x.get();
+    a.m = m;
+    a.n = sc.n;
+    a.k = sc.k;
+    a.sb = b.sb.as<float>();
+    a.bias = b.bias.as<float>();
+    a.y = b.y.get();
+    a.sa = b.sa.as<float>();
+    auto time_plan = [&](const GemvS8Plan& plan) {
+      return median_us(stream, b.copies, so, [&](int s) -> absl::Status {
+        GemvS8Args as = a;
+        as.w = b.w[s].as<int8_t>();
+        RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
+        return absl::OkStatus();
+      });
+    };
+    // What cuda.gemv_s8's prepare picks: the model's best four, timed with a cold L2.
+    DeviceBuffer flush;
+    RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
+    GemvS8Plan chosen;
+    GemvS8Args at = a;
+    at.w = b.w[0].as<int8_t>();
+    at.m = m_pad;
+    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 4, stream, &chosen));
+    ASSIGN_OR_RETURN(const double chosen_us, time_plan(chosen));
+    GemvS8Plan best = chosen;
+    double best_us = chosen_us;
+    std::string all;
+    for (int rg : {8, 4, 2, 1}) {
+      for (int sk = 1; sk <= 8; ++sk) {
+        GemvS8Plan p;
+        const cudaError_t e = plan_gemv_s8_fixed(sc.n, sc.k, m_pad, 2, rg, sk, &p);
+        if (e == cudaErrorNotSupported) continue;
+        RETURN_IF_CUDA_ERROR(e);
+        ASSIGN_OR_RETURN(const double us, time_plan(p));
+        absl::StrAppendFormat(&all, " %d/%d/%d:%.1f(%.1f)", rg, sk, p.clusters, us, p.predicted_us);
+        if (us < best_us) {
+          best_us = us;
+          best = p;
+        }
+      }
+    }
+    std::printf(
+        "gemv-plan %-22s M=%-3lld tuned rg/sk/cl/st %d/%d/%d/%d %7.1f us (model %5.1f)  "
+        "best %d/%d/%d %7.1f us  %.2f TB/s\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), chosen.row_groups, chosen.split_k,
+        chosen.clusters, chosen.stages, chosen_us, chosen.predicted_us, best.row_groups,
+        best.split_k, best.clusters, best_us, sc.n * sc.k / (best_us * 1e-6) / 1e12);
+    std::printf("gemv-plan-all %-22s M=%-3lld%s\n", shape_name(sc).c_str(),
+                static_cast<long long>(m), all.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
+// cuBLASLt GEMM of the same M.
+absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
+                           const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
+#if QLINEAR_HAVE_CUTLASS
+  Options so = o;
+  so.reps = std::min<int64_t>(o.reps, 30);
+  so.warmup = std::min<int64_t>(o.warmup, 3);
+  for (int64_t m : ms) {
+    const int slots = m <= 64 ? b.copies : 1;
+    BareGemm bare;
+    RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
+    ASSIGN_OR_RETURN(const double gemm_us, median_us(stream, slots, so, [&](int s) {
+                       return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
+                                           b.acc.as<int32_t>(), b.workspace.get(), stream);
+                     }));
+    std::string line = absl::StrFormat("cutlass-tile %-22s M=%-5lld bare %8.1f us |",
+                                       shape_name(sc), static_cast<long long>(m), gemm_us);
+    for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      CutlassSm90Args g;
+      g.xq = b.xq.as<int8_t>();
+      g.m = m;
+      g.n = sc.n;
+      g.k = sc.k;
+      g.sa = b.sa.as<float>();
+      g.azp = b.azp.as<int32_t>();
+      g.sb = b.sb.as<float>();
+      g.adj = b.adj.as<int32_t>();
+      g.bias_v = b.bias.as<float>();
+      g.y = b.y.get();
+      g.y_type = ElemType::kBF16;
+      g.sm_count = host_info().gpus[0].sm_count;
+      const cutlass_sm90::TileOps* ops =
+          cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
+                         CutlassSm90Args gs = g;
+                         gs.w = b.w[s].as<int8_t>();
+                         RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+                         return absl::OkStatus();
+                       }));
+      absl::StrAppendFormat(&line, " tile%d %8.1f us %6.0f TOPS x%.2f |", t, us,
+                            2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)ms, (void)o, (void)stream, (void)lt;
+#endif
+  return absl::OkStatus();
+}
+
+// (3) Every CUDA kernel's op on one shape, for each M.
 absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Options& o,
-                       cudaStream_t stream, cublasLtHandle_t lt, std::vector<Row>* rows) {
+                       cudaStream_t stream, cublasLtHandle_t lt, std::vector<Point>* points) {
   const int64_t n = sc.n, k = sc.k;
-  const int64_t max_m = kMs[sizeof(kMs) / sizeof(kMs[0]) - 1];
+  std::vector<int64_t> ms(std::begin(kSmallMs), std::end(kSmallMs));
+  ms.insert(ms.end(), sc.large_ms.begin(), sc.large_ms.end());
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   SplitMix64 rng(0x5eed0000ull + static_cast<uint64_t>(n * 131 + k));
   LayerSpec spec;
   spec.n = n;
@@ -242,109 +414,130 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   ASSIGN_OR_RETURN(std::shared_ptr<const LayerWeights> weights,
                    build_layer_weights(spec, random_int8(rng, static_cast<size_t>(n * k))));
   const size_t w_bytes = static_cast<size_t>(n * k);
-  const int copies =
-      static_cast<int>(std::clamp<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2, 16));
+  ShapeBuffers b;
+  b.copies = static_cast<int>(std::clamp<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2, 16));
 
   // Inputs for the largest M; smaller M use the leading rows.
   const std::vector<uint16_t> x_host = random_bf16(rng, static_cast<size_t>(max_m * k));
   const std::vector<int8_t> xq_host = random_int8(rng, static_cast<size_t>(max_m * k));
-  DeviceBuffer x, xq, y, acc, workspace, scratch;
-  std::vector<DeviceBuffer> w_copies(copies);
-  RETURN_IF_ERROR(x.allocate(x_host.size() * 2, "x"));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(x.get(), x_host.data(), x.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(xq.allocate(xq_host.size(), "xq"));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(xq.get(), xq_host.data(), xq.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * n) * 2, "y"));
-  RETURN_IF_ERROR(acc.allocate(static_cast<size_t>(max_m * n) * 4, "acc"));
-  RETURN_IF_ERROR(workspace.allocate(kWorkspaceBytes, "workspace"));
-  for (DeviceBuffer& w : w_copies) {
+  const std::vector<float> sa_host = random_floats(rng, static_cast<size_t>(max_m), 1e-3f, 2e-2f);
+  b.w.resize(b.copies);
+  RETURN_IF_ERROR(b.x.allocate(x_host.size() * 2, "x"));
+  RETURN_IF_CUDA_ERROR(cudaMemcpy(b.x.get(), x_host.data(), b.x.size(), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(b.xq.allocate(xq_host.size(), "xq"));
+  RETURN_IF_CUDA_ERROR(cudaMemcpy(b.xq.get(), xq_host.data(), b.xq.size(), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(b.y.allocate(static_cast<size_t>(max_m * n) * 2, "y"));
+  RETURN_IF_ERROR(b.acc.allocate(static_cast<size_t>(max_m * n) * 4, "acc"));
+  RETURN_IF_ERROR(b.workspace.allocate(kWorkspaceBytes, "workspace"));
+  RETURN_IF_ERROR(b.sb.allocate(static_cast<size_t>(n) * 4, "sb"));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpy(b.sb.get(), weights->sb.data(), b.sb.size(), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(b.bias.allocate(static_cast<size_t>(n) * 4, "bias"));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpy(b.bias.get(), weights->bias.data(), b.bias.size(), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(b.sa.allocate(static_cast<size_t>(max_m) * 4, "sa"));
+  RETURN_IF_CUDA_ERROR(cudaMemcpy(b.sa.get(), sa_host.data(), b.sa.size(), cudaMemcpyHostToDevice));
+  RETURN_IF_ERROR(b.azp.allocate(static_cast<size_t>(max_m) * 4, "azp"));
+  RETURN_IF_CUDA_ERROR(cudaMemset(b.azp.get(), 0, b.azp.size()));
+  RETURN_IF_ERROR(b.adj.allocate(static_cast<size_t>(n) * 4, "adj"));
+  RETURN_IF_CUDA_ERROR(cudaMemset(b.adj.get(), 0, b.adj.size()));
+  for (DeviceBuffer& w : b.w) {
     RETURN_IF_ERROR(w.allocate(w_bytes, "weight copies"));
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), weights->w.data(), w_bytes, cudaMemcpyHostToDevice));
   }
 
-  // Every CUDA kernel that can run this layer, each prepared `copies` times (one weight copy each).
+  if (o.sweep) {
+    RETURN_IF_ERROR(sweep_gemv(sc, b, o, stream));
+    std::vector<int64_t> tile_ms = {64, 128, 256};
+    tile_ms.insert(tile_ms.end(), sc.large_ms.begin(), sc.large_ms.end());
+    RETURN_IF_ERROR(sweep_cutlass(sc, b, tile_ms, o, stream, lt));
+  }
+
+  // Every CUDA kernel that can run this layer at some M, each prepared `copies` times (one
+  // weight copy each).
   struct KernelCopies {
-    std::string name;
+    const Kernel* kernel;
     std::vector<std::unique_ptr<PreparedKernel>> prepared;
   };
   std::vector<KernelCopies> kernels;
-  for (const Kernel* kern : registry.kernels()) {
-    if (!absl::StartsWith(kern->name(), "cuda.")) continue;
+  for (const Kernel* kern : bench_kernels(registry)) {
     if (!registry.usable(*kern, host_info()).ok()) continue;
-    const ProblemShape shape{1, n, k, DType::kBF16, DType::kBF16};
-    if (!kern->can_implement(weights->config, shape).ok()) continue;
-    KernelCopies kc{std::string(kern->name()), {}};
-    for (int c = 0; c < copies; ++c) {
+    if (!kern->can_implement(weights->config, ProblemShape{1, n, k, DType::kBF16, DType::kBF16})
+             .ok() &&
+        !kern->can_implement(weights->config, ProblemShape{max_m, n, k, DType::kBF16, DType::kBF16})
+             .ok()) {
+      continue;
+    }
+    KernelCopies kc{kern, {}};
+    for (int c = 0; c < b.copies; ++c) {
       ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
       if (dynamic_cast<CudaPreparedKernel*>(p.get()) == nullptr) break;
       kc.prepared.push_back(std::move(p));
     }
     if (!kc.prepared.empty()) kernels.push_back(std::move(kc));
   }
-  size_t scratch_bytes = 0;
+  size_t scratch_bytes = 256;
   for (const auto& kc : kernels) {
     scratch_bytes = std::max(
         scratch_bytes,
         static_cast<const CudaPreparedKernel*>(kc.prepared[0].get())->device_scratch_bytes(max_m));
   }
-  RETURN_IF_ERROR(scratch.allocate(scratch_bytes, "kernel scratch"));
+  RETURN_IF_ERROR(b.scratch.allocate(scratch_bytes, "kernel scratch"));
 
-  const std::string shape_name = absl::StrFormat(
-      "%s %s %lldx%lld", sc.model, sc.proj, static_cast<long long>(n), static_cast<long long>(k));
-  for (int64_t m : kMs) {
-    const int slots = m <= 64 ? copies : 1;
+  for (int64_t m : ms) {
+    const int slots = m <= 64 ? b.copies : 1;
+    Point pt;
+    pt.shape = shape_name(sc);
+    pt.n = n;
+    pt.k = k;
+    pt.m = m;
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, n, k));
-    ASSIGN_OR_RETURN(double gemm_us, median_us(stream, slots, o, [&](int s) {
-                       return bare.enqueue(w_copies[s].as<int8_t>(), xq.as<int8_t>(),
-                                           acc.as<int32_t>(), workspace.get(), stream);
+    ASSIGN_OR_RETURN(pt.gemm_us, median_us(stream, slots, o, [&](int s) {
+                       return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
+                                           b.acc.as<int32_t>(), b.workspace.get(), stream);
                      }));
-    const double ops = 2.0 * m * n * k;
+    const ProblemShape shape{m, n, k, DType::kBF16, DType::kBF16};
     for (const auto& kc : kernels) {
-      ASSIGN_OR_RETURN(
-          double op_us, median_us(stream, std::min<int>(slots, kc.prepared.size()), o, [&](int s) {
-            const auto* p = static_cast<const CudaPreparedKernel*>(kc.prepared[s].get());
-            DeviceRunArgs a;
-            a.x = x.get();
-            a.x_dtype = DType::kBF16;
-            a.m = m;
-            a.y = y.get();
-            a.y_dtype = DType::kBF16;
-            return p->run_device(a, scratch.get(), stream, nullptr);
-          }));
-      const double bytes = static_cast<double>(n * k) + 2.0 * m * k + 2.0 * m * n;
-      const double floor_s = std::max(bytes / kCopyBytesPerS, ops / kInt8OpsPerS);
-      Row r{shape_name,
-            m,
-            kc.name,
-            op_us,
-            gemm_us,
-            ops / (op_us * 1e-6) / 1e12,
-            static_cast<double>(n * k) / (op_us * 1e-6) / 1e12,
-            op_us * 1e-6 / floor_s,
-            op_us / gemm_us};
-      print_row(r);
-      rows->push_back(r);
+      if (!kc.kernel->can_implement(weights->config, shape).ok()) continue;
+      ASSIGN_OR_RETURN(const double op_us,
+                       median_us(stream, std::min<int>(slots, kc.prepared.size()), o, [&](int s) {
+                         const auto* p =
+                             static_cast<const CudaPreparedKernel*>(kc.prepared[s].get());
+                         DeviceRunArgs a;
+                         a.x = b.x.get();
+                         a.x_dtype = DType::kBF16;
+                         a.m = m;
+                         a.y = b.y.get();
+                         a.y_dtype = DType::kBF16;
+                         return p->run_device(a, b.scratch.get(), stream, nullptr);
+                       }));
+      pt.op_us[std::string(kc.kernel->name())] = op_us;
     }
-    const double gbytes = static_cast<double>(n * k) + 1.0 * m * k + 4.0 * m * n;
-    const double gfloor = std::max(gbytes / kCopyBytesPerS, ops / kInt8OpsPerS);
-    Row g{shape_name,
-          m,
-          "cublasLt-s32",
-          gemm_us,
-          gemm_us,
-          ops / (gemm_us * 1e-6) / 1e12,
-          static_cast<double>(n * k) / (gemm_us * 1e-6) / 1e12,
-          gemm_us * 1e-6 / gfloor,
-          1.0};
-    print_row(g);
-    rows->push_back(g);
+    const MBucket& bucket = m_buckets()[m_bucket_index(m)];
+    auto sel = registry.select(host_info(), weights->config, shape, "", bucket.lo, bucket.hi);
+    pt.dispatched = sel.ok() ? std::string(sel->kernel->name()) : "-";
+
+    const double fl = floor_us(m, n, k);
+    const double ops = 2.0 * m * n * k;
+    std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f\n",
+                pt.shape.c_str(), static_cast<long long>(m), "cublasLt-gemm-s32", pt.gemm_us,
+                ops / (pt.gemm_us * 1e-6) / 1e12, n * k / (pt.gemm_us * 1e-6) / 1e12,
+                pt.gemm_us / fl);
+    for (const auto& [name, us] : pt.op_us) {
+      std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f%s\n",
+                  pt.shape.c_str(), static_cast<long long>(m), name.c_str(), us,
+                  ops / (us * 1e-6) / 1e12, n * k / (us * 1e-6) / 1e12, us / fl,
+                  name == pt.dispatched ? "  <- dispatched" : "");
+    }
+    std::fflush(stdout);
+    points->push_back(std::move(pt));
   }
   return absl::OkStatus();
 }
 
-// The serving path: host x in, host y out, through `run` (pinned staging, H2D, the op, D2H, one
-// synchronisation), timed with a host clock around each call.
+// (4) The serving path: host x in, host y out, through `run` (pinned staging, H2D, the op, D2H,
+// one synchronisation), timed with a host clock around each call.
 absl::Status run_host_path(const Registry& registry, const Options& o) {
   const int64_t n = 4096, k = 4096;
   SplitMix64 rng(77);
@@ -359,14 +552,16 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
   std::printf(
       "\nserving path (run() on host buffers, copies and one sync included), 8B o %lldx%lld\n",
       static_cast<long long>(n), static_cast<long long>(k));
-  std::printf("%-14s %6s %12s %12s %12s %12s\n", "kernel", "M", "median_us", "p90_us",
+  std::printf("%-18s %6s %10s %10s %12s %12s\n", "kernel", "M", "median_us", "p90_us",
               "quantize_us", "gemm+ep_us");
-  for (const Kernel* kern : registry.kernels()) {
-    if (!absl::StartsWith(kern->name(), "cuda.") || !registry.usable(*kern, host_info()).ok()) {
-      continue;
-    }
+  for (const Kernel* kern : bench_kernels(registry)) {
+    if (!registry.usable(*kern, host_info()).ok()) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
     for (int64_t m : {int64_t{1}, int64_t{2048}}) {
+      if (!kern->can_implement(weights->config, ProblemShape{m, n, k, DType::kBF16, DType::kBF16})
+               .ok()) {
+        continue;
+      }
       const std::vector<uint16_t> xh = random_bf16(rng, static_cast<size_t>(m * k));
       std::vector<uint16_t> yh(static_cast<size_t>(m * n));
       RunArgs a;
@@ -387,7 +582,7 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
                 .count());
       }
       std::sort(us.begin(), us.end());
-      std::printf("%-14s %6lld %12.1f %12.1f %12.1f %12.1f\n", std::string(kern->name()).c_str(),
+      std::printf("%-18s %6lld %10.1f %10.1f %12.1f %12.1f\n", std::string(kern->name()).c_str(),
                   static_cast<long long>(m), us[us.size() / 2], us[us.size() * 9 / 10],
                   t.quantize_ns / 1e3, t.gemm_ns / 1e3);
     }
@@ -395,11 +590,67 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
   return absl::OkStatus();
 }
 
+// (5) The summary: the dispatched kernel per (shape, M), and the targets.
+void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
+  std::printf("\n=== summary: dispatched kernel per shape and M (bf16 in/out, bias) ===\n");
+  std::printf(
+      "ceilings this run: SM copy %.2f TB/s, SM read %.2f TB/s; floor uses %.1f TB/s and "
+      "%.0f TOPS\n",
+      ceil.copy_tbps, ceil.read_tbps, kCopyBytesPerS / 1e12, kInt8OpsPerS / 1e12);
+  std::printf("%-21s %5s %-17s %8s %7s %6s %6s %7s %7s %s\n", "shape", "M", "kernel", "us", "TOPS",
+              "W_TB/s", "xfloor", "vs_gemm", "vs_lt+e", "best other");
+  int met = 0, missed = 0;
+  std::string misses;
+  for (const Point& p : points) {
+    auto it = p.op_us.find(p.dispatched);
+    if (it == p.op_us.end()) continue;
+    const double us = it->second;
+    const double ops = 2.0 * p.m * p.n * p.k;
+    const double tops = ops / (us * 1e-6) / 1e12;
+    const double tbps = p.n * p.k / (us * 1e-6) / 1e12;
+    auto lt = p.op_us.find("cuda.cublaslt");
+    const double vs_lt = lt != p.op_us.end() ? lt->second / us : 0.0;
+    std::string other;
+    for (const auto& [name, o_us] : p.op_us) {
+      if (name != p.dispatched && o_us < us * 0.97) {
+        other = absl::StrFormat("%s %.1f", name, o_us);
+      }
+    }
+    std::printf("%-21s %5lld %-17s %8.1f %7.1f %6.2f %6.2f %7.2f %7.2f %s\n", p.shape.c_str(),
+                static_cast<long long>(p.m), p.dispatched.c_str(), us, tops, tbps,
+                us / floor_us(p.m, p.n, p.k), p.gemm_us / us, vs_lt, other.c_str());
+    // The targets.
+    std::vector<std::pair<bool, std::string>> checks;
+    if (p.m == 1 || p.m == 16) {
+      if (p.n * p.k >= (int64_t{32} << 20)) checks.push_back({tbps >= 3.6, ">= 3.6 TB/s"});
+      if (p.n == 4096 && p.k == 4096) checks.push_back({vs_lt >= 2.0, ">= 2x cuBLASLt+ep"});
+    } else if (p.m >= 64 && p.m <= 256) {
+      checks.push_back({vs_lt >= 1.2, ">= 1.2x cuBLASLt+ep"});
+    } else if (p.m >= 1024 && p.m * p.n * p.k >= int64_t{4096} * 4096 * 4096) {
+      checks.push_back({p.gemm_us / us >= 1.0, ">= 1.0x cuBLASLt GEMM"});
+      checks.push_back({vs_lt >= 1.2, ">= 1.2x cuBLASLt+ep"});
+      if (p.m == 2048 && p.n == 8192 && p.k == 8192)
+        checks.push_back({tops >= 1550, ">= 1550 TOPS"});
+    }
+    for (const auto& [ok, what] : checks) {
+      if (ok) {
+        ++met;
+      } else {
+        ++missed;
+        absl::StrAppendFormat(&misses, "  missed: %s M=%lld %s\n", p.shape,
+                              static_cast<long long>(p.m), what);
+      }
+    }
+  }
+  std::printf("targets: %d met, %d missed\n%s", met, missed, misses.c_str());
+}
+
 int bench_main(int argc, char** argv) {
   Options o;
-  ArgParser args("qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N]",
+  ArgParser args("qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N] [--sweep=true|false]",
                  "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
+  args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -430,28 +681,32 @@ int bench_main(int argc, char** argv) {
     std::fprintf(stderr, "qlinear_gpu_bench: cannot create a stream or a cuBLASLt handle\n");
     return 1;
   }
-  auto copy = measure_copy_tbps(stream);
+  Ceilings ceil;
+  if (auto c = measure_ceilings(stream); c.ok()) ceil = *c;
   std::printf("GPU: %s\n", host.gpu_description().c_str());
   std::printf(
-      "ceilings: copy %.2f TB/s measured now (floor uses %.1f), int8 %.0f TOPS datasheet; "
-      "reps %lld, median\n",
-      copy.ok() ? *copy : 0.0, kCopyBytesPerS / 1e12, kInt8OpsPerS / 1e12,
+      "ceilings: copy %.2f TB/s and read %.2f TB/s measured now (floor uses %.1f), int8 %.0f "
+      "TOPS datasheet; reps %lld, median\n",
+      ceil.copy_tbps, ceil.read_tbps, kCopyBytesPerS / 1e12, kInt8OpsPerS / 1e12,
       static_cast<long long>(o.reps));
+  std::printf("kernels: ");
+  for (const Kernel* k : registry.kernels()) {
+    const absl::Status s = registry.usable(*k, host);
+    std::printf("%s%s; ", std::string(k->name()).c_str(),
+                s.ok() ? "" : absl::StrCat(" (", s.message(), ")").c_str());
+  }
   std::printf(
-      "op = quantize + GEMM + epilogue, bf16 in/out, per-token x per-channel, bias; "
+      "\nop = quantize + GEMM + epilogue, bf16 in/out, per-token x per-channel, bias; "
       "gemm = bare cuBLASLt int8->int32\n\n");
-  std::printf("%-20s %5s  %-14s %10s %10s %7s %8s %8s %8s\n", "shape (N x K)", "M", "kernel",
-              "op_us", "gemm_us", "op/gemm", "TOPS", "W_TB/s", "x_floor");
-  std::vector<Row> rows;
+  std::vector<Point> points;
   int failures = 0;
   for (const ShapeCase& sc : kShapes) {
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
       continue;
     }
-    if (absl::Status s = run_shape(sc, registry, o, stream, lt, &rows); !s.ok()) {
-      std::printf("%s %s %lldx%lld: %s\n", sc.model, sc.proj, static_cast<long long>(sc.n),
-                  static_cast<long long>(sc.k), std::string(s.message()).c_str());
+    if (absl::Status s = run_shape(sc, registry, o, stream, lt, &points); !s.ok()) {
+      std::printf("%s: %s\n", shape_name(sc).c_str(), std::string(s.message()).c_str());
       ++failures;
     }
   }
@@ -459,6 +714,7 @@ int bench_main(int argc, char** argv) {
     std::printf("serving path: %s\n", std::string(s.message()).c_str());
     ++failures;
   }
+  print_summary(points, ceil);
   cublasLtDestroy(lt);
   cudaStreamDestroy(stream);
   return failures == 0 ? 0 : 1;

@@ -1,6 +1,5 @@
-// The SPEC section 4 epilogue; see epilogue_s32.h. Each fp32 operation is an explicit
-// round-to-nearest intrinsic (__fmul_rn, __fmaf_rn, __int2float_rn) so the order of the SPEC is
-// what runs, whatever the contraction flags.
+// The SPEC section 4 epilogue; see epilogue_s32.h. The arithmetic of one element lives in
+// epilogue_s32_device.cuh (explicit round-to-nearest intrinsics), shared with the fused kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,41 +7,15 @@
 #include <cstdint>
 
 #include "kernels/cuda/epilogue_s32.h"
+#include "kernels/cuda/epilogue_s32_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
 
-// How the zero point enters t (SPEC section 4).
-enum class ZeroPoint { kNone, kStatic, kDynamic };
-
-template <ElemType Y>
-__device__ __forceinline__ float round_to_y(float v) {
-  if constexpr (Y == ElemType::kBF16) return __bfloat162float(__float2bfloat16_rn(v));
-  if constexpr (Y == ElemType::kF16) return __half2float(__float2half_rn(v));
-  return v;
-}
-
-template <ElemType Y>
-__device__ __forceinline__ uint32_t to_bits16(float v) {
-  if constexpr (Y == ElemType::kBF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  return __half_as_ushort(__float2half_rn(v));
-}
-
-template <ZeroPoint Z, bool kBias>
-__device__ __forceinline__ float dequant(int32_t acc, float sa, int32_t azp, float sb, int32_t adj,
-                                         float bias_f) {
-  if constexpr (Z == ZeroPoint::kNone) {
-    const float scaled = __fmul_rn(sb, __int2float_rn(acc));
-    return kBias ? __fmaf_rn(sa, scaled, bias_f) : __fmul_rn(sa, scaled);
-  } else {
-    // int32 arithmetic wraps, as in the reference (wrap_sub / wrap_mul).
-    const uint32_t zp_term = Z == ZeroPoint::kStatic
-                                 ? static_cast<uint32_t>(adj)
-                                 : static_cast<uint32_t>(azp) * static_cast<uint32_t>(adj);
-    const float t = __int2float_rn(static_cast<int32_t>(static_cast<uint32_t>(acc) - zp_term));
-    return __fmaf_rn(sa, __fmul_rn(sb, t), kBias ? bias_f : 0.f);
-  }
-}
+using device::dequant;
+using device::round_to_y;
+using device::to_bits16;
+using device::ZeroPoint;
 
 // Each thread owns kW consecutive columns and walks rows blockIdx.y, blockIdx.y + gridDim.y, ...,
 // so the per-column values (sb, bias, azp_adj) are loaded once per thread.

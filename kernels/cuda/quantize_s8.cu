@@ -1,6 +1,6 @@
 // cuda.quantize: see quantize_s8.h. Every fp32 operation that the reference performs is written
-// here with an explicit round-to-nearest intrinsic (__fmul_rn, __fdiv_rn, __fsub_rn), so that
-// neither FMA contraction nor approximate division can change a bit.
+// with an explicit round-to-nearest intrinsic (quantize_s8_device.cuh, shared with the fused
+// kernels), so that neither FMA contraction nor approximate division can change a bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,27 +8,18 @@
 #include <cstdint>
 
 #include "kernels/cuda/quantize_s8.h"
+#include "kernels/cuda/quantize_s8_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
 
 constexpr int kMaxWarps = 32;
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// Widens 16-bit storage to fp32 exactly.
-template <typename T>
-__device__ __forceinline__ float bits16_to_f32(uint32_t b);
-template <>
-__device__ __forceinline__ float bits16_to_f32<__half>(uint32_t b) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
-}
-template <>
-__device__ __forceinline__ float bits16_to_f32<__nv_bfloat16>(uint32_t b) {
-  return __uint_as_float(b << 16);
-}
+using device::bits16_to_f32;
+using device::kBadRow;
+using device::kQuantize;
+using device::quantize_value;
+using device::to_f32;
 
 // Loads 4 consecutive elements starting at p (aligned to 4 elements) as fp32.
 template <typename T>
@@ -48,32 +39,37 @@ __device__ __forceinline__ void load4<float>(const float* p, float v[4]) {
   v[3] = u.w;
 }
 
-// reference::sat32: rne then clamp to int32, NaN -> 0. cvt.rni.s32.f32 clamps by itself; the NaN
-// guard makes the NaN case explicit rather than a property of the conversion instruction.
-__device__ __forceinline__ int32_t sat32(float v) { return v != v ? 0 : __float2int_rn(v); }
-__device__ __forceinline__ int8_t sat8(int32_t v) {
-  return static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v));
+// Loads 8 consecutive elements starting at p (aligned to 8 elements) as fp32: one 16-byte load
+// for 16-bit types, two for fp32.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float v[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = bits16_to_f32<T>(w[i] & 0xffffu);
+    v[2 * i + 1] = bits16_to_f32<T>(w[i] >> 16);
+  }
 }
-// int32 addition that wraps (reference::wrap_add).
-__device__ __forceinline__ int32_t wrap_add(int32_t a, int32_t b) {
-  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+template <>
+__device__ __forceinline__ void load8<float>(const float* p, float v[8]) {
+  load4(p, v);
+  load4(p + 4, v + 4);
 }
 
-// What pass 2 does with a row, decided once by thread 0.
-enum RowMode : int { kQuantize = 0, kZeroRow = 1, kBadRow = 2 };
-
-template <QuantScheme S>
-__device__ __forceinline__ int8_t quantize_value(float v, float mul, float divisor, int32_t zp) {
-  if constexpr (S == QuantScheme::kDynamicSymmetric) {
-    return sat8(sat32(__fmul_rn(v, mul)));  // multiply by 127/absmax
-  } else if constexpr (S == QuantScheme::kStaticSymmetric) {
-    return sat8(sat32(__fdiv_rn(v, divisor)));  // a true division
+template <int W, typename T>
+__device__ __forceinline__ void load_w(const T* p, float v[W]) {
+  if constexpr (W == 8) {
+    load8(p, v);
+  } else if constexpr (W == 4) {
+    load4(p, v);
   } else {
-    return sat8(wrap_add(sat32(__fmul_rn(v, mul)), zp));
+    v[0] = to_f32(*p);
   }
 }
 
-template <typename T, QuantScheme S, bool kVec>
+// W: elements per vector access (8, 4 or 1), as the alignment of x, xq and k allows.
+template <typename T, QuantScheme S, int W>
 __global__ void __launch_bounds__(1024)
     quantize_rows_s8(const T* __restrict__ x, int64_t k, QuantizeParams p, int8_t* __restrict__ xq,
                      float* __restrict__ sa, int32_t* __restrict__ azp) {
@@ -94,15 +90,13 @@ __global__ void __launch_bounds__(1024)
       mx = fmaxf(mx, v);
     }
   };
-  if constexpr (kVec) {
-    for (int64_t i = 4 * static_cast<int64_t>(threadIdx.x); i < k; i += 4 * blockDim.x) {
-      float v[4];
-      load4(xr + i, v);
+  // Unrolled so that several loads are in flight per thread.
+#pragma unroll 4
+  for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
+    float v[W];
+    load_w<W>(xr + i, v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) visit(v[j]);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) visit(to_f32(xr[i]));
+    for (int j = 0; j < W; ++j) visit(v[j]);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -135,32 +129,16 @@ __global__ void __launch_bounds__(1024)
       mx = fmaxf(mx, s_mx[w]);
       bad = bad || s_bad[w];
     }
-    int mode = kQuantize;
-    float mul = 0.f, div = 1.f;
-    int32_t zp = 0;
-    if (bad) {
-      mode = kBadRow;
-      sa[row] = __int_as_float(0x7fffffff);  // NaN: the row's flag (a real sa is never NaN)
-    } else if constexpr (S == QuantScheme::kDynamicSymmetric) {
-      sa[row] = __fdiv_rn(absmax, 127.f);
-      mul = absmax == 0.f ? 0.f : __fdiv_rn(127.f, absmax);
-    } else if constexpr (S == QuantScheme::kStaticSymmetric) {
-      sa[row] = p.input_scale;
-      div = p.input_scale;
-    } else if constexpr (S == QuantScheme::kDynamicAsymmetric) {
-      const float s = __fdiv_rn(__fsub_rn(mx, mn), 255.f);
-      sa[row] = s;
-      if (s == 0.f) {
-        mode = kZeroRow;  // constant row: xq = 0, azp = 0, output = bias
-      } else {
-        zp = sat32(__fsub_rn(-128.f, __fdiv_rn(mn, s)));
-        mul = __fdiv_rn(1.f, s);
-      }
-    } else {
-      sa[row] = p.input_scale;
-      zp = p.input_zero_point;
-      mul = __fdiv_rn(1.f, p.input_scale);
-    }
+    device::RowStats st;
+    st.absmax = absmax;
+    st.mn = mn;
+    st.mx = mx;
+    st.bad = bad;
+    const device::RowParams rp = device::row_params<S>(st, p);
+    sa[row] = rp.sa;
+    const int mode = rp.mode;
+    const float mul = rp.mul, div = rp.div;
+    const int32_t zp = rp.zp;
     if (azp != nullptr && mode != kBadRow) azp[row] = zp;
     s_mode = mode;
     s_mul = mul;
@@ -174,23 +152,24 @@ __global__ void __launch_bounds__(1024)
   const int32_t zp = s_zp;
 
   // Pass 2: quantize (the row is in L1/L2 from pass 1).
-  if constexpr (kVec) {
-    for (int64_t i = 4 * static_cast<int64_t>(threadIdx.x); i < k; i += 4 * blockDim.x) {
-      uint32_t packed = 0;
-      if (mode == kQuantize) {
-        float v[4];
-        load4(xr + i, v);
+#pragma unroll 4
+  for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
+    uint32_t packed[(W + 3) / 4] = {};
+    if (mode == kQuantize) {
+      float v[W];
+      load_w<W>(xr + i, v);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[j], mul, div, zp));
-          packed |= static_cast<uint32_t>(q) << (8 * j);
-        }
+      for (int j = 0; j < W; ++j) {
+        const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[j], mul, div, zp));
+        packed[j / 4] |= static_cast<uint32_t>(q) << (8 * (j % 4));
       }
-      *reinterpret_cast<uint32_t*>(qr + i) = packed;
     }
-  } else {
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) {
-      qr[i] = mode == kQuantize ? quantize_value<S>(to_f32(xr[i]), mul, div, zp) : int8_t{0};
+    if constexpr (W == 8) {
+      *reinterpret_cast<uint2*>(qr + i) = make_uint2(packed[0], packed[1]);
+    } else if constexpr (W == 4) {
+      *reinterpret_cast<uint32_t*>(qr + i) = packed[0];
+    } else {
+      qr[i] = static_cast<int8_t>(packed[0]);
     }
   }
 }
@@ -198,18 +177,22 @@ __global__ void __launch_bounds__(1024)
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
                          float* sa, int32_t* azp, cudaStream_t stream) {
-  // Enough threads that each handles a few 4-element chunks; a block per row keeps the row's
-  // reduction in one block (no second launch, no atomics).
+  // Enough threads that each handles a few vectors (four in flight at once); a block per row
+  // keeps the row's reduction in one block (no second launch, no atomics), and small blocks let
+  // many rows share an SM.
   int threads = 32;
-  while (threads < 512 && threads * 16 < k) threads *= 2;
-  const bool vec = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % (4 * sizeof(T)) == 0 &&
-                   reinterpret_cast<uintptr_t>(xq) % 4 == 0;
+  while (threads < 512 && threads * 32 < k) threads *= 2;
+  auto aligned = [](const void* ptr, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+  };
   const T* xt = static_cast<const T*>(x);
   const dim3 grid(static_cast<unsigned>(m));
-  if (vec) {
-    quantize_rows_s8<T, S, true><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+  if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
+    quantize_rows_s8<T, S, 8><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+  } else if (k % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(xq, 4)) {
+    quantize_rows_s8<T, S, 4><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
   } else {
-    quantize_rows_s8<T, S, false><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+    quantize_rows_s8<T, S, 1><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
   }
   return cudaGetLastError();
 }

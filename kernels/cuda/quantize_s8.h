@@ -36,8 +36,8 @@ struct QuantizeParams {
 // writes xq. A row holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows
 // give finite or +Inf scales), and unspecified xq/azp: the caller finds the first bad row by
 // scanning sa, which it copies back anyway, so the check needs no flag, memset or atomic.
-// Requires 1 <= m < 2^31 and k >= 1; any alignment (16-byte vector loads when x is aligned and
-// k % 4 == 0). Returns the launch error, if any.
+// Requires 1 <= m < 2^31 and k >= 1; any alignment (8 elements per vector access when x is
+// 16-byte aligned and k % 8 == 0, 4 when k % 4 == 0). Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream);

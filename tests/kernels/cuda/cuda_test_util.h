@@ -194,4 +194,88 @@ int64_t first_mismatch(const std::vector<T>& want, const std::vector<T>& got) {
   return -1;
 }
 
+// A CUDA kernel prepared for a layer, with the layer kept alive beside it.
+struct Prepared {
+  std::shared_ptr<const LayerWeights> weights;
+  std::unique_ptr<PreparedKernel> owner;
+  const CudaPreparedKernel* kernel = nullptr;
+};
+
+inline Prepared prepare(const Kernel& k, std::shared_ptr<const LayerWeights> w) {
+  Prepared p;
+  p.weights = std::move(w);
+  auto st = k.prepare(*p.weights);
+  EXPECT_TRUE(st.ok()) << st.status();
+  if (!st.ok()) return p;
+  p.owner = std::move(st).value();
+  p.kernel = dynamic_cast<const CudaPreparedKernel*>(p.owner.get());
+  EXPECT_NE(p.kernel, nullptr);
+  return p;
+}
+
+inline std::string describe(const LayerConfig& c, int64_t m, DType xt, DType yt) {
+  return absl::StrCat(scheme_name(c.scheme), " M=", m, " N=", c.n, " K=", c.k,
+                      " x=", dtype_name(xt), " y=", dtype_name(yt),
+                      c.has_bias ? " bias" : " no-bias");
+}
+
+// Runs one call through run_debug and compares every intermediate with the reference. Returns
+// false after the first mismatch (reported as a test failure).
+inline bool check_call(const Prepared& p, const std::vector<uint8_t>& x, DType xt, int64_t m,
+                       DType yt) {
+  const LayerWeights& w = *p.weights;
+  const LayerConfig& c = w.config;
+  const std::string what = describe(c, m, xt, yt);
+  const Expected want = reference_run(w, x.data(), xt, m, yt);
+
+  std::vector<uint8_t> y(static_cast<size_t>(m * c.n) * dtype_size(yt), 0xA5);  // poisoned
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = xt;
+  args.m = m;
+  args.y = y.data();
+  args.y_dtype = yt;
+  DebugOutputs got;
+  const absl::Status st = p.kernel->run_debug(args, &got);
+  if (!want.status.ok()) {
+    EXPECT_EQ(st.code(), want.status.code()) << what << ": " << st;
+    EXPECT_EQ(st.message(), want.status.message()) << what;
+    return st.code() == want.status.code() && st.message() == want.status.message();
+  }
+  if (!st.ok()) {
+    ADD_FAILURE() << what << ": " << st;
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.xq, got.xq); i >= 0) {
+    ADD_FAILURE() << what << ": xq differs at row " << i / c.k << " col " << i % c.k << ": want "
+                  << int{want.xq[i]} << " got " << int{got.xq[i]} << " (sa want "
+                  << want.sa[i / c.k] << ")";
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.sa, got.sa); i >= 0) {
+    ADD_FAILURE() << what << ": sa differs at row " << i << ": want " << want.sa[i] << " got "
+                  << got.sa[i];
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.azp, got.azp); i >= 0) {
+    ADD_FAILURE() << what << ": azp differs at row " << i << ": want " << want.azp[i] << " got "
+                  << got.azp[i];
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.acc, got.acc); i >= 0) {
+    ADD_FAILURE() << what << ": acc differs at row " << i / c.n << " col " << i % c.n << ": want "
+                  << want.acc[i] << " got " << got.acc[i];
+    return false;
+  }
+  if (int64_t i = first_y_mismatch(want.y, y, yt); i >= 0) {
+    const size_t es = dtype_size(yt);
+    ADD_FAILURE() << what << ": y differs at row " << i / c.n << " col " << i % c.n << ": want "
+                  << load_as_f32(want.y.data(), yt, i) << " got " << load_as_f32(y.data(), yt, i)
+                  << " (acc " << want.acc[i] << ", sa " << want.sa[i / c.n] << ", sb "
+                  << w.sb[i % c.n] << ", " << es << "-byte elements)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace qlinear::gpu::testing

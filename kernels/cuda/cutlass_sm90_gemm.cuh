@@ -1,0 +1,246 @@
+// The CUTLASS 3.x kernel behind cuda.cutlass_sm90, as one template per (tile configuration,
+// output type); each cutlass_sm90_tile_*.cu instantiates one configuration so that the slow
+// CUTLASS compilations run in parallel. See cutlass_sm90_device.h for the computed function.
+//
+// The epilogue is an epilogue visitor tree whose every node is a functor written here with an
+// explicit round-to-nearest intrinsic, so that the SPEC section 4 order holds bit for bit:
+//   zp  = azp[m] * adj[n]                       int32, wrapping   (WrapMul)
+//   t   = f32(acc - zp)                         int32 wrapping, then one rn conversion (WrapSub)
+//   s   = sb[n] * t                             __fmul_rn          (MulRn)
+//   y   = out(fma(sa[m], s, bias_v[n]))         __fmaf_rn, then one rne conversion to y's type
+// (CUTLASS's own multiply_add is a * b + c, which --fmad=false would round twice.)
+//
+// CUDA only; needs the CUTLASS headers and sm_90a.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "kernels/cuda/cutlass_sm90_device.h"
+
+namespace qlinear::gpu::cutlass_sm90 {
+
+// --- Epilogue functors: scalar form for CUTLASS's argument detection, array form for the
+// --- fragments it visits.
+
+template <class T>
+struct WrapMul {
+  CUTLASS_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+  }
+};
+template <class T, int N>
+struct WrapMul<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& a,
+                                                 cutlass::Array<T, N> const& b) const {
+    cutlass::Array<T, N> r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      r[i] = static_cast<T>(static_cast<uint32_t>(a[i]) * static_cast<uint32_t>(b[i]));
+    }
+    return r;
+  }
+};
+
+template <class T>
+struct WrapSub {
+  CUTLASS_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(static_cast<uint32_t>(a) - static_cast<uint32_t>(b));
+  }
+};
+template <class T, int N>
+struct WrapSub<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& a,
+                                                 cutlass::Array<T, N> const& b) const {
+    cutlass::Array<T, N> r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      r[i] = static_cast<T>(static_cast<uint32_t>(a[i]) - static_cast<uint32_t>(b[i]));
+    }
+    return r;
+  }
+};
+
+template <class T>
+struct MulRn {
+  CUTLASS_DEVICE T operator()(T a, T b) const { return __fmul_rn(a, b); }
+};
+template <int N>
+struct MulRn<cutlass::Array<float, N>> {
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& a,
+                                                     cutlass::Array<float, N> const& b) const {
+    cutlass::Array<float, N> r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) r[i] = __fmul_rn(a[i], b[i]);
+    return r;
+  }
+};
+
+template <class T>
+struct FmaRn {
+  CUTLASS_DEVICE T operator()(T a, T b, T c) const { return __fmaf_rn(a, b, c); }
+};
+template <int N>
+struct FmaRn<cutlass::Array<float, N>> {
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& a,
+                                                     cutlass::Array<float, N> const& b,
+                                                     cutlass::Array<float, N> const& c) const {
+    cutlass::Array<float, N> r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) r[i] = __fmaf_rn(a[i], b[i], c[i]);
+    return r;
+  }
+};
+
+// --- The kernel ---
+
+template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_>
+struct TileConfig {
+  using TileShape = TileShape_;
+  using ClusterShape = ClusterShape_;
+  using KernelSchedule = KernelSchedule_;
+  using EpilogueSchedule = EpilogueSchedule_;
+};
+
+template <class Config, class ElementD>
+struct FusedGemm {
+  using TileShape = typename Config::TileShape;
+  using ClusterShape = typename Config::ClusterShape;
+  static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+  template <class E>
+  using RowVec = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, E, E>;  // [n]
+  template <class E>
+  using ColVec = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, E, E>;  // [m]
+  template <template <class> class Fn, class Out, class In>
+  using Compute = cutlass::epilogue::fusion::Sm90Compute<Fn, Out, In, kRound>;
+  using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
+  template <class... Ts>
+  using EVT = cutlass::epilogue::fusion::Sm90EVT<Ts...>;
+
+  using ZpTerm = EVT<Compute<WrapMul, int32_t, int32_t>, ColVec<int32_t>, RowVec<int32_t>>;
+  using T = EVT<Compute<WrapSub, float, int32_t>, Acc, ZpTerm>;
+  using Scaled = EVT<Compute<MulRn, float, float>, RowVec<float>, T>;
+  using Out = EVT<Compute<FmaRn, ElementD, float>, ColVec<float>, Scaled, RowVec<float>>;
+
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void,
+      cutlass::layout::RowMajor, kAlignD, ElementD, cutlass::layout::RowMajor, kAlignD,
+      typename Config::EpilogueSchedule, Out>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
+      int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::KernelSchedule>::CollectiveOp;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                           CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments arguments(const CutlassSm90Args& a) {
+    const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideC = typename Kernel::StrideC;
+    using StrideD = typename Kernel::StrideD;
+    typename Out::Arguments evt{
+        {a.sa},  // sa [m]
+        {
+            {a.sb},  // sb [n]
+            {
+                {},                      // acc
+                {{a.azp}, {a.adj}, {}},  // azp[m] * adj[n]
+                {},                      // acc - that, to f32
+            },
+            {},  // sb * t
+        },
+        {a.bias_v},  // bias_v [n]
+        {},          // fma
+    };
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = 0;
+    hw.sm_count = a.sm_count;
+    return typename Gemm::Arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {m, n, k, 1},
+        {a.xq, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, k, 1)), a.w,
+         cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(n, k, 1))},
+        {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(m, n, 1)),
+         static_cast<ElementD*>(a.y),
+         cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, n, 1))},
+        hw};
+  }
+
+  static cudaError_t prepare() {
+    static const cudaError_t result = [] {
+      const int smem = static_cast<int>(Kernel::SharedStorageSize);
+      if (smem < (48 << 10)) return cudaSuccess;
+      return cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    }();
+    return result;
+  }
+
+  static size_t workspace_bytes(const CutlassSm90Args& a) {
+    return Gemm::get_workspace_size(arguments(a));
+  }
+
+  static bool can_implement(const CutlassSm90Args& a) {
+    return Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
+  }
+
+  static cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
+    cudaError_t e = prepare();
+    if (e != cudaSuccess) return e;
+    const typename Gemm::Arguments args = arguments(a);
+    if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+    // Params straight from the arguments (TMA descriptors encoded on the host) and the static
+    // launcher: no per-call attribute setting, no workspace initialisation kernel (the
+    // persistent data-parallel scheduler needs none).
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+    if (Gemm::run(params, stream) != cutlass::Status::kSuccess) {
+      e = cudaGetLastError();
+      return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+    }
+    return cudaGetLastError();
+  }
+};
+
+template <class Config, class ElementD>
+constexpr TileOps tile_ops() {
+  using G = FusedGemm<Config, ElementD>;
+  return TileOps{&G::prepare, &G::workspace_bytes, &G::can_implement, &G::launch};
+}
+
+// The table of one configuration, for each output type.
+template <class Config>
+const TileOps* tile_ops_for(ElemType y) {
+  static constexpr TileOps kBf16 = tile_ops<Config, cutlass::bfloat16_t>();
+  static constexpr TileOps kF16 = tile_ops<Config, cutlass::half_t>();
+  static constexpr TileOps kF32 = tile_ops<Config, float>();
+  switch (y) {
+    case ElemType::kBF16:
+      return &kBf16;
+    case ElemType::kF16:
+      return &kF16;
+    case ElemType::kF32:
+      return &kF32;
+  }
+  return nullptr;
+}
+
+}  // namespace qlinear::gpu::cutlass_sm90

@@ -1,0 +1,43 @@
+// cuda.cutlass_sm90: the W8A8 op for medium and large M on Hopper, as cuda.quantize followed by a
+// CUTLASS 3.x TMA warp-specialized int8 GEMM (wgmma) whose epilogue applies SPEC section 4 on the
+// accumulators and writes y once, in bf16, fp16 or fp32.
+//
+// Why: cuBLASLt's int8 GEMM can only write int32, so the separate dequantization pass reads and
+// writes M*N*(4 + 2) more bytes: 22-27% of the time at large M on the H200.
+//
+// Bit-exactness: the epilogue is an epilogue visitor tree of functors that spell every rounding
+// (cutlass_sm90_gemm.cuh), so y is bit-exact with the reference, as is everything else: xq, sa
+// and azp come from cuda.quantize, acc is exact int32. One form serves every scheme:
+//   y = out(fma(sa[m], sb[n] * f32(acc - azp[m] * colsum[n]), bias_v[n]))
+// with the quantizer's azp (0 for symmetric schemes, the zero point for static asymmetric, where
+// azp * colsum is the folded azp_adj), and bias_v = bias_f, or +0 for asymmetric and -0 for
+// symmetric layers without bias (fma(a, b, -0) is exactly a * b, as the SPEC's symmetric row).
+//
+// Tile configurations (one translation unit each), chosen per M by the ladder in
+// cutlass_sm90_gemm.cc, which records the measurements behind it.
+//
+// Constraints (can_implement): compute capability 9.0 exactly (sm_90a code), the CUTLASS headers
+// found at configure time ("not compiled in" otherwise), K % 16 == 0 and N % 16 == 0 (TMA needs
+// 16-byte rows), K <= 131071, M < 2^31. Any scheme and dtype.
+//
+// Per layer (prepare): weights, sb, column sums and bias_v for each output type uploaded once;
+// kernels' shared-memory limits set. Per request: two launches (quantize, fused GEMM), no
+// allocation; kernel parameters (TMA descriptors) are encoded on the host.
+#pragma once
+
+#include <memory>
+
+#include "kernels/core/kernel.h"
+
+namespace qlinear::gpu {
+
+inline constexpr char kCutlassSm90KernelName[] = "cuda.cutlass_sm90";
+
+// Always available; when the binary was built without the CUTLASS headers or without sm_90a,
+// is_supported says so. The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
+std::unique_ptr<Kernel> make_cutlass_sm90_kernel();
+
+// Whether this binary holds the CUTLASS kernels.
+bool cutlass_sm90_compiled_in();
+
+}  // namespace qlinear::gpu

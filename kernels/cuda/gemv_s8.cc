@@ -1,0 +1,235 @@
+#include "kernels/cuda/gemv_s8.h"
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
+#include "kernels/cuda/device_layer.h"
+#include "kernels/cuda/gemv_s8_device.h"
+
+namespace qlinear::gpu {
+namespace {
+
+// One plan per padded token count (8, 16, 32, 64).
+constexpr std::array<int, 4> kMPads = {8, 16, 32, 64};
+
+int m_pad_index(int64_t m) {
+  const int pad = gemv_m_pad(m);
+  return pad == 8 ? 0 : pad == 16 ? 1 : pad == 32 ? 2 : 3;
+}
+
+class GemvS8Prepared final : public CudaPreparedKernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<GemvS8Prepared>> create(const LayerWeights& weights);
+
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
+    return run_host(args, timings, nullptr);
+  }
+  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
+    return run_host(args, nullptr, debug);
+  }
+  // sa and azp, when the caller passes none.
+  size_t device_scratch_bytes(int64_t m) const override {
+    return 2 * align_up(static_cast<size_t>(m) * 4);
+  }
+  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                          const StageEvents* events) const override {
+    return enqueue(args, scratch, stream, events, nullptr);
+  }
+  int64_t extra_bytes() const override { return static_cast<int64_t>(dev_.bytes()); }
+  std::string device() const override { return "cuda:0"; }
+
+ private:
+  explicit GemvS8Prepared(const LayerWeights& weights) : weights_(weights) {}
+
+  absl::Status tune();
+  absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                       const StageEvents* events, const DeviceDebugOutputs* debug) const;
+  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const {
+    auto enqueue_call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t s,
+                               const StageEvents* e, const DeviceDebugOutputs* d) {
+      return enqueue(a, scratch, s, e, d);
+    };
+    return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m),
+                               enqueue_call, timings, debug);
+  }
+
+  const LayerWeights& weights_;
+  StreamPool* pool_ = nullptr;
+  DeviceLayer dev_;
+  struct Plan {
+    bool valid = false;
+    GemvS8Plan plan;
+  };
+  std::array<Plan, kMPads.size()> plans_;
+};
+
+absl::StatusOr<std::unique_ptr<GemvS8Prepared>> GemvS8Prepared::create(
+    const LayerWeights& weights) {
+  std::unique_ptr<GemvS8Prepared> p(new GemvS8Prepared(weights));
+  const LayerConfig& c = weights.config;
+  ASSIGN_OR_RETURN(p->pool_, StreamPool::get());
+  RETURN_IF_ERROR(p->dev_.upload(weights));
+  RETURN_IF_ERROR(p->tune());
+  // One row through the whole path at load: the module loads lazily, which would otherwise make
+  // the layer's first request slower.
+  if (!p->plans_[0].valid) return p;
+  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
+  RunArgs warm;
+  warm.x = x.data();
+  warm.m = 1;
+  warm.y = y.data();
+  RETURN_IF_ERROR(p->run(warm, nullptr));
+  return p;
+}
+
+// Chooses each M group's launch plan at load: the cost model ranks every split of the layer, and
+// its best few are timed on the layer's own weights with a cold L2 (autotuning catches what the
+// model misses: how the clusters land on the GPCs, how the tiles divide among them).
+absl::Status GemvS8Prepared::tune() {
+  const LayerConfig& c = weights_.config;
+  constexpr int kCandidates = 4;
+  constexpr size_t kFlushBytes = size_t{128} << 20;  // over twice the L2
+  DeviceBuffer x, y, sa, flush;
+  RETURN_IF_ERROR(x.allocate(static_cast<size_t>(kGemvMaxM * c.k) * 2, "tuning activations"));
+  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(kGemvMaxM * c.n) * 2, "tuning outputs"));
+  RETURN_IF_ERROR(sa.allocate(kGemvMaxM * 4, "tuning scales"));
+  RETURN_IF_ERROR(flush.allocate(kFlushBytes, "an L2 flush buffer for tuning"));
+  cudaStream_t stream = nullptr;
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  absl::Status status = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(x.get(), 0, x.size(), stream));
+    for (size_t i = 0; i < kMPads.size(); ++i) {
+      if (!gemv_s8_fits(c.k, kMPads[i])) continue;
+      GemvS8Args a;
+      a.x = x.get();
+      a.m = kMPads[i];
+      a.n = c.n;
+      a.k = c.k;
+      a.quant.scheme = static_cast<QuantScheme>(c.scheme);
+      a.quant.input_scale = c.input_scale;
+      a.quant.input_zero_point = c.input_zero_point;
+      a.w = dev_.w.as<int8_t>();
+      a.sb = dev_.sb.as<float>();
+      a.azp_adj = is_asymmetric(c.scheme) ? dev_.azp_adj.as<int32_t>() : nullptr;
+      a.bias = c.has_bias ? dev_.bias.as<float>() : nullptr;
+      a.y = y.get();
+      a.sa = sa.as<float>();
+      const cudaError_t e = tune_gemv_s8(a, kMPads[i], flush.get(), flush.size(), kCandidates,
+                                         stream, &plans_[i].plan);
+      if (e == cudaErrorNotSupported) continue;
+      RETURN_IF_CUDA_ERROR(e);
+      plans_[i].valid = true;
+    }
+    return absl::OkStatus();
+  }();
+  cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  return status;
+}
+
+absl::Status GemvS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                                     const StageEvents* events,
+                                     const DeviceDebugOutputs* debug) const {
+  const LayerConfig& c = weights_.config;
+  if (args.m < 1 || args.m > kGemvMaxM) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("M=", args.m, " is outside 1..", kGemvMaxM, " (cuda.gemv_s8)"));
+  }
+  const Plan& plan = plans_[m_pad_index(args.m)];
+  if (!plan.valid) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("M=", args.m, " with K=", c.k, " does not fit cuda.gemv_s8's shared memory"));
+  }
+  GemvS8Args a;
+  a.x = args.x;
+  a.x_type = static_cast<ElemType>(args.x_dtype);
+  a.m = args.m;
+  a.n = c.n;
+  a.k = c.k;
+  a.quant.scheme = static_cast<QuantScheme>(c.scheme);
+  a.quant.input_scale = c.input_scale;
+  a.quant.input_zero_point = c.input_zero_point;
+  a.w = dev_.w.as<int8_t>();
+  a.sb = dev_.sb.as<float>();
+  a.azp_adj = is_asymmetric(c.scheme) ? dev_.azp_adj.as<int32_t>() : nullptr;
+  a.bias = c.has_bias ? dev_.bias.as<float>() : nullptr;
+  a.y = args.y;
+  a.y_type = static_cast<ElemType>(args.y_dtype);
+  char* s = static_cast<char*>(scratch);
+  a.sa = args.sa != nullptr ? args.sa : reinterpret_cast<float*>(s);
+  a.azp = args.azp != nullptr
+              ? args.azp
+              : reinterpret_cast<int32_t*>(s + align_up(static_cast<size_t>(args.m) * 4));
+  if (debug != nullptr) {
+    a.xq = debug->xq;
+    a.acc = debug->acc;
+  }
+  // Quantization happens inside the launch: the quantize stage takes no time of its own.
+  if (events != nullptr) {
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
+  }
+  RETURN_IF_CUDA_ERROR(launch_gemv_s8(a, plan.plan, stream));
+  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  return absl::OkStatus();
+}
+
+class GemvS8Kernel final : public Kernel {
+ public:
+  absl::string_view name() const override { return kGemvS8KernelName; }
+  absl::Status is_supported(const HostInfo& host) const override {
+    RETURN_IF_ERROR(cuda_device_usable(host));
+    const GpuInfo& g = host.gpus[0];
+    if (g.cc_major < 9) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("needs compute capability 9.0 or newer (thread block clusters), device is "
+                       "sm_",
+                       g.cc_major, g.cc_minor));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
+    if (config.k > kMaxK) {
+      return absl::FailedPreconditionError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
+    }
+    if (config.k % 16 != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("K=", config.k, " is not a multiple of 16 (16-byte weight loads)"));
+    }
+    if (config.n % 16 != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("N=", config.n, " is not a multiple of 16 (16-row mma tiles)"));
+    }
+    if (shape.m < 1 || shape.m > kGemvMaxM) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("M=", shape.m, " is outside 1..", kGemvMaxM, " (small-M kernel)"));
+    }
+    if (!gemv_s8_fits(config.k, gemv_m_pad(shape.m))) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("M=", shape.m, " rows of K=", config.k,
+                       " quantized activations do not fit in shared memory"));
+    }
+    return absl::OkStatus();
+  }
+  // Decode and small batches, where the op is bound by the weights; from 17 rows on its
+  // per-token work (quantization, mma) outgrows the streaming. (Not in the default registry:
+  // see kernels/cuda/cuda_kernels.cc.)
+  MRange preferred_m() const override { return MRange{1, 16}; }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
+      const LayerWeights& weights) const override {
+    ASSIGN_OR_RETURN(std::unique_ptr<GemvS8Prepared> p, GemvS8Prepared::create(weights));
+    return std::unique_ptr<PreparedKernel>(std::move(p));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_gemv_s8_kernel() { return std::make_unique<GemvS8Kernel>(); }
+
+}  // namespace qlinear::gpu

@@ -1,0 +1,50 @@
+// cuda.gemv_s8: the whole W8A8 op for small M (decode and small batches, M <= 64) on Hopper, in
+// one launch, streaming the weights from their native [N, K] layout at close to HBM bandwidth.
+//
+// Why: for M <= 64 the op is bound by reading the weights (N*K bytes; 2*M*N*K operations are a
+// few percent of the tensor cores' rate), yet cuBLASLt reaches only 1.4-3.5 TB/s of the H200's
+// ~4 TB/s there and needs a quantize and an epilogue launch around its GEMM.
+//
+// How (gemv_s8.cu):
+//   - A persistent grid of thread-block clusters, one block per SM; each cluster owns a tile of
+//     16-128 weight rows at a time and its split_k blocks each stream one K slice of it. Each
+//     thread copies its 16-byte pieces of the weights into its own slots of a shared-memory ring
+//     (cp.async, 4-8 load groups = 64-128 KB per SM in flight, across tile boundaries), so the
+//     memory system never waits on the arithmetic.
+//   - Quantization inside the launch: each block reduces its K slice of every activation row
+//     (those loads go out first, the weight ring right behind them), the cluster merges the
+//     statistics through distributed shared memory (max/min are exact in any order), and each
+//     block quantizes its slice into shared memory with the shared SPEC section 2 code
+//     (quantize_s8_device.cuh). Block 0 writes sa/azp (and xq for debug calls).
+//   - int8 x int8 -> int32 on the tensor cores (mma.sync m16n8k32, weights as the 16-row A
+//     operand, up to 64 tokens as 8-column B blocks): exact.
+//   - Split-K without workspace or atomics: partial int32 sums stay in each block's shared
+//     memory; after a cluster barrier every thread sums its outputs' partials from all blocks
+//     (int32, exact) and applies the SPEC section 4 epilogue in its exact order
+//     (epilogue_s32_device.cuh), writing y once; the tile's sb, bias and azp_adj came with the
+//     tile's first load group.
+//   - The split (tile rows, split_k, clusters) is chosen per layer and M group at load: a cost
+//     model ranks every split, and its best four are timed on the layer's weights with a cold
+//     L2 (gemv_s8_device.h).
+//
+// Constraints (can_implement): compute capability 9.0 (clusters); K % 16 == 0 and N % 16 == 0
+// (whole 16-byte loads and 16-row mma tiles); K <= 131071; 1 <= M <= 64, and M's quantized
+// activations must fit in shared memory (for K = 28672 that is M <= 32). Any scheme and dtype.
+//
+// Per layer (prepare): weights, sb, bias and azp_adj uploaded once; the plans tuned. Per request:
+// no allocation and no descriptor; one launch; the serving path synchronises once
+// (cuda_host_call.h).
+#pragma once
+
+#include <memory>
+
+#include "kernels/core/kernel.h"
+
+namespace qlinear::gpu {
+
+inline constexpr char kGemvS8KernelName[] = "cuda.gemv_s8";
+
+// The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
+std::unique_ptr<Kernel> make_gemv_s8_kernel();
+
+}  // namespace qlinear::gpu

@@ -1,0 +1,151 @@
+// Device-side pieces of SPEC section 2 shared by every CUDA kernel that quantizes activations
+// (cuda.quantize's own kernel and the fused kernels that quantize inside their GEMM launch), so
+// that each of them rounds exactly as the reference does. Every fp32 operation is an explicit
+// round-to-nearest intrinsic: no FMA contraction or approximate division can change a bit.
+//
+// CUDA only (included by .cu files).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/quantize_s8.h"
+
+namespace qlinear::gpu::device {
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Widens 16-bit storage to fp32 exactly.
+template <typename T>
+__device__ __forceinline__ float bits16_to_f32(uint32_t b);
+template <>
+__device__ __forceinline__ float bits16_to_f32<__half>(uint32_t b) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+}
+template <>
+__device__ __forceinline__ float bits16_to_f32<__nv_bfloat16>(uint32_t b) {
+  return __uint_as_float(b << 16);
+}
+
+// reference::sat32: rne then clamp to int32, NaN -> 0. cvt.rni.s32.f32 clamps by itself; the NaN
+// guard makes the NaN case explicit rather than a property of the conversion instruction.
+__device__ __forceinline__ int32_t sat32(float v) { return v != v ? 0 : __float2int_rn(v); }
+__device__ __forceinline__ int8_t sat8(int32_t v) {
+  return static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v));
+}
+// int32 addition that wraps (reference::wrap_add).
+__device__ __forceinline__ int32_t wrap_add(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+// What the second pass over a row does.
+enum RowMode : int { kQuantize = 0, kZeroRow = 1, kBadRow = 2 };
+
+// One value of a row whose parameters are known. `mul` is 127/absmax (dynamic symmetric) or 1/s
+// (asymmetric), `divisor` the static scale, `zp` the zero point.
+template <QuantScheme S>
+__device__ __forceinline__ int8_t quantize_value(float v, float mul, float divisor, int32_t zp) {
+  if constexpr (S == QuantScheme::kDynamicSymmetric) {
+    return sat8(sat32(__fmul_rn(v, mul)));  // multiply by 127/absmax
+  } else if constexpr (S == QuantScheme::kStaticSymmetric) {
+    return sat8(sat32(__fdiv_rn(v, divisor)));  // a true division
+  } else {
+    return sat8(wrap_add(sat32(__fmul_rn(v, mul)), zp));
+  }
+}
+
+// The row statistics pass 1 gathers; `bad` rides on the same loads (NaN or +-Inf seen).
+struct RowStats {
+  float absmax = 0.f;
+  float mn = INFINITY;
+  float mx = -INFINITY;
+  bool bad = false;
+  __device__ __forceinline__ void visit(float v) {
+    bad |= !(fabsf(v) <= FLT_MAX);
+    absmax = fmaxf(absmax, fabsf(v));
+    mn = fminf(mn, v);
+    mx = fmaxf(mx, v);
+  }
+  // max/min are exact and order-free, so partial statistics merge in any order.
+  __device__ __forceinline__ void merge(const RowStats& o) {
+    absmax = fmaxf(absmax, o.absmax);
+    mn = fminf(mn, o.mn);
+    mx = fmaxf(mx, o.mx);
+    bad = bad || o.bad;
+  }
+};
+
+// A row's quantization parameters, from its complete statistics: sa (NaN for a bad row, the flag
+// the host scans for), azp, and what pass 2 needs.
+struct RowParams {
+  float sa = 0.f;
+  float mul = 0.f;
+  float div = 1.f;
+  int32_t zp = 0;
+  int mode = kQuantize;
+};
+
+template <QuantScheme S>
+__device__ __forceinline__ RowParams row_params(const RowStats& st, const QuantizeParams& p) {
+  RowParams r;
+  if (st.bad) {
+    r.mode = kBadRow;
+    r.sa = __int_as_float(0x7fffffff);  // NaN: the row's flag (a real sa is never NaN)
+  } else if constexpr (S == QuantScheme::kDynamicSymmetric) {
+    r.sa = __fdiv_rn(st.absmax, 127.f);
+    r.mul = st.absmax == 0.f ? 0.f : __fdiv_rn(127.f, st.absmax);
+  } else if constexpr (S == QuantScheme::kStaticSymmetric) {
+    r.sa = p.input_scale;
+    r.div = p.input_scale;
+  } else if constexpr (S == QuantScheme::kDynamicAsymmetric) {
+    const float s = __fdiv_rn(__fsub_rn(st.mx, st.mn), 255.f);
+    r.sa = s;
+    if (s == 0.f) {
+      r.mode = kZeroRow;  // constant row: xq = 0, azp = 0, output = bias
+    } else {
+      r.zp = sat32(__fsub_rn(-128.f, __fdiv_rn(st.mn, s)));
+      r.mul = __fdiv_rn(1.f, s);
+    }
+  } else {
+    r.sa = p.input_scale;
+    r.zp = p.input_zero_point;
+    r.mul = __fdiv_rn(1.f, p.input_scale);
+  }
+  return r;
+}
+
+// row_params with the scheme chosen at run time (one uniform branch).
+__device__ __forceinline__ RowParams row_params(QuantScheme s, const RowStats& st,
+                                                const QuantizeParams& p) {
+  switch (s) {
+    case QuantScheme::kDynamicSymmetric:
+      return row_params<QuantScheme::kDynamicSymmetric>(st, p);
+    case QuantScheme::kStaticSymmetric:
+      return row_params<QuantScheme::kStaticSymmetric>(st, p);
+    case QuantScheme::kDynamicAsymmetric:
+      return row_params<QuantScheme::kDynamicAsymmetric>(st, p);
+    case QuantScheme::kStaticAsymmetric:
+    default:
+      return row_params<QuantScheme::kStaticAsymmetric>(st, p);
+  }
+}
+
+// quantize_value with the scheme chosen at run time; a row that is not kQuantize gives 0.
+__device__ __forceinline__ int8_t quantize_value(QuantScheme s, float v, const RowParams& r) {
+  if (r.mode != kQuantize) return 0;
+  switch (s) {
+    case QuantScheme::kDynamicSymmetric:
+      return quantize_value<QuantScheme::kDynamicSymmetric>(v, r.mul, r.div, r.zp);
+    case QuantScheme::kStaticSymmetric:
+      return quantize_value<QuantScheme::kStaticSymmetric>(v, r.mul, r.div, r.zp);
+    default:  // both asymmetric schemes
+      return quantize_value<QuantScheme::kDynamicAsymmetric>(v, r.mul, r.div, r.zp);
+  }
+}
+
+}  // namespace qlinear::gpu::device
