@@ -11,11 +11,13 @@
 // How it measures: each (shape, M) keeps enough copies of the layer (each kernel with its own
 // packed weights) that the copies together exceed 8x the last-level cache, and every call uses
 // the next copy, so small-M figures measure memory, not cache. Kernels are timed in interleaved
-// rounds (a batch of calls per kernel per round, the median of the rounds reported), so a
-// neighbour's load on this shared machine hits every kernel alike. "dispatched" is the kernel the
-// registry selects for the row's M bucket, with that kernel's own time; "disp/best" compares it
-// with the fastest of the optimized kernels. The reference is scalar and only timed when
-// M * N * K <= 2^28.
+// rounds (a batch of calls per kernel per round; the fastest round's mean call time reported, as
+// a neighbour's load or another guest's memory traffic only ever slows a round down), so such
+// load hits every kernel alike; and each row first waits (--wait-idle-s) until no other process
+// uses the CPUs, since oneDNN's OpenMP team stalls badly when one of its cores is taken.
+// "dispatched" is the kernel the registry selects for the row's M bucket, with that kernel's own
+// time; "disp/best" compares it with the fastest of the optimized kernels. The reference is scalar
+// and only timed when M * N * K <= 2^28.
 //
 // Columns: ms per call; GOPS = 2 M N K / time; wGB/s = N K weight bytes / time; %roof = the
 // roofline time max(weight bytes / read bandwidth, operations / VPDPBUSD peak) / time; x1dnn =
@@ -23,7 +25,7 @@
 // kernel's time / the fastest optimized kernel's time.
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
-//                          [--batch-ms=T]
+//                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -113,7 +115,7 @@ double measure_vnni_peak() {
   const int64_t iters = 2000000;  // 48M VPDPBUSD per thread, ~20 ms at 2 per cycle
   double best = 0;
   volatile uint64_t sink = 0;
-  for (int r = 0; r < 5; ++r) {
+  for (int r = 0; r < 10; ++r) {
     const auto t0 = Clock::now();
     pool.parallel_for(t, [&](int64_t) { sink = sink + vpdpbusd_loop_avx512(iters); });
     best = std::max(best, static_cast<double>(t) * iters * 24 * 128 / seconds_since(t0));
@@ -125,6 +127,7 @@ struct Candidate {
   std::string name;
   std::vector<std::unique_ptr<PreparedKernel>> per_copy;  // one per layer copy
   std::vector<double> call_ms;                            // every timed call, in ms
+  std::vector<double> round_ms;                           // mean ms per call of each round
   double ms = NAN;
 };
 
@@ -156,13 +159,47 @@ struct Row {
   double disp_ms;
 };
 
+// CPU time (in clock ticks) that every process but this one has used so far: all CPUs' busy
+// time from /proc/stat minus this process's from /proc/self/stat.
+int64_t others_busy_ticks() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  std::ifstream self("/proc/self/stat");
+  std::string line;
+  std::getline(self, line);
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  const size_t close = line.rfind(')');
+  std::vector<std::string> f = absl::StrSplit(line.substr(close + 2), ' ');
+  int64_t utime = 0, stime = 0;
+  if (f.size() > 12) {
+    (void)absl::SimpleAtoi(f[11], &utime);
+    (void)absl::SimpleAtoi(f[12], &stime);
+  }
+  return user + nice + system + irq + softirq + steal - utime - stime;
+}
+
+// Waits up to `max_s` seconds for a quarter second in which other processes (and other guests,
+// through steal time) used under 4% of one CPU. Returns false if the machine never got quiet.
+bool wait_for_idle_machine(double max_s) {
+  const auto t0 = Clock::now();
+  do {
+    const int64_t before = others_busy_ticks();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    if (others_busy_ticks() - before <= 1) return true;
+  } while (seconds_since(t0) < max_s);
+  return false;
+}
+
 struct Options {
   bool quick = false;
+  double wait_idle_s = 120;
   std::string shapes = "6144:4096,4096:4096,28672:4096,4096:14336";
   std::string ms = "1,4,16,64,256,1024";
   int64_t rounds = 5;
   double batch_ms = 40;
-  std::string stat = "median";
+  std::string stat = "best-round";
 };
 
 std::string fmt_or_dash(double v, const char* f) {
@@ -181,6 +218,7 @@ int run(const Options& opt) {
   const int threads = cpu::ThreadPool::global().threads();
   const int64_t llc = llc_bytes();
 
+  if (opt.wait_idle_s > 0) (void)wait_for_idle_machine(opt.wait_idle_s);
   const double bw0 = measure_read_bandwidth(opt.quick ? (size_t{256} << 20) : (size_t{1} << 30), 5);
   const double peak = measure_vnni_peak();
   std::printf("threads: %d   last-level cache: %lld MiB\n", threads,
@@ -233,8 +271,8 @@ int run(const Options& opt) {
       }
       layers.push_back(*lw);
     }
-    Candidate vnni{"cpu.avx512_vnni", {}, {}, NAN}, dnnl{"cpu.onednn", {}, {}, NAN},
-        ref{"cpu.reference", {}, {}, NAN};
+    Candidate vnni{"cpu.avx512_vnni", {}, {}, {}, NAN}, dnnl{"cpu.onednn", {}, {}, {}, NAN},
+        ref{"cpu.reference", {}, {}, {}, NAN};
     double vnni_prep_s = 0, dnnl_prep_s = 0;
     for (const auto& l : layers) {
       auto t0 = Clock::now();
@@ -253,6 +291,9 @@ int run(const Options& opt) {
     ref.per_copy.push_back(*ref_kernel->prepare(*layers[0]));
 
     for (int64_t m : ms) {
+      // Each row starts on a quiet machine where possible: a neighbour's load skews a row far
+      // more than it slows its kernels alike (oneDNN's OpenMP team stalls on a busy core).
+      const bool quiet = opt.wait_idle_s <= 0 || wait_for_idle_machine(opt.wait_idle_s);
       std::vector<uint16_t> x(static_cast<size_t>(m * k));
       for (auto& v : x) v = f32_to_bf16(rng.uniform(-2.f, 2.f));
       std::vector<uint16_t> y(static_cast<size_t>(m * n));
@@ -265,7 +306,10 @@ int run(const Options& opt) {
 
       std::vector<Candidate*> timed = {&vnni};
       if (have_dnnl) timed.push_back(&dnnl);
-      for (Candidate* c : timed) c->call_ms.clear();
+      for (Candidate* c : timed) {
+        c->call_ms.clear();
+        c->round_ms.clear();
+      }
       size_t next_copy = 0;
       const double batch_s = opt.batch_ms / 1e3;
       for (Candidate* c : timed)
@@ -275,13 +319,14 @@ int run(const Options& opt) {
         std::vector<Candidate*> order = timed;
         if (r % 2) std::reverse(order.begin(), order.end());
         for (Candidate* c : order) {
-          run_batch(*c, &next_copy, args, batch_s, 1, &c->call_ms);
+          c->round_ms.push_back(run_batch(*c, &next_copy, args, batch_s, 1, &c->call_ms));
           std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let spinning threads park
         }
       }
       for (Candidate* c : timed) {
-        c->ms = opt.stat == "min" ? *std::min_element(c->call_ms.begin(), c->call_ms.end())
-                                  : median(c->call_ms);
+        c->ms = opt.stat == "median" ? median(c->call_ms)
+                : opt.stat == "min"  ? *std::min_element(c->call_ms.begin(), c->call_ms.end())
+                                     : *std::min_element(c->round_ms.begin(), c->round_ms.end());
       }
       double ref_ms = NAN;
       if (m * n * k <= (int64_t{1} << 28)) ref_ms = run_batch(ref, &next_copy, args, 0, 1, nullptr);
@@ -303,18 +348,20 @@ int run(const Options& opt) {
       auto x1dnn = [&](double t) { return fmt_or_dash(dnnl.ms / t, "%.2f"); };
       std::printf(
           "%6lld %6lld %5lld | %8s %5s | %8.3f %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6.3f "
-          "%5s\n",
+          "%5s%s\n",
           static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
           fmt_or_dash(ref_ms, "%.2f").c_str(), x1dnn(ref_ms).c_str(), vnni.ms,
           gops(vnni.ms).c_str(), gbs(vnni.ms).c_str(), pct(vnni.ms).c_str(), x1dnn(vnni.ms).c_str(),
           fmt_or_dash(dnnl.ms, "%.3f").c_str(), gops(dnnl.ms).c_str(), gbs(dnnl.ms).c_str(),
-          pct(dnnl.ms).c_str(), chosen.c_str(), disp_ms / best, x1dnn(disp_ms).c_str());
+          pct(dnnl.ms).c_str(), chosen.c_str(), disp_ms / best, x1dnn(disp_ms).c_str(),
+          quiet ? "" : "  (machine busy)");
       std::fflush(stdout);
       rows.push_back({n, k, m, ref_ms, vnni.ms, have_dnnl ? dnnl.ms : NAN, chosen, disp_ms});
     }
   }
 
   // Bandwidth again: the machine is shared, so the ceiling may have moved during the run.
+  if (opt.wait_idle_s > 0) (void)wait_for_idle_machine(opt.wait_idle_s);
   const double bw1 = measure_read_bandwidth(opt.quick ? (size_t{256} << 20) : (size_t{1} << 30), 5);
   const double bw = std::max(bw0, bw1);
   std::printf("\nread bandwidth at the end: %.1f GB/s (start %.1f); targets use %.1f GB/s\n",
@@ -358,11 +405,15 @@ int main(int argc, char** argv) {
   p.add("quick", &opt.quick, "M in {1, 16, 256}, 3 rounds of 25 ms batches");
   p.add("shapes", &opt.shapes, "comma-separated N:K layer shapes");
   p.add("m", &opt.ms, "comma-separated M values");
-  p.add("rounds", &opt.rounds, "interleaved timing rounds per row (median reported)");
+  p.add("rounds", &opt.rounds, "interleaved timing rounds per row");
   p.add("batch-ms", &opt.batch_ms, "time per kernel per round, in ms");
+  p.add("wait-idle-s", &opt.wait_idle_s,
+        "before each row, wait up to this long for other processes to leave the CPUs idle "
+        "(0: do not wait); rows measured on a busy machine are marked");
   p.add("stat", &opt.stat,
-        "per-call statistic reported: median (default) or min (the uncontended speed on a busy "
-        "machine)");
+        "what a row reports per kernel: best-round (the fastest round's mean call time: a "
+        "neighbour's load only ever slows a round down), median (of all calls) or min (fastest "
+        "call)");
   if (const absl::Status s = p.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "%s\n%s", std::string(s.message()).c_str(), p.help().c_str());
     return 2;
