@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what qlinear needs to build and test on Debian 12, and nothing that is already there.
 #
-# Usage: scripts/install-deps.sh [--cutlass]
+# Usage: scripts/install-deps.sh [--cutlass | --no-cutlass]
 #
 # Runs as root, or through sudo otherwise. Each package is checked with dpkg first; apt-get
 # update and install run only when something is missing, so a second run is quick and quiet.
-#   --cutlass   also pip-install the PyPI package nvidia-cutlass (CUTLASS headers for the CUDA
-#               build) if it is not installed yet.
+#   --cutlass     pip-install the PyPI package nvidia-cutlass (the CUTLASS headers that
+#                 cuda.cutlass_sm90 is built from) if it is not installed yet. This is the
+#                 default when nvcc is present (on the PATH or in /usr/local/cuda).
+#   --no-cutlass  do not (the CUDA build then leaves cuda.cutlass_sm90 out and says so).
 set -euo pipefail
 
 PACKAGES=(
@@ -20,11 +22,15 @@ PACKAGES=(
 )
 
 with_cutlass=0
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  with_cutlass=1
+fi
 for arg in "$@"; do
   case "$arg" in
     --cutlass) with_cutlass=1 ;;
+    --no-cutlass) with_cutlass=0 ;;
     -h | --help)
-      sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -92,8 +98,10 @@ if [ "$with_cutlass" -eq 1 ]; then
     echo "install-deps: pip install nvidia-cutlass"
     # Debian's own Python refuses pip installs outside a venv (PEP 668); this package only adds
     # headers and Python modules of its own, so installing it next to the system's is safe.
+    # --no-deps: the build needs its headers only, not its Python generator's dependencies
+    # (scipy, cuda-python, ...).
     PIP_BREAK_SYSTEM_PACKAGES=1 quiet python3 -m pip install --disable-pip-version-check \
-      nvidia-cutlass
+      --no-deps nvidia-cutlass==4.2.0.0
   fi
   include="$(python3 -c 'import importlib.util as u, os
 print(os.path.join(u.find_spec("cutlass_library").submodule_search_locations[0], "source", "include"))')"
