@@ -19,14 +19,17 @@
 // time; "disp/best" compares it with the fastest of the optimized kernels. The reference is scalar
 // and only timed when M * N * K <= 2^28.
 //
-// Columns: ms per call; GOPS = 2 M N K / time; wGB/s = N K weight bytes / time; %roof = the
-// roofline time max(weight bytes / read bandwidth, operations / VPDPBUSD peak) / time; x1dnn =
+// Columns: rdGB/s = the read bandwidth measured in the row's own rounds (M <= 64) by a probe that
+// reads the weights' byte count the way the GEMM does; ms per call; GOPS = 2 M N K / time; wGB/s =
+// N K weight bytes / time; %roof = the roofline time max(weight bytes / rdGB/s (or the run's
+// start figure), operations / VPDPBUSD peak) / time; x1dnn =
 // oneDNN's time / this kernel's time (above 1: faster than oneDNN); d/best = the dispatched
 // kernel's time / the fastest optimized kernel's time.
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -123,6 +126,38 @@ double measure_vnni_peak() {
   return best;
 }
 
+// Stands in for a kernel in the timing rounds but only reads as many bytes as the layer's weights
+// (the next slice of a buffer as large as all the weight copies each call, in 256 KiB chunks
+// claimed in address order like the GEMM's panels): the read ceiling measured next to each row,
+// since this machine's memory bandwidth drifts over a run.
+class ReadProbe final : public PreparedKernel {
+ public:
+  ReadProbe(const uint8_t* buf, size_t buf_bytes, size_t bytes)
+      : buf_(buf), buf_bytes_(buf_bytes), bytes_(bytes / 256 * 256) {}
+  absl::Status run(const RunArgs&, RunTimings*) const override {
+    if (offset_ + bytes_ > buf_bytes_) offset_ = 0;
+    const uint8_t* base = buf_ + offset_;
+    offset_ += bytes_;
+    constexpr size_t kChunk = size_t{256} << 10;
+    const int64_t chunks = static_cast<int64_t>((bytes_ + kChunk - 1) / kChunk);
+    cpu::ThreadPool::global().parallel_for(chunks, [&](int64_t i) {
+      const size_t begin = static_cast<size_t>(i) * kChunk;
+      const size_t len = std::min(kChunk, bytes_ - begin);
+      sink_.fetch_add(read_stream_avx512(base + begin, len), std::memory_order_relaxed);
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  const uint8_t* buf_;
+  size_t buf_bytes_, bytes_;
+  mutable size_t offset_ = 0;  // one caller at a time
+  mutable std::atomic<uint64_t> sink_{0};
+};
+
+// Rows up to this M also time the read probe (where the weights' read time is the bound).
+constexpr int64_t kReadProbeMaxM = 64;
+
 struct Candidate {
   std::string name;
   std::vector<std::unique_ptr<PreparedKernel>> per_copy;  // one per layer copy
@@ -157,6 +192,7 @@ struct Row {
   double ref_ms, vnni_ms, dnnl_ms;
   std::string dispatched;
   double disp_ms;
+  double read_bw;  // bytes/s, measured in the row's rounds (or the run's start)
 };
 
 // CPU time (in clock ticks) that every process but this one has used so far: all CPUs' busy
@@ -246,9 +282,15 @@ int run(const Options& opt) {
     }
   }
 
-  std::printf("\n%6s %6s %5s | %8s %5s | %8s %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6s %5s\n",
-              "N", "K", "M", "ref ms", "x1dnn", "vnni ms", "GOPS", "wGB/s", "%roof", "x1dnn",
-              "dnnl ms", "GOPS", "wGB/s", "%roof", "dispatched", "d/best", "x1dnn");
+  // The row-by-row read probe: a buffer over 8x the LLC.
+  const size_t probe_bytes =
+      std::max<size_t>(size_t{8} * llc, opt.quick ? size_t{256} << 20 : size_t{1} << 30);
+  auto probe_buf = cpu::allocate_buffer(probe_bytes);
+
+  std::printf(
+      "\n%6s %6s %5s %6s | %8s %5s | %8s %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6s %5s\n", "N",
+      "K", "M", "rdGB/s", "ref ms", "x1dnn", "vnni ms", "GOPS", "wGB/s", "%roof", "x1dnn",
+      "dnnl ms", "GOPS", "wGB/s", "%roof", "dispatched", "d/best", "x1dnn");
   std::vector<Row> rows;
   SplitMix64 rng(12345);
   for (const auto& [n, k] : shapes) {
@@ -272,7 +314,11 @@ int run(const Options& opt) {
       layers.push_back(*lw);
     }
     Candidate vnni{"cpu.avx512_vnni", {}, {}, {}, NAN}, dnnl{"cpu.onednn", {}, {}, {}, NAN},
-        ref{"cpu.reference", {}, {}, {}, NAN};
+        ref{"cpu.reference", {}, {}, {}, NAN}, read{"read", {}, {}, {}, NAN};
+    // The probe rotates over as many bytes as the weight copies do: the same chance of a cache hit.
+    read.per_copy.push_back(std::make_unique<ReadProbe>(
+        probe_buf.get(), std::min(probe_bytes, static_cast<size_t>(copies * n * k)),
+        static_cast<size_t>(n * k)));
     double vnni_prep_s = 0, dnnl_prep_s = 0;
     for (const auto& l : layers) {
       auto t0 = Clock::now();
@@ -306,6 +352,8 @@ int run(const Options& opt) {
 
       std::vector<Candidate*> timed = {&vnni};
       if (have_dnnl) timed.push_back(&dnnl);
+      if (m <= kReadProbeMaxM) timed.push_back(&read);
+      read.ms = NAN;
       for (Candidate* c : timed) {
         c->call_ms.clear();
         c->round_ms.clear();
@@ -340,39 +388,43 @@ int run(const Options& opt) {
       const double best = have_dnnl ? std::min(vnni.ms, dnnl.ms) : vnni.ms;
 
       const double ops = 2.0 * m * n * k, wbytes = static_cast<double>(n) * k;
-      // Roofline time: the weights at the read bandwidth or the operations at the VNNI peak.
-      const double roof_ms = 1e3 * std::max(wbytes / bw0, ops / peak);
+      // Roofline time: the weights at the read bandwidth (of this row where measured) or the
+      // operations at the VNNI peak.
+      const double row_bw = std::isnan(read.ms) ? bw0 : wbytes / (read.ms / 1e3);
+      const double roof_ms = 1e3 * std::max(wbytes / row_bw, ops / peak);
       auto gops = [&](double t) { return fmt_or_dash(ops / t / 1e6, "%.0f"); };
       auto gbs = [&](double t) { return fmt_or_dash(wbytes / t / 1e6, "%.1f"); };
       auto pct = [&](double t) { return fmt_or_dash(100 * roof_ms / t, "%.0f%%"); };
       auto x1dnn = [&](double t) { return fmt_or_dash(dnnl.ms / t, "%.2f"); };
       std::printf(
-          "%6lld %6lld %5lld | %8s %5s | %8.3f %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s %6.3f "
-          "%5s%s\n",
+          "%6lld %6lld %5lld %6s | %8s %5s | %8.3f %6s %6s %5s %5s | %8s %6s %6s %5s | %-16s "
+          "%6.3f %5s%s\n",
           static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(m),
-          fmt_or_dash(ref_ms, "%.2f").c_str(), x1dnn(ref_ms).c_str(), vnni.ms,
-          gops(vnni.ms).c_str(), gbs(vnni.ms).c_str(), pct(vnni.ms).c_str(), x1dnn(vnni.ms).c_str(),
-          fmt_or_dash(dnnl.ms, "%.3f").c_str(), gops(dnnl.ms).c_str(), gbs(dnnl.ms).c_str(),
-          pct(dnnl.ms).c_str(), chosen.c_str(), disp_ms / best, x1dnn(disp_ms).c_str(),
-          quiet ? "" : "  (machine busy)");
+          fmt_or_dash(wbytes / read.ms / 1e6, "%.1f").c_str(), fmt_or_dash(ref_ms, "%.2f").c_str(),
+          x1dnn(ref_ms).c_str(), vnni.ms, gops(vnni.ms).c_str(), gbs(vnni.ms).c_str(),
+          pct(vnni.ms).c_str(), x1dnn(vnni.ms).c_str(), fmt_or_dash(dnnl.ms, "%.3f").c_str(),
+          gops(dnnl.ms).c_str(), gbs(dnnl.ms).c_str(), pct(dnnl.ms).c_str(), chosen.c_str(),
+          disp_ms / best, x1dnn(disp_ms).c_str(), quiet ? "" : "  (machine busy)");
       std::fflush(stdout);
-      rows.push_back({n, k, m, ref_ms, vnni.ms, have_dnnl ? dnnl.ms : NAN, chosen, disp_ms});
+      rows.push_back(
+          {n, k, m, ref_ms, vnni.ms, have_dnnl ? dnnl.ms : NAN, chosen, disp_ms, row_bw});
     }
   }
 
   // Bandwidth again: the machine is shared, so the ceiling may have moved during the run.
   if (opt.wait_idle_s > 0) (void)wait_for_idle_machine(opt.wait_idle_s);
   const double bw1 = measure_read_bandwidth(opt.quick ? (size_t{256} << 20) : (size_t{1} << 30), 5);
-  const double bw = std::max(bw0, bw1);
-  std::printf("\nread bandwidth at the end: %.1f GB/s (start %.1f); targets use %.1f GB/s\n",
-              bw1 / 1e9, bw0 / 1e9, bw / 1e9);
+  std::printf(
+      "\nread bandwidth at the end: %.1f GB/s (start %.1f); %%BW targets use each row's own "
+      "rdGB/s\n",
+      bw1 / 1e9, bw0 / 1e9);
 
   // Targets of the CPU kernels on this machine.
   std::printf("\ntargets:\n");
   for (const Row& r : rows) {
     const double speedup = r.dnnl_ms / r.vnni_ms;
     const double best = std::isnan(r.dnnl_ms) ? r.vnni_ms : std::min(r.vnni_ms, r.dnnl_ms);
-    const double bw_frac = static_cast<double>(r.n) * r.k / (r.vnni_ms / 1e3) / bw;
+    const double bw_frac = static_cast<double>(r.n) * r.k / (r.vnni_ms / 1e3) / r.read_bw;
     std::string line = absl::StrFormat("  N=%-6lld K=%-6lld M=%-5lld", static_cast<long long>(r.n),
                                        static_cast<long long>(r.k), static_cast<long long>(r.m));
     bool ok = true;
