@@ -2,7 +2,6 @@
 
 #include <immintrin.h>
 
-#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/avx512_util.h"
@@ -10,10 +9,12 @@
 namespace qlinear::cpu {
 namespace {
 
-// Scalar sat32 of the reference (rne, clamp to int32, NaN -> 0), used once per row.
+// Scalar sat32 of the reference (rne, clamp to int32, NaN -> 0), used once per row. Builtins
+// rather than <cmath>'s inline functions: no out-of-line copy of a shared inline function may be
+// compiled in this file (its AVX-512 code could stand in for the generic one at link time).
 int32_t sat32_scalar(float v) {
-  if (std::isnan(v)) return 0;
-  const float r = std::nearbyint(v);
+  if (__builtin_isnan(v)) return 0;
+  const float r = __builtin_nearbyintf(v);
   if (r >= 2147483648.f) return INT32_MAX;
   if (r < -2147483648.f) return INT32_MIN;
   return static_cast<int32_t>(r);
@@ -79,7 +80,7 @@ uint32_t abs_bits_max(const void* x, int64_t k) {
 template <DType T>
 uint32_t min_max(const void* x, int64_t k, float* mn, float* mx) {
   const __m512i mag = _mm512_set1_epi32(0x7fffffff);
-  __m512 lo = _mm512_set1_ps(INFINITY), hi = _mm512_set1_ps(-INFINITY);
+  __m512 lo = _mm512_set1_ps(__builtin_inff()), hi = _mm512_set1_ps(-__builtin_inff());
   __m512i a = _mm512_setzero_si512();
   for (int64_t i = 0; i < k; i += 16) {
     const __mmask16 m = lanes16(k - i);
