@@ -23,21 +23,9 @@ using testing::make_test_layer;
 using testing::random_x;
 using testing::TestLayer;
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) : port_(free_port()) {
+  explicit ServerProcess(std::vector<std::string> extra = {}) : port_(testing::free_port()) {
     std::vector<std::string> args = {QLINEAR_SERVER_BIN, "--address=127.0.0.1",
                                      "--port=" + std::to_string(port_), "--demo-n=256",
                                      "--demo-k=512", "--drain-timeout-ms=10000"};

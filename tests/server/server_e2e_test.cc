@@ -29,19 +29,6 @@ uint64_t test_seed() {
   return seed;
 }
 
-// A port that was free a moment ago.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // GET http://127.0.0.1:port/path with a plain socket; returns the whole response.
 std::string http_get(int port, const std::string& path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -70,7 +57,7 @@ class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions o;
-    o.metrics_port = free_port();
+    o.metrics_port = testing::free_port();
     o.enable_echo = true;
     o.address = "127.0.0.1";
     o.port = 0;

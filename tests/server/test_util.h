@@ -6,8 +6,13 @@
 #include <string>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/random.h"
 #include "common/sha256.h"
@@ -95,6 +100,19 @@ inline v1::InferRequest make_request(const std::string& layer, const std::string
   r.set_m(m);
   r.set_x(x);
   return r;
+}
+
+// A loopback port that was free a moment ago.
+inline int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 // One request on grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo, encoded by hand
