@@ -571,7 +571,8 @@ TEST_F(ServerTest, WeightScaleFormsAndPartitions) {
                                    {{}, {}, 1},       {{3}, {6, 4, 2}, 3}};
   int i = 0;
   for (const Form& f : forms) {
-    TestLayer t = make_test_layer("f" + std::to_string(i++), 12, 20, Scheme::kDynamicSymmetric,
+    ++i;
+    TestLayer t = make_test_layer("f" + std::to_string(i), 12, 20, Scheme::kDynamicSymmetric,
                                   true, seed_ + i);
     std::vector<float> sc = random_floats(rng, f.count, 1e-3f, 2e-3f);
     auto* ws = t.header.mutable_weight_scale();
