@@ -4,13 +4,13 @@
 // at a time).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"

@@ -73,7 +73,8 @@ absl::Status ArgParser::parse(int argc, char** argv, int first) {
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      if (i + 1 >= argc)
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       value = argv[++i];
     }
     switch (opt->kind) {
@@ -109,8 +110,10 @@ std::string ArgParser::help() const {
     } else {
       left += o.kind == Kind::kString ? "=STR" : o.kind == Kind::kInt ? "=INT" : "=NUM";
     }
-    if (left.size() < 30) left.resize(30, ' ');
-    else left += "  ";
+    if (left.size() < 30)
+      left.resize(30, ' ');
+    else
+      left += "  ";
     out += left + o.help;
     if (!o.default_text.empty()) out += absl::StrCat(" (default: ", o.default_text, ")");
     out += "\n";

@@ -65,9 +65,8 @@ absl::Status Registry::add(std::unique_ptr<Kernel> kernel) {
         absl::StrCat("kernel '", name, "' is not in the priority order"));
   }
   if (find(name) != nullptr) return absl::OkStatus();  // idempotent
-  auto pos = std::find_if(kernels_.begin(), kernels_.end(), [&](const auto& k) {
-    return priority_of(k->name()) > prio;
-  });
+  auto pos = std::find_if(kernels_.begin(), kernels_.end(),
+                          [&](const auto& k) { return priority_of(k->name()) > prio; });
   kernels_.insert(pos, std::move(kernel));
   return absl::OkStatus();
 }
@@ -91,9 +90,8 @@ absl::Status Registry::set_disabled(const std::vector<std::string>& names) {
   const auto& order = kernel_priority_order();
   for (const std::string& n : names) {
     if (std::find(order.begin(), order.end(), n) == order.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot disable unknown kernel '", n,
-                                                     "'; known kernels: ",
-                                                     absl::StrJoin(order, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot disable unknown kernel '", n, "'; known kernels: ", absl::StrJoin(order, ", ")));
     }
   }
   disabled_ = absl::flat_hash_set<std::string>(names.begin(), names.end());
@@ -116,8 +114,8 @@ absl::StatusOr<Selection> Registry::select(const HostInfo& host, const LayerConf
     if (k == nullptr) {
       std::vector<std::string> known;
       for (const auto& kk : kernels_) known.emplace_back(kk->name());
-      return absl::InvalidArgumentError(absl::StrCat("unknown kernel '", forced,
-                                                     "'; registered: ", absl::StrJoin(known, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown kernel '", forced, "'; registered: ", absl::StrJoin(known, ", ")));
     }
     absl::Status s = usable(*k, host);
     if (s.ok()) s = k->can_implement(config, shape);
@@ -158,8 +156,8 @@ absl::StatusOr<Selection> Registry::select(const HostInfo& host, const LayerConf
   if (sel.kernel == nullptr) {
     std::vector<std::string> reasons;
     for (const auto& v : sel.explanation) reasons.push_back(absl::StrCat(v.kernel, ": ", v.reason));
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no kernel can run this request (", absl::StrJoin(reasons, "; "), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no kernel can run this request (", absl::StrJoin(reasons, "; "), ")"));
   }
   return sel;
 }

@@ -63,8 +63,10 @@ int main(int argc, char** argv) {
   args.add("metrics-port", &metrics_port,
            "Serve Prometheus metrics on http://ADDRESS:PORT/metrics (0 = off)");
   args.add("enable-echo", &enable_echo, "Offer the Echo RPC (transport floor for load tests)");
-  args.add("keepalive-time-ms", &keepalive_time_ms, "Send HTTP/2 keepalive pings this often (0 = gRPC default)");
-  args.add("keepalive-timeout-ms", &keepalive_timeout_ms, "Close a connection whose ping is not answered in this time (0 = default)");
+  args.add("keepalive-time-ms", &keepalive_time_ms,
+           "Send HTTP/2 keepalive pings this often (0 = gRPC default)");
+  args.add("keepalive-timeout-ms", &keepalive_timeout_ms,
+           "Close a connection whose ping is not answered in this time (0 = default)");
   args.add("max-connection-age-ms", &max_connection_age_ms,
            "Ask clients to reconnect after this long, so load balancers can rebalance (0 = never)");
   args.add("max-connection-age-grace-ms", &max_connection_age_grace_ms,

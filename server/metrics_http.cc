@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* res = nullptr;
   const std::string port_str = std::to_string(port);
-  if (int rc = getaddrinfo(address.empty() ? nullptr : address.c_str(), port_str.c_str(), &hints,
-                           &res);
+  if (int rc =
+          getaddrinfo(address.empty() ? nullptr : address.c_str(), port_str.c_str(), &hints, &res);
       rc != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
@@ -49,17 +49,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     const int err = errno;
     freeaddrinfo(res);
     if (fd >= 0) ::close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ":", port,
-                                               ": ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ":", port, ": ", std::strerror(err)));
   }
   freeaddrinfo(res);
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer);
-  s->port_ = ntohs(bound.ss_family == AF_INET6
-                       ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                       : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   s->listen_fd_ = fd;
   s->registry_ = std::move(registry);
   s->thread_ = std::thread([p = s.get()] { p->serve(); });
@@ -113,9 +112,9 @@ void MetricsHttpServer::answer(int fd) {
     type = "text/plain";
     body = "only GET is supported\n";
   }
-  write_all(fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
-                             "\r\nContent-Length: ", body.size(),
-                             "\r\nConnection: close\r\n\r\n", body));
+  write_all(
+      fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                       "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body));
 }
 
 }  // namespace qlinear

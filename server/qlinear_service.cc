@@ -28,9 +28,8 @@ absl::StatusOr<DType> dtype_from_proto(v1::DType t, absl::string_view field) {
     case v1::DTYPE_BF16:
       return DType::kBF16;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " must be DTYPE_FP32, DTYPE_FP16 or DTYPE_BF16 (got ",
-                       static_cast<int>(t), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " must be DTYPE_FP32, DTYPE_FP16 or DTYPE_BF16 (got ", static_cast<int>(t), ")"));
   }
 }
 
@@ -58,8 +57,7 @@ absl::StatusOr<Scheme> scheme_from_proto(v1::Scheme s) {
     case v1::SCHEME_STATIC_ASYMMETRIC:
       return Scheme::kStaticAsymmetric;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown scheme ", static_cast<int>(s)));
+      return absl::InvalidArgumentError(absl::StrCat("unknown scheme ", static_cast<int>(s)));
   }
 }
 
@@ -115,9 +113,9 @@ std::string bucket_summary(const Layer& layer) {
     size_t j = i;
     while (j + 1 < buckets.size() && buckets[j + 1].kernel == buckets[i].kernel) ++j;
     const int64_t lo = buckets[i].bucket.lo, hi = buckets[j].bucket.hi;
-    parts.push_back(absl::StrCat(
-        "M ", hi == INT64_MAX ? absl::StrCat(">=", lo) : absl::StrCat(lo, "-", hi), ": ",
-        buckets[i].kernel.empty() ? "none" : buckets[i].kernel));
+    parts.push_back(
+        absl::StrCat("M ", hi == INT64_MAX ? absl::StrCat(">=", lo) : absl::StrCat(lo, "-", hi),
+                     ": ", buckets[i].kernel.empty() ? "none" : buckets[i].kernel));
     i = j + 1;
   }
   return absl::StrJoin(parts, ", ");
@@ -131,8 +129,8 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   r.spec.n = h.n();
   r.spec.k = h.k();
   ASSIGN_OR_RETURN(r.spec.scheme, scheme_from_proto(h.scheme()));
-  ASSIGN_OR_RETURN(r.spec.weight_scale,
-                   floats_from_tensor(h.weight_scale(), "weight_scale", &r.spec.weight_scale_shape));
+  ASSIGN_OR_RETURN(r.spec.weight_scale, floats_from_tensor(h.weight_scale(), "weight_scale",
+                                                           &r.spec.weight_scale_shape));
   r.spec.logical_widths.assign(h.logical_widths().begin(), h.logical_widths().end());
   if (h.has_bias() && !h.bias().data().empty()) {
     std::vector<int64_t> bias_shape;
@@ -157,8 +155,8 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   }
   if (h.has_max_queue_delay_us()) {
     if (h.max_queue_delay_us() < 0 || h.max_queue_delay_us() > 10'000'000) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "max_queue_delay_us must be in 0..10000000, got ", h.max_queue_delay_us()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_queue_delay_us must be in 0..10000000, got ", h.max_queue_delay_us()));
     }
     r.max_queue_delay_us = h.max_queue_delay_us();
   }
@@ -246,7 +244,8 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*, const v1::UnloadLayerRequest* request,
+grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*,
+                                         const v1::UnloadLayerRequest* request,
                                          v1::UnloadLayerResponse*) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);

@@ -3,14 +3,13 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "server/metrics_http.h"
-
 #include "absl/strings/str_cat.h"
-#include "grpc/health/v1/health.pb.h"
 #include "absl/strings/str_join.h"
+#include "grpc/health/v1/health.pb.h"
 #include "kernels/core/status.h"
 #include "server/core/demo_layer.h"
 #include "server/log.h"
+#include "server/metrics_http.h"
 
 namespace qlinear {
 
@@ -51,8 +50,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     if (!o.quiet) {
       log_info(absl::StrCat("loaded demo layer 'demo' ", o.demo_n, "x", o.demo_k,
                             " dynamic_symmetric with bias (seed ", kDemoSeed, ") on ",
-                            r->layer().device(), "; kernel for M=1: ",
-                            r->layer().buckets()[0].kernel));
+                            r->layer().device(),
+                            "; kernel for M=1: ", r->layer().buckets()[0].kernel));
     }
   }
 
@@ -67,7 +66,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
   builder.SetMaxSendMessageSize(o.max_message_mb << 20);
-  if (o.keepalive_time_ms > 0) builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
+  if (o.keepalive_time_ms > 0)
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
   if (o.keepalive_timeout_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
   }
@@ -88,10 +88,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   if (!o.quiet) {
     log_info(absl::StrCat("listening on ", o.address, ":", s->port_,
-                          s->metrics_port_ > 0
-                              ? absl::StrCat("; metrics on http://", o.address, ":",
-                                             s->metrics_port_, "/metrics")
-                              : ""));
+                          s->metrics_port_ > 0 ? absl::StrCat("; metrics on http://", o.address,
+                                                              ":", s->metrics_port_, "/metrics")
+                                               : ""));
   }
   return s;
 }

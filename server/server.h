@@ -2,12 +2,12 @@
 // qlinear-server's main and by the end-to-end tests (which start it on port 0).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "kernels/registry.h"
@@ -20,17 +20,17 @@ namespace qlinear {
 
 struct ServerOptions {
   std::string address = "0.0.0.0";
-  int port = 50051;            // 0 picks a free port
-  int max_threads = 256;       // gRPC worker threads (each open stream holds one)
-  int max_message_mb = 64;     // largest request or response message
-  bool demo_layer = true;      // load the deterministic layer "demo" at start-up
+  int port = 50051;         // 0 picks a free port
+  int max_threads = 256;    // gRPC worker threads (each open stream holds one)
+  int max_message_mb = 64;  // largest request or response message
+  bool demo_layer = true;   // load the deterministic layer "demo" at start-up
   int64_t demo_n = 4096;
   int64_t demo_k = 4096;
   std::vector<std::string> disabled_kernels;
-  bool quiet = false;          // no log lines (tests)
-  BatchOptions batching;       // defaults for every layer
-  int metrics_port = 0;        // Prometheus text exposition on http://address:port/metrics; 0 = off
-  bool enable_echo = false;    // the Echo RPC (transport floor for load tests)
+  bool quiet = false;        // no log lines (tests)
+  BatchOptions batching;     // defaults for every layer
+  int metrics_port = 0;      // Prometheus text exposition on http://address:port/metrics; 0 = off
+  bool enable_echo = false;  // the Echo RPC (transport floor for load tests)
   // Connection management (needed behind load balancers); 0 leaves gRPC's default.
   int64_t keepalive_time_ms = 0;
   int64_t keepalive_timeout_ms = 0;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
 #include "absl/strings/string_view.h"
 
 namespace qlinear {
@@ -32,7 +33,8 @@ inline float f32_from_bits(uint32_t u) {
 inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // RNE on the 16 bits dropped; overflow carries into Inf
   return static_cast<uint16_t>(u >> 16);
 }

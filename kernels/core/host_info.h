@@ -25,8 +25,8 @@ struct HostInfo {
   bool avx512vl = false;
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
-  bool cuda_compiled = false;    // the binary holds CUDA code
-  std::string cuda_error;        // why no GPU is usable, when `gpus` is empty
+  bool cuda_compiled = false;  // the binary holds CUDA code
+  std::string cuda_error;      // why no GPU is usable, when `gpus` is empty
   std::vector<GpuInfo> gpus;
 
   // One line for logs and the kernel listing, e.g. "AMD EPYC (2 threads; avx2 avx512f ...)".

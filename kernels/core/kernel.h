@@ -10,10 +10,10 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/layer.h"
 
@@ -45,7 +45,8 @@ class Kernel {
   // Stable name, e.g. "cpu.reference"; used for forcing, disabling and metadata.
   virtual absl::string_view name() const = 0;
   virtual absl::Status is_supported(const HostInfo& host) const = 0;
-  virtual absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const = 0;
+  virtual absl::Status can_implement(const LayerConfig& config,
+                                     const ProblemShape& shape) const = 0;
   virtual MRange preferred_m() const { return MRange{}; }
   // `weights` outlives the returned object.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(

@@ -11,9 +11,9 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kernels/core/dtype.h"
 
 namespace qlinear {
@@ -43,7 +43,7 @@ struct LayerConfig {
   int64_t k = 0;
   Scheme scheme = Scheme::kDynamicSymmetric;
   bool has_bias = false;
-  float input_scale = 0.f;      // static schemes only
+  float input_scale = 0.f;       // static schemes only
   int32_t input_zero_point = 0;  // static asymmetric only
 };
 

@@ -9,10 +9,10 @@
 #define QL_CONCAT(a, b) QL_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status _ql_status = (expr);        \
-    if (!_ql_status.ok()) return _ql_status;   \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status _ql_status = (expr);      \
+    if (!_ql_status.ok()) return _ql_status; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, F());` evaluates F() (an absl::StatusOr) and either binds its value

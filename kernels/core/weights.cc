@@ -46,16 +46,15 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
   const int64_t count = static_cast<int64_t>(spec.weight_scale.size());
   if (count == 0) return absl::InvalidArgumentError("weight_scale is required");
   if (!spec.weight_scale_shape.empty() && product(spec.weight_scale_shape) != count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight_scale has ", count, " values but shape ",
-                     shape_str(spec.weight_scale_shape), " says ",
-                     product(spec.weight_scale_shape)));
+    return absl::InvalidArgumentError(absl::StrCat("weight_scale has ", count, " values but shape ",
+                                                   shape_str(spec.weight_scale_shape), " says ",
+                                                   product(spec.weight_scale_shape)));
   }
   for (int64_t d : spec.weight_scale_shape) {
     if (d <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("weight_scale shape ", shape_str(spec.weight_scale_shape),
-                       " has a non-positive dimension"));
+      return absl::InvalidArgumentError(absl::StrCat("weight_scale shape ",
+                                                     shape_str(spec.weight_scale_shape),
+                                                     " has a non-positive dimension"));
     }
   }
   if (spec.weight_scale_shape.size() > 2) {
@@ -72,9 +71,8 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
       sum += w;
     }
     if (sum != spec.n) {
-      return absl::InvalidArgumentError(absl::StrCat("logical_widths ",
-                                                     shape_str(spec.logical_widths), " sum to ",
-                                                     sum, ", not n=", spec.n));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logical_widths ", shape_str(spec.logical_widths), " sum to ", sum, ", not n=", spec.n));
     }
   }
   const int64_t partitions = static_cast<int64_t>(spec.logical_widths.size());
@@ -115,9 +113,9 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
         absl::StrCat("scheme ", scheme_name(spec.scheme), " requires input_scale"));
   }
   if (!needs_scale && spec.has_input_scale) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input_scale is given but scheme ", scheme_name(spec.scheme),
-        " computes the scale per token; use a static scheme or drop input_scale"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input_scale is given but scheme ", scheme_name(spec.scheme),
+                     " computes the scale per token; use a static scheme or drop input_scale"));
   }
   if (needs_scale && !(std::isfinite(spec.input_scale) && spec.input_scale > 0.f)) {
     return absl::InvalidArgumentError(
@@ -127,9 +125,9 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
     return absl::InvalidArgumentError("scheme static_asymmetric requires input_zero_point");
   }
   if (!needs_zp && spec.has_input_zero_point) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input_zero_point is given but scheme ", scheme_name(spec.scheme),
-                     " does not use a static zero point"));
+    return absl::InvalidArgumentError(absl::StrCat("input_zero_point is given but scheme ",
+                                                   scheme_name(spec.scheme),
+                                                   " does not use a static zero point"));
   }
   return absl::OkStatus();
 }
@@ -166,8 +164,8 @@ absl::StatusOr<std::shared_ptr<const LayerWeights>> build_layer_weights(const La
                                                                         std::vector<int8_t> w) {
   if (absl::Status s = validate_layer_spec(spec); !s.ok()) return s;
   if (static_cast<int64_t>(w.size()) != spec.n * spec.k) {
-    return absl::InvalidArgumentError(absl::StrCat("weights have ", w.size(),
-                                                   " bytes, expected n*k=", spec.n * spec.k));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights have ", w.size(), " bytes, expected n*k=", spec.n * spec.k));
   }
   auto lw = std::make_shared<LayerWeights>();
   lw->config.n = spec.n;
@@ -175,7 +173,8 @@ absl::StatusOr<std::shared_ptr<const LayerWeights>> build_layer_weights(const La
   lw->config.scheme = spec.scheme;
   lw->config.has_bias = !spec.bias.empty();
   lw->config.input_scale = is_static(spec.scheme) ? spec.input_scale : 0.f;
-  lw->config.input_zero_point = spec.scheme == Scheme::kStaticAsymmetric ? spec.input_zero_point : 0;
+  lw->config.input_zero_point =
+      spec.scheme == Scheme::kStaticAsymmetric ? spec.input_zero_point : 0;
   lw->sb = normalize_weight_scale(spec);
   lw->bias = spec.bias;
   if (is_asymmetric(spec.scheme)) {

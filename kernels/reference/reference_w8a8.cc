@@ -159,9 +159,9 @@ void epilogue(const LayerWeights& weights, const int32_t* acc, const float* sa, 
     for (int64_t j = 0; j < c.n; ++j) {
       // vLLM holds the bias in the activation dtype: round it to the output dtype first.
       const float bias_f = c.has_bias ? round_to_dtype(weights.bias[j], y_dtype) : 0.f;
-      const float v = epilogue_value(c.scheme, acc[r * c.n + j], sa[r], asym ? azp[r] : 0,
-                                     weights.sb[j], asym ? weights.azp_adj[j] : 0, c.has_bias,
-                                     bias_f);
+      const float v =
+          epilogue_value(c.scheme, acc[r * c.n + j], sa[r], asym ? azp[r] : 0, weights.sb[j],
+                         asym ? weights.azp_adj[j] : 0, c.has_bias, bias_f);
       store_from_f32(y, y_dtype, r * c.n + j, v);
     }
   }

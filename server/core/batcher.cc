@@ -66,9 +66,9 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
       busy_ = true;
       run_here = true;
     } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("queue of layer '", layer_->name(), "' is full (",
-                       options_.max_queue_requests, " requests waiting); retry later"));
+      return absl::ResourceExhaustedError(absl::StrCat("queue of layer '", layer_->name(),
+                                                       "' is full (", options_.max_queue_requests,
+                                                       " requests waiting); retry later"));
     } else {
       queue_.push_back(&p);
       if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());

@@ -1,8 +1,9 @@
 // Dynamic batching: one queue per served layer, one batch executing at a time. A request that
 // finds the layer idle runs at once on its caller's thread; otherwise callers block in `run`
-// while a worker thread coalesces compatible queued requests (same x dtype, output dtype and forced kernel) into one
-// GEMM of up to `max_batch_rows` rows, then splits the result back. Per-token quantization makes
-// every row independent, so a batched request gets exactly the bits it would get alone.
+// while a worker thread coalesces compatible queued requests (same x dtype, output dtype and forced
+// kernel) into one GEMM of up to `max_batch_rows` rows, then splits the result back. Per-token
+// quantization makes every row independent, so a batched request gets exactly the bits it would get
+// alone.
 //
 // Thread safety: `run` may be called from any number of threads. The queue is bounded: when it
 // holds `max_queue_requests`, `run` fails at once with RESOURCE_EXHAUSTED. Expired or cancelled
@@ -29,9 +30,9 @@ struct InferOutput;
 class Metrics;
 
 struct BatchOptions {
-  int64_t max_batch_rows = 256;      // 1 turns batching off
-  int64_t max_queue_delay_us = 0;    // 0: batch only what is already queued
-  int64_t max_queue_requests = 1024; // per layer
+  int64_t max_batch_rows = 256;       // 1 turns batching off
+  int64_t max_queue_delay_us = 0;     // 0: batch only what is already queued
+  int64_t max_queue_requests = 1024;  // per layer
 };
 
 // What the transport knows about a call: its deadline and whether it was cancelled.
@@ -49,8 +50,7 @@ class BatchQueue {
   BatchQueue& operator=(const BatchQueue&) = delete;
 
   // Queues the (already validated) request and waits for its result.
-  absl::Status run(const InferInput& in, const CallContext& call, std::string* y,
-                   InferOutput* out);
+  absl::Status run(const InferInput& in, const CallContext& call, std::string* y, InferOutput* out);
 
   // Stops accepting requests; queued ones still run.
   void close();

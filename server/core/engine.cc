@@ -51,10 +51,10 @@ absl::Status validate_layer_name(absl::string_view name) {
         absl::StrCat("layer name is ", name.size(), " characters long; the limit is 128"));
   }
   for (char c : name) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
-          c == ':' || c == '/' || c == '-')) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "layer name '", absl::CHexEscape(name), "' has characters outside [A-Za-z0-9_.:/-]"));
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
+          c == '/' || c == '-')) {
+      return absl::InvalidArgumentError(absl::StrCat("layer name '", absl::CHexEscape(name),
+                                                     "' has characters outside [A-Za-z0-9_.:/-]"));
     }
   }
   return absl::OkStatus();
@@ -78,9 +78,8 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
   }
   const int64_t bytes = request.spec.n * request.spec.k;
   if (const int64_t avail = available_host_memory(); avail >= 0 && bytes > avail) {
-    return absl::ResourceExhaustedError(absl::StrCat("layer needs ", bytes,
-                                                     " bytes of host memory; only ", avail,
-                                                     " are available"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "layer needs ", bytes, " bytes of host memory; only ", avail, " are available"));
   }
   std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
   up->start_ns_ = now_ns();
@@ -95,9 +94,9 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
 
 absl::Status LayerUpload::append(absl::string_view chunk) {
   if (chunk.size() > weights_.size() - filled_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight bytes exceed n*k=", weights_.size(), " (received ",
-                     filled_ + chunk.size(), " so far)"));
+    return absl::InvalidArgumentError(absl::StrCat("weight bytes exceed n*k=", weights_.size(),
+                                                   " (received ", filled_ + chunk.size(),
+                                                   " so far)"));
   }
   std::memcpy(weights_.data() + filled_, chunk.data(), chunk.size());
   hash_.update(chunk.data(), chunk.size());
@@ -107,14 +106,14 @@ absl::Status LayerUpload::append(absl::string_view chunk) {
 
 absl::StatusOr<LoadResult> LayerUpload::commit() {
   if (filled_ != weights_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("upload ended after ", filled_,
-                                                   " weight bytes; n*k=", weights_.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload ended after ", filled_, " weight bytes; n*k=", weights_.size()));
   }
   const std::string digest = hash_.hex_digest();
   if (digest != request_.weight_sha256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight checksum mismatch: header says sha256 ", request_.weight_sha256,
-                     ", received bytes hash to ", digest));
+    return absl::InvalidArgumentError(absl::StrCat("weight checksum mismatch: header says sha256 ",
+                                                   request_.weight_sha256,
+                                                   ", received bytes hash to ", digest));
   }
   return engine_->publish(request_, std::move(weights_), start_ns_);
 }
@@ -148,7 +147,8 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,
                    Layer::create(std::move(opts), std::move(lw), registry_, host_));
   BatchOptions batching = options_.batching;
-  if (request.max_batch_rows >= 0) batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);
+  if (request.max_batch_rows >= 0)
+    batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);
   if (request.max_queue_delay_us >= 0) batching.max_queue_delay_us = request.max_queue_delay_us;
   auto served = std::make_shared<ServedLayer>();
   served->layer = layer;
@@ -196,8 +196,8 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
   if (in.m > static_cast<int64_t>(in.x.size()) / (c.k * x_elem) + 1 ||
       static_cast<int64_t>(in.x.size()) != in.m * c.k * x_elem) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "x has ", in.x.size(), " bytes; expected m*k*", x_elem, " = ", in.m, "*", c.k, "*",
-        x_elem, " for ", dtype_name(in.x_dtype), " input to layer '", layer.name(), "'"));
+        "x has ", in.x.size(), " bytes; expected m*k*", x_elem, " = ", in.m, "*", c.k, "*", x_elem,
+        " for ", dtype_name(in.x_dtype), " input to layer '", layer.name(), "'"));
   }
   const int64_t y_bytes = in.m * c.n * static_cast<int64_t>(dtype_size(in.y_dtype));
   if (y_bytes > options_.max_output_bytes) {
@@ -207,8 +207,8 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
   }
   if (!in.forced_kernel.empty()) {
     // A forced kernel that cannot run this request fails here, naming the reason.
-    return layer.choose(ProblemShape{in.m, c.n, c.k, in.x_dtype, in.y_dtype}, in.forced_kernel,
-                        false)
+    return layer
+        .choose(ProblemShape{in.m, c.n, c.k, in.x_dtype, in.y_dtype}, in.forced_kernel, false)
         .status();
   }
   return absl::OkStatus();

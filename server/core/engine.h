@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/sha256.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
@@ -81,7 +81,8 @@ class LayerUpload {
 
  private:
   friend class Engine;
-  LayerUpload(Engine* engine, LoadRequest request) : engine_(engine), request_(std::move(request)) {}
+  LayerUpload(Engine* engine, LoadRequest request)
+      : engine_(engine), request_(std::move(request)) {}
   Engine* engine_;
   LoadRequest request_;
   std::vector<int8_t> weights_;

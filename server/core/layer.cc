@@ -32,9 +32,12 @@ bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
 
 }  // namespace
 
-Layer::Layer(Options options, std::shared_ptr<const LayerWeights> weights,
-             const Registry& registry, const HostInfo& host)
-    : options_(std::move(options)), weights_(std::move(weights)), registry_(registry), host_(host) {}
+Layer::Layer(Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
+             const HostInfo& host)
+    : options_(std::move(options)),
+      weights_(std::move(weights)),
+      registry_(registry),
+      host_(host) {}
 
 absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
@@ -74,8 +77,8 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
 
     BucketInfo info{b, "", {}};
     const int64_t m = b.hi == INT64_MAX ? b.lo : b.hi;
-    auto sel = registry.select(host, c, shape_for(c, m, DType::kBF16, DType::kBF16), forced, b.lo,
-                               b.hi);
+    auto sel =
+        registry.select(host, c, shape_for(c, m, DType::kBF16, DType::kBF16), forced, b.lo, b.hi);
     if (sel.ok()) {
       info.kernel = std::string(sel->kernel->name());
       info.explanation = std::move(sel->explanation);
@@ -86,8 +89,8 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   }
 
   const LayerWeights& w = *layer->weights_;
-  layer->total_bytes_ += static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() +
-                                              4 * w.azp_adj.size());
+  layer->total_bytes_ +=
+      static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() + 4 * w.azp_adj.size());
   layer->loaded_unix_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"

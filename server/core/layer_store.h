@@ -5,11 +5,11 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/batcher.h"
 #include "server/core/layer.h"
@@ -34,7 +34,8 @@ class LayerStore {
   absl::StatusOr<bool> put(std::shared_ptr<const ServedLayer> layer, bool replace,
                            std::shared_ptr<const ServedLayer>* previous = nullptr);
   // NOT_FOUND if absent. `removed` receives the layer taken out.
-  absl::Status remove(absl::string_view name, std::shared_ptr<const ServedLayer>* removed = nullptr);
+  absl::Status remove(absl::string_view name,
+                      std::shared_ptr<const ServedLayer>* removed = nullptr);
   // All layers, sorted by name.
   std::vector<std::shared_ptr<const ServedLayer>> list() const;
   size_t size() const;

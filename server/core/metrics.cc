@@ -91,8 +91,8 @@ void Metrics::batch_done(const std::string& layer, const std::string& kernel, in
                          int64_t rows, double quantize_s, double gemm_s) {
   batch_rows_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(rows));
   batch_requests_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(requests));
-  compute_seconds_.Add({{"layer", layer}, {"kernel", kernel}, {"phase", "quantize"}},
-                       seconds_buckets())
+  compute_seconds_
+      .Add({{"layer", layer}, {"kernel", kernel}, {"phase", "quantize"}}, seconds_buckets())
       .Observe(quantize_s);
   compute_seconds_.Add({{"layer", layer}, {"kernel", kernel}, {"phase", "gemm"}}, seconds_buckets())
       .Observe(gemm_s);

@@ -93,9 +93,7 @@ class BatcherTest : public ::testing::Test {
     gate_->mu.Await(absl::Condition(
         +[](GateKernel::Gate* g) { return g->running >= g->want; }, gate_.get()));
   }
-  int64_t queue_depth() {
-    return (*engine_->store().get("b"))->queue->depth();
-  }
+  int64_t queue_depth() { return (*engine_->store().get("b"))->queue->depth(); }
 
   Registry registry_;
   Metrics metrics_;

@@ -26,9 +26,9 @@ using testing::TestLayer;
 class ServerProcess {
  public:
   explicit ServerProcess(std::vector<std::string> extra = {}) : port_(testing::free_port()) {
-    std::vector<std::string> args = {QLINEAR_SERVER_BIN, "--address=127.0.0.1",
-                                     "--port=" + std::to_string(port_), "--demo-n=256",
-                                     "--demo-k=512", "--drain-timeout-ms=10000"};
+    std::vector<std::string> args = {
+        QLINEAR_SERVER_BIN, "--address=127.0.0.1", "--port=" + std::to_string(port_),
+        "--demo-n=256",     "--demo-k=512",        "--drain-timeout-ms=10000"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -108,12 +108,18 @@ TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
         ++sent;
         if (!stream->read(&resp)) break;
         --sent;
-        if (resp.status_code() == 0) ++ok; else ++other;
+        if (resp.status_code() == 0)
+          ++ok;
+        else
+          ++other;
       }
       stream->writes_done();
       while (stream->read(&resp)) {
         --sent;
-        if (resp.status_code() == 0) ++ok; else ++other;
+        if (resp.status_code() == 0)
+          ++ok;
+        else
+          ++other;
       }
       absl::Status s = stream->finish();
       // A request written but never answered would be lost work.

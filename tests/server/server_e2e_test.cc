@@ -207,7 +207,8 @@ TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
   for (int i = 0; i < 12; ++i) {
     const int64_t m = rng.range(1, 6);
     std::string x = random_x(rng, m, 48, DType::kF32);
-    v1::InferRequest req = make_request("s", x, DType::kF32, m, DType::kBF16, "id" + std::to_string(i));
+    v1::InferRequest req =
+        make_request("s", x, DType::kF32, m, DType::kBF16, "id" + std::to_string(i));
     int code = 0;
     if (i % 4 == 1) {  // wrong byte count
       req.mutable_x()->pop_back();
@@ -397,15 +398,16 @@ TEST_F(ServerTest, InferErrors) {
        absl::StatusCode::kInvalidArgument, "output_dtype must be"},
       {"m zero", [](v1::InferRequest* r) { r->set_m(0); }, absl::StatusCode::kInvalidArgument,
        "m must be >= 1"},
-      {"m negative", [](v1::InferRequest* r) { r->set_m(-3); },
-       absl::StatusCode::kInvalidArgument, "m must be >= 1"},
+      {"m negative", [](v1::InferRequest* r) { r->set_m(-3); }, absl::StatusCode::kInvalidArgument,
+       "m must be >= 1"},
       {"m huge", [](v1::InferRequest* r) { r->set_m(int64_t{1} << 60); },
        absl::StatusCode::kInvalidArgument, "x has 256 bytes; expected m*k*2"},
       {"x short", [](v1::InferRequest* r) { r->mutable_x()->resize(255); },
        absl::StatusCode::kInvalidArgument, "x has 255 bytes"},
       {"x for other dtype", [](v1::InferRequest* r) { r->set_x_dtype(v1::DTYPE_FP32); },
        absl::StatusCode::kInvalidArgument, "expected m*k*4"},
-      {"non-finite", [](v1::InferRequest* r) {
+      {"non-finite",
+       [](v1::InferRequest* r) {
          uint16_t nan = 0x7fc0;
          std::memcpy(r->mutable_x()->data() + 2 * (64 + 5), &nan, 2);
        },
@@ -480,14 +482,17 @@ TEST_F(ServerTest, LoadErrors) {
        absl::StatusCode::kInvalidArgument, "unknown scheme"},
       {"no scale", [](v1::LayerHeader* h) { h->clear_weight_scale(); },
        absl::StatusCode::kInvalidArgument, "weight_scale is required"},
-      {"scale count", [](v1::LayerHeader* h) {
+      {"scale count",
+       [](v1::LayerHeader* h) {
          h->mutable_weight_scale()->clear_shape();
          h->mutable_weight_scale()->mutable_data()->resize(12);
        },
        absl::StatusCode::kInvalidArgument, "weight_scale has 3 values"},
-      {"scale bytes", [](v1::LayerHeader* h) { h->mutable_weight_scale()->mutable_data()->pop_back(); },
+      {"scale bytes",
+       [](v1::LayerHeader* h) { h->mutable_weight_scale()->mutable_data()->pop_back(); },
        absl::StatusCode::kInvalidArgument, "not a multiple of 4"},
-      {"bias length", [](v1::LayerHeader* h) {
+      {"bias length",
+       [](v1::LayerHeader* h) {
          h->mutable_bias()->set_dtype(v1::DTYPE_FP32);
          h->mutable_bias()->set_data(std::string(12, '\0'));
        },
@@ -500,7 +505,8 @@ TEST_F(ServerTest, LoadErrors) {
        absl::StatusCode::kInvalidArgument, "weight_sha256 must be"},
       {"duplicate", [](v1::LayerHeader* h) { h->set_name("demo"); },
        absl::StatusCode::kAlreadyExists, "already exists"},
-      {"logical widths", [](v1::LayerHeader* h) {
+      {"logical widths",
+       [](v1::LayerHeader* h) {
          h->add_logical_widths(3);
          h->add_logical_widths(3);
        },
@@ -567,13 +573,13 @@ TEST_F(ServerTest, WeightScaleFormsAndPartitions) {
     std::vector<int64_t> widths;
     int count;
   };
-  const std::vector<Form> forms = {{{1, 12}, {}, 12}, {{12, 1}, {}, 12}, {{1}, {}, 1},
-                                   {{}, {}, 1},       {{3}, {6, 4, 2}, 3}};
+  const std::vector<Form> forms = {
+      {{1, 12}, {}, 12}, {{12, 1}, {}, 12}, {{1}, {}, 1}, {{}, {}, 1}, {{3}, {6, 4, 2}, 3}};
   int i = 0;
   for (const Form& f : forms) {
     ++i;
-    TestLayer t = make_test_layer("f" + std::to_string(i), 12, 20, Scheme::kDynamicSymmetric,
-                                  true, seed_ + i);
+    TestLayer t = make_test_layer("f" + std::to_string(i), 12, 20, Scheme::kDynamicSymmetric, true,
+                                  seed_ + i);
     std::vector<float> sc = random_floats(rng, f.count, 1e-3f, 2e-3f);
     auto* ws = t.header.mutable_weight_scale();
     ws->clear_shape();
@@ -629,8 +635,7 @@ TEST_F(ServerTest, MetricsEndpointIsScraped) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("qlinear_layers_loaded 1"), std::string::npos) << text;
-  EXPECT_NE(text.find("qlinear_queue_duration_seconds_count{layer=\"demo\"} 1"),
-            std::string::npos)
+  EXPECT_NE(text.find("qlinear_queue_duration_seconds_count{layer=\"demo\"} 1"), std::string::npos)
       << text;
   EXPECT_NE(text.find("qlinear_compute_duration_seconds_count"), std::string::npos) << text;
   EXPECT_NE(text.find("qlinear_layer_bytes{device=\"cpu\",layer=\"demo\"}"), std::string::npos)

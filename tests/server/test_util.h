@@ -2,17 +2,16 @@
 // reference uses, random activations, and the reference answer.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
 
 #include "common/random.h"
 #include "common/sha256.h"
@@ -69,7 +68,8 @@ inline TestLayer make_test_layer(const std::string& name, int64_t n, int64_t k, 
 // Random activations in [-2, 2) as raw bytes of `dtype`.
 inline std::string random_x(SplitMix64& rng, int64_t m, int64_t k, DType dtype) {
   std::string bytes(static_cast<size_t>(m * k) * dtype_size(dtype), '\0');
-  for (int64_t i = 0; i < m * k; ++i) store_from_f32(bytes.data(), dtype, i, rng.uniform(-2.f, 2.f));
+  for (int64_t i = 0; i < m * k; ++i)
+    store_from_f32(bytes.data(), dtype, i, rng.uniform(-2.f, 2.f));
   return bytes;
 }
 
@@ -138,7 +138,8 @@ inline std::string reflection_call(const std::shared_ptr<grpc::Channel>& channel
       call->Read(&reply, reinterpret_cast<void*>(3));
       std::vector<grpc::Slice> slices;
       if (cq.Next(&tag, &ok) && ok && reply.Dump(&slices).ok()) {
-        for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+        for (const auto& s : slices)
+          bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
       }
     }
   }
