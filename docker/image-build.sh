@@ -44,6 +44,19 @@ case "$dnnl_version" in
     ;;
 esac
 
+# cuda.cutlass_sm90 is compiled from the CUTLASS headers of the PyPI package nvidia-cutlass
+# (headers only: --no-deps). Without them (no pip, no index) the build leaves that kernel out,
+# says so at configure time, and cuda.cublaslt serves.
+if [ "${QLINEAR_CUDA:-OFF}" = "ON" ]; then
+  if python3 -m pip --version >/dev/null 2>&1; then
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --disable-pip-version-check \
+      --no-deps nvidia-cutlass==4.2.0.0 ||
+      echo "image-build: could not install the CUTLASS headers; building without cuda.cutlass_sm90"
+  else
+    echo "image-build: no pip; building without cuda.cutlass_sm90"
+  fi
+fi
+
 echo "image-build: cmake ${args[*]}"
 cmake "${args[@]}"
 cmake --build "$build" -j "$jobs" --target qlinear-server qlinear-cli
