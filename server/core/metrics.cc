@@ -8,17 +8,23 @@
 namespace qlinear {
 namespace {
 
-// 10 us .. ~10 s, x2 per bucket.
-prometheus::Histogram::BucketBoundaries seconds_buckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 10e-6; v < 12.0; v *= 2) b.push_back(v);
+// 10 us .. ~10 s, x2 per bucket. Built once: histograms are looked up on every request.
+const prometheus::Histogram::BucketBoundaries& seconds_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = [] {
+    prometheus::Histogram::BucketBoundaries v;
+    for (double x = 10e-6; x < 12.0; x *= 2) v.push_back(x);
+    return v;
+  }();
   return b;
 }
 
 // 1 .. 4096 rows/requests, x2 per bucket.
-prometheus::Histogram::BucketBoundaries count_buckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 1; v <= 4096; v *= 2) b.push_back(v);
+const prometheus::Histogram::BucketBoundaries& count_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = [] {
+    prometheus::Histogram::BucketBoundaries v;
+    for (double x = 1; x <= 4096; x *= 2) v.push_back(x);
+    return v;
+  }();
   return b;
 }
 
