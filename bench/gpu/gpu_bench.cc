@@ -22,7 +22,8 @@
 // dispatches, its time, TOPS, weight bandwidth, distance to the floor, and its speed-up over the
 // bare GEMM and over cuda.cublaslt, with the targets checked.
 //
-// Usage: qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N] [--sweep=true|false]
+// Usage: qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]
+// (--small_m: every shape at M = 1, 4, 8 and 16 only, with cuda.gemv_s8's plan sweep)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -77,6 +78,7 @@ const int64_t kSmallMs[] = {1, 16, 64, 128, 256};
 
 struct Options {
   bool quick = false;
+  bool small_m = false;
   bool sweep = true;
   int64_t reps = 100;
   int64_t warmup = 10;
@@ -284,7 +286,9 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
   Options so = o;
   so.reps = std::min<int64_t>(o.reps, 30);
   so.warmup = std::min<int64_t>(o.warmup, 3);
-  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+  const std::vector<int64_t> sweep_ms =
+      o.small_m ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{1, 16, 64};
+  for (int64_t m : sweep_ms) {
     const int m_pad = gemv_m_pad(m);
     if (!gemv_s8_fits(sc.k, m_pad)) continue;
     GemvS8Args a;
@@ -304,38 +308,40 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
         return absl::OkStatus();
       });
     };
-    // What cuda.gemv_s8's prepare picks: the model's best four, timed with a cold L2.
+    // What cuda.gemv_s8's prepare picks: every plan timed once with a cold L2.
     DeviceBuffer flush;
     RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
     GemvS8Plan chosen;
     GemvS8Args at = a;
     at.w = b.w[0].as<int8_t>();
     at.m = m_pad;
-    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 4, stream, &chosen));
+    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 64, stream, &chosen));
     ASSIGN_OR_RETURN(const double chosen_us, time_plan(chosen));
     GemvS8Plan best = chosen;
     double best_us = chosen_us;
     std::string all;
     for (int rg : {8, 4, 2, 1}) {
       for (int sk = 1; sk <= 8; ++sk) {
-        GemvS8Plan p;
-        const cudaError_t e = plan_gemv_s8_fixed(sc.n, sc.k, m_pad, 2, rg, sk, &p);
-        if (e == cudaErrorNotSupported) continue;
-        RETURN_IF_CUDA_ERROR(e);
-        ASSIGN_OR_RETURN(const double us, time_plan(p));
-        absl::StrAppendFormat(&all, " %d/%d/%d:%.1f(%.1f)", rg, sk, p.clusters, us, p.predicted_us);
-        if (us < best_us) {
-          best_us = us;
-          best = p;
+        for (int u : {4, 2}) {
+          GemvS8Plan p;
+          const cudaError_t e = plan_gemv_s8_fixed(sc.n, sc.k, m_pad, 2, rg, sk, &p, u);
+          if (e == cudaErrorNotSupported) continue;
+          RETURN_IF_CUDA_ERROR(e);
+          ASSIGN_OR_RETURN(const double us, time_plan(p));
+          absl::StrAppendFormat(&all, " %d/%d/%d/%d:%.1f", rg, sk, p.clusters, u, us);
+          if (us < best_us) {
+            best_us = us;
+            best = p;
+          }
         }
       }
     }
     std::printf(
-        "gemv-plan %-22s M=%-3lld tuned rg/sk/cl/st %d/%d/%d/%d %7.1f us (model %5.1f)  "
-        "best %d/%d/%d %7.1f us  %.2f TB/s\n",
+        "gemv-plan %-22s M=%-3lld tuned rg/sk/cl/u %d/%d/%d/%d %7.1f us %.2f TB/s (load-time "
+        "%5.1f)  best %d/%d/%d/%d %7.1f us\n",
         shape_name(sc).c_str(), static_cast<long long>(m), chosen.row_groups, chosen.split_k,
-        chosen.clusters, chosen.stages, chosen_us, chosen.predicted_us, best.row_groups,
-        best.split_k, best.clusters, best_us, sc.n * sc.k / (best_us * 1e-6) / 1e12);
+        chosen.clusters, chosen.chunks, chosen_us, sc.n * sc.k / (chosen_us * 1e-6) / 1e12,
+        chosen.measured_us, best.row_groups, best.split_k, best.clusters, best.chunks, best_us);
     std::printf("gemv-plan-all %-22s M=%-3lld%s\n", shape_name(sc).c_str(),
                 static_cast<long long>(m), all.c_str());
     std::fflush(stdout);
@@ -402,6 +408,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   const int64_t n = sc.n, k = sc.k;
   std::vector<int64_t> ms(std::begin(kSmallMs), std::end(kSmallMs));
   ms.insert(ms.end(), sc.large_ms.begin(), sc.large_ms.end());
+  if (o.small_m) ms = {1, 4, 8, 16};
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   SplitMix64 rng(0x5eed0000ull + static_cast<uint64_t>(n * 131 + k));
   LayerSpec spec;
@@ -448,6 +455,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (o.sweep) {
     RETURN_IF_ERROR(sweep_gemv(sc, b, o, stream));
+  }
+  if (o.sweep && !o.small_m) {
     std::vector<int64_t> tile_ms = {64, 128, 256};
     tile_ms.insert(tile_ms.end(), sc.large_ms.begin(), sc.large_ms.end());
     RETURN_IF_ERROR(sweep_cutlass(sc, b, tile_ms, o, stream, lt));
@@ -647,9 +656,10 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
 
 int bench_main(int argc, char** argv) {
   Options o;
-  ArgParser args("qlinear_gpu_bench [--quick] [--reps=N] [--warmup=N] [--sweep=true|false]",
+  ArgParser args("qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]",
                  "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
+  args.add("small_m", &o.small_m, "Only M = 1, 4, 8 and 16 on every shape, gemv plans swept");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");

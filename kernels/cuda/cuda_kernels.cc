@@ -2,14 +2,16 @@
 
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
+#include "kernels/cuda/gemv_s8.h"
 #include "kernels/registry.h"
 
 namespace qlinear {
 
 void register_cuda_kernels(Registry* registry) {
-  // cuda.gemv_s8 (kernels/cuda/gemv_s8.h) is built and tested but not registered: on the H200 it
-  // is slower than cuda.cutlass_sm90 and cuda.cublaslt at every M it can run (1-64; 1.3-2x at
-  // M = 1, bench/gpu/gpu_bench.cc), so it would only ever be a worse choice for its buckets.
+  // cuda.gemv_s8 serves M = 1 (its preferred_m; the H200 measurements behind that choice are
+  // beside it in kernels/cuda/gemv_s8.cc), cuda.cutlass_sm90 every other M, cuda.cublaslt what
+  // neither takes.
+  (void)registry->add(gpu::make_gemv_s8_kernel());
   (void)registry->add(gpu::make_cutlass_sm90_kernel());
   (void)registry->add(gpu::make_cublaslt_kernel());
 }

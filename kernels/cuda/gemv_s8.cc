@@ -88,12 +88,12 @@ absl::StatusOr<std::unique_ptr<GemvS8Prepared>> GemvS8Prepared::create(
   return p;
 }
 
-// Chooses each M group's launch plan at load: the cost model ranks every split of the layer, and
-// its best few are timed on the layer's own weights with a cold L2 (autotuning catches what the
-// model misses: how the clusters land on the GPCs, how the tiles divide among them).
+// Chooses each M group's launch plan at load: every split of the layer that fits is timed on the
+// layer's own weights with a cold L2 (timing catches what a cost model misses: how the clusters
+// land on the GPCs, how the tiles divide among them, the register pressure of each variant).
 absl::Status GemvS8Prepared::tune() {
   const LayerConfig& c = weights_.config;
-  constexpr int kCandidates = 4;
+  constexpr int kCandidates = 64;  // every plan (at most 4 x 8 x 2)
   constexpr size_t kFlushBytes = size_t{128} << 20;  // over twice the L2
   DeviceBuffer x, y, sa, flush;
   RETURN_IF_ERROR(x.allocate(static_cast<size_t>(kGemvMaxM * c.k) * 2, "tuning activations"));
@@ -217,10 +217,23 @@ class GemvS8Kernel final : public Kernel {
     }
     return absl::OkStatus();
   }
-  // Decode and small batches, where the op is bound by the weights; from 17 rows on its
-  // per-token work (quantization, mma) outgrows the streaming. (Not in the default registry:
-  // see kernels/cuda/cuda_kernels.cc.)
-  MRange preferred_m() const override { return MRange{1, 16}; }
+  // Decode (M = 1) only. Measured on the H200 (bench/gpu/gpu_bench.cc --small_m, weights rotated
+  // past L2, bf16 in/out, bias; plans tuned at load as prepare does), op time in us, gemv vs
+  // cuda.cutlass_sm90 vs cuda.cublaslt:
+  //   (N, K)          M=1: gemv   cutlass  cublaslt    M=16: gemv   cutlass  cublaslt
+  //   6144 x 4096          20.0    20.2     19.7              29.7    19.5     18.6
+  //   4096 x 4096          19.1    18.5     19.5              28.8    17.9     17.2
+  //   28672 x 4096         44.1    43.1     41.7              66.7    43.7     43.1
+  //   4096 x 14336         31.0    39.1     40.7              50.4    37.9     30.3
+  //   8192 x 8192          38.0    35.3     30.2              58.3    33.3     33.2
+  //   57344 x 8192        130.9   135.2    169.6             178.9   132.9    172.2
+  //   8192 x 28672         76.4    87.2     76.4             119.1    82.9     79.2
+  // At M = 1 the seven layers take 359.5 us here against 378.6 us with cutlass (an 8B layer's
+  // four projections 114.2 against 120.9 us): the kernel wins the bucket, most on the long-K
+  // down projections (-21%, -12%), and loses up to 8% on 8192 x 8192. At M = 4-16 the
+  // per-token work (quantization, one mma per 8 tokens) outgrows the streaming and cutlass wins
+  // (M = 16: 1.4-1.6x), so the 2-16 bucket stays with cutlass.
+  MRange preferred_m() const override { return MRange{1, 1}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<GemvS8Prepared> p, GemvS8Prepared::create(weights));

@@ -1,17 +1,15 @@
 // cuda.gemv_s8's device code: see gemv_s8.h for the design and gemv_s8_device.h for the contract.
 //
-// Layout of one block's work (256 threads = 8 warps, one block per SM):
+// Layout of one block's work (256 threads = 8 warps):
 //   warp w = wk * row_groups + wr streams rows [tile * 16 * row_groups + 16 * wr, +16) over its
-//   K sub-slice, in 64-byte chunks: lane (g, t) = (lane / 4, lane % 4) copies 16 bytes of row g
-//   and of row g + 8 at chunk byte 16 t into its own slots of a shared-memory ring (cp.async, no
-//   registers held, `stages` load groups in flight across tile boundaries). Those 16 bytes feed
-//   two mma.sync.m16n8k32 steps as the A (weights, "wide") operand; the B operand (8 tokens x 32)
-//   comes from the quantized activations in shared memory at the same 16 bytes of the token row
-//   g, so any permutation of k inside a chunk is the same on both sides and the dot product is
-//   exact. The int32 accumulators of the 8 warps and of the split_k blocks of the cluster are
-//   summed (int32, exact in any order) by whichever thread applies the epilogue to that output,
-//   reading its peers' shared memory through distributed shared memory; the tile's sb, bias and
-//   azp_adj arrive in shared memory with the tile's first load group.
+//   K sub-slice, in 64-byte chunks: lane (g, t) = (lane / 4, lane % 4) loads 16 bytes of row g and
+//   of row g + 8 at chunk byte 16 t. Those 16 bytes feed two mma.sync.m16n8k32 steps as the A
+//   (weights, "wide") operand; the B operand (8 tokens x 32) comes from the quantized activations
+//   in shared memory at the same 16 bytes of the token row g, so any permutation of k inside a
+//   chunk is the same on both sides and the dot product is exact. The int32 accumulators of the
+//   8 warps and of the split_k blocks of the cluster are summed (int32, exact in any order) by
+//   whichever thread applies the epilogue to that output, reading its peers' shared memory
+//   through distributed shared memory.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,16 +33,8 @@ using device::RowStats;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-// Shared memory per block (one block per SM: the H100/H200 opt-in limit).
-constexpr int kMaxSmemBytes = 227 * 1024;
-constexpr int kU = 2;                                // 64-byte chunks per load group
-constexpr int kGroupBytes = kThreads * kU * 2 * 16;  // one load group of the block: 16 KB
-constexpr int kMaxStages = 8;                        // load groups in flight per thread
-constexpr int kMinStages = 4;
-// Slots for the tiles' channel data: a thread can run at most one tile ahead of the slowest thread
-// of its cluster (the per-tile cluster barrier), and issue loads `stages` groups beyond that.
-constexpr int kChanSlots = kMaxStages + 2;
-constexpr int kMaxTileRows = 16 * kWarps;
+// Shared memory per block: two blocks must fit on an SM (228 KB, less 1 KB reserved per block).
+constexpr int kMaxSmemBytes = 112 * 1024;
 constexpr int kMaxSplitK = 8;  // the portable cluster size
 constexpr int kXBatch = 8;     // activation loads in flight per lane in the statistics pass
 constexpr int kOutBatch = 2;   // outputs per thread whose loads go out together in the epilogue
@@ -57,61 +47,24 @@ struct KernelParams {
   int c;         // clusters
   int tiles;     // ceil(n / (16 wr))
   int kc;        // 64-byte chunks in K (the last may be partial)
-  int groups;    // load groups of kU chunks per warp per tile (the same for every warp)
-  int stages;    // load groups in flight (ring slots), 4..8
+  int groups;    // load groups of U chunks per warp per tile (the same for every warp)
   int xstride;   // bytes per token row of the quantized slice in shared memory
   int xq_bytes;  // bytes of that slice, all m_pad rows
 };
 
-// Bytes of shared memory besides the ring and the quantized slice: partial sums, the tiles'
-// channel data, row statistics, row parameters.
+// Bytes of shared memory past the quantized slice: partial sums, row statistics, row parameters.
 constexpr int extra_smem_bytes(int m_pad) {
-  return kWarps * 16 * m_pad * 4 + kChanSlots * kMaxTileRows * 12 +
-         static_cast<int>(sizeof(RowStats)) * kGemvMaxM + 4 * 4 * kGemvMaxM +
-         static_cast<int>(sizeof(RowParams)) * kGemvMaxM;
+  return kWarps * 16 * m_pad * 4 + static_cast<int>(sizeof(RowStats)) * kGemvMaxM +
+         4 * 4 * kGemvMaxM + static_cast<int>(sizeof(RowParams)) * kGemvMaxM;
 }
 
-// 16 bytes of weights into shared memory (zeros when src_bytes is 0), read once: L2 only, and a
-// 256-byte L2 fetch since the warp's neighbouring lanes and its next chunk want the rest.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Waits until at most `pending` of this thread's most recent groups are still in flight.
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  switch (pending) {
-    case 7:
-      asm volatile("cp.async.wait_group 7;" ::: "memory");
-      break;
-    case 6:
-      asm volatile("cp.async.wait_group 6;" ::: "memory");
-      break;
-    case 5:
-      asm volatile("cp.async.wait_group 5;" ::: "memory");
-      break;
-    case 4:
-      asm volatile("cp.async.wait_group 4;" ::: "memory");
-      break;
-    case 3:
-      asm volatile("cp.async.wait_group 3;" ::: "memory");
-      break;
-    default:
-      asm volatile("cp.async.wait_all;" ::: "memory");
-  }
-}
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+// 16 bytes of weights, read once: no L1 allocation, and a 256-byte L2 fetch since the warp's
+// neighbouring lanes and its next chunk want the rest of the line.
+__device__ __forceinline__ uint4 ldg_stream(const int8_t* p) {
   uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 }
 
@@ -143,6 +96,18 @@ __device__ __forceinline__ uint4 ldg_ca(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+__device__ __forceinline__ Raw8 load_raw8(const void* x, ElemType t, int64_t idx) {
+  Raw8 r;
+  if (t == ElemType::kF32) {
+    const float* p = static_cast<const float*>(x) + idx;
+    r.lo = ldg_ca(p);
+    r.hi = ldg_ca(p + 4);
+  } else {
+    r.lo = ldg_ca(static_cast<const uint16_t*>(x) + idx);
+    r.hi = make_uint4(0, 0, 0, 0);
+  }
+  return r;
 }
 __device__ __forceinline__ void widen8(const Raw8& r, ElemType t, float v[8]) {
   if (t == ElemType::kF32) {
@@ -188,7 +153,8 @@ __device__ __forceinline__ float round_bias(ElemType t, float b) {
 __device__ __forceinline__ void store_y(void* y, ElemType t, int64_t idx, float v) {
   switch (t) {
     case ElemType::kBF16:
-      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kBF16>(v));
+      static_cast<uint16_t*>(y)[idx] =
+          static_cast<uint16_t>(device::to_bits16<ElemType::kBF16>(v));
       break;
     case ElemType::kF16:
       static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kF16>(v));
@@ -209,26 +175,21 @@ __device__ __forceinline__ RowStats warp_reduce(RowStats st) {
   return st;
 }
 
-// NG: 8-token mma n-blocks (m_pad = 8 NG).
-template <int NG>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemv_s8_kernel(const __grid_constant__ KernelParams p) {
+// NG: 8-token mma n-blocks (m_pad = 8 NG). U: 64-byte chunks per load group; a warp keeps two
+// groups in flight (2 x U x 2 x 16 bytes per lane).
+template <int NG, int U>
+__global__ void __launch_bounds__(kThreads, 2) gemv_s8_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kMpad = 8 * NG;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int ring_bytes = p.stages * kGroupBytes;
-  int8_t* xq_s = reinterpret_cast<int8_t*>(smem + ring_bytes);
-  int32_t* part = reinterpret_cast<int32_t*>(smem + ring_bytes + p.xq_bytes);  // [warp][16][kMpad]
-  float* ch_sb = reinterpret_cast<float*>(part + kWarps * 16 * kMpad);         // [kChanSlots][rows]
-  float* ch_bias = ch_sb + kChanSlots * kMaxTileRows;
-  int32_t* ch_adj = reinterpret_cast<int32_t*>(ch_bias + kChanSlots * kMaxTileRows);
-  RowStats* cstats = reinterpret_cast<RowStats*>(ch_adj + kChanSlots * kMaxTileRows);  // [m]
+  extern __shared__ __align__(16) unsigned char smem[];
+  int8_t* xq_s = reinterpret_cast<int8_t*>(smem);
+  int32_t* part = reinterpret_cast<int32_t*>(smem + p.xq_bytes);  // [warp][16 rows][kMpad]
+  RowStats* cstats = reinterpret_cast<RowStats*>(part + kWarps * 16 * kMpad);  // [m], cluster-read
   int* s_absmax = reinterpret_cast<int*>(cstats + kGemvMaxM);  // [m] this block's, ordered ints
   int* s_mn = s_absmax + kGemvMaxM;
   int* s_mx = s_mn + kGemvMaxM;
   int* s_bad = s_mx + kGemvMaxM;
   RowParams* rowp = reinterpret_cast<RowParams*>(s_bad + kGemvMaxM);  // [m]
-  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -239,8 +200,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const GemvS8Args& a = p.a;
   const int64_t K = a.k, N = a.n;
   const int M = static_cast<int>(a.m);
-  const int rows = 16 * p.wr;
-  const bool has_bias = a.bias != nullptr;
 
   // This block's K slice and this warp's part of it, in 64-byte chunks.
   const int ck0 = rank * p.kc / p.s, ck1 = (rank + 1) * p.kc / p.s;
@@ -248,73 +207,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int my_tiles = (p.tiles - cid + p.c - 1) / p.c;
   const int items = my_tiles * p.groups;  // (tile, load group) pairs, the same for the cluster
 
+  uint4 buf_a[U][2], buf_b[U][2];
   int32_t acc[NG][4];
 #pragma unroll
   for (int ng = 0; ng < NG; ++ng) acc[ng][0] = acc[ng][1] = acc[ng][2] = acc[ng][3] = 0;
 
-  // This thread's 16-byte slot for piece `piece` (chunk u, row half h: 2u + h) of ring slot s.
-  auto slot_addr = [&](int s, int piece) {
-    return ring + static_cast<uint32_t>(((s * kU * 2 + piece) * kThreads + tid) * 16);
-  };
-
-  // Issues load group j into ring slot j % stages (one cp.async group, empty past the end); the
-  // first group of a tile also brings the tile's channel data.
-  auto issue_item = [&](int j) {
-    if (j < items) {
-      const int ti = j / p.groups, g = j - ti * p.groups;
-      const int tile = cid + ti * p.c;
-      const int64_t row = (static_cast<int64_t>(tile) * p.wr + wr) * 16;
-      const int8_t* r0 = a.w + (row + gq) * K;
-      const int slot = j % p.stages;
+  auto load_item = [&](int j, uint4(&buf)[U][2]) {
+    const int ti = j / p.groups, g = j - ti * p.groups;
+    const int64_t row = (static_cast<int64_t>(cid + ti * p.c) * p.wr + wr) * 16;
+    const int8_t* r0 = a.w + (row + gq) * K;
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int cc = wk0 + g * kU + u;
-        const int64_t off = static_cast<int64_t>(cc) * 64 + 16 * tq;
-        const bool ok = row < N && cc < wk1 && off < K;
-        cp_async_16(slot_addr(slot, 2 * u), ok ? r0 + off : a.w, ok ? 16 : 0);
-        cp_async_16(slot_addr(slot, 2 * u + 1), ok ? r0 + 8 * K + off : a.w, ok ? 16 : 0);
-      }
-      if (g == 0 && tid < rows) {
-        const int64_t n = static_cast<int64_t>(tile) * rows + tid;
-        const int at = (ti % kChanSlots) * kMaxTileRows + tid;
-        const bool ok = n < N;
-        cp_async_4(static_cast<uint32_t>(__cvta_generic_to_shared(ch_sb + at)),
-                   ok ? a.sb + n : a.sb, ok ? 4 : 0);
-        cp_async_4(static_cast<uint32_t>(__cvta_generic_to_shared(ch_bias + at)),
-                   ok && has_bias ? a.bias + n : a.sb, ok && has_bias ? 4 : 0);
-        cp_async_4(static_cast<uint32_t>(__cvta_generic_to_shared(ch_adj + at)),
-                   ok && a.azp_adj != nullptr ? static_cast<const void*>(a.azp_adj + n) : a.sb,
-                   ok && a.azp_adj != nullptr ? 4 : 0);
+    for (int u = 0; u < U; ++u) {
+      const int cc = wk0 + g * U + u;
+      const int64_t off = static_cast<int64_t>(cc) * 64 + 16 * tq;
+      if (row < N && cc < wk1 && off < K) {
+        buf[u][0] = ldg_stream(r0 + off);
+        buf[u][1] = ldg_stream(r0 + 8 * K + off);
+      } else {
+        buf[u][0] = make_uint4(0, 0, 0, 0);
+        buf[u][1] = make_uint4(0, 0, 0, 0);
       }
     }
-    cp_async_commit();
   };
 
-  auto compute_item = [&](int j) {
+  auto compute_item = [&](int j, const uint4(&buf)[U][2]) {
     const int ti = j / p.groups, g = j - ti * p.groups;
     const int64_t row = (static_cast<int64_t>(cid + ti * p.c) * p.wr + wr) * 16;
     if (row >= N) return;  // warp-uniform
-    const int slot = j % p.stages;
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int cc = wk0 + g * kU + u;
+    for (int u = 0; u < U; ++u) {
+      const int cc = wk0 + g * U + u;
       if (cc < wk1) {  // warp-uniform
-        const uint4 lo = lds128(slot_addr(slot, 2 * u));
-        const uint4 hi = lds128(slot_addr(slot, 2 * u + 1));
         const int xoff = (cc - ck0) * 64 + 16 * tq;
 #pragma unroll
         for (int ng = 0; ng < NG; ++ng) {
           const uint4 b = *reinterpret_cast<const uint4*>(xq_s + (8 * ng + gq) * p.xstride + xoff);
-          mma_s8(acc[ng], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma_s8(acc[ng], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          mma_s8(acc[ng], buf[u][0].x, buf[u][1].x, buf[u][0].y, buf[u][1].y, b.x, b.y);
+          mma_s8(acc[ng], buf[u][0].z, buf[u][1].z, buf[u][0].w, buf[u][1].w, b.z, b.w);
         }
       }
     }
   };
 
   // After the last load group of a tile: publish this warp's partial sums, sum the cluster's
-  // partials for this block's share of the tile's outputs, apply the epilogue, write y. The
-  // ring keeps the next tiles' loads in flight meanwhile.
+  // partials for this block's share of the tile's outputs, apply the epilogue, write y.
   auto finish_tile = [&](int j) {
     const int ti = j / p.groups;
     // The previous tile's readers are done with `part` (their arrive follows their reads).
@@ -326,28 +262,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<int2*>(r + 8 * kMpad) = make_int2(acc[ng][2], acc[ng][3]);
       acc[ng][0] = acc[ng][1] = acc[ng][2] = acc[ng][3] = 0;
     }
-    // Also publishes the tile's channel data, which each thread's cp.async wait has completed.
     cluster_arrive();
     cluster_wait();
+    const int rows = 16 * p.wr;
     const int64_t n0 = static_cast<int64_t>(cid + ti * p.c) * rows;
-    const int chan = (ti % kChanSlots) * kMaxTileRows;
+    const bool has_bias = a.bias != nullptr;
     const int total = rows * M, stride = p.s * kThreads;
-    // Outputs in batches of kOutBatch per thread: every partial-sum load of a batch (from each
-    // block's shared memory) is issued before any is used, so a batch costs one round trip.
+    // Outputs in batches of kOutBatch per thread: every load of a batch (the channel's sb, bias and
+    // azp_adj from global memory, the partial sums from each block's shared memory) is issued
+    // before any is used, so a batch costs one round trip.
     for (int o0 = rank * kThreads + tid; o0 < total; o0 += kOutBatch * stride) {
       int64_t n[kOutBatch];
-      int m[kOutBatch], rr[kOutBatch];
+      int m[kOutBatch];
       bool ok[kOutBatch];
+      float sb[kOutBatch], bias[kOutBatch];
+      int32_t adj[kOutBatch];
       uint32_t sum[kOutBatch];
 #pragma unroll
       for (int i = 0; i < kOutBatch; ++i) {
         const int o = o0 + i * stride;
         m[i] = o / rows;
-        rr[i] = o - m[i] * rows;
-        n[i] = n0 + rr[i];
+        const int rr = o - m[i] * rows;
+        n[i] = n0 + rr;
         ok[i] = o < total && n[i] < N;
+        sb[i] = ok[i] ? a.sb[n[i]] : 0.f;
+        bias[i] = ok[i] && has_bias ? a.bias[n[i]] : 0.f;
+        adj[i] = ok[i] && a.azp_adj != nullptr ? a.azp_adj[n[i]] : 0;
         sum[i] = 0;  // int32 sums wrap the same in any order; the K limit keeps them exact
-        const int at = ((rr[i] >> 4) * 16 + (rr[i] & 15)) * kMpad + m[i];  // row group, wk = 0
+        const int at = ((rr >> 4) * 16 + (rr & 15)) * kMpad + m[i];  // row group rr/16, wk = 0
 #pragma unroll
         for (int q = 0; q < kMaxSplitK; ++q) {
           if (ok[i] && q < p.s) {
@@ -366,23 +308,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t idx = static_cast<int64_t>(m[i]) * N + n[i];
         if (a.acc != nullptr) a.acc[idx] = total_acc;
         const RowParams& rp = rowp[m[i]];
-        const float bias_f = has_bias ? round_bias(a.y_type, ch_bias[chan + rr[i]]) : 0.f;
+        const float bias_f = has_bias ? round_bias(a.y_type, bias[i]) : 0.f;
         store_y(a.y, a.y_type, idx,
-                device::dequant(a.quant.scheme, has_bias, total_acc, rp.sa, rp.zp,
-                                ch_sb[chan + rr[i]], ch_adj[chan + rr[i]], bias_f));
+                device::dequant(a.quant.scheme, has_bias, total_acc, rp.sa, rp.zp, sb[i], adj[i],
+                                bias_f));
       }
     }
     cluster_arrive();
   };
 
   // --- Quantization of this block's K slice (SPEC section 2) ---
-  // Pass 1: each row's statistics over the slice, then merged across the cluster (max/min are
-  // exact in any order): every block gets the whole row's absmax / min / max and the
-  // non-finite flag. Work units of one row and 32 vectors of 16 bytes, one vector per lane; a
-  // warp takes units warp, warp + 8, ..., reduces each with shuffles and folds it into the row's
-  // statistics with shared-memory atomics. The first batch of activation loads goes out before
-  // anything else, the ring's load groups right behind it (activation loads issued after those
-  // would queue behind the weight stream in the memory system).
+  // Pass 1: each row's statistics over the slice, rows spread over the block, then merged
+  // across the cluster (max/min are exact in any order): every block gets the whole row's
+  // absmax / min / max and the non-finite flag.
   const int64_t e0 = static_cast<int64_t>(ck0) * 64;
   const int64_t e1 = static_cast<int64_t>(ck1) * 64 < K ? static_cast<int64_t>(ck1) * 64 : K;
   if (tid < M) {
@@ -391,36 +329,32 @@ __global__ void __launch_bounds__(kThreads, 1)
     s_mx[tid] = to_ordered(-INFINITY);
     s_bad[tid] = 0;
   }
+  __syncthreads();
+  // Work units of one row and 32 vectors of 16 bytes, one vector per lane; a warp takes units
+  // warp, warp + 8, ... and reduces each with shuffles, then folds it into the row's statistics
+  // with shared-memory atomics (max/min are exact in any order). Loads go out kXBatch units at a
+  // time; the weights' first two load groups go out right behind the first batch, so that the
+  // activations are not queued behind the weight stream in the memory system.
   const bool f32 = a.x_type == ElemType::kF32;
   const int per_vec = f32 ? 4 : 8;  // elements per 16-byte vector
-  const int esize = f32 ? 4 : 2;
   const int nvec = static_cast<int>((e1 - e0) / per_vec);
   const int cpr = (nvec + 31) / 32;
   const int units = M * cpr;
-  // When every unit fits in one batch, pass 2 quantizes from these registers.
-  const bool one_batch = units <= kXBatch * kWarps;
-  uint4 raw[kXBatch];
+  bool weights_issued = false;
+  for (int w0 = warp; w0 < units || !weights_issued; w0 += kXBatch * kWarps) {
+    uint4 raw[kXBatch];
 #pragma unroll
-  for (int i = 0; i < kXBatch; ++i) {
-    const int w = warp + i * kWarps;
-    const int m = w / cpr, v = (w - m * cpr) * 32 + lane;
-    raw[i] = make_uint4(0, 0, 0, 0);
-    if (w < units && v < nvec) {
-      raw[i] = ldg_ca(static_cast<const char*>(a.x) + (m * K + e0 + per_vec * v) * esize);
-    }
-  }
-  for (int j = 0; j < p.stages; ++j) issue_item(j);
-  __syncthreads();  // the statistics slots are initialised
-  for (int w0 = warp; w0 < units; w0 += kXBatch * kWarps) {
-    if (w0 != warp) {  // later batches (only when one batch does not hold every unit)
-#pragma unroll
-      for (int i = 0; i < kXBatch; ++i) {
-        const int w = w0 + i * kWarps;
-        const int m = w / cpr, v = (w - m * cpr) * 32 + lane;
-        if (w < units && v < nvec) {
-          raw[i] = ldg_ca(static_cast<const char*>(a.x) + (m * K + e0 + per_vec * v) * esize);
-        }
+    for (int i = 0; i < kXBatch; ++i) {
+      const int w = w0 + i * kWarps;
+      const int m = w / cpr, v = (w - m * cpr) * 32 + lane;
+      if (w < units && v < nvec) {
+        raw[i] = ldg_ca(static_cast<const char*>(a.x) + (m * K + e0 + per_vec * v) * (f32 ? 4 : 2));
       }
+    }
+    if (!weights_issued) {
+      load_item(0, buf_a);
+      if (items > 1) load_item(1, buf_b);
+      weights_issued = true;
     }
 #pragma unroll
     for (int i = 0; i < kXBatch; ++i) {
@@ -435,8 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         r.hi = make_uint4(0, 0, 0, 0);
         widen8(r, a.x_type, f);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          if (e < per_vec) st.visit(f[e]);
+        for (int j = 0; j < 8; ++j) {
+          if (j < per_vec) st.visit(f[j]);
         }
       }
       st = warp_reduce(st);
@@ -472,97 +406,100 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();
-  // Pass 2: quantize the slice into shared memory. Tokens past M and bytes past K are never
-  // written: they only meet zero weights (cp.async zero-fills) or feed accumulators of padding
-  // tokens, which nothing reads.
-  auto quantize_vector = [&](const uint4& bits, int m, int v) {
-    const RowParams rp = rowp[m];
-    float f[8];
-    Raw8 r;
-    r.lo = bits;
-    r.hi = make_uint4(0, 0, 0, 0);
-    widen8(r, a.x_type, f);
-    uint32_t q[2] = {0, 0};
+  // Pass 2: quantize the slice into shared memory (x again, now from L1/L2); padding tokens,
+  // bytes past K, bad and constant rows are zeros.
+  const int row_units = (ck1 - ck0) * 8;  // 8-byte units per token row
+#pragma unroll 4
+  for (int u = tid; u < kMpad * row_units; u += kThreads) {
+    const int m = u / row_units;
+    const int64_t e = e0 + static_cast<int64_t>(u - m * row_units) * 8;
+    uint32_t lo = 0, hi = 0;
+    if (m < M && e < K) {
+      const RowParams rp = rowp[m];
+      if (rp.mode == device::kQuantize) {
+        float v[8];
+        widen8(load_raw8(a.x, a.x_type, static_cast<int64_t>(m) * K + e), a.x_type, v);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      if (e < per_vec) {
-        q[e / 4] |= static_cast<uint32_t>(
-                        static_cast<uint8_t>(device::quantize_value(a.quant.scheme, f[e], rp)))
-                    << (8 * (e % 4));
+        for (int i = 0; i < 4; ++i) {
+          lo |= static_cast<uint32_t>(static_cast<uint8_t>(
+                    device::quantize_value(a.quant.scheme, v[i], rp)))
+                << (8 * i);
+          hi |= static_cast<uint32_t>(static_cast<uint8_t>(
+                    device::quantize_value(a.quant.scheme, v[4 + i], rp)))
+                << (8 * i);
+        }
+      }
+      if (a.xq != nullptr && cid == 0) {
+        *reinterpret_cast<uint2*>(a.xq + static_cast<int64_t>(m) * K + e) = make_uint2(lo, hi);
       }
     }
-    const int64_t col = per_vec * static_cast<int64_t>(v);  // within the slice
-    int8_t* dst = xq_s + m * p.xstride + col;
-    int8_t* dbg = a.xq != nullptr && cid == 0 ? a.xq + m * K + e0 + col : nullptr;
-    if (f32) {
-      *reinterpret_cast<uint32_t*>(dst) = q[0];
-      if (dbg != nullptr) *reinterpret_cast<uint32_t*>(dbg) = q[0];
-    } else {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(q[0], q[1]);
-      if (dbg != nullptr) *reinterpret_cast<uint2*>(dbg) = make_uint2(q[0], q[1]);
-    }
-  };
-  if (one_batch) {
-#pragma unroll
-    for (int i = 0; i < kXBatch; ++i) {
-      const int w = warp + i * kWarps;
-      const int m = w / cpr, v = (w - m * cpr) * 32 + lane;
-      if (w < units && v < nvec) quantize_vector(raw[i], m, v);
-    }
-  } else {
-#pragma unroll 4
-    for (int u = tid; u < M * nvec; u += kThreads) {
-      const int m = u / nvec, v = u - m * nvec;
-      quantize_vector(ldg_ca(static_cast<const char*>(a.x) + (m * K + e0 + per_vec * v) * esize), m,
-                      v);
-    }
+    *reinterpret_cast<uint2*>(xq_s + m * p.xstride + (e - e0)) = make_uint2(lo, hi);
   }
   __syncthreads();
 
-  // --- Weight streaming: `stages` load groups in flight, one consumed and one issued per step ---
-  for (int j = 0; j < items; ++j) {
-    cp_async_wait(p.stages - 1);  // group j has landed
-    compute_item(j);
-    issue_item(j + p.stages);  // into the slot just read (this thread's own)
+  // --- Weight streaming: two load groups in flight while the previous one is multiplied ---
+  for (int j = 0; j < items; j += 2) {
+    compute_item(j, buf_a);
+    if (j + 2 < items) load_item(j + 2, buf_a);
     if ((j + 1) % p.groups == 0) finish_tile(j);
+    if (j + 1 >= items) break;
+    compute_item(j + 1, buf_b);
+    if (j + 3 < items) load_item(j + 3, buf_b);
+    if ((j + 2) % p.groups == 0) finish_tile(j + 1);
   }
   // Peers may still read this block's partial sums until they arrive.
   cluster_wait();
-  cp_async_wait(0);
 #endif
 }
 
-template <int NG>
-auto kernel_for() {
-  return gemv_s8_kernel<NG>;
+// 64-byte chunks per load group a plan may use at an m_pad: two groups of U x 32 bytes are in
+// flight per lane, two blocks per SM, so U = 4 is 128 KB per SM in registers and U = 2 half of
+// that. From m_pad = 32 on the accumulators need the registers, and only U = 2 is built.
+bool chunks_allowed(int m_pad, int chunks) {
+  return chunks == 2 || (chunks == 4 && m_pad <= 16);
 }
 
-// Raises the kernel's dynamic shared memory limit once per instantiation.
-template <int NG>
-cudaError_t allow_smem() {
-  static cudaError_t result = [] {
-    return cudaFuncSetAttribute(kernel_for<NG>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kMaxSmemBytes);
-  }();
-  return result;
-}
-
-cudaError_t allow_smem_for(int m_pad) {
-  switch (m_pad) {
-    case 8:
-      return allow_smem<1>();
-    case 16:
-      return allow_smem<2>();
-    case 32:
-      return allow_smem<4>();
-    case 64:
-      return allow_smem<8>();
+// Calls f(kernel) with the instantiation for (m_pad, chunks); cudaErrorInvalidValue if none.
+template <typename F>
+cudaError_t with_kernel(int m_pad, int chunks, F&& f) {
+  switch (m_pad * 8 + chunks) {
+    case 8 * 8 + 2:
+      return f(gemv_s8_kernel<1, 2>);
+    case 8 * 8 + 4:
+      return f(gemv_s8_kernel<1, 4>);
+    case 16 * 8 + 2:
+      return f(gemv_s8_kernel<2, 2>);
+    case 16 * 8 + 4:
+      return f(gemv_s8_kernel<2, 4>);
+    case 32 * 8 + 2:
+      return f(gemv_s8_kernel<4, 2>);
+    case 64 * 8 + 2:
+      return f(gemv_s8_kernel<8, 2>);
   }
   return cudaErrorInvalidValue;
 }
 
-template <int NG>
-cudaError_t max_active_clusters(int split_k, int smem, int* out) {
+// Raises each instantiation's dynamic shared memory limit once.
+cudaError_t allow_smem_for(int m_pad, int chunks) {
+  static std::once_flag once;
+  static cudaError_t result = cudaSuccess;
+  std::call_once(once, [] {
+    for (int mp : {8, 16, 32, 64}) {
+      for (int u : {2, 4}) {
+        if (!chunks_allowed(mp, u)) continue;
+        const cudaError_t e = with_kernel(mp, u, [](auto kernel) {
+          return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      kMaxSmemBytes);
+        });
+        if (e != cudaSuccess && result == cudaSuccess) result = e;
+      }
+    }
+  });
+  if (!chunks_allowed(m_pad, chunks)) return cudaErrorInvalidValue;
+  return result;
+}
+
+cudaError_t max_active_clusters_for(int m_pad, int chunks, int split_k, int smem, int* out) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(split_k * 1024));
   cfg.blockDim = dim3(kThreads);
@@ -574,47 +511,26 @@ cudaError_t max_active_clusters(int split_k, int smem, int* out) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaOccupancyMaxActiveClusters(out, kernel_for<NG>(), &cfg);
-}
-
-cudaError_t max_active_clusters_for(int m_pad, int split_k, int smem, int* out) {
-  switch (m_pad) {
-    case 8:
-      return max_active_clusters<1>(split_k, smem, out);
-    case 16:
-      return max_active_clusters<2>(split_k, smem, out);
-    case 32:
-      return max_active_clusters<4>(split_k, smem, out);
-    case 64:
-      return max_active_clusters<8>(split_k, smem, out);
-  }
-  return cudaErrorInvalidValue;
+  return with_kernel(m_pad, chunks, [&](auto kernel) {
+    return cudaOccupancyMaxActiveClusters(out, kernel, &cfg);
+  });
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Shape-only half of a plan: K slice sizes and shared memory. False when it cannot run.
-bool split_fits(int64_t k, int m_pad, int row_groups, int split_k, int* xstride, int* smem,
-                int* stages) {
+bool split_fits(int64_t k, int m_pad, int row_groups, int split_k, int* xstride, int* smem) {
   const int64_t kc = ceil_div(k, 64);
   const int wk = kWarps / row_groups;
   if (split_k < 1 || split_k > kMaxSplitK || kc < static_cast<int64_t>(split_k) * wk) return false;
   const int64_t slice = ceil_div(kc, split_k) * 64;
   // Token rows 64 bytes apart modulo 128 keep the 16-byte B-operand loads free of bank conflicts.
   const int64_t stride = slice % 128 == 0 ? slice + 64 : slice;
-  const int64_t base = m_pad * stride + extra_smem_bytes(m_pad);
-  // The deepest ring that fits: 8 load groups in flight is 128 KB per SM, about four times what
-  // covers the HBM latency at full bandwidth, and enough to hide the quantization.
-  for (int st = kMaxStages; st >= kMinStages; st -= 2) {
-    const int64_t bytes = base + static_cast<int64_t>(st) * kGroupBytes;
-    if (bytes <= kMaxSmemBytes) {
-      *xstride = static_cast<int>(stride);
-      *smem = static_cast<int>(bytes);
-      *stages = st;
-      return true;
-    }
-  }
-  return false;
+  const int64_t bytes = m_pad * stride + extra_smem_bytes(m_pad);
+  if (bytes > kMaxSmemBytes) return false;
+  *xstride = static_cast<int>(stride);
+  *smem = static_cast<int>(bytes);
+  return true;
 }
 
 // Cost model constants (H200, checked against the plan sweep of bench/gpu/gpu_bench.cc): HBM
@@ -623,10 +539,10 @@ bool split_fits(int64_t k, int m_pad, int row_groups, int split_k, int* xstride,
 // statistics batch after the first, each quantization batch, and the launch.
 constexpr double kHbmBytesPerUs = 4.0e6;
 constexpr double kL2BytesPerUs = 8.0e6;
-constexpr double kTileUs = 0.8;
-constexpr double kOutBatchUs = 0.3;
-constexpr double kStatBatchUs = 1.5;
-constexpr double kQuantBatchUs = 0.2;
+constexpr double kTileUs = 0.5;
+constexpr double kOutBatchUs = 0.5;
+constexpr double kStatBatchUs = 2.0;
+constexpr double kQuantBatchUs = 0.3;
 constexpr double kLaunchUs = 4.0;
 
 }  // namespace
@@ -634,26 +550,25 @@ constexpr double kLaunchUs = 4.0;
 bool gemv_s8_fits(int64_t k, int m_pad) {
   int xstride = 0, smem = 0;
   for (int split_k = 1; split_k <= kMaxSplitK; ++split_k) {
-    int stages = 0;
-    if (split_fits(k, m_pad, kWarps, split_k, &xstride, &smem, &stages)) return true;
+    if (split_fits(k, m_pad, kWarps, split_k, &xstride, &smem)) return true;
   }
   return false;
 }
 
 cudaError_t plan_gemv_s8_fixed(int64_t n, int64_t k, int m_pad, int x_elem_bytes, int row_groups,
-                               int split_k, GemvS8Plan* plan) {
+                               int split_k, GemvS8Plan* plan, int chunks) {
   if (n < 16 || n % 16 != 0 || k < 16 || k % 16 != 0) return cudaErrorNotSupported;
   if (row_groups != 1 && row_groups != 2 && row_groups != 4 && row_groups != 8) {
     return cudaErrorNotSupported;
   }
-  int xstride = 0, smem = 0, stages = 0;
-  if (!split_fits(k, m_pad, row_groups, split_k, &xstride, &smem, &stages)) {
-    return cudaErrorNotSupported;
-  }
-  cudaError_t e = allow_smem_for(m_pad);
+  int xstride = 0, smem = 0;
+  if (!split_fits(k, m_pad, row_groups, split_k, &xstride, &smem)) return cudaErrorNotSupported;
+  if (chunks == 0) chunks = m_pad <= 16 ? 4 : 2;
+  if (!chunks_allowed(m_pad, chunks)) return cudaErrorNotSupported;
+  cudaError_t e = allow_smem_for(m_pad, chunks);
   if (e != cudaSuccess) return e;
   int max_clusters = 0;
-  e = max_active_clusters_for(m_pad, split_k, smem, &max_clusters);
+  e = max_active_clusters_for(m_pad, chunks, split_k, smem, &max_clusters);
   if (e != cudaSuccess) return e;
   if (max_clusters < 1) return cudaErrorNotSupported;
   int device = 0, sms = 0;
@@ -665,28 +580,24 @@ cudaError_t plan_gemv_s8_fixed(int64_t n, int64_t k, int m_pad, int x_elem_bytes
   const int64_t tiles = ceil_div(n, rows);
   const int64_t clusters = std::min<int64_t>(tiles, max_clusters);
   const int64_t rounds = ceil_div(tiles, clusters);
-  // Blocks stream at an equal rate, so the busiest cluster's rounds set the time; SMs without a
-  // block leave bandwidth unused.
+  // Blocks stream at an equal rate, so the busiest cluster's rounds set the time; fewer than
+  // about 1.5 blocks per SM leave bandwidth unused.
   const double blocks = static_cast<double>(clusters * split_k);
-  const double saturation = std::min(1.0, blocks / sms);
-  const double weight_bytes =
-      static_cast<double>(rounds * rows * clusters) * static_cast<double>(k);
-  const double x_bytes =
-      static_cast<double>(clusters) * m_pad * static_cast<double>(k) * x_elem_bytes;
+  const double saturation = std::min(1.0, blocks / (1.5 * sms));
+  const double weight_bytes = static_cast<double>(rounds * rows * clusters) * static_cast<double>(k);
+  const double x_bytes = static_cast<double>(clusters) * m_pad * static_cast<double>(k) * x_elem_bytes;
   // Latency-bound parts: statistics batches after the first (queued behind the weights), the
   // quantization pass, and each round's epilogue batches.
   const int64_t slice_vectors = ceil_div(ceil_div(k, 64), split_k) * 8;
   const int64_t stat_batches = ceil_div(m_pad * ceil_div(slice_vectors, 32), kWarps * kXBatch);
-  const int64_t quant_batches =
-      stat_batches > 1 ? ceil_div(m_pad * slice_vectors, kThreads * 4) : 0;
-  const int64_t out_batches =
-      ceil_div(rows * m_pad, static_cast<int64_t>(split_k) * kThreads * kOutBatch);
+  const int64_t quant_batches = ceil_div(m_pad * slice_vectors, kThreads * 4);
+  const int64_t out_batches = ceil_div(rows * m_pad, static_cast<int64_t>(split_k) * kThreads * kOutBatch);
   plan->row_groups = row_groups;
   plan->split_k = split_k;
   plan->clusters = static_cast<int>(clusters);
   plan->m_pad = m_pad;
   plan->smem_bytes = smem;
-  plan->stages = stages;
+  plan->chunks = chunks;
   plan->predicted_us = weight_bytes / (kHbmBytesPerUs * saturation) + x_bytes / kL2BytesPerUs +
                        static_cast<double>(stat_batches - 1) * kStatBatchUs +
                        static_cast<double>(quant_batches) * kQuantBatchUs +
@@ -700,7 +611,8 @@ cudaError_t plan_gemv_s8(int64_t n, int64_t k, int m_pad, int x_elem_bytes, Gemv
   for (int row_groups : {8, 4, 2, 1}) {
     for (int split_k = 1; split_k <= kMaxSplitK; ++split_k) {
       GemvS8Plan p;
-      const cudaError_t e = plan_gemv_s8_fixed(n, k, m_pad, x_elem_bytes, row_groups, split_k, &p);
+      const cudaError_t e =
+          plan_gemv_s8_fixed(n, k, m_pad, x_elem_bytes, row_groups, split_k, &p);
       if (e == cudaErrorNotSupported) continue;
       if (e != cudaSuccess) return e;
       // Ties go to the plan found first: larger tiles, fewer blocks per cluster.
@@ -717,10 +629,13 @@ cudaError_t tune_gemv_s8(const GemvS8Args& args, int m_pad, void* flush, size_t 
   for (int row_groups : {8, 4, 2, 1}) {
     for (int split_k = 1; split_k <= kMaxSplitK; ++split_k) {
       GemvS8Plan p;
-      const cudaError_t e = plan_gemv_s8_fixed(args.n, args.k, m_pad, 2, row_groups, split_k, &p);
-      if (e == cudaErrorNotSupported) continue;
-      if (e != cudaSuccess) return e;
-      plans.push_back(p);
+      for (int chunks : {4, 2}) {
+        const cudaError_t e =
+            plan_gemv_s8_fixed(args.n, args.k, m_pad, 2, row_groups, split_k, &p, chunks);
+        if (e == cudaErrorNotSupported) continue;
+        if (e != cudaSuccess) return e;
+        plans.push_back(p);
+      }
     }
   }
   if (plans.empty()) return cudaErrorNotSupported;
@@ -778,15 +693,13 @@ cudaError_t launch_gemv_s8(const GemvS8Args& args, const GemvS8Plan& plan, cudaS
   kp.tiles = static_cast<int>(ceil_div(args.n, 16 * plan.row_groups));
   kp.kc = static_cast<int>(ceil_div(args.k, 64));
   int smem = 0;
-  if (!split_fits(args.k, plan.m_pad, plan.row_groups, plan.split_k, &kp.xstride, &smem,
-                  &kp.stages) ||
-      smem != plan.smem_bytes || kp.stages != plan.stages || plan.clusters < 1 ||
-      plan.clusters > kp.tiles) {
+  if (!split_fits(args.k, plan.m_pad, plan.row_groups, plan.split_k, &kp.xstride, &smem) ||
+      smem != plan.smem_bytes || plan.clusters < 1 || plan.clusters > kp.tiles) {
     return cudaErrorInvalidValue;
   }
   kp.xq_bytes = plan.m_pad * kp.xstride;
-  const int max_warp_chunks = static_cast<int>(ceil_div(ceil_div(kp.kc, kp.s), kp.wk));
-  kp.groups = static_cast<int>(ceil_div(max_warp_chunks, kU));
+  const int max_warp_chunks =
+      static_cast<int>(ceil_div(ceil_div(kp.kc, kp.s), kp.wk));
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(plan.clusters * plan.split_k));
@@ -800,19 +713,11 @@ cudaError_t launch_gemv_s8(const GemvS8Args& args, const GemvS8Plan& plan, cudaS
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaError_t e = allow_smem_for(plan.m_pad);
+  cudaError_t e = allow_smem_for(plan.m_pad, plan.chunks);
   if (e != cudaSuccess) return e;
-  switch (plan.m_pad) {
-    case 8:
-      return cudaLaunchKernelEx(&cfg, kernel_for<1>(), kp);
-    case 16:
-      return cudaLaunchKernelEx(&cfg, kernel_for<2>(), kp);
-    case 32:
-      return cudaLaunchKernelEx(&cfg, kernel_for<4>(), kp);
-    case 64:
-      return cudaLaunchKernelEx(&cfg, kernel_for<8>(), kp);
-  }
-  return cudaErrorInvalidValue;
+  kp.groups = static_cast<int>(ceil_div(max_warp_chunks, plan.chunks));
+  return with_kernel(plan.m_pad, plan.chunks,
+                     [&](auto kernel) { return cudaLaunchKernelEx(&cfg, kernel, kp); });
 }
 
 }  // namespace qlinear::gpu

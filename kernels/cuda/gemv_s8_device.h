@@ -26,7 +26,8 @@ struct GemvS8Plan {
   int split_k = 1;          // 1..8 blocks per cluster
   int clusters = 1;         // persistent clusters (all co-resident)
   int m_pad = 8;            // 8, 16, 32 or 64: tokens per launch, padded with zero rows
-  int stages = 8;           // weight load groups in flight per thread (shared-memory ring slots)
+  int chunks = 4;           // 64-byte chunks per load group, 2 or 4 (4 only for m_pad <= 16);
+                            // each warp keeps two load groups in flight, in registers
   int smem_bytes = 0;       // dynamic shared memory per block
   double predicted_us = 0;  // the planner's cost model, for logs and benchmarks
   double measured_us = 0;   // set by tune_gemv_s8: the launch's time with a cold L2
@@ -71,12 +72,13 @@ bool gemv_s8_fits(int64_t k, int m_pad);
 // (the caller declines the layer for that M).
 cudaError_t plan_gemv_s8(int64_t n, int64_t k, int m_pad, int x_elem_bytes, GemvS8Plan* plan);
 
-// Fills `plan` for a given (row_groups, split_k) (benchmarks sweep these); cudaErrorNotSupported
-// when that split cannot run this shape.
+// Fills `plan` for a given (row_groups, split_k, chunks) (benchmarks sweep these; chunks 0 = the
+// default for m_pad); cudaErrorNotSupported when that split cannot run this shape.
 cudaError_t plan_gemv_s8_fixed(int64_t n, int64_t k, int m_pad, int x_elem_bytes, int row_groups,
-                               int split_k, GemvS8Plan* plan);
+                               int split_k, GemvS8Plan* plan, int chunks = 0);
 
-// Times the cost model's best `candidates` plans for args (m = the group's m_pad rows; x, y and
+// Times the cost model's best `candidates` plans (every (row_groups, split_k, chunks) that fits
+// when candidates is at least their number) for args (m = the group's m_pad rows; x, y and
 // sa device buffers of that size; the layer's w, sb, ...), each launch after `flush` (a buffer of
 // at least the L2's size) has been written so that the weights come from HBM, and returns the
 // fastest in *plan. Synchronises `stream`: for load time only.

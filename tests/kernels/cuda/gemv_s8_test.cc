@@ -318,8 +318,10 @@ TEST(GemvS8Plans, EveryPlanMatchesTheReference) {
       int plans = 0;
       for (int rg : {1, 2, 4, 8}) {
         for (int sk = 1; sk <= 8; ++sk) {
+         for (int chunks : {2, 4}) {
           GemvS8Plan plan;
-          const cudaError_t pe = plan_gemv_s8_fixed(n, k, gemv_m_pad(m), 2, rg, sk, &plan);
+          const cudaError_t pe =
+              plan_gemv_s8_fixed(n, k, gemv_m_pad(m), 2, rg, sk, &plan, chunks);
           if (pe == cudaErrorNotSupported) continue;
           ASSERT_EQ(pe, cudaSuccess) << cudaGetErrorString(pe);
           ++plans;
@@ -340,13 +342,15 @@ TEST(GemvS8Plans, EveryPlanMatchesTheReference) {
                     cudaSuccess);
           ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
           const std::string what = absl::StrCat(scheme_name(scheme), " M=", m, " row_groups=", rg,
-                                                " split_k=", sk, " clusters=", plan.clusters);
+                                                " split_k=", sk, " chunks=", chunks,
+                                                " clusters=", plan.clusters);
           EXPECT_EQ(first_mismatch(want.xq, xq), -1) << what;
           EXPECT_EQ(first_mismatch(want.sa, sa), -1) << what;
           const int64_t ai = first_mismatch(want.acc, acc);
           EXPECT_EQ(ai, -1) << what << ": acc row " << ai / n << " col " << ai % n;
           EXPECT_EQ(first_y_mismatch(want.y, y, DType::kBF16), -1) << what;
           if (HasFailure()) return;
+         }
         }
       }
       EXPECT_GE(plans, 8) << "M=" << m;
@@ -374,14 +378,14 @@ TEST(GemvS8Kernel, DeclinesWhatItCannotRun) {
   EXPECT_TRUE(k->can_implement(c, s).ok());
   s.m = 65;
   EXPECT_EQ(k->can_implement(c, s).message(), "M=65 is outside 1..64 (small-M kernel)");
-  // Activations of 33+ rows of K = 28672 do not fit in shared memory beside the weight ring;
-  // 32 do.
+  // Activations of 17+ rows of K = 28672 do not fit in the shared memory of two blocks per SM;
+  // 16 do.
   c.k = 28672;
-  s = ProblemShape{32, 64, 28672, DType::kBF16, DType::kBF16};
+  s = ProblemShape{16, 64, 28672, DType::kBF16, DType::kBF16};
   EXPECT_TRUE(k->can_implement(c, s).ok());
-  s.m = 33;
+  s.m = 17;
   EXPECT_EQ(k->can_implement(c, s).message(),
-            "M=33 rows of K=28672 quantized activations do not fit in shared memory");
+            "M=17 rows of K=28672 quantized activations do not fit in shared memory");
   EXPECT_EQ(k->preferred_m().min, 1);
   EXPECT_LE(k->preferred_m().max, kGemvMaxM);
 }
