@@ -65,6 +65,17 @@ class GateKernel final : public Kernel {
   std::shared_ptr<Gate> gate_;
 };
 
+// A request on layer "b"; `x` must outlive it.
+InferInput input_for(const std::string& x, int64_t m, DType x_dtype, DType y_dtype) {
+  InferInput in;
+  in.layer = "b";
+  in.x_dtype = x_dtype;
+  in.y_dtype = y_dtype;
+  in.m = m;
+  in.x = x;
+  return in;
+}
+
 class BatcherTest : public ::testing::Test {
  protected:
   void start(BatchOptions batching, bool gated = false) {
@@ -121,12 +132,7 @@ TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
         const DType xd = dtypes[rng.range(0, 1)];
         const DType yd = dtypes[rng.range(0, 1)];
         const std::string x = random_x(rng, m, 96, xd);
-        InferInput in;
-        in.layer = "b";
-        in.x_dtype = xd;
-        in.y_dtype = yd;
-        in.m = m;
-        in.x = x;
+        const InferInput in = input_for(x, m, xd, yd);
         std::string y;
         InferOutput out;
         absl::Status s = engine_->infer(in, CallContext{}, &y, &out);
@@ -154,12 +160,7 @@ TEST_F(BatcherTest, QueueFullIsResourceExhausted) {
   set_gate(false);
   SplitMix64 rng(1);
   const std::string x = random_x(rng, 1, 96, DType::kF32);
-  InferInput in;
-  in.layer = "b";
-  in.x_dtype = DType::kF32;
-  in.y_dtype = DType::kF32;
-  in.m = 1;
-  in.x = x;
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
   // One running (held at the gate) and two queued fill the layer.
   std::vector<std::thread> held;
   std::atomic<int> ok{0};
@@ -190,12 +191,7 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   set_gate(false);
   SplitMix64 rng(2);
   const std::string x = random_x(rng, 1, 96, DType::kF32);
-  InferInput in;
-  in.layer = "b";
-  in.x_dtype = DType::kF32;
-  in.y_dtype = DType::kF32;
-  in.m = 1;
-  in.x = x;
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
   std::thread blocker([&] {
     std::string y;
     InferOutput out;
@@ -243,13 +239,7 @@ TEST_F(BatcherTest, BadRowInABatchFailsOnlyItsRequest) {
   const float inf = std::numeric_limits<float>::infinity();
   std::memcpy(bad.data() + 4 * (96 * 2 + 7), &inf, 4);  // row 2 of the bad request
   auto make = [](const std::string& x, int64_t m) {
-    InferInput in;
-    in.layer = "b";
-    in.x_dtype = DType::kF32;
-    in.y_dtype = DType::kBF16;
-    in.m = m;
-    in.x = x;
-    return in;
+    return input_for(x, m, DType::kF32, DType::kBF16);
   };
   // Hold the worker so both requests queue up and run as one batch.
   InferInput first = make(good, 2);
@@ -287,12 +277,7 @@ TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
   set_gate(false);
   SplitMix64 rng(4);
   const std::string x = random_x(rng, 1, 96, DType::kF32);
-  InferInput in;
-  in.layer = "b";
-  in.x_dtype = DType::kF32;
-  in.y_dtype = DType::kF32;
-  in.m = 1;
-  in.x = x;
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
   std::vector<std::thread> th;
   std::atomic<int> ok{0};
   for (int i = 0; i < 3; ++i) {
@@ -321,12 +306,7 @@ TEST_F(BatcherTest, MetricsRecordBatchesAndLayers) {
   start(b);
   SplitMix64 rng(5);
   const std::string x = random_x(rng, 3, 96, DType::kBF16);
-  InferInput in;
-  in.layer = "b";
-  in.x_dtype = DType::kBF16;
-  in.y_dtype = DType::kBF16;
-  in.m = 3;
-  in.x = x;
+  const InferInput in = input_for(x, 3, DType::kBF16, DType::kBF16);
   std::string y;
   InferOutput out;
   ASSERT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
