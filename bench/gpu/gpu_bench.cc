@@ -656,8 +656,9 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
 
 int bench_main(int argc, char** argv) {
   Options o;
-  ArgParser args("qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]",
-                 "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
+  ArgParser args(
+      "qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]",
+      "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m, "Only M = 1, 4, 8 and 16 on every shape, gemv plans swept");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");

@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<GemvS8Prepared>> GemvS8Prepared::create(
 // land on the GPCs, how the tiles divide among them, the register pressure of each variant).
 absl::Status GemvS8Prepared::tune() {
   const LayerConfig& c = weights_.config;
-  constexpr int kCandidates = 64;  // every plan (at most 4 x 8 x 2)
+  constexpr int kCandidates = 64;                    // every plan (at most 4 x 8 x 2)
   constexpr size_t kFlushBytes = size_t{128} << 20;  // over twice the L2
   DeviceBuffer x, y, sa, flush;
   RETURN_IF_ERROR(x.allocate(static_cast<size_t>(kGemvMaxM * c.k) * 2, "tuning activations"));

@@ -63,8 +63,8 @@ constexpr int extra_smem_bytes(int m_pad) {
 __device__ __forceinline__ uint4 ldg_stream(const int8_t* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 
@@ -153,8 +153,7 @@ __device__ __forceinline__ float round_bias(ElemType t, float b) {
 __device__ __forceinline__ void store_y(void* y, ElemType t, int64_t idx, float v) {
   switch (t) {
     case ElemType::kBF16:
-      static_cast<uint16_t*>(y)[idx] =
-          static_cast<uint16_t>(device::to_bits16<ElemType::kBF16>(v));
+      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kBF16>(v));
       break;
     case ElemType::kF16:
       static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kF16>(v));
@@ -178,7 +177,8 @@ __device__ __forceinline__ RowStats warp_reduce(RowStats st) {
 // NG: 8-token mma n-blocks (m_pad = 8 NG). U: 64-byte chunks per load group; a warp keeps two
 // groups in flight (2 x U x 2 x 16 bytes per lane).
 template <int NG, int U>
-__global__ void __launch_bounds__(kThreads, 2) gemv_s8_kernel(const __grid_constant__ KernelParams p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_s8_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kMpad = 8 * NG;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -421,11 +421,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_s8_kernel(const __grid_const
         widen8(load_raw8(a.x, a.x_type, static_cast<int64_t>(m) * K + e), a.x_type, v);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          lo |= static_cast<uint32_t>(static_cast<uint8_t>(
-                    device::quantize_value(a.quant.scheme, v[i], rp)))
+          lo |= static_cast<uint32_t>(
+                    static_cast<uint8_t>(device::quantize_value(a.quant.scheme, v[i], rp)))
                 << (8 * i);
-          hi |= static_cast<uint32_t>(static_cast<uint8_t>(
-                    device::quantize_value(a.quant.scheme, v[4 + i], rp)))
+          hi |= static_cast<uint32_t>(
+                    static_cast<uint8_t>(device::quantize_value(a.quant.scheme, v[4 + i], rp)))
                 << (8 * i);
         }
       }
@@ -455,9 +455,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_s8_kernel(const __grid_const
 // 64-byte chunks per load group a plan may use at an m_pad: two groups of U x 32 bytes are in
 // flight per lane, two blocks per SM, so U = 4 is 128 KB per SM in registers and U = 2 half of
 // that. From m_pad = 32 on the accumulators need the registers, and only U = 2 is built.
-bool chunks_allowed(int m_pad, int chunks) {
-  return chunks == 2 || (chunks == 4 && m_pad <= 16);
-}
+bool chunks_allowed(int m_pad, int chunks) { return chunks == 2 || (chunks == 4 && m_pad <= 16); }
 
 // Calls f(kernel) with the instantiation for (m_pad, chunks); cudaErrorInvalidValue if none.
 template <typename F>
@@ -584,14 +582,17 @@ cudaError_t plan_gemv_s8_fixed(int64_t n, int64_t k, int m_pad, int x_elem_bytes
   // about 1.5 blocks per SM leave bandwidth unused.
   const double blocks = static_cast<double>(clusters * split_k);
   const double saturation = std::min(1.0, blocks / (1.5 * sms));
-  const double weight_bytes = static_cast<double>(rounds * rows * clusters) * static_cast<double>(k);
-  const double x_bytes = static_cast<double>(clusters) * m_pad * static_cast<double>(k) * x_elem_bytes;
+  const double weight_bytes =
+      static_cast<double>(rounds * rows * clusters) * static_cast<double>(k);
+  const double x_bytes =
+      static_cast<double>(clusters) * m_pad * static_cast<double>(k) * x_elem_bytes;
   // Latency-bound parts: statistics batches after the first (queued behind the weights), the
   // quantization pass, and each round's epilogue batches.
   const int64_t slice_vectors = ceil_div(ceil_div(k, 64), split_k) * 8;
   const int64_t stat_batches = ceil_div(m_pad * ceil_div(slice_vectors, 32), kWarps * kXBatch);
   const int64_t quant_batches = ceil_div(m_pad * slice_vectors, kThreads * 4);
-  const int64_t out_batches = ceil_div(rows * m_pad, static_cast<int64_t>(split_k) * kThreads * kOutBatch);
+  const int64_t out_batches =
+      ceil_div(rows * m_pad, static_cast<int64_t>(split_k) * kThreads * kOutBatch);
   plan->row_groups = row_groups;
   plan->split_k = split_k;
   plan->clusters = static_cast<int>(clusters);
@@ -611,8 +612,7 @@ cudaError_t plan_gemv_s8(int64_t n, int64_t k, int m_pad, int x_elem_bytes, Gemv
   for (int row_groups : {8, 4, 2, 1}) {
     for (int split_k = 1; split_k <= kMaxSplitK; ++split_k) {
       GemvS8Plan p;
-      const cudaError_t e =
-          plan_gemv_s8_fixed(n, k, m_pad, x_elem_bytes, row_groups, split_k, &p);
+      const cudaError_t e = plan_gemv_s8_fixed(n, k, m_pad, x_elem_bytes, row_groups, split_k, &p);
       if (e == cudaErrorNotSupported) continue;
       if (e != cudaSuccess) return e;
       // Ties go to the plan found first: larger tiles, fewer blocks per cluster.
@@ -698,8 +698,7 @@ cudaError_t launch_gemv_s8(const GemvS8Args& args, const GemvS8Plan& plan, cudaS
     return cudaErrorInvalidValue;
   }
   kp.xq_bytes = plan.m_pad * kp.xstride;
-  const int max_warp_chunks =
-      static_cast<int>(ceil_div(ceil_div(kp.kc, kp.s), kp.wk));
+  const int max_warp_chunks = static_cast<int>(ceil_div(ceil_div(kp.kc, kp.s), kp.wk));
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(plan.clusters * plan.split_k));

@@ -318,39 +318,41 @@ TEST(GemvS8Plans, EveryPlanMatchesTheReference) {
       int plans = 0;
       for (int rg : {1, 2, 4, 8}) {
         for (int sk = 1; sk <= 8; ++sk) {
-         for (int chunks : {2, 4}) {
-          GemvS8Plan plan;
-          const cudaError_t pe =
-              plan_gemv_s8_fixed(n, k, gemv_m_pad(m), 2, rg, sk, &plan, chunks);
-          if (pe == cudaErrorNotSupported) continue;
-          ASSERT_EQ(pe, cudaSuccess) << cudaGetErrorString(pe);
-          ++plans;
-          // Poison every output so that an unwritten element shows.
-          ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 2), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d_acc.get(), 0xA5, m * n * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d_xq.get(), 0xA5, m * k), cudaSuccess);
-          ASSERT_EQ(launch_gemv_s8(a, plan, nullptr), cudaSuccess);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<uint8_t> y(m * n * 2);
-          std::vector<int32_t> acc(m * n);
-          std::vector<int8_t> xq(m * k);
-          std::vector<float> sa(m);
-          ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(acc.data(), d_acc.get(), acc.size() * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(xq.data(), d_xq.get(), xq.size(), cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-          const std::string what = absl::StrCat(scheme_name(scheme), " M=", m, " row_groups=", rg,
-                                                " split_k=", sk, " chunks=", chunks,
-                                                " clusters=", plan.clusters);
-          EXPECT_EQ(first_mismatch(want.xq, xq), -1) << what;
-          EXPECT_EQ(first_mismatch(want.sa, sa), -1) << what;
-          const int64_t ai = first_mismatch(want.acc, acc);
-          EXPECT_EQ(ai, -1) << what << ": acc row " << ai / n << " col " << ai % n;
-          EXPECT_EQ(first_y_mismatch(want.y, y, DType::kBF16), -1) << what;
-          if (HasFailure()) return;
-         }
+          for (int chunks : {2, 4}) {
+            GemvS8Plan plan;
+            const cudaError_t pe =
+                plan_gemv_s8_fixed(n, k, gemv_m_pad(m), 2, rg, sk, &plan, chunks);
+            if (pe == cudaErrorNotSupported) continue;
+            ASSERT_EQ(pe, cudaSuccess) << cudaGetErrorString(pe);
+            ++plans;
+            // Poison every output so that an unwritten element shows.
+            ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 2), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d_acc.get(), 0xA5, m * n * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d_xq.get(), 0xA5, m * k), cudaSuccess);
+            ASSERT_EQ(launch_gemv_s8(a, plan, nullptr), cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            std::vector<uint8_t> y(m * n * 2);
+            std::vector<int32_t> acc(m * n);
+            std::vector<int8_t> xq(m * k);
+            std::vector<float> sa(m);
+            ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(acc.data(), d_acc.get(), acc.size() * 4, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(xq.data(), d_xq.get(), xq.size(), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            const std::string what =
+                absl::StrCat(scheme_name(scheme), " M=", m, " row_groups=", rg, " split_k=", sk,
+                             " chunks=", chunks, " clusters=", plan.clusters);
+            EXPECT_EQ(first_mismatch(want.xq, xq), -1) << what;
+            EXPECT_EQ(first_mismatch(want.sa, sa), -1) << what;
+            const int64_t ai = first_mismatch(want.acc, acc);
+            EXPECT_EQ(ai, -1) << what << ": acc row " << ai / n << " col " << ai % n;
+            EXPECT_EQ(first_y_mismatch(want.y, y, DType::kBF16), -1) << what;
+            if (HasFailure()) return;
+          }
         }
       }
       EXPECT_GE(plans, 8) << "M=" << m;
