@@ -3,15 +3,13 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/epilogue_s32.h"
 #include "kernels/cuda/quantize_s8.h"
 
@@ -108,9 +106,9 @@ class CublasLtPrepared final : public CudaPreparedKernel {
   absl::Status init();
   absl::Status matmul(const int8_t* xq, int64_t m, int32_t* acc, void* workspace,
                       cudaStream_t stream) const;
+  // The serving path shared with the fused kernels (cuda_host_call.h); a debug call also copies
+  // xq and acc out of the scratch.
   absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;
-  absl::Status enqueue_host(StreamContext* ctx, const RunArgs& args, DebugOutputs* debug,
-                            int64_t* bad_row) const;
 
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;
@@ -270,173 +268,25 @@ absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scrat
   return absl::OkStatus();
 }
 
-// Sizes of one host call, and where its pieces live in the context's device and pinned buffers:
-// device [x | y | sa | azp | scratch], pinned [x | y | sa | azp].
-struct HostCallLayout {
-  size_t x_bytes, y_bytes, row_bytes;
-  size_t d_x, d_y, d_sa, d_azp, d_scratch, d_total;
-  size_t h_x, h_y, h_sa, h_azp, h_total;
-  HostCallLayout(const RunArgs& a, int64_t n, int64_t k, size_t scratch_bytes) {
-    x_bytes = static_cast<size_t>(a.m * k) * dtype_size(a.x_dtype);
-    y_bytes = static_cast<size_t>(a.m * n) * dtype_size(a.y_dtype);
-    row_bytes = static_cast<size_t>(a.m) * 4;
-    d_x = 0;
-    d_y = d_x + align_up(x_bytes);
-    d_sa = d_y + align_up(y_bytes);
-    d_azp = d_sa + align_up(row_bytes);
-    d_scratch = d_azp + align_up(row_bytes);
-    d_total = d_scratch + scratch_bytes;
-    h_x = 0;
-    h_y = h_x + align_up(x_bytes);
-    h_sa = h_y + align_up(y_bytes);
-    h_azp = h_sa + align_up(row_bytes);
-    h_total = h_azp + align_up(row_bytes);
-  }
-};
-
-// Host <-> pinned copies of large requests go in chunks so that the host memcpy of one chunk
-// overlaps the DMA of the previous one (for M = 2048 x 4096 bf16 the copies, not the GPU, are
-// most of a request). At most StreamContext::kCopyEvents chunks per direction.
-constexpr size_t kMinChunkBytes = size_t{2} << 20;
-
-size_t chunk_bytes(size_t total) {
-  const size_t per_event = (total + StreamContext::kCopyEvents - 1) / StreamContext::kCopyEvents;
-  return std::max(kMinChunkBytes, align_up(per_event));
-}
-
-int64_t first_nan_row(const float* sa, int64_t m) {
-  for (int64_t r = 0; r < m; ++r) {
-    if (std::isnan(sa[r])) return r;
-  }
-  return -1;
-}
-
-absl::Status CublasLtPrepared::enqueue_host(StreamContext* ctx, const RunArgs& args,
-                                            DebugOutputs* debug, int64_t* bad_row) const {
-  const LayerConfig& c = weights_.config;
-  const HostCallLayout L(args, c.n, c.k, device_scratch_bytes(args.m));
-  RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
-  RETURN_IF_ERROR(
-      ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows")));
-  char* dev = static_cast<char*>(ctx->device.get());
-  char* host = static_cast<char*>(ctx->host.get());
-  const cudaStream_t s = ctx->stream;
-
-  // x: host -> pinned -> device, chunk by chunk (the pinned buffer holds all of x, so a chunk's
-  // memcpy never waits for an earlier chunk's DMA).
-  const size_t x_chunk = chunk_bytes(L.x_bytes);
-  for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
-    const size_t len = std::min(x_chunk, L.x_bytes - off);
-    std::memcpy(host + L.h_x + off, static_cast<const char*>(args.x) + off, len);
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(dev + L.d_x + off, host + L.h_x + off, len, cudaMemcpyHostToDevice, s));
-  }
-  DeviceRunArgs d;
-  d.x = dev + L.d_x;
-  d.x_dtype = args.x_dtype;
-  d.m = args.m;
-  d.y = dev + L.d_y;
-  d.y_dtype = args.y_dtype;
-  d.sa = reinterpret_cast<float*>(dev + L.d_sa);
-  d.azp = reinterpret_cast<int32_t*>(dev + L.d_azp);
-  StageEvents ev;
-  for (int i = 0; i < 3; ++i) ev.e[i] = ctx->events[i];
-  char* scratch = dev + L.d_scratch;
-  RETURN_IF_ERROR(run_device(d, scratch, s, &ev));
-
-  // sa (which also flags non-finite rows) and azp first, then y in chunks, each chunk's arrival
-  // marked by an event so that the host copies it out while the next one is in flight.
-  const bool asym = is_asymmetric(c.scheme);
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(host + L.h_sa, d.sa, L.row_bytes, cudaMemcpyDeviceToHost, s));
-  if (asym) {
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(host + L.h_azp, d.azp, L.row_bytes, cudaMemcpyDeviceToHost, s));
-  }
-  const size_t y_chunk = chunk_bytes(L.y_bytes);
-  int chunks = 0;
-  for (size_t off = 0; off < L.y_bytes; off += y_chunk, ++chunks) {
-    const size_t len = std::min(y_chunk, L.y_bytes - off);
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host + L.h_y + off, static_cast<char*>(d.y) + off, len,
-                                         cudaMemcpyDeviceToHost, s));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(ctx->copy_events[chunks], s));
-  }
-  const ScratchLayout S(args.m, c.n, c.k);
-  if (debug != nullptr) {
-    debug->xq.resize(static_cast<size_t>(args.m * c.k));
-    debug->acc.resize(static_cast<size_t>(args.m * c.n));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq.data(), scratch + S.xq, debug->xq.size(),
-                                         cudaMemcpyDeviceToHost, s));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->acc.data(), scratch + S.acc, debug->acc.size() * 4,
-                                         cudaMemcpyDeviceToHost, s));
-  }
-
-  const float* h_sa = reinterpret_cast<const float*>(host + L.h_sa);
-  const int32_t* h_azp = reinterpret_cast<const int32_t*>(host + L.h_azp);
-  for (int i = 0; i < chunks; ++i) {
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ctx->copy_events[i]));
-    if (i == 0) {
-      *bad_row = first_nan_row(h_sa, args.m);
-      if (*bad_row >= 0) break;  // the caller reports it; y stays untouched
-    }
-    const size_t off = static_cast<size_t>(i) * y_chunk;
-    std::memcpy(static_cast<char*>(args.y) + off, host + L.h_y + off,
-                std::min(y_chunk, L.y_bytes - off));
-  }
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
-  if (*bad_row >= 0) return absl::OkStatus();
-
-  if (args.sa != nullptr) std::memcpy(args.sa, h_sa, L.row_bytes);
-  if (args.azp != nullptr && asym) std::memcpy(args.azp, h_azp, L.row_bytes);
-  if (debug != nullptr) {
-    debug->sa.assign(h_sa, h_sa + args.m);
-    if (asym) {
-      debug->azp.assign(h_azp, h_azp + args.m);
-    } else {
-      debug->azp.assign(static_cast<size_t>(args.m), 0);
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CublasLtPrepared::run_host(const RunArgs& args, RunTimings* timings,
                                         DebugOutputs* debug) const {
   const LayerConfig& c = weights_.config;
-  if (args.m < 1) return absl::InvalidArgumentError("M must be >= 1");
-  int64_t bad_row = -1;
-  {
-    StreamLease ctx(pool_);
-    absl::Status s = enqueue_host(ctx.get(), args, debug, &bad_row);
-    if (!s.ok()) {
-      // Work already queued may still read or write the context's buffers: drain it before the
-      // next request can take them.
-      cudaStreamSynchronize(ctx->stream);
-      cudaGetLastError();
-      return s;
+  auto enqueue = [this, &c](const DeviceRunArgs& d, void* scratch, cudaStream_t stream,
+                            const StageEvents* events,
+                            const DeviceDebugOutputs* dbg) -> absl::Status {
+    RETURN_IF_ERROR(run_device(d, scratch, stream, events));
+    if (dbg != nullptr) {
+      const ScratchLayout S(d.m, c.n, c.k);
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dbg->xq, at<int8_t>(scratch, S.xq),
+                                           static_cast<size_t>(d.m * c.k), cudaMemcpyDeviceToDevice,
+                                           stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dbg->acc, at<int32_t>(scratch, S.acc),
+                                           static_cast<size_t>(d.m * c.n) * 4,
+                                           cudaMemcpyDeviceToDevice, stream));
     }
-    if (timings != nullptr && bad_row < 0) {
-      // CUDA events on the request's stream (resolution about 0.5 us): quantize_ns is the
-      // quantization kernel, gemm_ns the cuBLASLt GEMM plus the epilogue kernel. The copies
-      // between host and device are in neither.
-      float q_ms = 0.f, g_ms = 0.f;
-      RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&q_ms, ctx->events[0], ctx->events[1]));
-      RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&g_ms, ctx->events[1], ctx->events[2]));
-      timings->quantize_ns = static_cast<int64_t>(q_ms * 1e6);
-      timings->gemm_ns = static_cast<int64_t>(g_ms * 1e6);
-    }
-  }
-  if (bad_row >= 0) {
-    // The same message as the reference: the row from the GPU, the column and value from x.
-    int64_t col = 0;
-    float v = 0.f;
-    for (; col < c.k; ++col) {
-      v = load_as_f32(args.x, args.x_dtype, static_cast<size_t>(bad_row * c.k + col));
-      if (!std::isfinite(v)) break;
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("x row ", bad_row, " holds a non-finite value (", v, " at column ", col, ")"));
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  };
+  return run_on_host_buffers(pool_, c, args, device_scratch_bytes(args.m), enqueue, timings, debug);
 }
 
 class CublasLtKernel final : public Kernel {

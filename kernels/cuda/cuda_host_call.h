@@ -1,5 +1,5 @@
-// The serving path shared by the fused CUDA kernels (cuda.gemv_s8, cuda.cutlass_sm90): one call on
-// host buffers, run on a pooled stream context.
+// The serving path shared by the CUDA kernels (cuda.gemv_s8, cuda.cutlass_sm90, cuda.cublaslt):
+// one call on host buffers, run on a pooled stream context.
 //
 //   x: host -> pinned -> device in chunks (the host memcpy of one chunk overlaps the DMA of the
 //   previous one); the kernel family's device half; sa/azp back first, then y in chunks, each
