@@ -37,6 +37,15 @@ class PreparedKernel {
   virtual int64_t extra_bytes() const { return 0; }
   // Where the kernel computes, e.g. "cpu" or "cuda:0".
   virtual std::string device() const { return "cpu"; }
+  // Autotune (SPEC section 6): the time in microseconds of one call at `shape` (the layer's N and
+  // K; M rows; x and y in the shape's dtypes) on synthetic inputs, with the weights read from
+  // memory as in serving (cold cache); the median of several calls. Only kernels whose speed the
+  // priority order cannot predict implement it (the GPU kernels). The default, UNIMPLEMENTED,
+  // means "not measurable: the priority order decides". Called at load, never on a request path.
+  virtual absl::StatusOr<double> measure_us(const ProblemShape& shape) const {
+    (void)shape;
+    return absl::UnimplementedError("not measurable; the priority order decides");
+  }
 };
 
 class Kernel {

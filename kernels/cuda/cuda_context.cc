@@ -5,14 +5,19 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/status.h"
 #include "kernels/cuda/cuda_arch.h"  // generated: QLINEAR_CUDA_ARCHS
+#include "kernels/cuda/l2_flush.h"
 
 namespace qlinear::gpu {
 namespace {
@@ -228,6 +233,114 @@ StreamContext* StreamPool::acquire() {
   StreamContext* c = contexts_[start].get();
   c->mu.lock();
   return c;
+}
+
+// --- CudaPreparedKernel::measure_us --------------------------------------------------------
+
+namespace {
+
+// A stream and events owned by one measurement. The stream is synchronised before it is
+// destroyed, so that no work of a failed measurement still uses buffers freed after it.
+struct OwnedStream {
+  cudaStream_t stream = nullptr;
+  ~OwnedStream() {
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+      cudaGetLastError();
+    }
+  }
+};
+
+struct OwnedEvent {
+  cudaEvent_t event = nullptr;
+  ~OwnedEvent() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape) const {
+  constexpr int kWarmupCalls = 3;
+  constexpr int kTimedCalls = 15;
+  constexpr size_t kMinFlushBytes = size_t{128} << 20;  // over twice the H100/H200 L2
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot measure M=", shape.m, ", N=", shape.n, ", K=", shape.k));
+  }
+  int device = 0, l2_bytes = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const size_t flush_bytes = std::max(kMinFlushBytes, size_t{4} * static_cast<size_t>(l2_bytes));
+
+  const size_t x_count = static_cast<size_t>(shape.m * shape.k);
+  const size_t x_elem = dtype_size(shape.x_dtype);
+  const size_t y_bytes = static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.y_dtype);
+  // Deterministic values in [-1, 1) (every kernel of a layer is measured on the same input): a
+  // pattern of at most 64Ki elements, repeated on the device, so that a prefill-sized x costs no
+  // host time.
+  std::vector<char> pattern;
+  try {
+    pattern.resize(std::min<size_t>(x_count, size_t{1} << 16) * x_elem);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory for the measurement's activations");
+  }
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < pattern.size() / x_elem; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    store_from_f32(pattern.data(), shape.x_dtype, i, 2.0f * u - 1.0f);
+  }
+
+  // Declared before the stream, so destroyed after it has been synchronised.
+  DeviceBuffer x, y, scratch, flush, sink;
+  RETURN_IF_ERROR(x.allocate(x_count * x_elem, "the measurement's activations"));
+  RETURN_IF_ERROR(y.allocate(y_bytes, "the measurement's outputs"));
+  RETURN_IF_ERROR(scratch.allocate(device_scratch_bytes(shape.m), "the measurement's scratch"));
+  RETURN_IF_ERROR(flush.allocate(flush_bytes, "an L2 flush buffer for the measurement"));
+  RETURN_IF_ERROR(sink.allocate(sizeof(uint32_t), "the L2 flush's sink"));
+  OwnedStream s;
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  OwnedEvent start, end;
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&start.event));
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&end.event));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(x.get(), pattern.data(), pattern.size(), cudaMemcpyHostToDevice, s.stream));
+  for (size_t filled = pattern.size(); filled < x.size(); filled *= 2) {  // doubling copies
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(x.as<char>() + filled, x.get(),
+                                         std::min(filled, x.size() - filled),
+                                         cudaMemcpyDeviceToDevice, s.stream));
+  }
+  // Written once here, so that the flushes read initialised memory; the write-back of these
+  // lines happens during the untimed calls.
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flush.get(), 0, flush.size(), s.stream));
+
+  DeviceRunArgs args;
+  args.x = x.get();
+  args.x_dtype = shape.x_dtype;
+  args.m = shape.m;
+  args.y = y.get();
+  args.y_dtype = shape.y_dtype;
+  for (int i = 0; i < kWarmupCalls; ++i) {
+    RETURN_IF_ERROR(run_device(args, scratch.get(), s.stream, nullptr));
+  }
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s.stream));
+
+  std::vector<double> us;
+  for (int i = 0; i < kTimedCalls; ++i) {
+    RETURN_IF_CUDA_ERROR(
+        launch_l2_flush_read(flush.get(), flush.size(), sink.as<uint32_t>(), s.stream));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(start.event, s.stream));
+    RETURN_IF_ERROR(run_device(args, scratch.get(), s.stream, nullptr));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(end.event, s.stream));
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(end.event));
+    float ms = 0.f;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, start.event, end.event));
+    us.push_back(1000.0 * ms);
+  }
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
 }
 
 }  // namespace qlinear::gpu

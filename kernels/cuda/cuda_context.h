@@ -208,6 +208,14 @@ class CudaPreparedKernel : public PreparedKernel {
                                   const StageEvents* events) const = 0;
   // `run` that also returns every intermediate (xq, sa, azp, acc).
   virtual absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const = 0;
+
+  // Autotune, once for every CUDA kernel: run_device on a stream of its own with device buffers
+  // for x (random values in [-1, 1), so quantization does real work), y and the scratch; a few
+  // untimed calls, then the median of timed calls, each preceded by a read of a buffer several
+  // times the L2 so that the weights come from device memory. Times the device work between two
+  // events: host staging and copies are the same for every CUDA kernel and are left out. Every
+  // buffer, stream and event is released before returning, on errors too.
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override;
 };
 
 }  // namespace qlinear::gpu
