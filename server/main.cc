@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   int64_t port = o.port, threads = o.max_threads, max_message_mb = o.max_message_mb;
   int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
   bool demo_layer = true;
+  bool autotune = o.autotune;
   std::string disabled;
   int64_t max_batch_rows = o.batching.max_batch_rows;
   int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   args.add("demo-n", &demo_n, "Output features of the demo layer");
   args.add("demo-k", &demo_k, "Input features of the demo layer");
   args.add("disabled-kernels", &disabled, "Comma-separated kernel names to turn off");
+  args.add("autotune", &autotune,
+           "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
+           "(--autotune=false: the priority order alone decides)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
   args.add("max-batch-rows", &max_batch_rows,
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
   o.demo_n = demo_n;
   o.demo_k = demo_k;
   o.disabled_kernels = qlinear::parse_kernel_list(disabled);
+  o.autotune = autotune;
   o.batching.max_batch_rows = max_batch_rows;
   o.batching.max_queue_delay_us = max_queue_delay_us;
   o.batching.max_queue_requests = max_queue_requests;

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   EngineOptions eo;
   eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
   eo.batching = o.batching;
+  eo.autotune = o.autotune;
   s->metrics_ = std::make_unique<Metrics>();
   if (o.metrics_port > 0) {
     ASSIGN_OR_RETURN(s->metrics_http_,
@@ -48,10 +49,15 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     auto r = s->engine_->load(std::move(req), std::move(w));
     if (!r.ok()) return r.status();
     if (!o.quiet) {
+      // With autotune, the selected kernel's verdict says what was measured.
+      const BucketInfo& m1 = r->layer().buckets()[0];
+      std::string why;
+      for (const CandidateVerdict& v : m1.explanation) {
+        if (v.selected && !v.reason.empty()) why = absl::StrCat(" (", v.reason, ")");
+      }
       log_info(absl::StrCat("loaded demo layer 'demo' ", o.demo_n, "x", o.demo_k,
                             " dynamic_symmetric with bias (seed ", kDemoSeed, ") on ",
-                            r->layer().device(),
-                            "; kernel for M=1: ", r->layer().buckets()[0].kernel));
+                            r->layer().device(), "; kernel for M=1: ", m1.kernel, why));
     }
   }
 

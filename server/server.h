@@ -27,6 +27,7 @@ struct ServerOptions {
   int64_t demo_n = 4096;
   int64_t demo_k = 4096;
   std::vector<std::string> disabled_kernels;
+  bool autotune = true;      // measure each bucket's GPU kernels at load and keep the fastest
   bool quiet = false;        // no log lines (tests)
   BatchOptions batching;     // defaults for every layer
   int metrics_port = 0;      // Prometheus text exposition on http://address:port/metrics; 0 = off

@@ -144,16 +144,18 @@ std::string m_range(int64_t m_min, int64_t m_max) {
 std::string selection_summary(
     const google::protobuf::RepeatedPtrField<v1::CandidateVerdict>& verdicts) {
   std::string selected = "none";
+  std::string why;  // a selected kernel's reason: what autotune measured, when it ranked
   std::vector<std::string> skipped;
   for (const auto& v : verdicts) {
     if (v.selected()) {
       selected = v.kernel();
-      break;  // the candidates after it lost on priority alone
+      if (!v.reason().empty()) why = absl::StrCat(": ", v.reason());
+      break;  // the candidates after it lost on priority (or measured time) alone
     }
     skipped.push_back(absl::StrCat(v.kernel(), ": ", v.reason()));
   }
   if (verdicts.empty()) return "(no explanation)";
-  return absl::StrCat(selected, " (", selected == "none" ? "nothing fits" : "selected",
+  return absl::StrCat(selected, " (", selected == "none" ? "nothing fits" : "selected", why,
                       skipped.empty() ? "" : "; ", absl::StrJoin(skipped, "; "), ")");
 }
 
@@ -162,9 +164,12 @@ void print_selection(const google::protobuf::RepeatedPtrField<v1::CandidateVerdi
   size_t width = 0;
   for (const auto& v : verdicts) width = std::max(width, v.kernel().size());
   for (const auto& v : verdicts) {
+    // A selected kernel has a reason only when autotune ranked it: what was measured.
+    const std::string verdict = !v.selected()        ? absl::StrCat("skipped: ", v.reason())
+                                : v.reason().empty() ? std::string("selected")
+                                                     : absl::StrCat("selected: ", v.reason());
     std::printf("%.*s%-*s  %s\n", static_cast<int>(indent.size()), indent.data(),
-                static_cast<int>(width), v.kernel().c_str(),
-                v.selected() ? "selected" : absl::StrCat("skipped: ", v.reason()).c_str());
+                static_cast<int>(width), v.kernel().c_str(), verdict.c_str());
   }
 }
 

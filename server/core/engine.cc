@@ -142,6 +142,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   Layer::Options opts;
   opts.name = request.name;
   opts.forced_kernel = request.forced_kernel;
+  opts.autotune = options_.autotune;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,

@@ -65,6 +65,8 @@ struct EngineOptions {
   // Largest y a request may produce; a larger one is RESOURCE_EXHAUSTED (it could not be sent).
   int64_t max_output_bytes = int64_t{64} << 20;
   BatchOptions batching;  // defaults for every layer
+  // Rank each bucket's measurable kernels by their time measured at load (Layer::Options).
+  bool autotune = true;
 };
 
 class Engine;

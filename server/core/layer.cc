@@ -1,8 +1,10 @@
 #include "server/core/layer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/core/status.h"
 
 namespace qlinear {
@@ -28,6 +30,44 @@ bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
     }
   }
   return false;
+}
+
+// The M at which a bucket's choice is made at load (and its candidates measured): its upper
+// bound, and for the open prefill bucket 2048 rows, a typical prefill chunk.
+int64_t representative_m(const MBucket& b) { return b.hi == INT64_MAX ? 2048 : b.hi; }
+
+std::string us_str(double us) { return absl::StrFormat("%.1f us", us); }
+
+const KernelMeasurement* find_measurement(const BucketInfo& b, absl::string_view kernel) {
+  for (const KernelMeasurement& km : b.measured) {
+    if (km.kernel == kernel) return &km;
+  }
+  return nullptr;
+}
+
+// Why `chosen` won a bucket that autotune ranked, e.g. "fastest measured at load, 14.7 us at
+// M=16; cuda.gemv_s8 19.1 us; cuda.cublaslt 16.5 us". Empty when `chosen` was not measured (it
+// ranks by priority ahead of the measured kernels).
+std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
+  const KernelMeasurement* mine = find_measurement(b, chosen);
+  if (mine == nullptr) return "";
+  if (!mine->error.empty()) {
+    return absl::StrCat("not ranked: its measurement at load failed (", mine->error, ")");
+  }
+  bool fastest = true;
+  std::string others;
+  for (const KernelMeasurement& km : b.measured) {
+    if (km.kernel == chosen) continue;
+    if (km.error.empty()) {
+      fastest = fastest && km.us >= mine->us;
+      absl::StrAppend(&others, "; ", km.kernel, " ", us_str(km.us));
+    } else {
+      absl::StrAppend(&others, "; ", km.kernel, " not measured");
+    }
+  }
+  // When a faster kernel cannot run this request's shape, the next in the ranking runs.
+  return absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape", ", ",
+                      us_str(mine->us), " at M=", b.measured_m, others);
 }
 
 }  // namespace
@@ -68,24 +108,38 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     layer->prepared_.push_back({k, std::move(state)});
   }
 
-  for (const MBucket& b : m_buckets()) {
+  const std::vector<MBucket>& buckets = m_buckets();
+  for (size_t bi = 0; bi < buckets.size(); ++bi) {
+    const MBucket& b = buckets[bi];
     std::vector<const Prepared*> cands;
     for (const Prepared& p : layer->prepared_) {
       if (p.kernel->preferred_m().contains(b.lo, b.hi)) cands.push_back(&p);
     }
     layer->bucket_candidates_.push_back(std::move(cands));
+    layer->buckets_.push_back(BucketInfo{b, "", {}, 0, {}});
+    BucketInfo& info = layer->buckets_.back();
 
-    BucketInfo info{b, "", {}};
-    const int64_t m = b.hi == INT64_MAX ? b.lo : b.hi;
-    auto sel =
-        registry.select(host, c, shape_for(c, m, DType::kBF16, DType::kBF16), forced, b.lo, b.hi);
-    if (sel.ok()) {
-      info.kernel = std::string(sel->kernel->name());
-      info.explanation = std::move(sel->explanation);
+    const ProblemShape shape = shape_for(c, representative_m(b), DType::kBF16, DType::kBF16);
+    if (layer->options_.autotune && forced.empty()) layer->autotune_bucket(bi, shape);
+    const Kernel* chosen = nullptr;
+    absl::StatusOr<std::vector<CandidateVerdict>> explanation;
+    if (forced.empty()) {
+      explanation = layer->explain_ranked(bi, shape, &chosen);
     } else {
-      info.explanation.push_back({"", false, std::string(sel.status().message())});
+      auto sel = registry.select(host, c, shape, forced, b.lo, b.hi);
+      if (sel.ok()) {
+        chosen = sel->kernel;
+        explanation = std::move(sel->explanation);
+      } else {
+        explanation = sel.status();
+      }
     }
-    layer->buckets_.push_back(std::move(info));
+    if (explanation.ok()) {
+      info.kernel = std::string(chosen->name());
+      info.explanation = *std::move(explanation);
+    } else {
+      info.explanation.push_back({"", false, std::string(explanation.status().message())});
+    }
   }
 
   const LayerWeights& w = *layer->weights_;
@@ -95,6 +149,117 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
   return std::shared_ptr<const Layer>(std::move(layer));
+}
+
+void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
+  std::vector<const Prepared*>& cands = bucket_candidates_[bi];
+  struct Measured {
+    const Prepared* p;
+    absl::StatusOr<double> us;
+  };
+  std::vector<Measured> measured;  // priority order
+  size_t first = cands.size();     // position of the first measurable candidate
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
+    absl::StatusOr<double> us = cands[i]->state->measure_us(shape);
+    if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
+    first = std::min(first, i);
+    measured.push_back({cands[i], std::move(us)});
+  }
+  if (measured.size() < 2) return;  // nothing to rank
+
+  BucketInfo& info = buckets_[bi];
+  info.measured_m = shape.m;
+  bool any_ok = false;
+  for (const Measured& m : measured) {
+    KernelMeasurement km{std::string(m.p->kernel->name()), 0, ""};
+    if (m.us.ok()) {
+      km.us = *m.us;
+      any_ok = true;
+    } else {
+      km.error = std::string(m.us.status().message());
+    }
+    info.measured.push_back(std::move(km));
+  }
+  if (!any_ok) return;  // the priority order stands; the explanation says why
+
+  // The measured candidates move as one block, fastest first (ties keep the priority order), to
+  // where the first of them stood; a failed measurement ranks after the block. Unmeasurable
+  // candidates keep their places around it, so a CPU kernel is never ranked above a GPU one by a
+  // measurement.
+  std::stable_sort(measured.begin(), measured.end(), [](const Measured& a, const Measured& b) {
+    if (a.us.ok() != b.us.ok()) return a.us.ok();
+    return a.us.ok() && *a.us < *b.us;
+  });
+  std::vector<const Prepared*> ranked(cands.begin(), cands.begin() + first);
+  for (const Measured& m : measured) ranked.push_back(m.p);
+  for (size_t i = first; i < cands.size(); ++i) {
+    const bool was_measured = std::any_of(measured.begin(), measured.end(),
+                                          [&](const Measured& m) { return m.p == cands[i]; });
+    if (!was_measured) ranked.push_back(cands[i]);
+  }
+  cands = std::move(ranked);
+}
+
+absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,
+                                                                    const ProblemShape& shape,
+                                                                    const Kernel** chosen) const {
+  const BucketInfo& info = buckets_[bi];
+  // The registry gives every kernel's verdict in priority order; the reasons of kernels outside
+  // the bucket's candidates (disabled, unsupported, M preference) do not depend on the ranking.
+  ASSIGN_OR_RETURN(Selection sel,
+                   registry_.select(host_, config(), shape, "", info.bucket.lo, info.bucket.hi));
+  const std::vector<const Prepared*>& cands = bucket_candidates_[bi];
+  std::vector<std::string> declined;  // can_implement reasons of the candidates ranked first
+  size_t ci = 0;
+  for (; ci < cands.size(); ++ci) {
+    absl::Status s = cands[ci]->kernel->can_implement(config(), shape);
+    if (s.ok()) break;
+    declined.emplace_back(s.message());
+  }
+  if (info.measured.empty() || ci == cands.size()) {
+    // Not ranked by measurement, the ranking is the priority order; or no prepared candidate
+    // fits, and the registry's pick (which cannot run) produces the error.
+    *chosen = sel.kernel;
+    return std::move(sel.explanation);
+  }
+  *chosen = cands[ci]->kernel;
+  const absl::string_view winner = (*chosen)->name();
+  const KernelMeasurement* winner_m = find_measurement(info, winner);
+  const bool winner_timed = winner_m != nullptr && winner_m->error.empty();
+  bool any_ok = false;
+  for (const KernelMeasurement& km : info.measured) any_ok = any_ok || km.error.empty();
+  for (CandidateVerdict& v : sel.explanation) {
+    size_t pos = cands.size();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (cands[i]->kernel->name() == v.kernel) pos = i;
+    }
+    if (pos == cands.size()) {
+      if (v.selected) {  // the registry's pick was not prepared; a ranked candidate runs instead
+        v = {v.kernel, false, "not prepared for this layer at load"};
+      }
+      continue;
+    }
+    if (pos < ci) {
+      v = {v.kernel, false, declined[pos]};
+    } else if (pos == ci) {
+      v = {v.kernel, true, selected_note(info, winner)};
+    } else if (const KernelMeasurement* km = find_measurement(info, v.kernel); km == nullptr) {
+      v = {v.kernel, false, "a higher-priority kernel was selected"};
+    } else if (!km->error.empty()) {
+      v = {v.kernel, false,
+           absl::StrCat("its measurement at load failed (", km->error, "); ",
+                        any_ok ? "ranked after the measured kernels"
+                               : "a higher-priority kernel was selected")};
+    } else if (winner_timed) {
+      v = {v.kernel, false,
+           absl::StrCat("measured slower at load: ", us_str(km->us), " at M=", info.measured_m,
+                        " (", winner, " ", us_str(winner_m->us), ")")};
+    } else {
+      v = {v.kernel, false, "a higher-priority kernel was selected"};
+    }
+  }
+  return std::move(sel.explanation);
 }
 
 const PreparedKernel* Layer::find_prepared(const Kernel* k) const {
@@ -109,11 +274,14 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
   if (forced.empty()) forced = options_.forced_kernel;
   const size_t bi = m_bucket_index(shape.m);
   KernelChoice choice;
-  if (!forced.empty() || explain) {
+  if (!forced.empty()) {
     const MBucket& b = m_buckets()[bi];
     ASSIGN_OR_RETURN(Selection sel, registry_.select(host_, config(), shape, forced, b.lo, b.hi));
     choice.kernel = sel.kernel;
     choice.explanation = std::move(sel.explanation);
+  } else if (explain) {
+    // The same walk as the hot path below, with every candidate's verdict.
+    ASSIGN_OR_RETURN(choice.explanation, explain_ranked(bi, shape, &choice.kernel));
   } else {
     // Hot path: the bucket's short list, checked with can_implement only.
     for (const Prepared* p : bucket_candidates_[bi]) {

@@ -1,0 +1,437 @@
+// Layer: the kernel choice per M bucket and per request, with autotune (SPEC section 6): each
+// bucket's measurable candidates ranked by the time measured at load, unmeasurable ones in the
+// priority order, failed measurements skipped with the reason, and request-time choices (with or
+// without an explanation) that agree with the ranking. Fake kernels named like the real ones
+// return chosen measurements, so these tests run on any host.
+#include "server/core/layer.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/core/weights.h"
+#include "server/core/engine.h"
+
+namespace qlinear {
+namespace {
+
+using Measure = std::function<absl::StatusOr<double>(const ProblemShape&)>;
+using CanImplement = std::function<absl::Status(const ProblemShape&)>;
+
+// What the fakes saw: measurements (kernel, M, dtypes) and runs (kernel, M).
+struct Log {
+  absl::Mutex mu;
+  std::vector<std::string> measured;  // "kernel M=16 bf16->bf16"
+  std::map<std::string, int> runs;
+  int measure_count(absl::string_view kernel) {
+    absl::MutexLock lock(&mu);
+    int n = 0;
+    for (const std::string& s : measured) n += absl::StartsWith(s, absl::StrCat(kernel, " "));
+    return n;
+  }
+  int run_count(const std::string& kernel) {
+    absl::MutexLock lock(&mu);
+    return runs[kernel];
+  }
+};
+
+Measure fixed_us(double us) {
+  return [us](const ProblemShape&) { return absl::StatusOr<double>(us); };
+}
+Measure unmeasurable() {
+  return [](const ProblemShape&) -> absl::StatusOr<double> {
+    return absl::UnimplementedError("not measurable; the priority order decides");
+  };
+}
+
+class FakePrepared final : public PreparedKernel {
+ public:
+  FakePrepared(std::string name, Measure measure, std::shared_ptr<Log> log)
+      : name_(std::move(name)), measure_(std::move(measure)), log_(std::move(log)) {}
+  absl::Status run(const RunArgs&, RunTimings*) const override {
+    absl::MutexLock lock(&log_->mu);
+    log_->runs[name_]++;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> measure_us(const ProblemShape& s) const override {
+    absl::StatusOr<double> us = measure_(s);
+    if (!absl::IsUnimplemented(us.status())) {
+      absl::MutexLock lock(&log_->mu);
+      log_->measured.push_back(
+          absl::StrCat(name_, " M=", s.m, " ", dtype_name(s.x_dtype), "->", dtype_name(s.y_dtype)));
+    }
+    return us;
+  }
+
+ private:
+  std::string name_;
+  Measure measure_;
+  std::shared_ptr<Log> log_;
+};
+
+class FakeKernel final : public Kernel {
+ public:
+  FakeKernel(std::string name, Measure measure, CanImplement can, MRange m,
+             std::shared_ptr<Log> log)
+      : name_(std::move(name)),
+        measure_(std::move(measure)),
+        can_(std::move(can)),
+        m_(m),
+        log_(std::move(log)) {}
+  absl::string_view name() const override { return name_; }
+  absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
+  absl::Status can_implement(const LayerConfig&, const ProblemShape& s) const override {
+    return can_ ? can_(s) : absl::OkStatus();
+  }
+  MRange preferred_m() const override { return m_; }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(const LayerWeights&) const override {
+    return std::unique_ptr<PreparedKernel>(new FakePrepared(name_, measure_, log_));
+  }
+
+ private:
+  std::string name_;
+  Measure measure_;
+  CanImplement can_;
+  MRange m_;
+  std::shared_ptr<Log> log_;
+};
+
+struct Fake {
+  std::string name;
+  Measure measure = unmeasurable();
+  CanImplement can = nullptr;
+  MRange m = MRange{};
+};
+
+CanImplement declines_x(DType x, std::string reason) {
+  return [x, reason](const ProblemShape& s) {
+    return s.x_dtype == x ? absl::FailedPreconditionError(reason) : absl::OkStatus();
+  };
+}
+
+const CandidateVerdict* verdict(const std::vector<CandidateVerdict>& ex, absl::string_view k) {
+  for (const CandidateVerdict& v : ex) {
+    if (v.kernel == k) return &v;
+  }
+  return nullptr;
+}
+
+std::string selected_of(const std::vector<CandidateVerdict>& ex) {
+  std::string out;
+  for (const CandidateVerdict& v : ex) {
+    if (v.selected) out += (out.empty() ? "" : ",") + v.kernel;
+  }
+  return out;
+}
+
+class LayerTest : public ::testing::Test {
+ protected:
+  void add(Fake f) {
+    ASSERT_TRUE(registry_
+                    .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
+                                                      std::move(f.can), f.m, log_))
+                    .ok());
+  }
+  // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
+  void add_typical() {
+    add({"cuda.gemv_s8", fixed_us(19.1), nullptr, MRange{1, 1}});
+    add({"cuda.cutlass_sm90",
+         [](const ProblemShape& s) -> absl::StatusOr<double> { return s.m == 1 ? 14.7 : 10.0; }});
+    add({"cuda.cublaslt", [](const ProblemShape& s) -> absl::StatusOr<double> {
+           return s.m == 1 ? 16.5 : s.m >= 1024 ? 5.0 : 20.0;
+         }});
+    add({"cpu.avx512_vnni"});
+    add({"cpu.reference"});
+  }
+  std::shared_ptr<const LayerWeights> weights() {
+    LayerSpec spec;
+    spec.n = kN;
+    spec.k = kK;
+    spec.weight_scale = {0.002f};
+    spec.weight_scale_shape = {1};
+    auto w = build_layer_weights(spec, std::vector<int8_t>(kN * kK, 1));
+    EXPECT_TRUE(w.ok()) << w.status();
+    return *w;
+  }
+  absl::StatusOr<std::shared_ptr<const Layer>> create(bool autotune = true,
+                                                      std::string forced = "") {
+    Layer::Options o;
+    o.name = "l";
+    o.autotune = autotune;
+    o.forced_kernel = std::move(forced);
+    return Layer::create(std::move(o), weights(), registry_, host_);
+  }
+  ProblemShape shape(int64_t m, DType x = DType::kBF16, DType y = DType::kBF16) {
+    return ProblemShape{m, kN, kK, x, y};
+  }
+  // The kernel of the hot path and of the explained path, which must agree.
+  std::string chosen(const Layer& l, const ProblemShape& s) {
+    auto fast = l.choose(s, "", false);
+    auto explained = l.choose(s, "", true);
+    EXPECT_TRUE(fast.ok()) << fast.status();
+    EXPECT_TRUE(explained.ok()) << explained.status();
+    if (!fast.ok() || !explained.ok()) return "error";
+    EXPECT_EQ(fast->kernel, explained->kernel) << "M=" << s.m;
+    EXPECT_EQ(selected_of(explained->explanation), explained->kernel->name()) << "M=" << s.m;
+    return std::string(fast->kernel->name());
+  }
+
+  static constexpr int64_t kN = 32;
+  static constexpr int64_t kK = 64;
+  std::shared_ptr<Log> log_ = std::make_shared<Log>();
+  Registry registry_;
+  HostInfo host_;
+};
+
+TEST_F(LayerTest, AutotunePutsTheFastestFirstInEachBucket) {
+  add_typical();
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const auto& b = (*layer)->buckets();
+  ASSERT_EQ(b.size(), 6u);
+  // Priority would pick gemv for M = 1 and cutlass elsewhere; the measurements decide instead.
+  const char* want[] = {"cuda.cutlass_sm90", "cuda.cutlass_sm90", "cuda.cutlass_sm90",
+                        "cuda.cutlass_sm90", "cuda.cublaslt",     "cuda.cublaslt"};
+  const int64_t measured_m[] = {1, 16, 64, 256, 1024, 2048};
+  for (size_t i = 0; i < b.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("bucket ", i));
+    EXPECT_EQ(b[i].kernel, want[i]);
+    EXPECT_EQ(selected_of(b[i].explanation), want[i]);
+    EXPECT_EQ(b[i].measured_m, measured_m[i]);
+    EXPECT_EQ(chosen(**layer, shape(b[i].bucket.lo)), want[i]);
+    EXPECT_EQ(chosen(**layer, shape(measured_m[i])), want[i]);
+  }
+  // M = 1: three measured, explained with every time.
+  EXPECT_EQ(verdict(b[0].explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load, 14.7 us at M=1; cuda.gemv_s8 19.1 us; cuda.cublaslt "
+            "16.5 us");
+  EXPECT_EQ(verdict(b[0].explanation, "cuda.gemv_s8")->reason,
+            "measured slower at load: 19.1 us at M=1 (cuda.cutlass_sm90 14.7 us)");
+  EXPECT_EQ(verdict(b[0].explanation, "cuda.cublaslt")->reason,
+            "measured slower at load: 16.5 us at M=1 (cuda.cutlass_sm90 14.7 us)");
+  EXPECT_EQ(verdict(b[0].explanation, "cpu.avx512_vnni")->reason,
+            "a higher-priority kernel was selected");
+  ASSERT_EQ(b[0].measured.size(), 3u);  // priority order
+  EXPECT_EQ(b[0].measured[0].kernel, "cuda.gemv_s8");
+  EXPECT_DOUBLE_EQ(b[0].measured[0].us, 19.1);
+  // The prefill bucket: cublaslt wins at M = 2048, gemv does not prefer it and is not measured.
+  EXPECT_EQ(verdict(b[5].explanation, "cuda.cublaslt")->reason,
+            "fastest measured at load, 5.0 us at M=2048; cuda.cutlass_sm90 10.0 us");
+  EXPECT_EQ(verdict(b[5].explanation, "cuda.gemv_s8")->reason,
+            "prefers M 1..1, bucket is M >= 1025");
+  // Measured once per eligible kernel and bucket, in bf16, at the bucket's M.
+  EXPECT_EQ(log_->measure_count("cuda.gemv_s8"), 1);
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 6);
+  EXPECT_EQ(log_->measure_count("cuda.cublaslt"), 6);
+  EXPECT_EQ(log_->measured[0], "cuda.gemv_s8 M=1 bf16->bf16");
+  EXPECT_EQ(log_->measured.back(), "cuda.cublaslt M=2048 bf16->bf16");
+}
+
+TEST_F(LayerTest, UnmeasurableKernelsKeepThePriorityOrder) {
+  // gemv cannot be measured: it stays ahead of the measured block; the CPU kernel stays behind.
+  add({"cuda.gemv_s8", unmeasurable(), [](const ProblemShape& s) {
+         return s.x_dtype == DType::kBF16 ? absl::OkStatus()
+                                          : absl::FailedPreconditionError("fake gemv: bf16 only");
+       }});
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cuda.cublaslt", fixed_us(10.0), declines_x(DType::kF32, "fake cublaslt: no fp32 input")});
+  add({"cpu.avx512_vnni"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const BucketInfo& b = (*layer)->buckets()[1];
+  EXPECT_EQ(b.kernel, "cuda.gemv_s8");
+  EXPECT_EQ(verdict(b.explanation, "cuda.gemv_s8")->reason, "");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cublaslt")->reason,
+            "a higher-priority kernel was selected");
+  ASSERT_EQ(b.measured.size(), 2u);
+  EXPECT_EQ(chosen(**layer, shape(16)), "cuda.gemv_s8");
+  // gemv declines: the measured block, fastest first, is next (cublaslt, not cutlass).
+  EXPECT_EQ(chosen(**layer, shape(16, DType::kF16)), "cuda.cublaslt");
+  // cublaslt declines too: cutlass, never the CPU kernel.
+  EXPECT_EQ(chosen(**layer, shape(16, DType::kF32)), "cuda.cutlass_sm90");
+  EXPECT_EQ(log_->measure_count("cuda.gemv_s8"), 0);
+}
+
+TEST_F(LayerTest, MeasuredKernelsMoveAsOneBlockAheadOfUnmeasurableOnes) {
+  // An unmeasurable kernel between two measurable ones goes behind them, so that a measured
+  // ranking is never broken up by a kernel whose speed is unknown.
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cuda.cublaslt", unmeasurable()});
+  add({"cpu.avx512_vnni", fixed_us(5.0)});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const BucketInfo& b = (*layer)->buckets()[2];
+  EXPECT_EQ(b.kernel, "cpu.avx512_vnni");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cutlass_sm90")->reason,
+            "measured slower at load: 20.0 us at M=64 (cpu.avx512_vnni 5.0 us)");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cublaslt")->reason,
+            "a higher-priority kernel was selected");
+  EXPECT_EQ(chosen(**layer, shape(64)), "cpu.avx512_vnni");
+}
+
+TEST_F(LayerTest, FailedMeasurementIsSkippedWithItsReason) {
+  add({"cuda.gemv_s8",
+       [](const ProblemShape&) -> absl::StatusOr<double> {
+         return absl::ResourceExhaustedError(
+             "out of GPU memory on cuda:0 allocating 134217728 bytes for an L2 flush buffer");
+       },
+       nullptr, MRange{1, 1}});
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cuda.cublaslt", fixed_us(10.0)});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();  // a failed measurement never fails the load
+  const BucketInfo& b = (*layer)->buckets()[0];
+  EXPECT_EQ(b.kernel, "cuda.cublaslt");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cublaslt")->reason,
+            "fastest measured at load, 10.0 us at M=1; cuda.gemv_s8 not measured; "
+            "cuda.cutlass_sm90 20.0 us");
+  EXPECT_EQ(verdict(b.explanation, "cuda.gemv_s8")->reason,
+            "its measurement at load failed (out of GPU memory on cuda:0 allocating 134217728 "
+            "bytes for an L2 flush buffer); ranked after the measured kernels");
+  ASSERT_EQ(b.measured.size(), 3u);
+  EXPECT_FALSE(b.measured[0].error.empty());
+  EXPECT_EQ(chosen(**layer, shape(1)), "cuda.cublaslt");
+}
+
+TEST_F(LayerTest, WhenEveryMeasurementFailsThePriorityOrderStands) {
+  const Measure fails = [](const ProblemShape&) -> absl::StatusOr<double> {
+    return absl::InternalError("CUDA error in cudaEventRecord: boom");
+  };
+  add({"cuda.cutlass_sm90", fails});
+  add({"cuda.cublaslt", fails});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const BucketInfo& b = (*layer)->buckets()[3];
+  EXPECT_EQ(b.kernel, "cuda.cutlass_sm90");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cutlass_sm90")->reason,
+            "not ranked: its measurement at load failed (CUDA error in cudaEventRecord: boom)");
+  EXPECT_EQ(verdict(b.explanation, "cuda.cublaslt")->reason,
+            "its measurement at load failed (CUDA error in cudaEventRecord: boom); a "
+            "higher-priority kernel was selected");
+  EXPECT_EQ(chosen(**layer, shape(256)), "cuda.cutlass_sm90");
+}
+
+TEST_F(LayerTest, AutotuneOffKeepsThePriorityOrder) {
+  add_typical();
+  auto layer = create(/*autotune=*/false);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  for (const BucketInfo& b : (*layer)->buckets()) {
+    const std::string want = b.bucket.lo == 1 ? "cuda.gemv_s8" : "cuda.cutlass_sm90";
+    EXPECT_EQ(b.kernel, want);
+    EXPECT_TRUE(b.measured.empty());
+    EXPECT_EQ(verdict(b.explanation, want)->reason, "");
+    EXPECT_EQ(chosen(**layer, shape(b.bucket.lo)), want);
+  }
+  EXPECT_TRUE(log_->measured.empty());
+}
+
+TEST_F(LayerTest, OneMeasurableCandidateIsNotRanked) {
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cpu.avx512_vnni"});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  for (const BucketInfo& b : (*layer)->buckets()) {
+    EXPECT_EQ(b.kernel, "cuda.cutlass_sm90");
+    EXPECT_TRUE(b.measured.empty());
+    EXPECT_EQ(verdict(b.explanation, "cuda.cutlass_sm90")->reason, "");
+  }
+}
+
+TEST_F(LayerTest, ForcedKernelIgnoresAutotune) {
+  add_typical();
+  auto layer = create(/*autotune=*/true, "cuda.gemv_s8");
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_TRUE(log_->measured.empty());  // nothing to rank: the forced kernel runs everywhere
+  for (const BucketInfo& b : (*layer)->buckets()) {
+    EXPECT_EQ(b.kernel, "cuda.gemv_s8");
+    EXPECT_TRUE(b.measured.empty());
+    EXPECT_EQ(verdict(b.explanation, "cuda.cutlass_sm90")->reason, "not forced");
+  }
+  auto c = (*layer)->choose(shape(16), "", true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kernel->name(), "cuda.gemv_s8");
+
+  // A request forcing a kernel on an autotuned layer gets exactly that kernel.
+  auto tuned = create();
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  auto forced = (*tuned)->choose(shape(1), "cuda.cublaslt", true);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->kernel->name(), "cuda.cublaslt");
+  EXPECT_EQ(selected_of(forced->explanation), "cuda.cublaslt");
+  EXPECT_EQ(verdict(forced->explanation, "cuda.cutlass_sm90")->reason, "not forced");
+}
+
+TEST_F(LayerTest, FastestThatCannotRunTheRequestFallsBackToTheNextRanked) {
+  add({"cuda.gemv_s8", fixed_us(30.0), nullptr, MRange{1, 1}});
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cuda.cublaslt", fixed_us(10.0), declines_x(DType::kF32, "fake cublaslt: no fp32 input")});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ((*layer)->buckets()[1].kernel, "cuda.cublaslt");
+  EXPECT_EQ(chosen(**layer, shape(16)), "cuda.cublaslt");
+  // fp32 input: cublaslt (fastest) declines; cutlass (second) runs, not gemv or the reference.
+  EXPECT_EQ(chosen(**layer, shape(16, DType::kF32)), "cuda.cutlass_sm90");
+  EXPECT_EQ(chosen(**layer, shape(1, DType::kF32)), "cuda.cutlass_sm90");
+  auto c = (*layer)->choose(shape(16, DType::kF32), "", true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(verdict(c->explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load that can run this shape, 20.0 us at M=16; cuda.cublaslt "
+            "10.0 us");
+  EXPECT_EQ(verdict(c->explanation, "cuda.cublaslt")->reason, "fake cublaslt: no fp32 input");
+  EXPECT_FALSE(verdict(c->explanation, "cpu.reference")->selected);
+}
+
+TEST_F(LayerTest, ExplainOnARequestNamesTheAutotunedKernelThatRuns) {
+  add_typical();
+  Engine engine(registry_, host_);  // autotune on by default
+  LoadRequest req;
+  req.name = "l";
+  req.spec.n = kN;
+  req.spec.k = kK;
+  req.spec.weight_scale = {0.002f};
+  req.spec.weight_scale_shape = {1};
+  auto loaded = engine.load(req, std::vector<int8_t>(kN * kK, 1));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (const auto& [m, want] : std::vector<std::pair<int64_t, std::string>>{
+           {1, "cuda.cutlass_sm90"}, {2000, "cuda.cublaslt"}}) {
+    SCOPED_TRACE(absl::StrCat("M=", m));
+    std::string x(static_cast<size_t>(m * kK) * 2, '\0'), y;
+    InferInput in;
+    in.layer = "l";
+    in.m = m;
+    in.x = x;
+    in.explain = true;
+    InferOutput out;
+    const int runs_before = log_->run_count(want);
+    ASSERT_TRUE(engine.infer(in, CallContext{}, &y, &out).ok());
+    EXPECT_EQ(out.kernel, want);
+    EXPECT_EQ(selected_of(out.explanation), want);
+    EXPECT_TRUE(
+        absl::StartsWith(verdict(out.explanation, want)->reason, "fastest measured at load, "))
+        << verdict(out.explanation, want)->reason;
+    EXPECT_EQ(log_->run_count(want), runs_before + 1);  // the explained kernel is the one that ran
+  }
+  // Off in the engine's options: the priority order.
+  EngineOptions off;
+  off.autotune = false;
+  Engine plain(registry_, host_, off);
+  auto again = plain.load(req, std::vector<int8_t>(kN * kK, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->layer().buckets()[0].kernel, "cuda.gemv_s8");
+}
+
+}  // namespace
+}  // namespace qlinear
