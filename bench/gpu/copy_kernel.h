@@ -18,4 +18,7 @@ cudaError_t launch_copy_16b(const void* src, void* dst, size_t bytes, int sm_cou
 cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* sink,
                             cudaStream_t stream);
 
+// One block that does nothing: what a launch costs in the benchmark's timing harness.
+cudaError_t launch_empty(cudaStream_t stream);
+
 }  // namespace qlinear::gpu

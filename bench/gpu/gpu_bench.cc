@@ -18,12 +18,15 @@
 // Sections: (1) cuda.gemv_s8's launch plans swept against its planner's choice, (2)
 // cuda.cutlass_sm90's tile configurations (GEMM + fused epilogue, no quantize) against the bare
 // cuBLASLt GEMM, (3) every kernel's op per shape and M, (4) the serving path (`run` on host
-// buffers) for M = 1 and 2048, and last (5) a summary: per shape and M the kernel the registry
-// dispatches, its time, TOPS, weight bandwidth, distance to the floor, and its speed-up over the
-// bare GEMM and over cuda.cublaslt, with the targets checked.
+// buffers) for M = 1 and 2048, and last (5) a summary: per shape and M the kernel the server
+// dispatches (its load-time autotune keeps the fastest GPU kernel per M bucket), its time, TOPS,
+// weight bandwidth, distance to the floor, and its speed-up over the bare GEMM and over
+// cuda.cublaslt, with the targets checked.
 //
-// Usage: qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]
-// (--small_m: every shape at M = 1, 4, 8 and 16 only, with cuda.gemv_s8's plan sweep)
+// Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
+//                          [--sweep=true|false]
+// (--small_m: every shape at M = 1, 4, 8 and 16 only, with cuda.gemv_s8's plan sweep;
+//  --diagnose: only cuda.gemv_s8's time split into phases at M = 1 and 16, see diagnose_gemv)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -37,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -79,6 +84,7 @@ const int64_t kSmallMs[] = {1, 16, 64, 128, 256};
 struct Options {
   bool quick = false;
   bool small_m = false;
+  bool diagnose = false;
   bool sweep = true;
   int64_t reps = 100;
   int64_t warmup = 10;
@@ -257,7 +263,7 @@ struct Point {
   int64_t n = 0, k = 0, m = 0;
   double gemm_us = 0;
   std::map<std::string, double> op_us;  // kernel name -> op time
-  std::string dispatched;               // what the registry picks for this M
+  std::string dispatched;               // what the server runs at this M (see run_shape)
 };
 
 double floor_us(int64_t m, int64_t n, int64_t k) {
@@ -277,6 +283,11 @@ struct ShapeBuffers {
 std::string shape_name(const ShapeCase& sc) {
   return absl::StrFormat("%s %s %lldx%lld", sc.model, sc.proj, static_cast<long long>(sc.n),
                          static_cast<long long>(sc.k));
+}
+
+// A gemv plan as row groups / split_k / clusters / chunks.
+std::string plan_name(const GemvS8Plan& p) {
+  return absl::StrFormat("%d/%d/%d/%d", p.row_groups, p.split_k, p.clusters, p.chunks);
 }
 
 // (1) cuda.gemv_s8: every (row groups, split_k) launch plan against the planner's choice, for
@@ -328,7 +339,7 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
           if (e == cudaErrorNotSupported) continue;
           RETURN_IF_CUDA_ERROR(e);
           ASSIGN_OR_RETURN(const double us, time_plan(p));
-          absl::StrAppendFormat(&all, " %d/%d/%d/%d:%.1f", rg, sk, p.clusters, u, us);
+          absl::StrAppendFormat(&all, " %s:%.1f", plan_name(p), us);
           if (us < best_us) {
             best_us = us;
             best = p;
@@ -337,13 +348,122 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
       }
     }
     std::printf(
-        "gemv-plan %-22s M=%-3lld tuned rg/sk/cl/u %d/%d/%d/%d %7.1f us %.2f TB/s (load-time "
-        "%5.1f)  best %d/%d/%d/%d %7.1f us\n",
-        shape_name(sc).c_str(), static_cast<long long>(m), chosen.row_groups, chosen.split_k,
-        chosen.clusters, chosen.chunks, chosen_us, sc.n * sc.k / (chosen_us * 1e-6) / 1e12,
-        chosen.measured_us, best.row_groups, best.split_k, best.clusters, best.chunks, best_us);
+        "gemv-plan %-22s M=%-3lld tuned rg/sk/cl/u %-10s %7.1f us %.2f TB/s (load-time "
+        "%5.1f)  best %-10s %7.1f us\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), plan_name(chosen).c_str(), chosen_us,
+        sc.n * sc.k / (chosen_us * 1e-6) / 1e12, chosen.measured_us, plan_name(best).c_str(),
+        best_us);
     std::printf("gemv-plan-all %-22s M=%-3lld%s\n", shape_name(sc).c_str(),
                 static_cast<long long>(m), all.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// --diagnose: where cuda.gemv_s8's time goes at M = 1 and 16. Next to the op's time it prints
+// what the harness itself costs (an empty launch), how fast the weights alone can be read (an SM
+// read stream over the same rotated copies), the bare cuBLASLt GEMM, and the phases of the tuned
+// plan from the kernel's own %globaltimer stamps (medians over traced launches): the spread of
+// block start times, per-block statistics / cluster merge / quantization time, when the last
+// tile's weights were multiplied and when the last block exited, relative to the first start.
+absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                           cudaStream_t stream, cublasLtHandle_t lt) {
+  const int sms = host_info().gpus[0].sm_count;
+  DeviceBuffer sink;
+  RETURN_IF_ERROR(sink.allocate(static_cast<size_t>(sms) * 4 * 512 * 4, "the read stream"));
+  ASSIGN_OR_RETURN(const double empty_us, median_us(stream, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(launch_empty(stream));
+                     return absl::OkStatus();
+                   }));
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  ASSIGN_OR_RETURN(
+      const double read_us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
+        RETURN_IF_CUDA_ERROR(launch_read_16b(b.w[s].get(), w_bytes, sms, sink.get(), stream));
+        return absl::OkStatus();
+      }));
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    const int m_pad = gemv_m_pad(m);
+    if (!gemv_s8_fits(sc.k, m_pad)) continue;
+    BareGemm bare;
+    RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
+    ASSIGN_OR_RETURN(const double gemm_us, median_us(stream, b.copies, o, [&](int s) {
+                       return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
+                                           b.acc.as<int32_t>(), b.workspace.get(), stream);
+                     }));
+    GemvS8Args a;
+    a.x = b.x.get();
+    a.m = m;
+    a.n = sc.n;
+    a.k = sc.k;
+    a.sb = b.sb.as<float>();
+    a.bias = b.bias.as<float>();
+    a.y = b.y.get();
+    a.sa = b.sa.as<float>();
+    DeviceBuffer flush;
+    RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
+    GemvS8Plan plan;
+    GemvS8Args at = a;
+    at.w = b.w[0].as<int8_t>();
+    at.m = m_pad;
+    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 64, stream, &plan));
+    ASSIGN_OR_RETURN(const double op_us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
+                       GemvS8Args as = a;
+                       as.w = b.w[s].as<int8_t>();
+                       RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
+                       return absl::OkStatus();
+                     }));
+    // Traced launches, back to back over the rotated copies as in the timing above.
+    const int blocks = plan.clusters * plan.split_k;
+    const int launches = 4 * b.copies;
+    DeviceBuffer trace;
+    RETURN_IF_ERROR(trace.allocate(
+        static_cast<size_t>(launches) * blocks * kGemvTracePoints * sizeof(uint64_t), "trace"));
+    for (int i = 0; i < launches; ++i) {
+      GemvS8Args as = a;
+      as.w = b.w[i % b.copies].as<int8_t>();
+      as.trace = trace.as<uint64_t>() + static_cast<size_t>(i) * blocks * kGemvTracePoints;
+      RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
+    }
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+    std::vector<uint64_t> t(static_cast<size_t>(launches) * blocks * kGemvTracePoints);
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(t.data(), trace.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    // Per launch: start spread, median block phases, last multiply and last exit (us).
+    std::vector<double> spread, stats, merge, quant, mult_end, exit_end;
+    for (int i = launches / 4; i < launches; ++i) {  // the first round warms up
+      const uint64_t* ti = t.data() + static_cast<size_t>(i) * blocks * kGemvTracePoints;
+      uint64_t t0 = UINT64_MAX, t0_max = 0, t4 = 0, t5 = 0;
+      std::vector<double> s1, s2, s3;
+      for (int blk = 0; blk < blocks; ++blk) {
+        const uint64_t* p = ti + blk * kGemvTracePoints;
+        t0 = std::min(t0, p[0]);
+        t0_max = std::max(t0_max, p[0]);
+        t4 = std::max(t4, p[4]);
+        t5 = std::max(t5, p[5]);
+        s1.push_back((p[1] - p[0]) * 1e-3);
+        s2.push_back((p[2] - p[1]) * 1e-3);
+        s3.push_back((p[3] - p[2]) * 1e-3);
+      }
+      spread.push_back((t0_max - t0) * 1e-3);
+      stats.push_back(median(s1));
+      merge.push_back(median(s2));
+      quant.push_back(median(s3));
+      mult_end.push_back((t4 - t0) * 1e-3);
+      exit_end.push_back((t5 - t0) * 1e-3);
+    }
+    const double span = median(exit_end);
+    std::printf(
+        "diagnose %-22s M=%-3lld empty %5.1f us | read %6.1f us %5.2f TB/s | bare-gemm %6.1f us "
+        "| gemv %-10s %6.1f us %5.2f TB/s: start spread %4.1f, stats %4.1f, merge %4.1f, "
+        "quant %4.1f, multiplied %6.1f, exit %6.1f, outside the kernel %5.1f\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), empty_us, read_us,
+        w_bytes / (read_us * 1e-6) / 1e12, gemm_us, plan_name(plan).c_str(), op_us,
+        w_bytes / (op_us * 1e-6) / 1e12, median(spread), median(stats), median(merge),
+        median(quant), median(mult_end), span, op_us - span);
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -453,11 +573,12 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), weights->w.data(), w_bytes, cudaMemcpyHostToDevice));
   }
 
+  if (o.diagnose) return diagnose_gemv(sc, b, o, stream, lt);
   if (o.sweep) {
     RETURN_IF_ERROR(sweep_gemv(sc, b, o, stream));
   }
   if (o.sweep && !o.small_m) {
-    std::vector<int64_t> tile_ms = {64, 128, 256};
+    std::vector<int64_t> tile_ms = {1, 16, 64, 128, 256};
     tile_ms.insert(tile_ms.end(), sc.large_ms.begin(), sc.large_ms.end());
     RETURN_IF_ERROR(sweep_cutlass(sc, b, tile_ms, o, stream, lt));
   }
@@ -524,8 +645,15 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
       pt.op_us[std::string(kc.kernel->name())] = op_us;
     }
     const MBucket& bucket = m_buckets()[m_bucket_index(m)];
-    auto sel = registry.select(host_info(), weights->config, shape, "", bucket.lo, bucket.hi);
-    pt.dispatched = sel.ok() ? std::string(sel->kernel->name()) : "-";
+    // What the server runs: its autotune keeps, per M bucket, the fastest of the GPU kernels that
+    // prefer the bucket (Layer::create); here that is the fastest of them measured at this M
+    // (the server measures once per bucket, at the bucket's largest M or 2048).
+    pt.dispatched = "-";
+    for (const auto& [name, us] : pt.op_us) {
+      const Kernel* k = registry.find(name);
+      if (k == nullptr || !k->preferred_m().contains(bucket.lo, bucket.hi)) continue;
+      if (pt.dispatched == "-" || us < pt.op_us[pt.dispatched]) pt.dispatched = name;
+    }
 
     const double fl = floor_us(m, n, k);
     const double ops = 2.0 * m * n * k;
@@ -657,10 +785,13 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
 int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
-      "qlinear_gpu_bench [--quick] [--small_m] [--reps=N] [--warmup=N] [--sweep=true|false]",
+      "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N] "
+      "[--sweep=true|false]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m, "Only M = 1, 4, 8 and 16 on every shape, gemv plans swept");
+  args.add("diagnose", &o.diagnose,
+           "Only where cuda.gemv_s8's time goes at M = 1 and 16 (phases from in-kernel stamps)");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
@@ -721,11 +852,13 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (absl::Status s = run_host_path(registry, o); !s.ok()) {
-    std::printf("serving path: %s\n", std::string(s.message()).c_str());
-    ++failures;
+  if (!o.diagnose) {
+    if (absl::Status s = run_host_path(registry, o); !s.ok()) {
+      std::printf("serving path: %s\n", std::string(s.message()).c_str());
+      ++failures;
+    }
+    print_summary(points, ceil);
   }
-  print_summary(points, ceil);
   cublasLtDestroy(lt);
   cudaStreamDestroy(stream);
   return failures == 0 ? 0 : 1;
@@ -734,4 +867,9 @@ int bench_main(int argc, char** argv) {
 }  // namespace
 }  // namespace qlinear::gpu
 
-int main(int argc, char** argv) { return qlinear::gpu::bench_main(argc, argv); }
+int main(int argc, char** argv) {
+  // A crash prints a symbolized stack trace (the benchmark runs unattended on the GPU host).
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  return qlinear::gpu::bench_main(argc, argv);
+}

@@ -43,6 +43,10 @@ struct CutlassSm90Args {
   void* y = nullptr;
   ElemType y_type = ElemType::kBF16;
   int sm_count = 0;
+  // Launch as the programmatic dependent of the stream's previous kernel (which must trigger
+  // griddepcontrol.launch_dependents, as the quantize kernel does): the GEMM's set-up overlaps
+  // that kernel, and its producer waits for that kernel's results before the first load.
+  bool pdl = false;
 };
 
 namespace cutlass_sm90 {

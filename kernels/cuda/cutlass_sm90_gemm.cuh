@@ -212,7 +212,7 @@ struct FusedGemm {
     // launcher: no per-call attribute setting, no workspace initialisation kernel (the
     // persistent data-parallel scheduler needs none).
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    if (Gemm::run(params, stream) != cutlass::Status::kSuccess) {
+    if (Gemm::run(params, stream, nullptr, a.pdl) != cutlass::Status::kSuccess) {
       e = cudaGetLastError();
       return e != cudaSuccess ? e : cudaErrorLaunchFailure;
     }

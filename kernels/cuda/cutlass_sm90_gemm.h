@@ -22,7 +22,12 @@
 //
 // Per layer (prepare): weights, sb, column sums and bias_v for each output type uploaded once;
 // kernels' shared-memory limits set. Per request: two launches (quantize, fused GEMM), no
-// allocation; kernel parameters (TMA descriptors) are encoded on the host.
+// allocation; kernel parameters (TMA descriptors) are encoded on the host. Up to M = 64 the GEMM
+// is launched as the quantize kernel's programmatic dependent (PDL): the quantize kernel lets it
+// start at once, so its launch and set-up (barriers, descriptor prefetch) overlap the
+// quantization, and its producer warp waits on the grid dependency (griddepcontrol.wait,
+// CUTLASS's GDC) before it loads xq; everything it reads later (sa, azp) follows that wait.
+// (Larger M measured slower with it; the numbers are beside kPdlMaxM in cutlass_sm90_gemm.cc.)
 #pragma once
 
 #include <memory>

@@ -37,7 +37,7 @@ struct GemvS8Plan {
 // (n % 16 == 0); sb [n]; azp_adj [n] (asymmetric schemes, as LayerWeights holds it: folded with
 // the zero point for static asymmetric); bias [n] fp32 or null (rounded to y's type in the
 // kernel); y [m, n]; sa [m] and azp [m] (azp may be null for symmetric schemes) are outputs;
-// xq [m, k] and acc [m, n] are optional debug outputs.
+// xq [m, k] and acc [m, n] are optional debug outputs; trace is for benchmarks.
 struct GemvS8Args {
   const void* x = nullptr;
   ElemType x_type = ElemType::kBF16;
@@ -55,7 +55,14 @@ struct GemvS8Args {
   int32_t* azp = nullptr;
   int8_t* xq = nullptr;
   int32_t* acc = nullptr;
+  // Benchmarks only: when set, thread 0 of every block writes kGemvTracePoints %globaltimer
+  // stamps (ns) at trace[block * kGemvTracePoints + i]: entry, row statistics reduced in the
+  // block, statistics merged over the cluster, activations quantized, the last tile's weights
+  // multiplied (after the cluster barrier), exit.
+  uint64_t* trace = nullptr;
 };
+
+inline constexpr int kGemvTracePoints = 6;
 
 // The padded token count for m rows (m <= kGemvMaxM).
 inline int gemv_m_pad(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64; }
@@ -79,9 +86,9 @@ cudaError_t plan_gemv_s8_fixed(int64_t n, int64_t k, int m_pad, int x_elem_bytes
 
 // Times the cost model's best `candidates` plans (every (row_groups, split_k, chunks) that fits
 // when candidates is at least their number) for args (m = the group's m_pad rows; x, y and
-// sa device buffers of that size; the layer's w, sb, ...), each launch after `flush` (a buffer of
-// at least the L2's size) has been written so that the weights come from HBM, and returns the
-// fastest in *plan. Synchronises `stream`: for load time only.
+// sa device buffers of that size; the layer's w, sb, ...), each the median of five launches
+// after `flush` (a buffer of at least the L2's size) has been read so that the weights come from
+// HBM, and returns the fastest in *plan. Synchronises `stream`: for load time only.
 cudaError_t tune_gemv_s8(const GemvS8Args& args, int m_pad, void* flush, size_t flush_bytes,
                          int candidates, cudaStream_t stream, GemvS8Plan* plan);
 

@@ -78,6 +78,17 @@ __global__ void __launch_bounds__(1024)
   const int64_t row = blockIdx.x;
   const T* xr = x + row * k;
   int8_t* qr = xq + row * k;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A kernel launched after this one as its programmatic dependent (cuda.cutlass_sm90's GEMM)
+  // may start now: it waits for this grid's completion before it reads xq, sa or azp, and its
+  // set-up overlaps this kernel.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  // The row stays in registers between the passes when each thread holds at most kCached
+  // vectors of it (k <= 32 * blockDim.x, which launch_typed arranges up to k = 16384).
+  constexpr int kCached = 4;
+  const bool cached = W == 8 && k <= static_cast<int64_t>(kCached) * W * blockDim.x;
+  float cache[W == 8 ? kCached : 1][W];
 
   // Pass 1: the row's reduction; the finiteness check rides on it.
   float absmax = 0.f, mn = INFINITY, mx = -INFINITY;
@@ -90,13 +101,30 @@ __global__ void __launch_bounds__(1024)
       mx = fmaxf(mx, v);
     }
   };
-  // Unrolled so that several loads are in flight per thread.
-#pragma unroll 4
-  for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
-    float v[W];
-    load_w<W>(xr + i, v);
+  if (cached) {
+    // Every load in flight at once, then the reduction from registers.
 #pragma unroll
-    for (int j = 0; j < W; ++j) visit(v[j]);
+    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
+      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
+      if (i < k) load_w<W>(xr + i, cache[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
+      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
+      if (i < k) {
+#pragma unroll
+        for (int j = 0; j < W; ++j) visit(cache[c][j]);
+      }
+    }
+  } else {
+    // Unrolled so that several loads are in flight per thread.
+#pragma unroll 4
+    for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
+      float v[W];
+      load_w<W>(xr + i, v);
+#pragma unroll
+      for (int j = 0; j < W; ++j) visit(v[j]);
+    }
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -151,13 +179,10 @@ __global__ void __launch_bounds__(1024)
   const float mul = s_mul, div = s_div;
   const int32_t zp = s_zp;
 
-  // Pass 2: quantize (the row is in L1/L2 from pass 1).
-#pragma unroll 4
-  for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
+  // Pass 2: quantize (the row is in registers, or in L1/L2 from pass 1).
+  auto emit = [&](int64_t i, const float(&v)[W]) {
     uint32_t packed[(W + 3) / 4] = {};
     if (mode == kQuantize) {
-      float v[W];
-      load_w<W>(xr + i, v);
 #pragma unroll
       for (int j = 0; j < W; ++j) {
         const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[j], mul, div, zp));
@@ -171,6 +196,20 @@ __global__ void __launch_bounds__(1024)
     } else {
       qr[i] = static_cast<int8_t>(packed[0]);
     }
+  };
+  if (cached) {
+#pragma unroll
+    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
+      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
+      if (i < k) emit(i, cache[c]);
+    }
+    return;
+  }
+#pragma unroll 4
+  for (int64_t i = W * static_cast<int64_t>(threadIdx.x); i < k; i += W * blockDim.x) {
+    float v[W] = {};
+    if (mode == kQuantize) load_w<W>(xr + i, v);
+    emit(i, v);
   }
 }
 

@@ -47,82 +47,91 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
 
 #if QLINEAR_HAVE_CUTLASS
 // Each tile configuration and output type through the device entry point, on the reference's
-// own xq, sa and azp: y bit-exact for every scheme's form of the epilogue.
+// own xq, sa and azp: y bit-exact for every scheme's form of the epilogue. Two shapes: tails in
+// M, N and K for every tile; and a decode-like one (16 tokens, 3 output tiles, 65 K steps).
 TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
-  const int64_t n = 400, k = 336, m = 300;  // tails in M, N and K for every tile
-  for (Scheme scheme : kSchemes) {
-    for (bool bias : {false, true}) {
-      const auto w = make_layer(rng, scheme, n, k, bias);
-      ASSERT_NE(w, nullptr);
-      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kF32);
-      // Column sums for every scheme; the quantizer's azp selects what they do (the header).
-      std::vector<int32_t> colsum(n, 0);
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t i = 0; i < k; ++i) colsum[r] += w->w[r * k + i];
-      }
-      DeviceBuffer d_w, d_sb, d_adj, d_bias, d_xq, d_sa, d_azp, d_y;
-      ASSERT_TRUE(d_w.allocate(n * k, "w").ok());
-      ASSERT_TRUE(d_sb.allocate(n * 4, "sb").ok());
-      ASSERT_TRUE(d_adj.allocate(n * 4, "adj").ok());
-      ASSERT_TRUE(d_bias.allocate(n * 4, "bias").ok());
-      ASSERT_TRUE(d_xq.allocate(m * k, "xq").ok());
-      ASSERT_TRUE(d_sa.allocate(m * 4, "sa").ok());
-      ASSERT_TRUE(d_azp.allocate(m * 4, "azp").ok());
-      ASSERT_TRUE(d_y.allocate(m * n * 4, "y").ok());
-      ASSERT_EQ(cudaMemcpy(d_w.get(), w->w.data(), n * k, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_sb.get(), w->sb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      for (DType yt : kDTypes) {
-        const Expected want = reference_run(*w, x.data(), DType::kF32, m, yt);
-        ASSERT_TRUE(want.status.ok());
-        std::vector<int32_t> azp = want.azp;
-        if (scheme == Scheme::kStaticAsymmetric) {
-          azp.assign(m, w->config.input_zero_point);  // what cuda.quantize writes
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case& cs : {Case{300, 400, 336}, Case{16, 272, 8336}}) {
+    const int64_t m = cs.m, n = cs.n, k = cs.k;
+    for (Scheme scheme : kSchemes) {
+      for (bool bias : {false, true}) {
+        const auto w = make_layer(rng, scheme, n, k, bias);
+        ASSERT_NE(w, nullptr);
+        const std::vector<uint8_t> x = make_x(rng, m, k, DType::kF32);
+        // Column sums for every scheme; the quantizer's azp selects what they do (the header).
+        std::vector<int32_t> colsum(n, 0);
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < k; ++i) colsum[r] += w->w[r * k + i];
         }
-        std::vector<float> bias_v(n, is_asymmetric(scheme) ? 0.f : -0.f);
-        if (bias) {
-          for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(w->bias[i], yt);
-        }
-        ASSERT_EQ(cudaMemcpy(d_xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
+        DeviceBuffer d_w, d_sb, d_adj, d_bias, d_xq, d_sa, d_azp, d_y;
+        ASSERT_TRUE(d_w.allocate(n * k, "w").ok());
+        ASSERT_TRUE(d_sb.allocate(n * 4, "sb").ok());
+        ASSERT_TRUE(d_adj.allocate(n * 4, "adj").ok());
+        ASSERT_TRUE(d_bias.allocate(n * 4, "bias").ok());
+        ASSERT_TRUE(d_xq.allocate(m * k, "xq").ok());
+        ASSERT_TRUE(d_sa.allocate(m * 4, "sa").ok());
+        ASSERT_TRUE(d_azp.allocate(m * 4, "azp").ok());
+        ASSERT_TRUE(d_y.allocate(m * n * 4, "y").ok());
+        ASSERT_EQ(cudaMemcpy(d_w.get(), w->w.data(), n * k, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d_sb.get(), w->sb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d_adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice),
                   cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
-                  cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
-                  cudaSuccess);
-        for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-          CutlassSm90Args g;
-          g.xq = d_xq.as<int8_t>();
-          g.w = d_w.as<int8_t>();
-          g.m = m;
-          g.n = n;
-          g.k = k;
-          g.sa = d_sa.as<float>();
-          g.azp = d_azp.as<int32_t>();
-          g.sb = d_sb.as<float>();
-          g.adj = d_adj.as<int32_t>();
-          g.bias_v = d_bias.as<float>();
-          g.y = d_y.get();
-          g.y_type = static_cast<ElemType>(yt);
-          g.sm_count = host_info().gpus[0].sm_count;
-          const cutlass_sm90::TileOps* ops =
-              cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
-          ASSERT_NE(ops, nullptr);
-          ASSERT_EQ(ops->prepare(), cudaSuccess);
-          ASSERT_EQ(ops->workspace_bytes(g), 0u);
-          ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 4), cudaSuccess);
-          ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<uint8_t> y(m * n * dtype_size(yt));
-          ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          const int64_t i = first_y_mismatch(want.y, y, yt);
-          EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
-                           << dtype_name(yt) << " tile " << t << ": row " << i / n << " col "
-                           << i % n << " want " << load_as_f32(want.y.data(), yt, i) << " got "
-                           << load_as_f32(y.data(), yt, i);
-          if (HasFailure()) return;
+        for (DType yt : kDTypes) {
+          const Expected want = reference_run(*w, x.data(), DType::kF32, m, yt);
+          ASSERT_TRUE(want.status.ok());
+          std::vector<int32_t> azp = want.azp;
+          if (scheme == Scheme::kStaticAsymmetric) {
+            azp.assign(m, w->config.input_zero_point);  // what cuda.quantize writes
+          }
+          std::vector<float> bias_v(n, is_asymmetric(scheme) ? 0.f : -0.f);
+          if (bias) {
+            for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(w->bias[i], yt);
+          }
+          ASSERT_EQ(cudaMemcpy(d_xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(d_sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(d_azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+            CutlassSm90Args g;
+            g.xq = d_xq.as<int8_t>();
+            g.w = d_w.as<int8_t>();
+            g.m = m;
+            g.n = n;
+            g.k = k;
+            g.sa = d_sa.as<float>();
+            g.azp = d_azp.as<int32_t>();
+            g.sb = d_sb.as<float>();
+            g.adj = d_adj.as<int32_t>();
+            g.bias_v = d_bias.as<float>();
+            g.y = d_y.get();
+            g.y_type = static_cast<ElemType>(yt);
+            g.sm_count = host_info().gpus[0].sm_count;
+            const cutlass_sm90::TileOps* ops =
+                cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
+            ASSERT_NE(ops, nullptr);
+            ASSERT_EQ(ops->prepare(), cudaSuccess);
+            ASSERT_EQ(ops->workspace_bytes(g), 0u);
+            ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 4), cudaSuccess);
+            ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            std::vector<uint8_t> y(m * n * dtype_size(yt));
+            ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            const int64_t i = first_y_mismatch(want.y, y, yt);
+            EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
+                             << dtype_name(yt) << " tile " << t << ": row " << i / n << " col "
+                             << i % n << " want " << load_as_f32(want.y.data(), yt, i) << " got "
+                             << load_as_f32(y.data(), yt, i);
+            if (HasFailure()) return;
+          }
         }
       }
     }
