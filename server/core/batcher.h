@@ -38,7 +38,10 @@ struct BatchOptions {
 // What the transport knows about a call: its deadline and whether it was cancelled.
 struct CallContext {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  std::function<bool()> is_cancelled;  // may be empty
+  // May be empty. May be costly: gRPC's synchronous server answers it by polling the call's
+  // completion queue (about 25 us on a 2-core VM), so the queue asks it only for requests that
+  // waited in the queue, where dropping a cancelled one saves a kernel run.
+  std::function<bool()> is_cancelled;
 };
 
 class BatchQueue {
