@@ -2,7 +2,8 @@
 // thread created per call.
 //
 // The calling thread takes part in the work, so a pool of T threads has T - 1 workers. Workers
-// spin briefly after a call (back-to-back calls, as in decode loops, then start without a wake-up)
+// poll for the next call for a while (back-to-back calls, as in decode loops, and the requests of
+// a server's client then start without a wake-up), yielding the core to any thread that has work,
 // and then sleep on a condition variable, so an idle server costs no CPU.
 //
 // Thread safety: parallel_for may be called from any number of threads at once. One call at a
