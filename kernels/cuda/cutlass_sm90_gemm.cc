@@ -53,7 +53,21 @@ constexpr TileStep kLadder[] = {
     {std::numeric_limits<int64_t>::max(), CutlassSm90Tile::k128x128x128Pingpong},
 };
 
-[[maybe_unused]] CutlassSm90Tile tile_for(int64_t m) {
+// Exceptions to the ladder by layer width, from the tile sweep of bench/gpu/gpu_bench.cc (GEMM
+// with the fused epilogue, us, 64x128 / 64x64 / 128x128 c2):
+//   shape (N x K)    M=16               M=64               M=128              M=256
+//   4096 x 4096      14.0 / 13.8 /  -   13.2 / 11.3 /  -   11.2 /  9.6 /  -   11.5 / 13.7 / 16.2
+//   6144 x 4096      15.5 / 15.3 /  -   13.3 / 13.2 /  -   11.1 / 13.6 /  -   16.7 / 17.6 / 16.4
+//   4096 x 14336     31.6 / 30.6 /  -   28.5 / 22.5 /  -   26.5 / 22.9 /  -   27.4 / 33.7 / 41.2
+//   8192 x 8192      27.2 / 27.7 /  -   24.4 / 23.7 /  -   25.2 / 26.1 /  -   31.1 / 39.0 / 29.8
+//   28672 x 4096     44.6 / 45.7 /  -   39.1 / 37.3 /  -   39.8 / 39.1 /  -   51.7 / 65.7 / 51.7
+//   57344 x 8192    130.3 /161.2 /  -  123.8 /122.1 /  -  128.4 /145.9 /  -  187.8 /353.7 /175.9
+//   8192 x 28672     74.8 / 77.0 /  -   63.0 / 62.2 /  -   64.9 / 73.0 /  -   93.9 /125.2 / 88.3
+// So 64 x 64 tiles for 17..64 tokens (twice the tiles: more SMs stream weights), and for
+// 65..128 tokens on 4096-wide layers; 128 x 128 for 129..256 tokens on layers 8192 or wider.
+[[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
+  if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
+  if (m > 128 && m <= 256 && n >= 8192) return CutlassSm90Tile::k128x128x128Pingpong;
   for (const TileStep& s : kLadder) {
     if (m <= s.m_max) return s.tile;
   }
@@ -236,7 +250,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.y_type = static_cast<ElemType>(args.y_dtype);
   g.sm_count = sm_count_;
   g.pdl = m <= kPdlMaxM;
-  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile_for(m), g.y_type);
+  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile_for(m, c.n), g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
