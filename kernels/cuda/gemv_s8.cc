@@ -217,22 +217,21 @@ class GemvS8Kernel final : public Kernel {
     }
     return absl::OkStatus();
   }
-  // Decode (M = 1) only. Measured on the H200 (bench/gpu/gpu_bench.cc --small_m, weights rotated
-  // past L2, bf16 in/out, bias; plans tuned at load as prepare does), op time in us, gemv vs
+  // Decode (M = 1) only. Measured on the H200 (bench/gpu/gpu_bench.cc, weights rotated past L2,
+  // bf16 in/out, bias; gemv plans tuned at load as prepare does), op time in us, gemv vs
   // cuda.cutlass_sm90 vs cuda.cublaslt:
   //   (N, K)          M=1: gemv   cutlass  cublaslt    M=16: gemv   cutlass  cublaslt
-  //   6144 x 4096          20.0    20.2     19.7              29.7    19.5     18.6
-  //   4096 x 4096          19.1    18.5     19.5              28.8    17.9     17.2
-  //   28672 x 4096         44.1    43.1     41.7              66.7    43.7     43.1
-  //   4096 x 14336         31.0    39.1     40.7              50.4    37.9     30.3
-  //   8192 x 8192          38.0    35.3     30.2              58.3    33.3     33.2
-  //   57344 x 8192        130.9   135.2    169.6             178.9   132.9    172.2
-  //   8192 x 28672         76.4    87.2     76.4             119.1    82.9     79.2
-  // At M = 1 the seven layers take 359.5 us here against 378.6 us with cutlass (an 8B layer's
-  // four projections 114.2 against 120.9 us): the kernel wins the bucket, most on the long-K
-  // down projections (-21%, -12%), and loses up to 8% on 8192 x 8192. At M = 4-16 the
-  // per-token work (quantization, one mma per 8 tokens) outgrows the streaming and cutlass wins
-  // (M = 16: 1.4-1.6x), so the 2-16 bucket stays with cutlass.
+  //   6144 x 4096          20.7    17.2     19.3              30.2    16.3     18.5
+  //   4096 x 4096          19.7    15.8     18.8              29.2    14.1     16.7
+  //   28672 x 4096         45.4    45.1     41.2              67.4    42.2     42.9
+  //   4096 x 14336         32.5    36.0     39.8              51.6    28.8     29.1
+  //   8192 x 8192          39.2    30.0     29.9              59.1    30.2     32.5
+  //   57344 x 8192        136.3   139.6    171.0             180.4   136.2    174.0
+  //   8192 x 28672         80.2    84.6     76.6             120.9    80.1     78.8
+  // At M = 1 it wins on the long-K and the widest layers and loses elsewhere: the server's
+  // autotune (server/core/layer.cc) measures the three on each layer and keeps the fastest. At
+  // M = 4-16 the per-token work (quantization in every block, one mma per 8 tokens) outgrows the
+  // streaming and it loses everywhere, so it stays out of the other buckets.
   MRange preferred_m() const override { return MRange{1, 1}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
