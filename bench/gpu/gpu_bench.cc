@@ -583,8 +583,13 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     RETURN_IF_ERROR(sweep_cutlass(sc, b, tile_ms, o, stream, lt));
   }
 
-  // Every CUDA kernel that can run this layer at some M, each prepared `copies` times (one
-  // weight copy each).
+  // Every CUDA kernel that can run this layer at some M, each prepared `copies` times on as many
+  // LayerWeights (the CUDA kernels of one LayerWeights share one device copy; rotation needs
+  // distinct copies).
+  std::vector<std::shared_ptr<const LayerWeights>> weight_copies = {weights};
+  while (static_cast<int>(weight_copies.size()) < b.copies) {
+    weight_copies.push_back(std::make_shared<const LayerWeights>(*weights));
+  }
   struct KernelCopies {
     const Kernel* kernel;
     std::vector<std::unique_ptr<PreparedKernel>> prepared;
@@ -600,7 +605,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     }
     KernelCopies kc{kern, {}};
     for (int c = 0; c < b.copies; ++c) {
-      ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
+      ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weight_copies[c]));
       if (dynamic_cast<CudaPreparedKernel*>(p.get()) == nullptr) break;
       kc.prepared.push_back(std::move(p));
     }

@@ -10,6 +10,7 @@
 #include "kernels/core/status.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
+#include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/epilogue_s32.h"
 #include "kernels/cuda/quantize_s8.h"
 
@@ -96,8 +97,9 @@ class CublasLtPrepared final : public CudaPreparedKernel {
   }
   absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                           const StageEvents* events) const override;
+  // The shared device copy counts once, for the kernel that uploaded it.
   int64_t extra_bytes() const override {
-    return static_cast<int64_t>(w_.size() + sb_.size() + bias_.size() + azp_adj_.size());
+    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
   }
   std::string device() const override { return "cuda:0"; }
 
@@ -112,7 +114,8 @@ class CublasLtPrepared final : public CudaPreparedKernel {
 
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;
-  DeviceBuffer w_, sb_, bias_, azp_adj_;
+  std::shared_ptr<const DeviceLayer> dev_;  // shared with the layer's other CUDA kernels
+  bool owns_dev_ = false;
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t w_layout_ = nullptr;
@@ -144,25 +147,7 @@ absl::StatusOr<std::unique_ptr<CublasLtPrepared>> CublasLtPrepared::create(
 absl::Status CublasLtPrepared::init() {
   const LayerConfig& c = weights_.config;
   ASSIGN_OR_RETURN(pool_, StreamPool::get());
-  RETURN_IF_ERROR(w_.allocate(static_cast<size_t>(c.n * c.k),
-                              absl::StrCat("the layer's weights [", c.n, ", ", c.k, "] int8")));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(w_.get(), weights_.w.data(), w_.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(sb_.allocate(static_cast<size_t>(c.n) * 4, "the weight scales"));
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpy(sb_.get(), weights_.sb.data(), sb_.size(), cudaMemcpyHostToDevice));
-  if (c.has_bias) {
-    RETURN_IF_ERROR(bias_.allocate(static_cast<size_t>(c.n) * 4, "the bias"));
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(bias_.get(), weights_.bias.data(), bias_.size(), cudaMemcpyHostToDevice));
-  }
-  if (is_asymmetric(c.scheme)) {
-    RETURN_IF_ERROR(azp_adj_.allocate(static_cast<size_t>(c.n) * 4, "the zero-point adjustment"));
-    RETURN_IF_CUDA_ERROR(cudaMemcpy(azp_adj_.get(), weights_.azp_adj.data(), azp_adj_.size(),
-                                    cudaMemcpyHostToDevice));
-  }
-  // A cudaMemcpy from pageable memory may return before its DMA lands, and the requests'
-  // non-blocking streams do not wait for the legacy stream it ran on: wait here, once.
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
+  ASSIGN_OR_RETURN(dev_, shared_device_layer(weights_, &owns_dev_));
 
   RETURN_IF_CUBLAS_ERROR(cublasLtCreate(&handle_));
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32I, CUDA_R_32I));
@@ -218,13 +203,13 @@ absl::Status CublasLtPrepared::matmul(const int8_t* xq, int64_t m, int32_t* acc,
   const Algo& a = algos_[algo_range_index(m)];
   cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
   if (a.valid) {
-    st = cublasLtMatmul(handle_, desc_, &alpha, w_.get(), w_layout_, xq, &x_layout, &beta, acc,
+    st = cublasLtMatmul(handle_, desc_, &alpha, dev_->w.get(), w_layout_, xq, &x_layout, &beta, acc,
                         &acc_layout, acc, &acc_layout, &a.algo, workspace, kWorkspaceBytes, stream);
   }
   // The range's algorithm was chosen at another M; should it not fit this one, let cuBLASLt
   // choose for this call.
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) {
-    st = cublasLtMatmul(handle_, desc_, &alpha, w_.get(), w_layout_, xq, &x_layout, &beta, acc,
+    st = cublasLtMatmul(handle_, desc_, &alpha, dev_->w.get(), w_layout_, xq, &x_layout, &beta, acc,
                         &acc_layout, acc, &acc_layout, nullptr, workspace, kWorkspaceBytes, stream);
   }
   RETURN_IF_CUBLAS_ERROR(st);
@@ -258,9 +243,9 @@ absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scrat
   ep.scheme = qp.scheme;
   ep.sa = sa;
   ep.azp = azp;
-  ep.sb = sb_.as<float>();
-  ep.azp_adj = is_asymmetric(c.scheme) ? azp_adj_.as<int32_t>() : nullptr;
-  ep.bias = c.has_bias ? bias_.as<float>() : nullptr;
+  ep.sb = dev_->sb.as<float>();
+  ep.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
+  ep.bias = c.has_bias ? dev_->bias.as<float>() : nullptr;
   ep.y = args.y;
   ep.y_type = static_cast<ElemType>(args.y_dtype);
   RETURN_IF_CUDA_ERROR(launch_epilogue_s32(ep, stream));

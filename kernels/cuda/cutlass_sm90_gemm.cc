@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
+#include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/gemm_s8_check.h"
 #include "kernels/cuda/quantize_s8.h"
 
@@ -125,8 +126,9 @@ class CutlassSm90Prepared final : public CudaPreparedKernel {
                           const StageEvents* events) const override {
     return enqueue(args, scratch, stream, events, nullptr);
   }
+  // The shared device copy counts once, for the kernel that uploaded it.
   int64_t extra_bytes() const override {
-    return static_cast<int64_t>(w_.size() + sb_.size() + adj_.size() + bias_v_.size());
+    return static_cast<int64_t>((owns_dev_ ? dev_->bytes() : 0) + adj_.size() + bias_v_.size());
   }
   std::string device() const override { return "cuda:0"; }
 
@@ -146,7 +148,9 @@ class CutlassSm90Prepared final : public CudaPreparedKernel {
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;
   int sm_count_ = 0;
-  DeviceBuffer w_, sb_, adj_;
+  std::shared_ptr<const DeviceLayer> dev_;  // w and sb, shared with the layer's other CUDA kernels
+  bool owns_dev_ = false;
+  DeviceBuffer adj_;
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
 };
 
@@ -184,12 +188,7 @@ absl::Status CutlassSm90Prepared::init() {
   }
 
   const size_t n = static_cast<size_t>(c.n);
-  RETURN_IF_ERROR(w_.allocate(n * static_cast<size_t>(c.k),
-                              absl::StrCat("the layer's weights [", c.n, ", ", c.k, "] int8")));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(w_.get(), weights_.w.data(), w_.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(sb_.allocate(n * 4, "the weight scales"));
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpy(sb_.get(), weights_.sb.data(), sb_.size(), cudaMemcpyHostToDevice));
+  ASSIGN_OR_RETURN(dev_, shared_device_layer(weights_, &owns_dev_));
 
   // Column sums for every scheme (see the header: the quantizer's azp selects what they do).
   std::vector<int32_t> colsum(n, 0);
@@ -237,13 +236,13 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
 
   CutlassSm90Args g;
   g.xq = xq;
-  g.w = w_.as<int8_t>();
+  g.w = dev_->w.as<int8_t>();
   g.m = m;
   g.n = c.n;
   g.k = c.k;
   g.sa = sa;
   g.azp = azp;
-  g.sb = sb_.as<float>();
+  g.sb = dev_->sb.as<float>();
   g.adj = adj_.as<int32_t>();
   g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(args.y_dtype)) * c.n;
   g.y = args.y;
@@ -270,7 +269,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq, xq, static_cast<size_t>(m * c.k),
                                          cudaMemcpyDeviceToDevice, stream));
     RETURN_IF_CUDA_ERROR(
-        launch_gemm_s8s8_s32_check(xq, w_.as<int8_t>(), m, c.n, c.k, debug->acc, stream));
+        launch_gemm_s8s8_s32_check(xq, dev_->w.as<int8_t>(), m, c.n, c.k, debug->acc, stream));
   }
   return absl::OkStatus();
 #else

@@ -41,7 +41,10 @@ class GemvS8Prepared final : public CudaPreparedKernel {
                           const StageEvents* events) const override {
     return enqueue(args, scratch, stream, events, nullptr);
   }
-  int64_t extra_bytes() const override { return static_cast<int64_t>(dev_.bytes()); }
+  // The shared device copy counts once, for the kernel that uploaded it.
+  int64_t extra_bytes() const override {
+    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
+  }
   std::string device() const override { return "cuda:0"; }
 
  private:
@@ -61,7 +64,8 @@ class GemvS8Prepared final : public CudaPreparedKernel {
 
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;
-  DeviceLayer dev_;
+  std::shared_ptr<const DeviceLayer> dev_;  // shared with the layer's other CUDA kernels
+  bool owns_dev_ = false;
   struct Plan {
     bool valid = false;
     GemvS8Plan plan;
@@ -74,7 +78,7 @@ absl::StatusOr<std::unique_ptr<GemvS8Prepared>> GemvS8Prepared::create(
   std::unique_ptr<GemvS8Prepared> p(new GemvS8Prepared(weights));
   const LayerConfig& c = weights.config;
   ASSIGN_OR_RETURN(p->pool_, StreamPool::get());
-  RETURN_IF_ERROR(p->dev_.upload(weights));
+  ASSIGN_OR_RETURN(p->dev_, shared_device_layer(weights, &p->owns_dev_));
   RETURN_IF_ERROR(p->tune());
   // One row through the whole path at load: the module loads lazily, which would otherwise make
   // the layer's first request slower.
@@ -114,10 +118,10 @@ absl::Status GemvS8Prepared::tune() {
       a.quant.scheme = static_cast<QuantScheme>(c.scheme);
       a.quant.input_scale = c.input_scale;
       a.quant.input_zero_point = c.input_zero_point;
-      a.w = dev_.w.as<int8_t>();
-      a.sb = dev_.sb.as<float>();
-      a.azp_adj = is_asymmetric(c.scheme) ? dev_.azp_adj.as<int32_t>() : nullptr;
-      a.bias = c.has_bias ? dev_.bias.as<float>() : nullptr;
+      a.w = dev_->w.as<int8_t>();
+      a.sb = dev_->sb.as<float>();
+      a.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
+      a.bias = c.has_bias ? dev_->bias.as<float>() : nullptr;
       a.y = y.get();
       a.sa = sa.as<float>();
       const cudaError_t e = tune_gemv_s8(a, kMPads[i], flush.get(), flush.size(), kCandidates,
@@ -155,10 +159,10 @@ absl::Status GemvS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch, c
   a.quant.scheme = static_cast<QuantScheme>(c.scheme);
   a.quant.input_scale = c.input_scale;
   a.quant.input_zero_point = c.input_zero_point;
-  a.w = dev_.w.as<int8_t>();
-  a.sb = dev_.sb.as<float>();
-  a.azp_adj = is_asymmetric(c.scheme) ? dev_.azp_adj.as<int32_t>() : nullptr;
-  a.bias = c.has_bias ? dev_.bias.as<float>() : nullptr;
+  a.w = dev_->w.as<int8_t>();
+  a.sb = dev_->sb.as<float>();
+  a.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
+  a.bias = c.has_bias ? dev_->bias.as<float>() : nullptr;
   a.y = args.y;
   a.y_type = static_cast<ElemType>(args.y_dtype);
   char* s = static_cast<char*>(scratch);
