@@ -1,7 +1,7 @@
 // The kernel interface (SPEC section 6). A kernel answers "can I?" before "do it":
 //   is_supported(host)          can this host run me at all (ISA, GPU, compiled in)?
 //   can_implement(layer, shape) can I compute this layer at this shape (scheme, alignment, M)?
-//   prepare(weights)            once per layer at load: pack a private copy of the weights.
+//   prepare(weights)            once per layer (at load, or on first use): pack a private copy.
 //   PreparedKernel::run(args)   per request.
 // Each check returns OK or a status whose message is the reason, shown to users verbatim.
 #pragma once
@@ -57,6 +57,11 @@ class Kernel {
   virtual absl::Status can_implement(const LayerConfig& config,
                                      const ProblemShape& shape) const = 0;
   virtual MRange preferred_m() const { return MRange{}; }
+  // Whether its PreparedKernel may time itself (PreparedKernel::measure_us, autotune). False
+  // promises that it never does: autotune never measures the kernel, so a layer need not prepare
+  // it at load where higher-priority kernels cover every shape it could be chosen for. The
+  // default, true, is the safe answer for a kernel that does not say.
+  virtual bool measurable() const { return true; }
   // `weights` outlives the returned object.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const = 0;

@@ -218,6 +218,7 @@ class Avx512VnniKernel final : public Kernel {
   //   M = 4..64: 0.97-1.14;  M = 256, 1024: 0.96-1.07 (K = 14336, M = 1024 is the low end)
   // so this kernel is chosen first everywhere and cpu.onednn is the fallback.
   MRange preferred_m() const override { return MRange{}; }
+  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX512_VNNI

@@ -275,6 +275,7 @@ class OneDnnKernel final : public Kernel {
   // cpu.avx512_vnni (first in the priority order) measured as fast or faster in every bucket (see
   // its preferred_m).
   MRange preferred_m() const override { return MRange{}; }
+  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
     RETURN_IF_ERROR(onednn_supported(host_info()));

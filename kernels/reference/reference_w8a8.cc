@@ -217,6 +217,7 @@ class ReferenceKernel final : public Kernel {
     if (shape.m < 1) return absl::InvalidArgumentError("M must be >= 1");
     return absl::OkStatus();  // every scheme, dtype and shape
   }
+  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
     return std::unique_ptr<PreparedKernel>(new ReferencePrepared(weights));

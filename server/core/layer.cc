@@ -16,12 +16,20 @@ ProblemShape shape_for(const LayerConfig& c, int64_t m, DType x, DType y) {
   return ProblemShape{m, c.n, c.k, x, y};
 }
 
-// Whether `k` can implement the layer for some M bucket and dtype pair: only then is it worth
-// preparing (packing weights) at load.
+// The M at which a bucket's choice is made at load (and its candidates measured): its upper
+// bound, and for the open prefill bucket 2048 rows, a typical prefill chunk.
+int64_t representative_m(const MBucket& b) { return b.hi == INT64_MAX ? 2048 : b.hi; }
+
+// The M values at which a bucket is probed: its ends (the open bucket: lo and 4*lo).
+std::vector<int64_t> probe_ms(const MBucket& b) {
+  return {b.lo, b.hi == INT64_MAX ? b.lo * 4 : b.hi};
+}
+
+// Whether `k` can implement the layer for some M bucket and dtype pair: only then may a request
+// use it, forced or not.
 bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
   for (const MBucket& b : m_buckets()) {
-    const int64_t ms[] = {b.lo, b.hi == INT64_MAX ? b.lo * 4 : b.hi};
-    for (int64_t m : ms) {
+    for (int64_t m : probe_ms(b)) {
       for (DType x : kAllDTypes) {
         for (DType y : kAllDTypes) {
           if (k.can_implement(c, shape_for(c, m, x, y)).ok()) return true;
@@ -32,9 +40,40 @@ bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
   return false;
 }
 
-// The M at which a bucket's choice is made at load (and its candidates measured): its upper
-// bound, and for the open prefill bucket 2048 rows, a typical prefill chunk.
-int64_t representative_m(const MBucket& b) { return b.hi == INT64_MAX ? 2048 : b.hi; }
+// Whether the layer may choose `order[i]` without forcing, so that it is worth preparing
+// (packing weights) at load. `order` is the usable kernels that can implement the layer
+// somewhere, in priority order. It may when, for some bucket it prefers, dtype pair and M at the
+// bucket's ends, it can implement the shape and no kernel ahead of it that prefers the bucket
+// can. With autotune, also when it is measurable and eligible for a bucket's measurement (a
+// measurement can rank it ahead of kernels that precede it); an unmeasurable kernel never moves
+// ahead of one that precedes it (Layer::autotune_bucket), so the priority test holds for it.
+// Shapes between the probed ones are covered by preparing on demand (Layer::choose).
+bool may_choose(const std::vector<const Kernel*>& order, size_t i, const LayerConfig& c,
+                bool autotune) {
+  const Kernel& k = *order[i];
+  for (const MBucket& b : m_buckets()) {
+    if (!k.preferred_m().contains(b.lo, b.hi)) continue;
+    if (autotune && k.measurable() &&
+        k.can_implement(c, shape_for(c, representative_m(b), DType::kBF16, DType::kBF16)).ok()) {
+      return true;
+    }
+    for (int64_t m : probe_ms(b)) {
+      for (DType x : kAllDTypes) {
+        for (DType y : kAllDTypes) {
+          const ProblemShape s = shape_for(c, m, x, y);
+          if (!k.can_implement(c, s).ok()) continue;
+          bool covered = false;
+          for (size_t j = 0; j < i && !covered; ++j) {
+            covered =
+                order[j]->preferred_m().contains(b.lo, b.hi) && order[j]->can_implement(c, s).ok();
+          }
+          if (!covered) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
 
 std::string us_str(double us) { return absl::StrFormat("%.1f us", us); }
 
@@ -101,19 +140,27 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     }
   }
 
+  // A slot for every kernel a request may use; prepared now only those the layer may choose
+  // without forcing, and the forced kernel.
+  std::vector<const Kernel*> order;
   for (const Kernel* k : registry.kernels()) {
     if (!registry.usable(*k, host).ok() || !implements_somewhere(*k, c)) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> state, k->prepare(*layer->weights_));
-    layer->total_bytes_ += state->extra_bytes();
-    layer->prepared_.push_back({k, std::move(state)});
+    order.push_back(k);
+    layer->slots_.push_back(std::make_unique<Slot>(k));
+  }
+  const bool tune = layer->options_.autotune && forced.empty();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i]->name() == forced || (forced.empty() && may_choose(order, i, c, tune))) {
+      RETURN_IF_ERROR(layer->prepared(*layer->slots_[i]).status());
+    }
   }
 
   const std::vector<MBucket>& buckets = m_buckets();
   for (size_t bi = 0; bi < buckets.size(); ++bi) {
     const MBucket& b = buckets[bi];
-    std::vector<const Prepared*> cands;
-    for (const Prepared& p : layer->prepared_) {
-      if (p.kernel->preferred_m().contains(b.lo, b.hi)) cands.push_back(&p);
+    std::vector<Slot*> cands;
+    for (const std::unique_ptr<Slot>& s : layer->slots_) {
+      if (s->kernel->preferred_m().contains(b.lo, b.hi)) cands.push_back(s.get());
     }
     layer->bucket_candidates_.push_back(std::move(cands));
     layer->buckets_.push_back(BucketInfo{b, "", {}, 0, {}});
@@ -135,6 +182,10 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
       }
     }
     if (explanation.ok()) {
+      // The recorded kernel is a prepared one: prepare it now if the probes missed its shape.
+      if (Slot* s = layer->find_slot(chosen); s != nullptr) {
+        RETURN_IF_ERROR(layer->prepared(*s).status());
+      }
       info.kernel = std::string(chosen->name());
       info.explanation = *std::move(explanation);
     } else {
@@ -143,8 +194,9 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   }
 
   const LayerWeights& w = *layer->weights_;
-  layer->total_bytes_ +=
-      static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() + 4 * w.azp_adj.size());
+  layer->total_bytes_.fetch_add(
+      static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() + 4 * w.azp_adj.size()),
+      std::memory_order_relaxed);
   layer->loaded_unix_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
@@ -152,16 +204,20 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
 }
 
 void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
-  std::vector<const Prepared*>& cands = bucket_candidates_[bi];
+  std::vector<Slot*>& cands = bucket_candidates_[bi];
   struct Measured {
-    const Prepared* p;
+    Slot* p;
     absl::StatusOr<double> us;
   };
   std::vector<Measured> measured;  // priority order
   size_t first = cands.size();     // position of the first measurable candidate
   for (size_t i = 0; i < cands.size(); ++i) {
+    // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that
+    // says it is unmeasurable is never measured.
+    const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
+    if (p == nullptr || !cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
-    absl::StatusOr<double> us = cands[i]->state->measure_us(shape);
+    absl::StatusOr<double> us = p->measure_us(shape);
     if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
     first = std::min(first, i);
     measured.push_back({cands[i], std::move(us)});
@@ -191,7 +247,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
     if (a.us.ok() != b.us.ok()) return a.us.ok();
     return a.us.ok() && *a.us < *b.us;
   });
-  std::vector<const Prepared*> ranked(cands.begin(), cands.begin() + first);
+  std::vector<Slot*> ranked(cands.begin(), cands.begin() + first);
   for (const Measured& m : measured) ranked.push_back(m.p);
   for (size_t i = first; i < cands.size(); ++i) {
     const bool was_measured = std::any_of(measured.begin(), measured.end(),
@@ -209,7 +265,7 @@ absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,
   // the bucket's candidates (disabled, unsupported, M preference) do not depend on the ranking.
   ASSIGN_OR_RETURN(Selection sel,
                    registry_.select(host_, config(), shape, "", info.bucket.lo, info.bucket.hi));
-  const std::vector<const Prepared*>& cands = bucket_candidates_[bi];
+  const std::vector<Slot*>& cands = bucket_candidates_[bi];
   std::vector<std::string> declined;  // can_implement reasons of the candidates ranked first
   size_t ci = 0;
   for (; ci < cands.size(); ++ci) {
@@ -235,8 +291,8 @@ absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,
       if (cands[i]->kernel->name() == v.kernel) pos = i;
     }
     if (pos == cands.size()) {
-      if (v.selected) {  // the registry's pick was not prepared; a ranked candidate runs instead
-        v = {v.kernel, false, "not prepared for this layer at load"};
+      if (v.selected) {  // the registry's pick has no slot; a ranked candidate runs instead
+        v = {v.kernel, false, "could not implement the layer at load"};
       }
       continue;
     }
@@ -262,11 +318,24 @@ absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,
   return std::move(sel.explanation);
 }
 
-const PreparedKernel* Layer::find_prepared(const Kernel* k) const {
-  for (const Prepared& p : prepared_) {
-    if (p.kernel == k) return p.state.get();
+Layer::Slot* Layer::find_slot(const Kernel* k) const {
+  for (const std::unique_ptr<Slot>& s : slots_) {
+    if (s->kernel == k) return s.get();
   }
   return nullptr;
+}
+
+absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot) const {
+  if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
+  absl::MutexLock lock(&slot.mu);
+  // Another request may have prepared it while this one waited.
+  if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> state = slot.kernel->prepare(*weights_);
+  if (!state.ok()) return state.status();  // not cached: the next request tries again
+  slot.state = *std::move(state);
+  total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);
+  slot.ready.store(slot.state.get(), std::memory_order_release);
+  return slot.state.get();
 }
 
 absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::string_view forced,
@@ -274,6 +343,7 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
   if (forced.empty()) forced = options_.forced_kernel;
   const size_t bi = m_bucket_index(shape.m);
   KernelChoice choice;
+  Slot* slot = nullptr;
   if (!forced.empty()) {
     const MBucket& b = m_buckets()[bi];
     ASSIGN_OR_RETURN(Selection sel, registry_.select(host_, config(), shape, forced, b.lo, b.hi));
@@ -284,9 +354,10 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
     ASSIGN_OR_RETURN(choice.explanation, explain_ranked(bi, shape, &choice.kernel));
   } else {
     // Hot path: the bucket's short list, checked with can_implement only.
-    for (const Prepared* p : bucket_candidates_[bi]) {
-      if (p->kernel->can_implement(config(), shape).ok()) {
-        choice.kernel = p->kernel;
+    for (Slot* s : bucket_candidates_[bi]) {
+      if (s->kernel->can_implement(config(), shape).ok()) {
+        choice.kernel = s->kernel;
+        slot = s;
         break;
       }
     }
@@ -297,20 +368,22 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
       choice.kernel = sel.kernel;
     }
   }
-  choice.prepared = find_prepared(choice.kernel);
-  if (choice.prepared == nullptr) {
+  if (slot == nullptr) slot = find_slot(choice.kernel);
+  if (slot == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("kernel ", choice.kernel->name(), " was not prepared for layer ", name(),
                      " (it could not implement the layer at load)"));
   }
+  ASSIGN_OR_RETURN(choice.prepared, prepared(*slot));
   return choice;
 }
 
 std::string Layer::device() const {
   for (const BucketInfo& b : buckets_) {
     if (b.kernel.empty()) continue;
-    for (const Prepared& p : prepared_) {
-      if (p.kernel->name() == b.kernel) return p.state->device();
+    for (const std::unique_ptr<Slot>& s : slots_) {
+      const PreparedKernel* p = s->ready.load(std::memory_order_acquire);
+      if (p != nullptr && s->kernel->name() == b.kernel) return p->device();
     }
   }
   return "cpu";

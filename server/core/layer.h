@@ -1,8 +1,11 @@
-// A loaded layer: its immutable weights, every kernel prepared for it, and the kernel choice
-// per M bucket. Immutable after creation and shared (std::shared_ptr) by the store and by every
-// request running on it, so an unload or replace never frees memory under a running request.
+// A loaded layer: its immutable weights, the kernels prepared for it, and the kernel choice per
+// M bucket. Shared (std::shared_ptr) by the store and by every request running on it, so an
+// unload or replace never frees memory under a running request. Its weights and choices are
+// immutable after creation; a kernel the layer cannot choose without forcing is prepared on the
+// first request that needs it (thread-safe, once), which is the only state that changes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
@@ -53,10 +57,12 @@ class Layer {
     std::vector<int64_t> logical_widths;
   };
 
-  // Prepares every usable kernel that can implement the layer at some M and computes the bucket
-  // choices, ranking each bucket's measurable candidates by their measured time when autotune is
-  // on (see Layer::autotune_bucket). A forced kernel that cannot run the layer is
-  // FAILED_PRECONDITION. A failed measurement never fails the load.
+  // Prepares the kernels the layer can choose without forcing (see may_choose in layer.cc) and
+  // the forced kernel, and computes the bucket choices, ranking each bucket's measurable
+  // candidates by their measured time when autotune is on (see Layer::autotune_bucket). Other
+  // usable kernels that can implement the layer somewhere are prepared on demand by choose(). A
+  // forced kernel that cannot run the layer is FAILED_PRECONDITION. A failed measurement never
+  // fails the load; a failed prepare does.
   static absl::StatusOr<std::shared_ptr<const Layer>> create(
       Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
       const HostInfo& host);
@@ -64,7 +70,8 @@ class Layer {
   // Chooses the kernel for one request. `forced` (request) overrides the layer's forced kernel.
   // Without one: the first of the request's bucket's candidates (in the bucket's ranking, which
   // autotune may have reordered) that can implement the shape; the explanation names that same
-  // kernel.
+  // kernel. A chosen kernel not prepared yet is prepared now, once (a failure is this request's
+  // status, and the next request tries again); once it is prepared, choose takes no lock.
   absl::StatusOr<KernelChoice> choose(const ProblemShape& shape, absl::string_view forced,
                                       bool explain) const;
 
@@ -73,7 +80,9 @@ class Layer {
   const LayerConfig& config() const { return weights_->config; }
   const LayerWeights& weights() const { return *weights_; }
   const std::vector<BucketInfo>& buckets() const { return buckets_; }
-  int64_t total_bytes() const { return total_bytes_; }
+  // The weights plus every prepared kernel's extra bytes; grows when a kernel is prepared on
+  // demand.
+  int64_t total_bytes() const { return total_bytes_.load(std::memory_order_relaxed); }
   std::string device() const;
   int64_t loaded_unix_ms() const { return loaded_unix_ms_; }
 
@@ -81,30 +90,37 @@ class Layer {
   Layer(Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
         const HostInfo& host);
 
-  struct Prepared {
-    const Kernel* kernel;
-    std::unique_ptr<PreparedKernel> state;
+  // A usable kernel that can implement the layer somewhere, prepared at load or on demand.
+  struct Slot {
+    explicit Slot(const Kernel* k) : kernel(k) {}
+    const Kernel* const kernel;
+    std::atomic<const PreparedKernel*> ready{nullptr};  // == state.get() once prepared
+    absl::Mutex mu;                                     // held while preparing
+    std::unique_ptr<PreparedKernel> state;              // written once, under mu
   };
-  const PreparedKernel* find_prepared(const Kernel* k) const;
-  // Measures bucket `bi`'s candidates that can implement `shape` and moves the measured ones, as
-  // one block ranked fastest first, to the position of the first measurable candidate; those
-  // whose measurement failed follow the block. Records the measurements in buckets_[bi].
+  Slot* find_slot(const Kernel* k) const;
+  // The slot's prepared kernel, preparing it first if needed. Lock-free once prepared.
+  absl::StatusOr<const PreparedKernel*> prepared(Slot& slot) const;
+  // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape` and moves
+  // the measured ones, as one block ranked fastest first, to the position of the first of them;
+  // those whose measurement failed follow the block. Records the measurements in buckets_[bi].
   void autotune_bucket(size_t bi, const ProblemShape& shape);
   // The explanation of choosing `shape` in bucket `bi` from its ranked candidates; `chosen` is
-  // set to the kernel that runs (null when no prepared candidate fits).
+  // set to the kernel that runs (null when no candidate fits).
   absl::StatusOr<std::vector<CandidateVerdict>> explain_ranked(size_t bi, const ProblemShape& shape,
                                                                const Kernel** chosen) const;
 
   Options options_;
-  std::shared_ptr<const LayerWeights> weights_;  // outlives prepared_ (declared first)
+  std::shared_ptr<const LayerWeights> weights_;  // outlives slots_ (declared first)
   const Registry& registry_;
   const HostInfo& host_;
-  std::vector<Prepared> prepared_;  // in priority order
-  // Per bucket, the prepared kernels that are usable and prefer that bucket, in priority order:
-  // the request path walks this short list with can_implement only.
-  std::vector<std::vector<const Prepared*>> bucket_candidates_;
+  // In priority order; created at load and never added to, so pointers to them stay valid.
+  std::vector<std::unique_ptr<Slot>> slots_;
+  // Per bucket, the slots whose kernels prefer that bucket, in the bucket's ranking (priority
+  // order, or autotune's): the request path walks this short list with can_implement only.
+  std::vector<std::vector<Slot*>> bucket_candidates_;
   std::vector<BucketInfo> buckets_;
-  int64_t total_bytes_ = 0;
+  mutable std::atomic<int64_t> total_bytes_{0};
   int64_t loaded_unix_ms_ = 0;
 };
 

@@ -2,7 +2,8 @@
 // bucket's measurable candidates ranked by the time measured at load, unmeasurable ones in the
 // priority order, failed measurements skipped with the reason, and request-time choices (with or
 // without an explanation) that agree with the ranking. Fake kernels named like the real ones
-// return chosen measurements, so these tests run on any host.
+// return chosen measurements, so these tests run on any host. Also which kernels a layer
+// prepares at load (only those it may choose without forcing) and on demand (once, thread-safe).
 #include "server/core/layer.h"
 
 #include <gtest/gtest.h>
@@ -11,12 +12,17 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "kernels/core/status.h"
 #include "kernels/core/weights.h"
 #include "server/core/engine.h"
 
@@ -25,12 +31,15 @@ namespace {
 
 using Measure = std::function<absl::StatusOr<double>(const ProblemShape&)>;
 using CanImplement = std::function<absl::Status(const ProblemShape&)>;
+// What a fake's prepare returns, given how many times it was called before (0 the first time).
+using PrepareResult = std::function<absl::Status(int)>;
 
 // What the fakes saw: measurements (kernel, M, dtypes) and runs (kernel, M).
 struct Log {
   absl::Mutex mu;
   std::vector<std::string> measured;  // "kernel M=16 bf16->bf16"
   std::map<std::string, int> runs;
+  std::map<std::string, int> prepares;  // calls of Kernel::prepare, failed ones included
   int measure_count(absl::string_view kernel) {
     absl::MutexLock lock(&mu);
     int n = 0;
@@ -40,6 +49,10 @@ struct Log {
   int run_count(const std::string& kernel) {
     absl::MutexLock lock(&mu);
     return runs[kernel];
+  }
+  int prepare_count(const std::string& kernel) {
+    absl::MutexLock lock(&mu);
+    return prepares[kernel];
   }
 };
 
@@ -54,8 +67,12 @@ Measure unmeasurable() {
 
 class FakePrepared final : public PreparedKernel {
  public:
-  FakePrepared(std::string name, Measure measure, std::shared_ptr<Log> log)
-      : name_(std::move(name)), measure_(std::move(measure)), log_(std::move(log)) {}
+  FakePrepared(std::string name, Measure measure, int64_t extra_bytes, std::shared_ptr<Log> log)
+      : name_(std::move(name)),
+        measure_(std::move(measure)),
+        extra_bytes_(extra_bytes),
+        log_(std::move(log)) {}
+  int64_t extra_bytes() const override { return extra_bytes_; }
   absl::Status run(const RunArgs&, RunTimings*) const override {
     absl::MutexLock lock(&log_->mu);
     log_->runs[name_]++;
@@ -74,17 +91,21 @@ class FakePrepared final : public PreparedKernel {
  private:
   std::string name_;
   Measure measure_;
+  int64_t extra_bytes_;
   std::shared_ptr<Log> log_;
 };
 
 class FakeKernel final : public Kernel {
  public:
-  FakeKernel(std::string name, Measure measure, CanImplement can, MRange m,
-             std::shared_ptr<Log> log)
+  FakeKernel(std::string name, Measure measure, CanImplement can, MRange m, int64_t extra_bytes,
+             PrepareResult prepare_result, absl::Duration prepare_time, std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         can_(std::move(can)),
         m_(m),
+        extra_bytes_(extra_bytes),
+        prepare_result_(std::move(prepare_result)),
+        prepare_time_(prepare_time),
         log_(std::move(log)) {}
   absl::string_view name() const override { return name_; }
   absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
@@ -92,8 +113,20 @@ class FakeKernel final : public Kernel {
     return can_ ? can_(s) : absl::OkStatus();
   }
   MRange preferred_m() const override { return m_; }
+  // As the real kernels: measurable exactly when its measurement is not UNIMPLEMENTED.
+  bool measurable() const override {
+    return !absl::IsUnimplemented(
+        measure_(ProblemShape{1, 1, 1, DType::kBF16, DType::kBF16}).status());
+  }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(const LayerWeights&) const override {
-    return std::unique_ptr<PreparedKernel>(new FakePrepared(name_, measure_, log_));
+    int before;
+    {
+      absl::MutexLock lock(&log_->mu);
+      before = log_->prepares[name_]++;
+    }
+    absl::SleepFor(prepare_time_);  // widens the window in which concurrent requests overlap
+    if (prepare_result_) RETURN_IF_ERROR(prepare_result_(before));
+    return std::unique_ptr<PreparedKernel>(new FakePrepared(name_, measure_, extra_bytes_, log_));
   }
 
  private:
@@ -101,6 +134,9 @@ class FakeKernel final : public Kernel {
   Measure measure_;
   CanImplement can_;
   MRange m_;
+  int64_t extra_bytes_;
+  PrepareResult prepare_result_;
+  absl::Duration prepare_time_;
   std::shared_ptr<Log> log_;
 };
 
@@ -109,6 +145,9 @@ struct Fake {
   Measure measure = unmeasurable();
   CanImplement can = nullptr;
   MRange m = MRange{};
+  int64_t extra_bytes = 0;
+  PrepareResult prepare_result = nullptr;
+  absl::Duration prepare_time = absl::ZeroDuration();
 };
 
 CanImplement declines_x(DType x, std::string reason) {
@@ -136,8 +175,9 @@ class LayerTest : public ::testing::Test {
  protected:
   void add(Fake f) {
     ASSERT_TRUE(registry_
-                    .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
-                                                      std::move(f.can), f.m, log_))
+                    .add(std::make_unique<FakeKernel>(
+                        std::move(f.name), std::move(f.measure), std::move(f.can), f.m,
+                        f.extra_bytes, std::move(f.prepare_result), f.prepare_time, log_))
                     .ok());
   }
   // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
@@ -431,6 +471,203 @@ TEST_F(LayerTest, ExplainOnARequestNamesTheAutotunedKernelThatRuns) {
   auto again = plain.load(req, std::vector<int8_t>(kN * kK, 1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->layer().buckets()[0].kernel, "cuda.gemv_s8");
+}
+
+// The bytes a layer holds without any kernel's extra bytes.
+int64_t weight_bytes(const Layer& l) {
+  const LayerWeights& w = l.weights();
+  return static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() +
+                              4 * w.azp_adj.size());
+}
+
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
+
+TEST_F(LayerTest, CoveredLowerPriorityKernelsAreNotPreparedAtLoad) {
+  // cutlass runs every shape, so the CPU kernels behind it can never be chosen unforced.
+  for (bool autotune : {true, false}) {
+    SCOPED_TRACE(autotune ? "autotune" : "priority order");
+    log_ = std::make_shared<Log>();
+    registry_ = Registry();
+    add({"cuda.cutlass_sm90", fixed_us(20.0), nullptr, MRange{}, 1000});
+    add({"cpu.avx512_vnni", unmeasurable(), nullptr, MRange{}, 1 << 20});
+    add({"cpu.reference", unmeasurable(), nullptr, MRange{}, 7});
+    auto layer = create(autotune);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    EXPECT_EQ(log_->prepare_count("cuda.cutlass_sm90"), 1);
+    EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+    EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+    EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 1000);
+    for (const BucketInfo& b : (*layer)->buckets()) {
+      EXPECT_EQ(b.kernel, "cuda.cutlass_sm90");
+      for (DType x : kDTypes) {
+        EXPECT_EQ(chosen(**layer, shape(b.bucket.lo, x, DType::kF32)), "cuda.cutlass_sm90");
+      }
+    }
+    EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);  // unforced requests never need it
+    EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+  }
+}
+
+TEST_F(LayerTest, MeasurableKernelsArePreparedForAutotuneEvenWhenCovered) {
+  // cublaslt runs nothing cutlass cannot, but it may measure faster: autotune must see it.
+  add({"cuda.cutlass_sm90", fixed_us(20.0)});
+  add({"cuda.cublaslt", fixed_us(10.0)});
+  add({"cpu.reference"});
+  auto tuned = create();
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(log_->prepare_count("cuda.cublaslt"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+  EXPECT_EQ((*tuned)->buckets()[1].kernel, "cuda.cublaslt");
+  EXPECT_EQ(chosen(**tuned, shape(16)), "cuda.cublaslt");
+  // Without autotune the priority order decides, and cutlass covers it.
+  auto plain = create(/*autotune=*/false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(log_->prepare_count("cuda.cublaslt"), 1);  // still only the tuned layer's
+  EXPECT_EQ(chosen(**plain, shape(16)), "cuda.cutlass_sm90");
+}
+
+TEST_F(LayerTest, KernelsNeededForSomeDtypeOrBucketArePreparedAtLoad) {
+  // cutlass declines fp32 input: avx512 serves it, and so is prepared; onednn and the reference
+  // are covered by the two.
+  add({"cuda.cutlass_sm90", unmeasurable(), declines_x(DType::kF32, "fake cutlass: no fp32"),
+       MRange{}, 1000});
+  add({"cpu.avx512_vnni", unmeasurable(), nullptr, MRange{}, 1 << 20});
+  add({"cpu.onednn", unmeasurable(), nullptr, MRange{}, 1 << 21});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cuda.cutlass_sm90"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 0);
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 1000 + (1 << 20));
+  EXPECT_EQ(chosen(**layer, shape(1, DType::kF32)), "cpu.avx512_vnni");
+  EXPECT_EQ(chosen(**layer, shape(3000, DType::kF32)), "cpu.avx512_vnni");
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);  // prepared once, at load
+
+  // gemv prefers M = 1 only: the reference behind it serves every other bucket.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cuda.gemv_s8", unmeasurable(), nullptr, MRange{1, 1}});
+  add({"cpu.reference"});
+  auto bucketed = create();
+  ASSERT_TRUE(bucketed.ok()) << bucketed.status();
+  EXPECT_EQ(log_->prepare_count("cuda.gemv_s8"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 1);
+  EXPECT_EQ(chosen(**bucketed, shape(1)), "cuda.gemv_s8");
+  EXPECT_EQ(chosen(**bucketed, shape(2)), "cpu.reference");
+}
+
+TEST_F(LayerTest, ForcingAnUnpreparedKernelPreparesItOnceAndServes) {
+  add({"cuda.cutlass_sm90", unmeasurable(), nullptr, MRange{}, 1000});
+  add({"cpu.avx512_vnni", unmeasurable(), nullptr, MRange{}, 1 << 20, nullptr,
+       absl::Milliseconds(50)});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  ASSERT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+  const int64_t before = (*layer)->total_bytes();
+
+  constexpr int kThreads = 8;
+  std::vector<absl::StatusOr<KernelChoice>> results(kThreads, absl::UnknownError("not run"));
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      go.WaitForNotification();
+      results[i] = (*layer)->choose(shape(16), "cpu.avx512_vnni", /*explain=*/i % 2 == 0);
+    });
+  }
+  go.Notify();
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->kernel->name(), "cpu.avx512_vnni");
+    EXPECT_EQ(r->prepared, results[0]->prepared);  // one prepared kernel, shared
+  }
+  EXPECT_EQ((*layer)->total_bytes(), before + (1 << 20));
+  ASSERT_TRUE(results[0]->prepared->run(RunArgs{}, nullptr).ok());
+  EXPECT_EQ(log_->run_count("cpu.avx512_vnni"), 1);
+  // Later requests, forced or not, reuse it; unforced ones still run cutlass.
+  auto again = (*layer)->choose(shape(1), "cpu.avx512_vnni", false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->prepared, results[0]->prepared);
+  EXPECT_EQ(chosen(**layer, shape(1)), "cuda.cutlass_sm90");
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ((*layer)->total_bytes(), before + (1 << 20));
+  EXPECT_EQ((*layer)->buckets()[1].kernel, "cuda.cutlass_sm90");  // the choices are unchanged
+}
+
+TEST_F(LayerTest, UnforcedRequestBetweenTheProbedShapesPreparesTheKernelThatRuns) {
+  // cutlass declines M 5..10, which the load-time probes (the buckets' ends) never see.
+  add({"cuda.cutlass_sm90", unmeasurable(), [](const ProblemShape& s) {
+         return s.m >= 5 && s.m <= 10 ? absl::FailedPreconditionError("fake cutlass: not M 5..10")
+                                      : absl::OkStatus();
+       }});
+  add({"cpu.avx512_vnni", unmeasurable(), nullptr, MRange{}, 1 << 20});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+  EXPECT_EQ(chosen(**layer, shape(7)), "cpu.avx512_vnni");  // hot path and explained path
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + (1 << 20));
+}
+
+TEST_F(LayerTest, FailedLazyPrepareIsTheRequestsStatusAndIsRetried) {
+  add({"cuda.cutlass_sm90"});
+  add({"cpu.avx512_vnni", unmeasurable(), nullptr, MRange{}, 1 << 20, [](int before) {
+         if (before == 0) return absl::ResourceExhaustedError("fake: out of host memory");
+         if (before == 1) return absl::FailedPreconditionError("fake: not today");
+         return absl::OkStatus();
+       }});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const int64_t before = (*layer)->total_bytes();
+  auto first = (*layer)->choose(shape(16), "cpu.avx512_vnni", false);
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kResourceExhausted) << first.status();
+  EXPECT_EQ(first.status().message(), "fake: out of host memory");
+  auto second = (*layer)->choose(shape(16), "cpu.avx512_vnni", true);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_EQ((*layer)->total_bytes(), before);  // nothing was prepared
+  auto third = (*layer)->choose(shape(16), "cpu.avx512_vnni", false);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->kernel->name(), "cpu.avx512_vnni");
+  EXPECT_NE(third->prepared, nullptr);
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 3);
+  EXPECT_EQ((*layer)->total_bytes(), before + (1 << 20));
+  EXPECT_EQ(chosen(**layer, shape(16)), "cuda.cutlass_sm90");  // unforced requests never failed
+}
+
+TEST_F(LayerTest, TheLayersForcedKernelIsPreparedAtLoad) {
+  add({"cuda.cutlass_sm90", unmeasurable(), nullptr, MRange{}, 1000});
+  add({"cpu.avx512_vnni"});
+  add({"cpu.reference", unmeasurable(), nullptr, MRange{}, 7});
+  auto layer = create(/*autotune=*/true, "cpu.reference");
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 1);
+  // Every unforced request runs the forced kernel, so nothing else is prepared.
+  EXPECT_EQ(log_->prepare_count("cuda.cutlass_sm90"), 0);
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 7);
+  EXPECT_EQ((*layer)->buckets()[0].kernel, "cpu.reference");
+  auto c = (*layer)->choose(shape(16), "", false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kernel->name(), "cpu.reference");
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 1);
+
+  // A forced kernel whose prepare fails fails the load with that status.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cuda.cutlass_sm90"});
+  add({"cpu.reference", unmeasurable(), nullptr, MRange{}, 0,
+       [](int) { return absl::ResourceExhaustedError("fake: out of host memory"); }});
+  auto failed = create(/*autotune=*/true, "cpu.reference");
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted) << failed.status();
 }
 
 }  // namespace
