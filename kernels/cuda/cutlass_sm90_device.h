@@ -21,8 +21,9 @@ enum class CutlassSm90Tile : int {
   k128x128x128Pingpong = 1,  // 128 x 128, two consumer warpgroups taking turns
   k128x256x128Coop = 2,      // 128 x 256, two warpgroups on one tile, cluster 2x1
   k64x64x128Pingpong = 3,    // 64 x 64, one warpgroup per tile: few tokens on narrow layers
+  k64x256x128Pingpong = 4,   // 64 x 256, one warpgroup per tile: few tokens on wide layers
 };
-inline constexpr int kCutlassSm90Tiles = 4;
+inline constexpr int kCutlassSm90Tiles = 5;
 
 // One fused GEMM: y[m, n] = out(fma(sa[m], sb[n] * f32(acc[m, n] - azp[m] * adj[n]), bias_v[n]))
 // with acc = xq [m, k] (row-major) x w [n, k]^T, int32 arithmetic wrapping. With azp = the
@@ -74,6 +75,7 @@ const TileOps* tile_64x128x128_pingpong(ElemType y);
 const TileOps* tile_128x128x128_pingpong(ElemType y);
 const TileOps* tile_128x256x128_coop(ElemType y);
 const TileOps* tile_64x64x128_pingpong(ElemType y);
+const TileOps* tile_64x256x128_pingpong(ElemType y);
 
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {
@@ -85,6 +87,8 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_128x256x128_coop(y);
     case CutlassSm90Tile::k64x64x128Pingpong:
       return tile_64x64x128_pingpong(y);
+    case CutlassSm90Tile::k64x256x128Pingpong:
+      return tile_64x256x128_pingpong(y);
   }
   return nullptr;
 }

@@ -55,18 +55,23 @@ constexpr TileStep kLadder[] = {
 };
 
 // Exceptions to the ladder by layer width, from the tile sweep of bench/gpu/gpu_bench.cc (GEMM
-// with the fused epilogue, us, 64x128 / 64x64 / 128x128 c2):
-//   shape (N x K)    M=16               M=64               M=128              M=256
-//   4096 x 4096      14.0 / 13.8 /  -   13.2 / 11.3 /  -   11.2 /  9.6 /  -   11.5 / 13.7 / 16.2
-//   6144 x 4096      15.5 / 15.3 /  -   13.3 / 13.2 /  -   11.1 / 13.6 /  -   16.7 / 17.6 / 16.4
-//   4096 x 14336     31.6 / 30.6 /  -   28.5 / 22.5 /  -   26.5 / 22.9 /  -   27.4 / 33.7 / 41.2
-//   8192 x 8192      27.2 / 27.7 /  -   24.4 / 23.7 /  -   25.2 / 26.1 /  -   31.1 / 39.0 / 29.8
-//   28672 x 4096     44.6 / 45.7 /  -   39.1 / 37.3 /  -   39.8 / 39.1 /  -   51.7 / 65.7 / 51.7
-//   57344 x 8192    130.3 /161.2 /  -  123.8 /122.1 /  -  128.4 /145.9 /  -  187.8 /353.7 /175.9
-//   8192 x 28672     74.8 / 77.0 /  -   63.0 / 62.2 /  -   64.9 / 73.0 /  -   93.9 /125.2 / 88.3
-// So 64 x 64 tiles for 17..64 tokens (twice the tiles: more SMs stream weights), and for
-// 65..128 tokens on 4096-wide layers; 128 x 128 for 129..256 tokens on layers 8192 or wider.
+// with the fused epilogue, us; 64x128 / 64x64 / 64x256):
+//   shape (N x K)   M=1                M=16               M=64               M=128
+//   4096 x 4096     14.6/ 14.6/ 17.5   13.8/ 13.6/ 17.3   12.9/ 10.9/ 17.0   11.1/  9.5/ 15.8
+//   6144 x 4096     15.9/ 15.8/ 18.5   15.1/ 15.2/ 17.9   13.2/ 13.1/ 17.4   11.3/ 13.4/ 15.7
+//   4096 x 14336    34.1/ 34.8/ 42.7   32.9/ 31.4/ 42.7   28.3/ 22.1/ 41.0   26.3/ 22.5/ 40.7
+//   8192 x 8192     29.3/ 29.2/ 32.8   27.4/ 27.5/ 31.6   24.8/ 23.8/ 30.5   25.4/ 26.3/ 30.2
+//   28672 x 4096    42.7/ 50.2/ 36.5   38.5/ 46.1/ 36.2   38.7/ 37.5/ 35.9   39.6/ 39.7/ 38.2
+//   57344 x 8192   137.2/199.4/118.9  127.6/164.1/115.8  121.1/118.8/117.8  125.4/144.4/130.8
+//   8192 x 28672    81.6/ 82.9/ 95.7   76.8/ 79.9/ 91.3   61.9/ 61.8/ 86.5   64.3/ 73.2/ 82.6
+// and at M = 256 (64x128 / 128x128 c2): 4096 x 4096 11.4 / 16.4, 4096 x 14336 27.2 / 41.2,
+// 8192 x 8192 31.0 / 29.6, 57344 x 8192 181.7 / 168.2, 8192 x 28672 89.9 / 83.8.
+// So: up to 64 tokens on layers 16384 or wider, 64 x 256 tiles (each SM streams twice the weight
+// rows per K step: 57344 x 8192 at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and
+// 65..128 on 4096-wide layers, 64 x 64 tiles (twice the tiles, more SMs streaming); 129..256
+// tokens on layers 8192 or wider, 128 x 128.
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
+  if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
   if (m > 128 && m <= 256 && n >= 8192) return CutlassSm90Tile::k128x128x128Pingpong;
   for (const TileStep& s : kLadder) {
