@@ -225,15 +225,15 @@ class GemvS8Kernel final : public Kernel {
   // bf16 in/out, bias; gemv plans tuned at load as prepare does), op time in us, gemv vs
   // cuda.cutlass_sm90 vs cuda.cublaslt:
   //   (N, K)          M=1: gemv   cutlass  cublaslt    M=16: gemv   cutlass  cublaslt
-  //   6144 x 4096          20.7    17.2     19.3              30.2    16.3     18.5
-  //   4096 x 4096          19.7    15.8     18.8              29.2    14.1     16.7
-  //   28672 x 4096         45.4    45.1     41.2              67.4    42.2     42.9
-  //   4096 x 14336         32.5    36.0     39.8              51.6    28.8     29.1
-  //   8192 x 8192          39.2    30.0     29.9              59.1    30.2     32.5
-  //   57344 x 8192        136.3   139.6    171.0             180.4   136.2    174.0
-  //   8192 x 28672         80.2    84.6     76.6             120.9    80.1     78.8
-  // At M = 1 it wins on the long-K and the widest layers and loses elsewhere: the server's
-  // autotune (server/core/layer.cc) measures the three on each layer and keeps the fastest. At
+  //   6144 x 4096          20.5    17.0     19.1              30.0    16.3     18.3
+  //   4096 x 4096          19.7    15.8     18.8              29.0    13.9     16.5
+  //   28672 x 4096         45.2    38.2     40.7              67.5    37.5     42.3
+  //   4096 x 14336         32.2    35.8     39.6              51.5    28.5     28.9
+  //   8192 x 8192          39.5    32.2     29.5              59.0    29.1     32.4
+  //   57344 x 8192        134.7   120.3    167.3             180.1   123.0    169.2
+  //   8192 x 28672         79.1    82.2     75.1             120.2    80.3     74.2
+  // At M = 1 it wins on the long-K 4096 x 14336 and loses elsewhere: the server's autotune
+  // (server/core/layer.cc) measures the three on each layer and keeps the fastest. At
   // M = 4-16 the per-token work (quantization in every block, one mma per 8 tokens) outgrows the
   // streaming and it loses everywhere, so it stays out of the other buckets.
   MRange preferred_m() const override { return MRange{1, 1}; }
