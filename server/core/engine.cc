@@ -208,11 +208,21 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
   }
   if (!in.forced_kernel.empty()) {
     // A forced kernel that cannot run this request fails here, naming the reason.
-    return layer
-        .choose(ProblemShape{in.m, c.n, c.k, in.x_dtype, in.y_dtype}, in.forced_kernel, false)
-        .status();
+    ASSIGN_OR_RETURN(KernelChoice choice,
+                     layer.choose(ProblemShape{in.m, c.n, c.k, in.x_dtype, in.y_dtype},
+                                  in.forced_kernel, false));
+    note_prepared(layer, choice);
   }
   return absl::OkStatus();
+}
+
+void Engine::note_prepared(const Layer& layer, const KernelChoice& choice) const {
+  if (!choice.prepared_now || metrics_ == nullptr) return;
+  // Only while the layer is still the one loaded under its name: an unloaded layer's gauge is gone.
+  auto served = store_.get(layer.name());
+  if (served.ok() && (*served)->layer.get() == &layer) {
+    metrics_->layer_bytes(layer.name(), layer.device(), layer.total_bytes());
+  }
 }
 
 absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::string* y,
@@ -220,6 +230,7 @@ absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::stri
   const LayerConfig& c = layer.config();
   const ProblemShape shape{in.m, c.n, c.k, in.x_dtype, in.y_dtype};
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
+  note_prepared(layer, choice);
   try {
     y->resize(static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);

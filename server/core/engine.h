@@ -124,6 +124,8 @@ class Engine {
   Metrics* metrics() const { return metrics_; }
 
  private:
+  // Updates the layer's bytes gauge after choose() prepared a kernel on demand.
+  void note_prepared(const Layer& layer, const KernelChoice& choice) const;
   friend class LayerUpload;
   absl::StatusOr<LoadResult> publish(const LoadRequest& request, std::vector<int8_t> weights,
                                      int64_t start_ns);

@@ -325,7 +325,7 @@ Layer::Slot* Layer::find_slot(const Kernel* k) const {
   return nullptr;
 }
 
-absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot) const {
+absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool* prepared_now) const {
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
   absl::MutexLock lock(&slot.mu);
   // Another request may have prepared it while this one waited.
@@ -335,6 +335,7 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot) const {
   slot.state = *std::move(state);
   total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);
   slot.ready.store(slot.state.get(), std::memory_order_release);
+  if (prepared_now != nullptr) *prepared_now = true;
   return slot.state.get();
 }
 
@@ -374,7 +375,7 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
         absl::StrCat("kernel ", choice.kernel->name(), " was not prepared for layer ", name(),
                      " (it could not implement the layer at load)"));
   }
-  ASSIGN_OR_RETURN(choice.prepared, prepared(*slot));
+  ASSIGN_OR_RETURN(choice.prepared, prepared(*slot, &choice.prepared_now));
   return choice;
 }
 

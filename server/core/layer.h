@@ -43,6 +43,7 @@ struct KernelChoice {
   const Kernel* kernel = nullptr;
   const PreparedKernel* prepared = nullptr;
   std::vector<CandidateVerdict> explanation;  // filled only when asked for
+  bool prepared_now = false;  // this call prepared the kernel (the layer's bytes grew)
 };
 
 class Layer {
@@ -100,7 +101,8 @@ class Layer {
   };
   Slot* find_slot(const Kernel* k) const;
   // The slot's prepared kernel, preparing it first if needed. Lock-free once prepared.
-  absl::StatusOr<const PreparedKernel*> prepared(Slot& slot) const;
+  // The slot's prepared kernel, preparing it first if needed (*prepared_now then set, when given).
+  absl::StatusOr<const PreparedKernel*> prepared(Slot& slot, bool* prepared_now = nullptr) const;
   // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape` and moves
   // the measured ones, as one block ranked fastest first, to the position of the first of them;
   // those whose measurement failed follow the block. Records the measurements in buckets_[bi].

@@ -117,6 +117,10 @@ void Metrics::layer_loaded(const std::string& layer, const std::string& device, 
   layers_loaded_.Add({}).Increment();
 }
 
+void Metrics::layer_bytes(const std::string& layer, const std::string& device, int64_t bytes) {
+  layer_bytes_.Add({{"layer", layer}, {"device", device}}).Set(static_cast<double>(bytes));
+}
+
 void Metrics::layer_unloaded(const std::string& layer, const std::string& device) {
   // Drop the per-layer gauges so that scrapes do not show layers that are gone.
   const prometheus::Labels bytes_labels{{"layer", layer}, {"device", device}};

@@ -32,6 +32,8 @@ class Metrics {
   void queue_depth(const std::string& layer, int64_t depth);
   void layer_loaded(const std::string& layer, const std::string& device, int64_t bytes);
   void layer_unloaded(const std::string& layer, const std::string& device);
+  // The layer's bytes after a kernel was prepared for it on demand.
+  void layer_bytes(const std::string& layer, const std::string& device, int64_t bytes);
   // Text exposition of everything (for tests and debugging).
   std::string serialize() const;
 

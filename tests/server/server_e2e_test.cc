@@ -642,6 +642,40 @@ TEST_F(ServerTest, MetricsEndpointIsScraped) {
       << text;
 }
 
+// A kernel the layer cannot choose unforced is prepared by the first request that forces it; the
+// layer's bytes gauge then counts its packed copy.
+TEST_F(ServerTest, LayerBytesGaugeGrowsWhenAForcedKernelIsPreparedOnDemand) {
+  auto kernels = client_->list_kernels();
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  // Both CPU kernels that pack a copy must run here, the first outranking the second.
+  bool vnni = false, onednn = false;
+  for (const auto& k : kernels->kernels()) {
+    if (k.name() == "cpu.avx512_vnni") vnni = k.supported() && !k.disabled();
+    if (k.name() == "cpu.onednn") onednn = k.supported() && !k.disabled();
+  }
+  if (!vnni || !onednn) GTEST_SKIP() << "needs cpu.avx512_vnni and cpu.onednn to run here";
+  auto gauge = [this]() -> double {
+    const std::string text = http_get(server_->metrics_port(), "/metrics");
+    const std::string key = "qlinear_layer_bytes{device=\"cpu\",layer=\"demo\"} ";
+    const size_t at = text.find(key);
+    EXPECT_NE(at, std::string::npos) << text;
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size()));
+  };
+  const double before = gauge();
+  SplitMix64 rng(11);
+  const std::string x = random_x(rng, 2, 64, DType::kBF16);
+  v1::InferRequest req = make_request("demo", x, DType::kBF16, 2, DType::kBF16);
+  req.set_forced_kernel("cpu.onednn");
+  auto r = client_->infer(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->metadata().kernel(), "cpu.onednn");
+  const double after = gauge();
+  EXPECT_GT(after, before);
+  // A second forced request prepares nothing more.
+  ASSERT_TRUE(client_->infer(req).ok());
+  EXPECT_EQ(gauge(), after);
+}
+
 TEST_F(ServerTest, EchoReturnsTheRequestedBytes) {
   grpc::ClientContext ctx;
   v1::EchoRequest req;
