@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/gemm_s8_check.h"
+#include "kernels/cuda/l2_flush.h"
 #include "kernels/cuda/quantize_s8.h"
 
 namespace qlinear::gpu {
@@ -66,10 +70,11 @@ constexpr TileStep kLadder[] = {
 //   8192 x 28672    81.6/ 82.9/ 95.7   76.8/ 79.9/ 91.3   61.9/ 61.8/ 86.5   64.3/ 73.2/ 82.6
 // and at M = 256 (64x128 / 128x128 c2): 4096 x 4096 11.4 / 16.4, 4096 x 14336 27.2 / 41.2,
 // 8192 x 8192 31.0 / 29.6, 57344 x 8192 181.7 / 168.2, 8192 x 28672 89.9 / 83.8.
-// So: up to 64 tokens on layers 16384 or wider, 64 x 256 tiles (each SM streams twice the weight
-// rows per K step: 57344 x 8192 at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and
-// 65..128 on 4096-wide layers, 64 x 64 tiles (twice the tiles, more SMs streaming); 129..256
-// tokens on layers 8192 or wider, 128 x 128.
+// A layer times the tiles on its own weights at load (tune_tiles) and uses these rules only
+// where it did not (operands too large to time). From the table: up to 64 tokens on layers
+// 16384 or wider, 64 x 256 tiles (each SM streams twice the weight rows per K step: 57344 x 8192
+// at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and 65..128 on 4096-wide layers, 64 x 64
+// tiles (twice the tiles, more SMs streaming); 129..256 tokens on layers 8192 or wider, 128 x 128.
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
@@ -89,6 +94,10 @@ constexpr TileStep kLadder[] = {
 // instead of its start measured no better than no PDL at M >= 128 (8192 x 28672, M = 256: 99.4
 // us) and lost most of the small-M gain (4096 x 4096, M = 1: 17.1 us).
 constexpr int64_t kPdlMaxM = 64;
+
+// The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
+// takes the tile chosen for the smallest of them >= M (tile_for beyond the last).
+constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
 
 constexpr DType kYTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 [[maybe_unused]] int y_index(DType t) { return t == DType::kF32 ? 0 : t == DType::kF16 ? 1 : 2; }
@@ -140,8 +149,10 @@ class CutlassSm90Prepared final : public CudaPreparedKernel {
   std::string device() const override { return "cuda:0"; }
 
  private:
-  explicit CutlassSm90Prepared(const LayerWeights& weights) : weights_(weights) {}
+  explicit CutlassSm90Prepared(const LayerWeights& weights) : weights_(weights) { tuned_.fill(-1); }
   absl::Status init();
+  absl::Status tune_tiles();
+  CutlassSm90Tile tile_for_call(int64_t m) const;
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const;
   absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const {
@@ -159,6 +170,8 @@ class CutlassSm90Prepared final : public CudaPreparedKernel {
   bool owns_dev_ = false;
   DeviceBuffer adj_;
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
+  // The tile timed fastest on this layer at each of kTuneMs; -1 where not timed (tile_for).
+  std::array<int, std::size(kTuneMs)> tuned_;
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
@@ -221,9 +234,114 @@ absl::Status CutlassSm90Prepared::init() {
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(bias_v_.get(), bias_v.data(), bias_v_.size(), cudaMemcpyHostToDevice));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
-  return absl::OkStatus();
+  return tune_tiles();
 #else
   return absl::FailedPreconditionError("cuda.cutlass_sm90 is not compiled in");
+#endif
+}
+
+CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
+  for (size_t i = 0; i < std::size(kTuneMs); ++i) {
+    if (m <= kTuneMs[i]) {
+      return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i])
+                            : tile_for(m, weights_.config.n);
+    }
+  }
+  return tile_for(m, weights_.config.n);
+}
+
+// Times every tile's fused GEMM (bf16 out, the quantized input made up) on this layer's weights
+// at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
+// fastest per M. Sizes whose operands would take over kTuneBytes are left to tile_for.
+absl::Status CutlassSm90Prepared::tune_tiles() {
+#if QLINEAR_HAVE_CUTLASS
+  tuned_.fill(-1);
+  const LayerConfig& c = weights_.config;
+  constexpr int64_t kTuneBytes = int64_t{256} << 20;
+  int64_t max_m = 0;
+  for (int64_t m : kTuneMs) {
+    if (m * c.k <= kTuneBytes && m * c.n * 2 <= kTuneBytes) max_m = m;
+  }
+  if (max_m == 0) return absl::OkStatus();
+  int device = 0, l2 = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  DeviceBuffer xq, sa, azp, y, flush;
+  RETURN_IF_ERROR(xq.allocate(static_cast<size_t>(max_m * c.k), "tile tuning activations"));
+  RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
+  RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
+  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
+  RETURN_IF_ERROR(flush.allocate(std::max<size_t>(size_t{128} << 20, size_t{4} * l2),
+                                 "an L2 flush buffer for tile tuning"));
+  {
+    // Made-up activations, not zeros (zeros make the tensor cores faster than real data).
+    std::vector<uint64_t> fill(xq.size() / 8 + 1);
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (uint64_t& v : fill) v = (s = s * 6364136223846793005ull + 1442695040888963407ull);
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(xq.get(), fill.data(), xq.size(), cudaMemcpyHostToDevice));
+    const std::vector<float> scales(static_cast<size_t>(max_m), 1e-3f);
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(sa.get(), scales.data(), sa.size(), cudaMemcpyHostToDevice));
+    RETURN_IF_CUDA_ERROR(cudaMemset(azp.get(), 0, azp.size()));
+    RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 1, flush.size()));
+  }
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  absl::Status status = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[0]));
+    RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[1]));
+    for (size_t i = 0; i < std::size(kTuneMs) && kTuneMs[i] <= max_m; ++i) {
+      CutlassSm90Args g;
+      g.xq = xq.as<int8_t>();
+      g.w = dev_->w.as<int8_t>();
+      g.m = kTuneMs[i];
+      g.n = c.n;
+      g.k = c.k;
+      g.sa = sa.as<float>();
+      g.azp = azp.as<int32_t>();
+      g.sb = dev_->sb.as<float>();
+      g.adj = adj_.as<int32_t>();
+      g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(DType::kBF16)) * c.n;
+      g.y = y.get();
+      g.y_type = ElemType::kBF16;
+      g.sm_count = sm_count_;
+      float best_ms = 0.f;
+      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+        const cutlass_sm90::TileOps* ops =
+            cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+        if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
+        RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));  // warm-up
+        constexpr int kReps = 5;
+        float ms[kReps] = {};
+        for (int r = 0; r < kReps; ++r) {
+          // Cold L2 for the sizes that stream their weights, as a served layer sees them.
+          if (g.m <= 256) {
+            RETURN_IF_CUDA_ERROR(
+                launch_l2_flush_read(flush.get(), flush.size(), flush.as<uint32_t>(), stream));
+          }
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[0], stream));
+          RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[1], stream));
+          RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ev[1]));
+          RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms[r], ev[0], ev[1]));
+        }
+        std::sort(ms, ms + kReps);
+        if (tuned_[i] < 0 || ms[kReps / 2] < best_ms) {
+          tuned_[i] = t;
+          best_ms = ms[kReps / 2];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }();
+  cudaStreamSynchronize(stream);
+  for (cudaEvent_t e : ev) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  cudaStreamDestroy(stream);
+  return status;
+#else
+  return absl::OkStatus();
 #endif
 }
 
@@ -256,7 +374,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.y_type = static_cast<ElemType>(args.y_dtype);
   g.sm_count = sm_count_;
   g.pdl = m <= kPdlMaxM;
-  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile_for(m, c.n), g.y_type);
+  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile_for_call(m), g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));

@@ -13,8 +13,10 @@
 // azp * colsum is the folded azp_adj), and bias_v = bias_f, or +0 for asymmetric and -0 for
 // symmetric layers without bias (fma(a, b, -0) is exactly a * b, as the SPEC's symmetric row).
 //
-// Tile configurations (one translation unit each), chosen per M by the ladder in
-// cutlass_sm90_gemm.cc, which records the measurements behind it.
+// Tile configurations (one translation unit each): each layer times them on its own weights at
+// load for M = 1, 16, 64, 128, 256, 1024 and 2048 and keeps the fastest per M (tune_tiles in
+// cutlass_sm90_gemm.cc); rules measured on the Llama-3 shapes (tile_for, with the table behind
+// them) cover the sizes too large to time and M above 2048.
 //
 // Constraints (can_implement): compute capability 9.0 exactly (sm_90a code), the CUTLASS headers
 // found at configure time ("not compiled in" otherwise), K % 16 == 0 and N % 16 == 0 (TMA needs
