@@ -290,6 +290,45 @@ std::string plan_name(const GemvS8Plan& p) {
   return absl::StrFormat("%d/%d/%d/%d", p.row_groups, p.split_k, p.clusters, p.chunks);
 }
 
+// cuda.gemv_s8's device arguments for M rows of the shape (weights set per launch).
+GemvS8Args gemv_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m) {
+  GemvS8Args a;
+  a.x = b.x.get();
+  a.m = m;
+  a.n = sc.n;
+  a.k = sc.k;
+  a.sb = b.sb.as<float>();
+  a.bias = b.bias.as<float>();
+  a.y = b.y.get();
+  a.sa = b.sa.as<float>();
+  return a;
+}
+
+// The plan cuda.gemv_s8's prepare picks for a's M group: every plan timed with a cold L2.
+absl::StatusOr<GemvS8Plan> prepare_gemv_plan(GemvS8Args a, const ShapeBuffers& b,
+                                             cudaStream_t stream) {
+  DeviceBuffer flush;
+  RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
+  const int m_pad = gemv_m_pad(a.m);
+  a.w = b.w[0].as<int8_t>();
+  a.m = m_pad;
+  GemvS8Plan plan;
+  RETURN_IF_CUDA_ERROR(tune_gemv_s8(a, m_pad, flush.get(), flush.size(), 64, stream, &plan));
+  return plan;
+}
+
+// One gemv launch per repetition, over the rotated weight copies.
+absl::StatusOr<double> time_gemv_plan(const GemvS8Args& a, const GemvS8Plan& plan,
+                                      const ShapeBuffers& b, const Options& o,
+                                      cudaStream_t stream) {
+  return median_us(stream, b.copies, o, [&](int s) -> absl::Status {
+    GemvS8Args as = a;
+    as.w = b.w[s].as<int8_t>();
+    RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
+    return absl::OkStatus();
+  });
+}
+
 // (1) cuda.gemv_s8: every (row groups, split_k) launch plan against the planner's choice, for
 // M = 1, 16 and 64, weights rotated.
 absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
@@ -302,31 +341,9 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
   for (int64_t m : sweep_ms) {
     const int m_pad = gemv_m_pad(m);
     if (!gemv_s8_fits(sc.k, m_pad)) continue;
-    GemvS8Args a;
-    a.x = b.x.get();
-    a.m = m;
-    a.n = sc.n;
-    a.k = sc.k;
-    a.sb = b.sb.as<float>();
-    a.bias = b.bias.as<float>();
-    a.y = b.y.get();
-    a.sa = b.sa.as<float>();
-    auto time_plan = [&](const GemvS8Plan& plan) {
-      return median_us(stream, b.copies, so, [&](int s) -> absl::Status {
-        GemvS8Args as = a;
-        as.w = b.w[s].as<int8_t>();
-        RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
-        return absl::OkStatus();
-      });
-    };
-    // What cuda.gemv_s8's prepare picks: every plan timed once with a cold L2.
-    DeviceBuffer flush;
-    RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
-    GemvS8Plan chosen;
-    GemvS8Args at = a;
-    at.w = b.w[0].as<int8_t>();
-    at.m = m_pad;
-    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 64, stream, &chosen));
+    const GemvS8Args a = gemv_args(sc, b, m);
+    auto time_plan = [&](const GemvS8Plan& plan) { return time_gemv_plan(a, plan, b, so, stream); };
+    ASSIGN_OR_RETURN(const GemvS8Plan chosen, prepare_gemv_plan(a, b, stream));
     ASSIGN_OR_RETURN(const double chosen_us, time_plan(chosen));
     GemvS8Plan best = chosen;
     double best_us = chosen_us;
@@ -390,28 +407,9 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                        return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
                                            b.acc.as<int32_t>(), b.workspace.get(), stream);
                      }));
-    GemvS8Args a;
-    a.x = b.x.get();
-    a.m = m;
-    a.n = sc.n;
-    a.k = sc.k;
-    a.sb = b.sb.as<float>();
-    a.bias = b.bias.as<float>();
-    a.y = b.y.get();
-    a.sa = b.sa.as<float>();
-    DeviceBuffer flush;
-    RETURN_IF_ERROR(flush.allocate(size_t{128} << 20, "an L2 flush buffer"));
-    GemvS8Plan plan;
-    GemvS8Args at = a;
-    at.w = b.w[0].as<int8_t>();
-    at.m = m_pad;
-    RETURN_IF_CUDA_ERROR(tune_gemv_s8(at, m_pad, flush.get(), flush.size(), 64, stream, &plan));
-    ASSIGN_OR_RETURN(const double op_us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
-                       GemvS8Args as = a;
-                       as.w = b.w[s].as<int8_t>();
-                       RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
-                       return absl::OkStatus();
-                     }));
+    const GemvS8Args a = gemv_args(sc, b, m);
+    ASSIGN_OR_RETURN(const GemvS8Plan plan, prepare_gemv_plan(a, b, stream));
+    ASSIGN_OR_RETURN(const double op_us, time_gemv_plan(a, plan, b, o, stream));
     // Traced launches, back to back over the rotated copies as in the timing above.
     const int blocks = plan.clusters * plan.split_k;
     const int launches = 4 * b.copies;

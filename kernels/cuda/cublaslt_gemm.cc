@@ -76,11 +76,6 @@ struct ScratchLayout {
   }
 };
 
-template <typename T>
-T* at(void* base, size_t offset) {
-  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
-}
-
 class CublasLtPrepared final : public CudaPreparedKernel {
  public:
   static absl::StatusOr<std::unique_ptr<CublasLtPrepared>> create(const LayerWeights& weights);

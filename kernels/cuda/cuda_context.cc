@@ -237,43 +237,65 @@ StreamContext* StreamPool::acquire() {
 
 // --- CudaPreparedKernel::measure_us --------------------------------------------------------
 
-namespace {
+absl::StatusOr<std::unique_ptr<CallTimer>> CallTimer::create() {
+  constexpr size_t kMinFlushBytes = size_t{128} << 20;  // over twice the H100/H200 L2
+  int device = 0, l2_bytes = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  std::unique_ptr<CallTimer> t(new CallTimer());
+  RETURN_IF_ERROR(
+      t->flush_.allocate(std::max(kMinFlushBytes, size_t{4} * static_cast<size_t>(l2_bytes)),
+                         "an L2 flush buffer for timing"));
+  RETURN_IF_ERROR(t->sink_.allocate(sizeof(uint32_t), "the L2 flush's sink"));
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking));
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&t->start_));
+  RETURN_IF_CUDA_ERROR(cudaEventCreate(&t->end_));
+  // Written once here, so that the flushes read initialised memory; these lines are written back
+  // before any timed call.
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(t->flush_.get(), 0, t->flush_.size(), t->stream_));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(t->stream_));
+  return t;
+}
 
-// A stream and events owned by one measurement. The stream is synchronised before it is
-// destroyed, so that no work of a failed measurement still uses buffers freed after it.
-struct OwnedStream {
-  cudaStream_t stream = nullptr;
-  ~OwnedStream() {
-    if (stream != nullptr) {
-      cudaStreamSynchronize(stream);
-      cudaStreamDestroy(stream);
-      cudaGetLastError();
+CallTimer::~CallTimer() {
+  // Synchronised before anything is freed, so that no work of a failed measurement still uses
+  // the flush buffer or the caller's buffers (which outlive the timer).
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (start_ != nullptr) cudaEventDestroy(start_);
+  if (end_ != nullptr) cudaEventDestroy(end_);
+  cudaGetLastError();
+}
+
+absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
+                                            absl::FunctionRef<absl::Status(cudaStream_t)> call) {
+  std::vector<double> us;
+  for (int i = 0; i < std::max(reps, 1); ++i) {
+    if (cold) {
+      RETURN_IF_CUDA_ERROR(
+          launch_l2_flush_read(flush_.get(), flush_.size(), sink_.as<uint32_t>(), stream_));
     }
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(start_, stream_));
+    RETURN_IF_ERROR(call(stream_));
+    RETURN_IF_CUDA_ERROR(cudaEventRecord(end_, stream_));
+    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(end_));
+    float ms = 0.f;
+    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, start_, end_));
+    us.push_back(1000.0 * ms);
   }
-};
-
-struct OwnedEvent {
-  cudaEvent_t event = nullptr;
-  ~OwnedEvent() {
-    if (event != nullptr) cudaEventDestroy(event);
-  }
-};
-
-}  // namespace
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
 
 absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape) const {
   constexpr int kWarmupCalls = 3;
   constexpr int kTimedCalls = 15;
-  constexpr size_t kMinFlushBytes = size_t{128} << 20;  // over twice the H100/H200 L2
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot measure M=", shape.m, ", N=", shape.n, ", K=", shape.k));
   }
-  int device = 0, l2_bytes = 0;
-  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
-  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  const size_t flush_bytes = std::max(kMinFlushBytes, size_t{4} * static_cast<size_t>(l2_bytes));
-
   const size_t x_count = static_cast<size_t>(shape.m * shape.k);
   const size_t x_elem = dtype_size(shape.x_dtype);
   const size_t y_bytes = static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.y_dtype);
@@ -293,28 +315,20 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape)
     store_from_f32(pattern.data(), shape.x_dtype, i, 2.0f * u - 1.0f);
   }
 
-  // Declared before the stream, so destroyed after it has been synchronised.
-  DeviceBuffer x, y, scratch, flush, sink;
+  // Declared before the timer, so freed after its stream has been synchronised.
+  DeviceBuffer x, y, scratch;
   RETURN_IF_ERROR(x.allocate(x_count * x_elem, "the measurement's activations"));
   RETURN_IF_ERROR(y.allocate(y_bytes, "the measurement's outputs"));
   RETURN_IF_ERROR(scratch.allocate(device_scratch_bytes(shape.m), "the measurement's scratch"));
-  RETURN_IF_ERROR(flush.allocate(flush_bytes, "an L2 flush buffer for the measurement"));
-  RETURN_IF_ERROR(sink.allocate(sizeof(uint32_t), "the L2 flush's sink"));
-  OwnedStream s;
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-  OwnedEvent start, end;
-  RETURN_IF_CUDA_ERROR(cudaEventCreate(&start.event));
-  RETURN_IF_CUDA_ERROR(cudaEventCreate(&end.event));
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  cudaStream_t stream = timer->stream();
   RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(x.get(), pattern.data(), pattern.size(), cudaMemcpyHostToDevice, s.stream));
+      cudaMemcpyAsync(x.get(), pattern.data(), pattern.size(), cudaMemcpyHostToDevice, stream));
   for (size_t filled = pattern.size(); filled < x.size(); filled *= 2) {  // doubling copies
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(x.as<char>() + filled, x.get(),
                                          std::min(filled, x.size() - filled),
-                                         cudaMemcpyDeviceToDevice, s.stream));
+                                         cudaMemcpyDeviceToDevice, stream));
   }
-  // Written once here, so that the flushes read initialised memory; the write-back of these
-  // lines happens during the untimed calls.
-  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flush.get(), 0, flush.size(), s.stream));
 
   DeviceRunArgs args;
   args.x = x.get();
@@ -322,25 +336,10 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape)
   args.m = shape.m;
   args.y = y.get();
   args.y_dtype = shape.y_dtype;
-  for (int i = 0; i < kWarmupCalls; ++i) {
-    RETURN_IF_ERROR(run_device(args, scratch.get(), s.stream, nullptr));
-  }
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s.stream));
-
-  std::vector<double> us;
-  for (int i = 0; i < kTimedCalls; ++i) {
-    RETURN_IF_CUDA_ERROR(
-        launch_l2_flush_read(flush.get(), flush.size(), sink.as<uint32_t>(), s.stream));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(start.event, s.stream));
-    RETURN_IF_ERROR(run_device(args, scratch.get(), s.stream, nullptr));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(end.event, s.stream));
-    RETURN_IF_CUDA_ERROR(cudaEventSynchronize(end.event));
-    float ms = 0.f;
-    RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, start.event, end.event));
-    us.push_back(1000.0 * ms);
-  }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  auto call = [&](cudaStream_t s) { return run_device(args, scratch.get(), s, nullptr); };
+  for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(stream));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  return timer->median_us(kTimedCalls, /*cold=*/true, call);
 }
 
 }  // namespace qlinear::gpu

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -118,6 +119,35 @@ class PinnedBuffer {
 // Rounds `bytes` up to the 256-byte alignment that cudaMalloc gives, so that sub-buffers carved
 // out of one allocation keep it (cuBLASLt and the vector loads want 16 bytes at least).
 inline size_t align_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
+
+// A sub-buffer `offset` bytes into `base` (offsets from align_up keep the alignment).
+template <typename T>
+T* at(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+// Times calls for load-time choices (autotune, tile tuning): a private stream, two events and a
+// buffer of 4x the L2 (at least 128 MiB) whose read-only pass before a timed call leaves the L2
+// cold, as a served layer finds it (its weights were read a layer ago; reading rather than
+// writing leaves no dirty lines to write back during the call). Synchronises after every call.
+class CallTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CallTimer>> create();
+  ~CallTimer();
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  // The median of `reps` calls in us; `call` enqueues one on stream(); cold: the L2 pass first.
+  absl::StatusOr<double> median_us(int reps, bool cold,
+                                   absl::FunctionRef<absl::Status(cudaStream_t)> call);
+
+ private:
+  CallTimer() = default;
+  DeviceBuffer flush_, sink_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, end_ = nullptr;
+};
 
 // One worker's slot on the GPU: a stream, timing events and the buffers a request needs, grown
 // to the largest request seen (so no cudaMalloc once warm). Owned by the StreamPool; use it only

@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <array>
 #include <cmath>
 #include <iterator>
@@ -17,7 +16,6 @@
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/gemm_s8_check.h"
-#include "kernels/cuda/l2_flush.h"
 #include "kernels/cuda/quantize_s8.h"
 
 namespace qlinear::gpu {
@@ -119,11 +117,6 @@ struct ScratchLayout {
     total = off;
   }
 };
-
-template <typename T>
-T* at(void* base, size_t offset) {
-  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
-}
 
 class CutlassSm90Prepared final : public CudaPreparedKernel {
  public:
@@ -263,16 +256,12 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     if (m * c.k <= kTuneBytes && m * c.n * 2 <= kTuneBytes) max_m = m;
   }
   if (max_m == 0) return absl::OkStatus();
-  int device = 0, l2 = 0;
-  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
-  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  DeviceBuffer xq, sa, azp, y, flush;
+  // Declared before the timer, so freed after its stream has been synchronised.
+  DeviceBuffer xq, sa, azp, y;
   RETURN_IF_ERROR(xq.allocate(static_cast<size_t>(max_m * c.k), "tile tuning activations"));
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
-  RETURN_IF_ERROR(flush.allocate(std::max<size_t>(size_t{128} << 20, size_t{4} * l2),
-                                 "an L2 flush buffer for tile tuning"));
   {
     // Made-up activations, not zeros (zeros make the tensor cores faster than real data).
     std::vector<uint64_t> fill(xq.size() / 8 + 1);
@@ -282,64 +271,44 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     const std::vector<float> scales(static_cast<size_t>(max_m), 1e-3f);
     RETURN_IF_CUDA_ERROR(cudaMemcpy(sa.get(), scales.data(), sa.size(), cudaMemcpyHostToDevice));
     RETURN_IF_CUDA_ERROR(cudaMemset(azp.get(), 0, azp.size()));
-    RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 1, flush.size()));
+    // The timer's stream does not wait for the legacy stream these ran on.
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   }
-  cudaStream_t stream = nullptr;
-  cudaEvent_t ev[2] = {nullptr, nullptr};
-  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  absl::Status status = [&]() -> absl::Status {
-    RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[0]));
-    RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[1]));
-    for (size_t i = 0; i < std::size(kTuneMs) && kTuneMs[i] <= max_m; ++i) {
-      CutlassSm90Args g;
-      g.xq = xq.as<int8_t>();
-      g.w = dev_->w.as<int8_t>();
-      g.m = kTuneMs[i];
-      g.n = c.n;
-      g.k = c.k;
-      g.sa = sa.as<float>();
-      g.azp = azp.as<int32_t>();
-      g.sb = dev_->sb.as<float>();
-      g.adj = adj_.as<int32_t>();
-      g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(DType::kBF16)) * c.n;
-      g.y = y.get();
-      g.y_type = ElemType::kBF16;
-      g.sm_count = sm_count_;
-      float best_ms = 0.f;
-      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-        const cutlass_sm90::TileOps* ops =
-            cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
-        if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
-        RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));  // warm-up
-        constexpr int kReps = 5;
-        float ms[kReps] = {};
-        for (int r = 0; r < kReps; ++r) {
-          // Cold L2 for the sizes that stream their weights, as a served layer sees them.
-          if (g.m <= 256) {
-            RETURN_IF_CUDA_ERROR(
-                launch_l2_flush_read(flush.get(), flush.size(), flush.as<uint32_t>(), stream));
-          }
-          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[0], stream));
-          RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
-          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[1], stream));
-          RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ev[1]));
-          RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms[r], ev[0], ev[1]));
-        }
-        std::sort(ms, ms + kReps);
-        if (tuned_[i] < 0 || ms[kReps / 2] < best_ms) {
-          tuned_[i] = t;
-          best_ms = ms[kReps / 2];
-        }
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  for (size_t i = 0; i < std::size(kTuneMs) && kTuneMs[i] <= max_m; ++i) {
+    CutlassSm90Args g;
+    g.xq = xq.as<int8_t>();
+    g.w = dev_->w.as<int8_t>();
+    g.m = kTuneMs[i];
+    g.n = c.n;
+    g.k = c.k;
+    g.sa = sa.as<float>();
+    g.azp = azp.as<int32_t>();
+    g.sb = dev_->sb.as<float>();
+    g.adj = adj_.as<int32_t>();
+    g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(DType::kBF16)) * c.n;
+    g.y = y.get();
+    g.y_type = ElemType::kBF16;
+    g.sm_count = sm_count_;
+    double best_us = 0;
+    for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      const cutlass_sm90::TileOps* ops =
+          cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+      if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
+      auto call = [&](cudaStream_t stream) -> absl::Status {
+        RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(call(timer->stream()));  // warm-up
+      // Cold L2 for the sizes that stream their weights, as a served layer sees them.
+      ASSIGN_OR_RETURN(const double us, timer->median_us(5, /*cold=*/g.m <= 256, call));
+      if (tuned_[i] < 0 || us < best_us) {
+        tuned_[i] = t;
+        best_us = us;
       }
     }
-    return absl::OkStatus();
-  }();
-  cudaStreamSynchronize(stream);
-  for (cudaEvent_t e : ev) {
-    if (e != nullptr) cudaEventDestroy(e);
   }
-  cudaStreamDestroy(stream);
-  return status;
+  return absl::OkStatus();
 #else
   return absl::OkStatus();
 #endif
