@@ -18,6 +18,7 @@ const std::vector<std::string>& kernel_priority_order() {
   static const std::vector<std::string> order = {
       // NVIDIA GPUs.
       "cuda.gemv_s8",       // small M: streams the weights once, quantizes in the same launch
+      "cuda.stream_s8",     // small M: weight stream started ahead of the quantization
       "cuda.cutlass_sm90",  // Hopper, every M, fused epilogue
       "cuda.cublaslt",      // any NVIDIA GPU; separate epilogue kernel
       // CPUs.

@@ -3,6 +3,7 @@
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/gemv_s8.h"
+#include "kernels/cuda/stream_s8.h"
 #include "kernels/registry.h"
 
 namespace qlinear {
@@ -12,6 +13,7 @@ void register_cuda_kernels(Registry* registry) {
   // beside it in kernels/cuda/gemv_s8.cc), cuda.cutlass_sm90 every other M, cuda.cublaslt what
   // neither takes.
   (void)registry->add(gpu::make_gemv_s8_kernel());
+  (void)registry->add(gpu::make_stream_s8_kernel());
   (void)registry->add(gpu::make_cutlass_sm90_kernel());
   (void)registry->add(gpu::make_cublaslt_kernel());
 }

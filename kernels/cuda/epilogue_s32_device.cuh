@@ -33,6 +33,32 @@ __device__ __forceinline__ uint32_t to_bits16(float v) {
   return __half_as_ushort(__float2half_rn(v));
 }
 
+// round_to_y with the output type chosen at run time (uniform branches).
+__device__ __forceinline__ float round_to_y(ElemType t, float v) {
+  switch (t) {
+    case ElemType::kBF16:
+      return round_to_y<ElemType::kBF16>(v);
+    case ElemType::kF16:
+      return round_to_y<ElemType::kF16>(v);
+    default:
+      return v;
+  }
+}
+
+// Writes y[idx] = v converted to the output type chosen at run time (one rounding).
+__device__ __forceinline__ void store_y(void* y, ElemType t, int64_t idx, float v) {
+  switch (t) {
+    case ElemType::kBF16:
+      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(to_bits16<ElemType::kBF16>(v));
+      break;
+    case ElemType::kF16:
+      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(to_bits16<ElemType::kF16>(v));
+      break;
+    default:
+      static_cast<float*>(y)[idx] = v;
+  }
+}
+
 // y before the output conversion. int32 arithmetic wraps, as in the reference (wrap_sub /
 // wrap_mul).
 template <ZeroPoint Z, bool kBias>

@@ -149,30 +149,6 @@ __device__ __forceinline__ float from_ordered(int i) {
   return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff);
 }
 
-__device__ __forceinline__ float round_bias(ElemType t, float b) {
-  switch (t) {
-    case ElemType::kBF16:
-      return device::round_to_y<ElemType::kBF16>(b);
-    case ElemType::kF16:
-      return device::round_to_y<ElemType::kF16>(b);
-    default:
-      return b;
-  }
-}
-
-__device__ __forceinline__ void store_y(void* y, ElemType t, int64_t idx, float v) {
-  switch (t) {
-    case ElemType::kBF16:
-      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kBF16>(v));
-      break;
-    case ElemType::kF16:
-      static_cast<uint16_t*>(y)[idx] = static_cast<uint16_t>(device::to_bits16<ElemType::kF16>(v));
-      break;
-    default:
-      static_cast<float*>(y)[idx] = v;
-  }
-}
-
 __device__ __forceinline__ RowStats warp_reduce(RowStats st) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -320,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int64_t idx = static_cast<int64_t>(m[i]) * N + n[i];
         if (a.acc != nullptr) a.acc[idx] = total_acc;
         const RowParams& rp = rowp[m[i]];
-        const float bias_f = has_bias ? round_bias(a.y_type, bias[i]) : 0.f;
-        store_y(a.y, a.y_type, idx,
+        const float bias_f = has_bias ? device::round_to_y(a.y_type, bias[i]) : 0.f;
+        device::store_y(a.y, a.y_type, idx,
                 device::dequant(a.quant.scheme, has_bias, total_acc, rp.sa, rp.zp, sb[i], adj[i],
                                 bias_f));
       }

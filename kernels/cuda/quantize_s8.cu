@@ -72,18 +72,23 @@ __device__ __forceinline__ void load_w(const T* p, float v[W]) {
 template <typename T, QuantScheme S, int W>
 __global__ void __launch_bounds__(1024)
     quantize_rows_s8(const T* __restrict__ x, int64_t k, QuantizeParams p, int8_t* __restrict__ xq,
-                     float* __restrict__ sa, int32_t* __restrict__ azp) {
+                     float* __restrict__ sa, int32_t* __restrict__ azp, int32_t* __restrict__ zero,
+                     int64_t zero_count, XqLayout lay) {
   constexpr bool kAbsmax = S == QuantScheme::kDynamicSymmetric;
   constexpr bool kMinMax = S == QuantScheme::kDynamicAsymmetric;
   const int64_t row = blockIdx.x;
   const T* xr = x + row * k;
-  int8_t* qr = xq + row * k;
+  int8_t* qr = xq + row * lay.row_stride;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A kernel launched after this one as its programmatic dependent (cuda.cutlass_sm90's GEMM)
   // may start now: it waits for this grid's completion before it reads xq, sa or azp, and its
   // set-up overlaps this kernel.
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  for (int64_t i = row * blockDim.x + threadIdx.x; i < zero_count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    zero[i] = 0;
+  }
   // The row stays in registers between the passes when each thread holds at most kCached
   // vectors of it (k <= 32 * blockDim.x, which launch_typed arranges up to k = 16384).
   constexpr int kCached = 4;
@@ -180,7 +185,8 @@ __global__ void __launch_bounds__(1024)
   const int32_t zp = s_zp;
 
   // Pass 2: quantize (the row is in registers, or in L1/L2 from pass 1).
-  auto emit = [&](int64_t i, const float(&v)[W]) {
+  auto emit = [&](int64_t e, const float(&v)[W]) {
+    const int64_t i = (e / lay.chunk) * lay.chunk_stride + e % lay.chunk;
     uint32_t packed[(W + 3) / 4] = {};
     if (mode == kQuantize) {
 #pragma unroll
@@ -215,7 +221,8 @@ __global__ void __launch_bounds__(1024)
 
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
-                         float* sa, int32_t* azp, cudaStream_t stream) {
+                         float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
+                         const XqLayout& lay, cudaStream_t stream) {
   // Enough threads that each handles a few vectors (four in flight at once); a block per row
   // keeps the row's reduction in one block (no second launch, no atomics), and small blocks let
   // many rows share an SM.
@@ -227,27 +234,28 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   const T* xt = static_cast<const T*>(x);
   const dim3 grid(static_cast<unsigned>(m));
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
-    quantize_rows_s8<T, S, 8><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+    quantize_rows_s8<T, S, 8><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   } else if (k % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(xq, 4)) {
-    quantize_rows_s8<T, S, 4><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+    quantize_rows_s8<T, S, 4><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   } else {
-    quantize_rows_s8<T, S, 1><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp);
+    quantize_rows_s8<T, S, 1><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeParams& p,
-                            int8_t* xq, float* sa, int32_t* azp, cudaStream_t stream) {
+                            int8_t* xq, float* sa, int32_t* azp, int32_t* zero,
+                            int64_t zero_count, const XqLayout& lay, cudaStream_t stream) {
   switch (p.scheme) {
     case QuantScheme::kDynamicSymmetric:
-      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, stream);
+      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
     case QuantScheme::kStaticSymmetric:
-      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, stream);
+      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
     case QuantScheme::kDynamicAsymmetric:
-      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, stream);
+      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
     case QuantScheme::kStaticAsymmetric:
-      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, stream);
+      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -256,15 +264,24 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
-                               cudaStream_t stream) {
-  if (m < 1 || m > 0x7fffffff || k < 1) return cudaErrorInvalidValue;
+                               cudaStream_t stream, int32_t* zero, int64_t zero_count,
+                               const XqLayout* layout) {
+  if (m < 1 || m > 0x7fffffff || k < 1 || zero_count < 0) return cudaErrorInvalidValue;
+  XqLayout lay;
+  if (layout == nullptr || layout->chunk == 0) {
+    lay.chunk = k;
+    lay.row_stride = k;
+  } else {
+    if (layout->chunk % 8 != 0 || layout->chunk < 0) return cudaErrorInvalidValue;
+    lay = *layout;
+  }
   switch (x_type) {
     case ElemType::kF32:
-      return launch_for_type<float>(x, m, k, params, xq, sa, azp, stream);
+      return launch_for_type<float>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
     case ElemType::kF16:
-      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, stream);
+      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
     case ElemType::kBF16:
-      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, stream);
+      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
   }
   return cudaErrorInvalidValue;
 }

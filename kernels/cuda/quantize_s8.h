@@ -30,6 +30,16 @@ struct QuantizeParams {
   int32_t input_zero_point = 0;  // static asymmetric
 };
 
+// Where quantized element (row, e) goes: xq + (e / chunk) * chunk_stride + row * row_stride +
+// e % chunk. The default (chunk = 0) is row-major [m, k]. cuda.stream_s8 asks for its K chunks
+// one after another, each holding every row's slice of the chunk (a ring slot's activations in
+// one copy).
+struct XqLayout {
+  int64_t chunk = 0;  // elements per chunk (a multiple of 8), or 0: row-major
+  int64_t chunk_stride = 0;
+  int64_t row_stride = 0;
+};
+
 // Quantizes x [m, k] (row-major, x_type, device memory) into xq [m, k] int8, sa [m] and, when
 // azp is not null, azp [m] (0 for symmetric schemes). One block per row: the row's absmax or
 // min/max reduction also detects non-finite values, then a second pass over the row (from L2)
@@ -37,9 +47,12 @@ struct QuantizeParams {
 // give finite or +Inf scales), and unspecified xq/azp: the caller finds the first bad row by
 // scanning sa, which it copies back anyway, so the check needs no flag, memset or atomic.
 // Requires 1 <= m < 2^31 and k >= 1; any alignment (8 elements per vector access when x is
-// 16-byte aligned and k % 8 == 0, 4 when k % 4 == 0). Returns the launch error, if any.
+// 16-byte aligned and k % 8 == 0, 4 when k % 4 == 0). When `zero` is given, the launch also sets
+// zero[0, zero_count) to 0 (the counters of cuda.stream_s8, its programmatic dependent); with
+// `layout`, xq is written in that layout instead of row-major. Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int32_t* zero = nullptr,
+                               int64_t zero_count = 0, const XqLayout* layout = nullptr);
 
 }  // namespace qlinear::gpu

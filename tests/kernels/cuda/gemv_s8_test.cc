@@ -1,4 +1,4 @@
-// The fused CUDA kernels (cuda.gemv_s8 and cuda.cutlass_sm90) against the reference, bit for bit
+// The fused CUDA kernels (cuda.gemv_s8, cuda.stream_s8 and cuda.cutlass_sm90) against the reference, bit for bit
 // on xq, sa, azp, acc and y: every scheme, x dtype, y dtype and bias, M = 1..67 (each kernel
 // within its M range, declining the rest with the reason), a Llama-sized shape, awkward rows (all
 // zero, constant, one-hot, tiny, huge), non-finite rows, concurrent requests, and unaligned
@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/gemv_s8_device.h"
+#include "kernels/cuda/stream_s8.h"
 #include "kernels/registry.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
@@ -181,7 +182,11 @@ TEST_P(FusedKernelTest, ConcurrentRequestsGetTheirOwnResults) {
   for (auto& list : jobs) {
     for (int i = 0; i < kCalls; ++i) {
       Job j;
-      j.m = rng.range(1, 64);
+      do {  // within the kernel's M range
+        j.m = rng.range(1, 64);
+      } while (!kernel_->can_implement(p.weights->config,
+                                       ProblemShape{j.m, 96, 192, DType::kF16, DType::kF32})
+                    .ok());
       j.x = make_x(rng, j.m, 192, DType::kF16);
       j.want = reference_run(*p.weights, j.x.data(), DType::kF16, j.m, DType::kF32);
       list.push_back(std::move(j));
@@ -257,6 +262,7 @@ TEST_P(FusedKernelTest, UnalignedShapesGoToAnotherKernel) {
 INSTANTIATE_TEST_SUITE_P(
     Fused, FusedKernelTest,
     ::testing::Values(FusedCase{kGemvS8KernelName, make_gemv_s8_kernel, {1, 16, 64}},
+                      FusedCase{kStreamS8KernelName, make_stream_s8_kernel, {1, 16, 32}},
                       FusedCase{kCutlassSm90KernelName, make_cutlass_sm90_kernel, {64, 128}}),
     case_name);
 

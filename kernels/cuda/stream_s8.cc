@@ -1,0 +1,210 @@
+#include "kernels/cuda/stream_s8.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
+#include "kernels/cuda/device_layer.h"
+#include "kernels/cuda/quantize_s8.h"
+#include "kernels/cuda/stream_s8_device.h"
+
+namespace qlinear::gpu {
+namespace {
+
+// Where a call keeps its intermediates inside the caller's scratch (each 256-byte aligned).
+struct ScratchLayout {
+  size_t xq = 0, sa = 0, azp = 0, counters = 0, partials = 0, total = 0;
+  ScratchLayout(int64_t m, int64_t n, int64_t k, int grid) {
+    size_t off = 0;
+    auto take = [&off](size_t bytes) {
+      const size_t at = off;
+      off += align_up(bytes);
+      return at;
+    };
+    xq = take(stream_xq_bytes(m, k));
+    sa = take(static_cast<size_t>(m) * 4);
+    azp = take(static_cast<size_t>(m) * 4);
+    counters = take(static_cast<size_t>(stream_s8_counters(n)) * 4);
+    partials = take(stream_s8_partials_bytes(grid, m));
+    total = off;
+  }
+};
+
+class StreamS8Prepared final : public CudaPreparedKernel {
+ public:
+  static absl::StatusOr<std::unique_ptr<StreamS8Prepared>> create(const LayerWeights& weights);
+
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
+    return run_host(args, timings, nullptr);
+  }
+  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
+    return run_host(args, nullptr, debug);
+  }
+  size_t device_scratch_bytes(int64_t m) const override {
+    return ScratchLayout(m, weights_.config.n, weights_.config.k, grid_).total;
+  }
+  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                          const StageEvents* events) const override {
+    return enqueue(args, scratch, stream, events, nullptr);
+  }
+  // The shared device copy counts once, for the kernel that uploaded it.
+  int64_t extra_bytes() const override {
+    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
+  }
+  std::string device() const override { return "cuda:0"; }
+
+ private:
+  explicit StreamS8Prepared(const LayerWeights& weights) : weights_(weights) {}
+
+  absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                       const StageEvents* events, const DeviceDebugOutputs* debug) const;
+  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const {
+    auto enqueue_call = [this](const DeviceRunArgs& a, void* s, cudaStream_t st,
+                               const StageEvents* e,
+                               const DeviceDebugOutputs* d) { return enqueue(a, s, st, e, d); };
+    return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m),
+                               enqueue_call, timings, debug);
+  }
+
+  const LayerWeights& weights_;
+  StreamPool* pool_ = nullptr;
+  int grid_ = 0;
+  StreamTmaMap w_map_;
+  std::shared_ptr<const DeviceLayer> dev_;  // shared with the layer's other CUDA kernels
+  bool owns_dev_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
+    const LayerWeights& weights) {
+  std::unique_ptr<StreamS8Prepared> p(new StreamS8Prepared(weights));
+  const LayerConfig& c = weights.config;
+  ASSIGN_OR_RETURN(p->pool_, StreamPool::get());
+  RETURN_IF_CUDA_ERROR(stream_s8_grid(c.n, c.k, &p->grid_));
+  ASSIGN_OR_RETURN(p->dev_, shared_device_layer(weights, &p->owns_dev_));
+  RETURN_IF_CUDA_ERROR(stream_s8_weights_map(p->dev_->w.as<int8_t>(), c.n, c.k, &p->w_map_));
+  // One row through the whole path at load: CUDA loads kernels lazily, which would otherwise make
+  // the layer's first request slower.
+  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
+  RunArgs warm;
+  warm.x = x.data();
+  warm.m = 1;
+  warm.y = y.data();
+  RETURN_IF_ERROR(p->run(warm, nullptr));
+  return p;
+}
+
+absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
+                                       cudaStream_t stream, const StageEvents* events,
+                                       const DeviceDebugOutputs* debug) const {
+  const LayerConfig& c = weights_.config;
+  const int64_t m = args.m;
+  if (m < 1 || m > kStreamMaxM) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("M=", m, " is outside 1..", kStreamMaxM, " (cuda.stream_s8)"));
+  }
+  const ScratchLayout L(m, c.n, c.k, grid_);
+  int8_t* xq = at<int8_t>(scratch, L.xq);
+  float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
+  int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
+  int32_t* counters = at<int32_t>(scratch, L.counters);
+
+  StreamS8Args g;
+  g.w_map = w_map_;
+  g.xq = xq;
+  g.sa = sa;
+  g.azp = azp;
+  g.m = m;
+  g.n = c.n;
+  g.k = c.k;
+  g.scheme = static_cast<QuantScheme>(c.scheme);
+  g.w = dev_->w.as<int8_t>();
+  g.sb = dev_->sb.as<float>();
+  g.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
+  g.bias = c.has_bias ? dev_->bias.as<float>() : nullptr;
+  g.y = args.y;
+  g.y_type = static_cast<ElemType>(args.y_dtype);
+  g.acc = debug != nullptr ? debug->acc : nullptr;
+  g.counters = counters;
+  g.partials = at<int32_t>(scratch, L.partials);
+  g.grid = grid_;
+  g.pdl = true;
+
+  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+  QuantizeParams qp;
+  qp.scheme = static_cast<QuantScheme>(c.scheme);
+  qp.input_scale = c.input_scale;
+  qp.input_zero_point = c.input_zero_point;
+  const XqLayout layout = stream_xq_layout(m);
+  RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
+                                          xq, sa, azp, stream, counters, stream_s8_counters(c.n),
+                                          &layout));
+  // With the programmatic launch the two overlap: the GEMM stage is timed from the quantize
+  // kernel's start, and the quantize stage takes no time of its own.
+  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
+  RETURN_IF_CUDA_ERROR(launch_stream_s8(g, stream));
+  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  if (debug != nullptr) {
+    // xq back to row-major, chunk by chunk.
+    for (int64_t k0 = 0; k0 < c.k; k0 += kStreamChunk) {
+      const size_t len = static_cast<size_t>(std::min<int64_t>(kStreamChunk, c.k - k0));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(
+          debug->xq + k0, static_cast<size_t>(c.k),
+          xq + (k0 / kStreamChunk) * layout.chunk_stride, kStreamXRow, len,
+          static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class StreamS8Kernel final : public Kernel {
+ public:
+  absl::string_view name() const override { return kStreamS8KernelName; }
+  absl::Status is_supported(const HostInfo& host) const override {
+    RETURN_IF_ERROR(cuda_device_usable(host));
+    const GpuInfo& g = host.gpus[0];
+    if (g.cc_major < 9) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("needs compute capability 9.0 or newer (bulk copies, programmatic "
+                       "launches), device is sm_",
+                       g.cc_major, g.cc_minor));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
+    if (config.k > kMaxK) {
+      return absl::FailedPreconditionError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
+    }
+    if (config.k % 16 != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("K=", config.k, " is not a multiple of 16 (16-byte bulk copies)"));
+    }
+    if (config.n % 16 != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("N=", config.n, " is not a multiple of 16 (16-row mma tiles)"));
+    }
+    if (shape.m < 1 || shape.m > kStreamMaxM) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("M=", shape.m, " is outside 1..", kStreamMaxM, " (small-M kernel)"));
+    }
+    return absl::OkStatus();
+  }
+  // Decode and small batches (M = 1..16); up to 32 tokens when forced or when a bucket's
+  // measurement ranks it (the 17..64 bucket is measured at M = 64, which it cannot take).
+  MRange preferred_m() const override { return MRange{1, 16}; }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
+      const LayerWeights& weights) const override {
+    ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Prepared> p, StreamS8Prepared::create(weights));
+    return std::unique_ptr<PreparedKernel>(std::move(p));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_stream_s8_kernel() { return std::make_unique<StreamS8Kernel>(); }
+
+}  // namespace qlinear::gpu

@@ -1,0 +1,452 @@
+// cuda.stream_s8's device code: see stream_s8.h for the design and stream_s8_device.h for the
+// contract.
+//
+// One block per SM, 5 warps: warp 4 is the producer, warps 0-3 the consumers. The layer's work
+// units (kStreamRows rows x kStreamChunk bytes of K, row block after row block, K fastest) are cut
+// into `grid` contiguous ranges of equal length, one per block, so every SM streams the same
+// number of weight bytes whatever the shape; a row block split between neighbouring blocks is
+// summed by the last of them to finish it.
+//
+// Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
+// swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's
+// activations for the chunk (the quantize kernel writes them chunk by chunk: stream_xq_layout)
+// into a ring slot, completing on the slot's mbarrier. The ring's first round of weight loads is
+// issued before griddepcontrol.wait, so the weight stream starts while the quantize kernel is
+// still running; the activation copies follow the wait.
+//
+// Consumers: warp w multiplies rows [16 w, 16 w + 16) of the slot's row block: ldmatrix.x4 of the
+// weights (addresses unswizzled) is the A operand of mma.sync.m16n8k32 (s8 x s8 -> s32),
+// ldmatrix.x4 of the activations its B operand, 8 tokens per n-block. Token rows in the slot are
+// kStreamXRow bytes apart so that ldmatrix's eight row addresses fall in different banks.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "kernels/cuda/epilogue_s32_device.cuh"
+#include "kernels/cuda/stream_s8_device.h"
+
+namespace qlinear::gpu {
+namespace {
+
+constexpr int kConsumerWarps = kStreamRows / 16;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;
+constexpr int kBox = 128;                            // bytes of K per TMA box (the swizzle span)
+constexpr int kBoxes = kStreamChunk / kBox;          // boxes per unit
+constexpr int kBoxBytes = kStreamRows * kBox;        // 8 KB, 1024-byte aligned in the slot
+constexpr int kWeightBytes = kBoxes * kBoxBytes;     // a slot's weights
+constexpr int kMaxStages = 8;
+constexpr int kBarrierBytes = 256;  // the mbarriers, ahead of the ring
+constexpr int kAlignSlack = 1024;   // the ring starts at the next 1024-byte boundary (swizzle)
+
+// Ring slot bytes for NT n-blocks: the weight boxes, then the activation rows (1024-aligned).
+__host__ __device__ constexpr int slot_bytes(int nt) {
+  return (kWeightBytes + 8 * nt * kStreamXRow + 1023) / 1024 * 1024;
+}
+
+struct KernelParams {
+  StreamS8Args a;  // first: its TMA descriptor keeps the 64-byte alignment
+  int64_t units;        // row blocks x chunks per row
+  int64_t chunks;       // chunks per row: ceil(k / kStreamChunk)
+  int stages;           // ring slots
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// `bytes` (a multiple of 16) from global `src` to shared `dst`, both 16-byte aligned, completing
+// on mbarrier `bar`; `policy` is an L2 cache policy.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+// One TMA box of the 2-D weights at (k0, n0) into shared `dst`, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const StreamTmaMap* map, int32_t k0,
+                                            int32_t n0, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(n0), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// acc (16 x 8, int32) += A (16 x 32 s8, row) * B (32 x 8 s8, col).
+__device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                       uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// The consumer warps' own barrier (the producer never joins it).
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+// The block whose range holds unit u: the largest c with floor(units * c / grid) <= u.
+__device__ __forceinline__ int64_t block_of(int64_t u, int64_t units, int64_t grid) {
+  return ((u + 1) * grid - 1) / units;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1) stream_s8_kernel(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  const StreamS8Args& a = p.a;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t G = gridDim.x, c = blockIdx.x;
+  const int64_t u0 = p.units * c / G, u1 = p.units * (c + 1) / G;
+  const int64_t count = u1 - u0;
+  const int64_t N = a.n, K = a.k;
+  const int M = static_cast<int>(a.m);
+  const int S = p.stages;
+  const uint32_t full0 = smem_addr(smem), empty0 = full0 + 8 * kMaxStages;
+  const uint32_t ring = (smem_addr(smem) + kBarrierBytes + kAlignSlack - 1) & ~uint32_t{kAlignSlack - 1};
+  __shared__ int s_last;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {
+    // --- Producer ---
+    uint64_t evict_first;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));
+    uint64_t evict_last;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(evict_last));
+    auto issue = [&](int64_t li, bool arm, bool weights, bool acts) {
+      const int64_t u = u0 + li;
+      const int s = static_cast<int>(li % S);
+      const int64_t rb = u / p.chunks, kc = u - rb * p.chunks;
+      const int64_t n0 = rb * kStreamRows, k0 = kc * kStreamChunk;
+      const int64_t len = K - k0 < kStreamChunk ? K - k0 : kStreamChunk;
+      const int boxes = static_cast<int>((len + kBox - 1) / kBox);
+      const uint32_t bar = full0 + 8 * s;
+      const uint32_t slot = ring + static_cast<uint32_t>(s * slot_bytes(NT));
+      const uint32_t xbytes = static_cast<uint32_t>(M * kStreamXRow);
+      if (arm) {
+        // Whole boxes: the TMA counts the zeros it fills past N and K too.
+        if (lane == 0) mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kBoxBytes) + xbytes);
+        __syncwarp();
+      }
+      if (weights && lane < boxes) {
+        tma_load_2d(slot + lane * kBoxBytes, &a.w_map, static_cast<int32_t>(k0 + lane * kBox),
+                    static_cast<int32_t>(n0), bar, evict_first);
+      }
+      if (acts && lane == 0) {
+        bulk_copy(slot + kWeightBytes, a.xq + kc * xbytes, xbytes, bar, evict_last);
+      }
+    };
+    const int64_t pre = count < S ? count : S;
+    for (int64_t li = 0; li < pre; ++li) issue(li, true, true, false);
+    grid_dependency_wait();
+    for (int64_t li = 0; li < pre; ++li) issue(li, false, false, true);
+    for (int64_t li = pre; li < count; ++li) {
+      const int s = static_cast<int>(li % S);
+      mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((li / S - 1) & 1));
+      issue(li, true, true, true);
+    }
+    return;
+  }
+
+  // --- Consumers ---
+  grid_dependency_wait();  // sa, azp and the counters come from the quantize kernel
+  const int gq = lane / 4, tq = lane % 4;
+  // ldmatrix row addresses. Weights: matrices rows 0-7 / 8-15 at k 0-15, then at k 16-31; row r
+  // of a box holds its 16-byte unit j at unit j ^ (r % 8) (128-byte swizzle). Activations: the 8
+  // tokens at k 0-15, 16-31, 32-47, 48-63.
+  const int a_row = 16 * warp + (lane % 8) + 8 * ((lane / 8) % 2);
+  const uint32_t a_base = static_cast<uint32_t>(a_row * kBox);
+  const int a_unit = lane / 16, a_xor = lane % 8;
+  auto a_addr = [&](uint32_t slot, int kbyte) {  // kbyte: a multiple of 32 (the k32 step)
+    const int box = kbyte / kBox, unit = (kbyte % kBox) / 16 + a_unit;
+    return slot + static_cast<uint32_t>(box * kBoxBytes) + a_base +
+           static_cast<uint32_t>((unit ^ a_xor) * 16);
+  };
+  const uint32_t b_off =
+      static_cast<uint32_t>(kWeightBytes + (lane % 8) * kStreamXRow + 16 * (lane / 8));
+  int32_t acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
+
+  // The epilogue for this warp's outputs of row block rb from `v` (the whole K).
+  auto epilogue = [&](int64_t rb, const int32_t (&v)[NT][4]) {
+    const bool has_bias = a.bias != nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = rb * kStreamRows + 16 * warp + gq + 8 * h;
+      if (n >= N) continue;
+      const float sb = a.sb[n];
+      const int32_t adj = a.azp_adj != nullptr ? a.azp_adj[n] : 0;
+      const float bias_f = has_bias ? device::round_to_y(a.y_type, a.bias[n]) : 0.f;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int m = 8 * t + 2 * tq + j;
+          if (m >= M) continue;
+          const int32_t total = v[t][2 * h + j];
+          const int64_t idx = static_cast<int64_t>(m) * N + n;
+          if (a.acc != nullptr) a.acc[idx] = total;
+          const int32_t zp = a.azp != nullptr ? a.azp[m] : 0;
+          device::store_y(a.y, a.y_type, idx,
+                          device::dequant(a.scheme, has_bias, total, a.sa[m], zp, sb, adj,
+                                          bias_f));
+        }
+      }
+    }
+  };
+  // Where block q keeps its partial sums of row block rb (its first or its last).
+  auto partial_at = [&](int64_t q, int64_t rb) {
+    const int64_t q_head = (p.units * q / G) / p.chunks;
+    return a.partials + ((q * 2 + (rb == q_head ? 0 : 1)) * kStreamRows) * (8 * NT);
+  };
+  // This block's sums of row block rb are complete for its range: finish the row block, or leave
+  // them to the last of the blocks sharing it.
+  auto flush = [&](int64_t rb) {
+    const int64_t first = block_of(rb * p.chunks, p.units, G);
+    const int64_t last = block_of(rb * p.chunks + p.chunks - 1, p.units, G);
+    if (first == last) {
+      epilogue(rb, acc);
+    } else {
+      int32_t* mine = partial_at(c, rb);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * warp + gq + 8 * h;
+          *reinterpret_cast<int2*>(mine + r * (8 * NT) + 8 * t + 2 * tq) =
+              make_int2(acc[t][2 * h], acc[t][2 * h + 1]);
+        }
+      }
+      __threadfence();
+      consumers_sync();
+      if (threadIdx.x == 0) {
+        const int old = atomicAdd(a.counters + rb, 1);
+        s_last = old == static_cast<int>(last - first);
+      }
+      consumers_sync();
+      if (s_last) {
+        __threadfence();
+        for (int64_t q = first; q <= last; ++q) {
+          if (q == c) continue;
+          const int32_t* theirs = partial_at(q, rb);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 16 * warp + gq + 8 * h;
+              const int2 v =
+                  __ldcg(reinterpret_cast<const int2*>(theirs + r * (8 * NT) + 8 * t + 2 * tq));
+              acc[t][2 * h] = static_cast<int32_t>(static_cast<uint32_t>(acc[t][2 * h]) +
+                                                   static_cast<uint32_t>(v.x));
+              acc[t][2 * h + 1] = static_cast<int32_t>(static_cast<uint32_t>(acc[t][2 * h + 1]) +
+                                                       static_cast<uint32_t>(v.y));
+            }
+          }
+        }
+        epilogue(rb, acc);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0;
+  };
+
+  for (int64_t li = 0; li < count; ++li) {
+    const int64_t u = u0 + li;
+    const int s = static_cast<int>(li % S);
+    const int64_t rb = u / p.chunks, kc = u - rb * p.chunks;
+    const int64_t n0 = rb * kStreamRows, k0 = kc * kStreamChunk;
+    const int len = static_cast<int>(K - k0 < kStreamChunk ? K - k0 : kStreamChunk);
+    mbar_wait(full0 + 8 * s, static_cast<uint32_t>((li / S) & 1));
+    if (n0 + 16 * warp < N) {  // warp-uniform
+      const uint32_t slot = ring + static_cast<uint32_t>(s * slot_bytes(NT));
+      for (int kb = 0; kb < len; kb += 64) {
+        uint32_t a0[4], a1[4];
+        ldmatrix_x4(a_addr(slot, kb), a0);
+        ldmatrix_x4(a_addr(slot, kb + 32), a1);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          uint32_t b[4];
+          ldmatrix_x4(slot + b_off + 8 * t * kStreamXRow + kb, b);
+          // Bytes past the chunk's end hold stale data: zero activations make them count 0.
+#pragma unroll
+          for (int j = 1; j < 4; ++j) {
+            if (kb + 16 * j >= len) b[j] = 0;
+          }
+          mma_s8(acc[t], a0, b[0], b[1]);
+          if (kb + 32 < len) mma_s8(acc[t], a1, b[2], b[3]);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    if (kc == p.chunks - 1 || li == count - 1) flush(rb);
+  }
+#endif
+}
+
+int max_smem_per_block() {
+  static int bytes = [] {
+    int device = 0, v = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      return 0;
+    return v;
+  }();
+  return bytes;
+}
+
+// Ring slots for NT n-blocks: as many as the block's shared memory holds (less the static
+// shared memory), at most kMaxStages.
+template <int NT>
+int stages_for() {
+  const int stages = (max_smem_per_block() - kBarrierBytes - kAlignSlack - 256) / slot_bytes(NT);
+  return stages < kMaxStages ? stages : kMaxStages;
+}
+
+template <int NT>
+size_t dynamic_smem_bytes() {
+  return static_cast<size_t>(kBarrierBytes + kAlignSlack + stages_for<NT>() * slot_bytes(NT));
+}
+
+template <int NT>
+cudaError_t prepare_kernel() {
+  static cudaError_t status = cudaErrorNotYetImplemented;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    status = stages_for<NT>() < 2
+                 ? cudaErrorInvalidConfiguration
+                 : cudaFuncSetAttribute(stream_s8_kernel<NT>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(dynamic_smem_bytes<NT>()));
+  });
+  return status;
+}
+
+template <int NT>
+cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
+  if (const cudaError_t e = prepare_kernel<NT>(); e != cudaSuccess) return e;
+  KernelParams kp;
+  kp.a = a;
+  kp.chunks = (a.k + kStreamChunk - 1) / kStreamChunk;
+  kp.units = stream_s8_counters(a.n) * kp.chunks;
+  kp.stages = stages_for<NT>();
+  // No block without work: the reduction counts every block between a row block's first and last.
+  const int64_t grid = a.grid < kp.units ? a.grid : kp.units;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = dynamic_smem_bytes<NT>();
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = a.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, stream_s8_kernel<NT>, kp);
+}
+
+}  // namespace
+
+cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map) {
+  static_assert(sizeof(StreamTmaMap) == sizeof(CUtensorMap), "StreamTmaMap holds a CUtensorMap");
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+  const cuuint32_t box[2] = {kBox, kStreamRows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+                            const_cast<int8_t*>(w), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t stream_s8_grid(int64_t n, int64_t k, int* grid) {
+  int device = 0, sms = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess) {
+    return e;
+  }
+  const int64_t units =
+      stream_s8_counters(n) * ((k + kStreamChunk - 1) / kStreamChunk);
+  *grid = static_cast<int>(units < sms ? units : sms);
+  return cudaSuccess;
+}
+
+cudaError_t launch_stream_s8(const StreamS8Args& a, cudaStream_t stream) {
+  if (a.m < 1 || a.m > kStreamMaxM || a.n < 16 || a.n % 16 != 0 || a.k < 16 || a.k % 16 != 0 ||
+      a.grid < 1) {
+    return cudaErrorInvalidValue;
+  }
+  switch (stream_m_pad(a.m)) {
+    case 8:
+      return launch_nt<1>(a, stream);
+    case 16:
+      return launch_nt<2>(a, stream);
+    default:
+      return launch_nt<4>(a, stream);
+  }
+}
+
+}  // namespace qlinear::gpu

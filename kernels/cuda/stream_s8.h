@@ -1,0 +1,46 @@
+// cuda.stream_s8: the W8A8 op for small M (decode and small batches, M <= 32) on Hopper, streaming
+// the weights from their native [N, K] layout at HBM bandwidth with no start-up gap.
+//
+// Why: at M <= 16 the op is bound by reading the weights once, and what separates a kernel from
+// the read's time is how soon its weight stream starts and how evenly it ends. cuBLASLt and the
+// CUTLASS kernel wait for the quantized activations before their first weight load, and their
+// output tiles divide unevenly among the 132 SMs on layers like 28672 x 4096 (112 or 224 tiles of
+// 256 or 128 rows) and 8192 x 28672 (64 or 128 tiles); cuda.gemv_s8 quantizes inside its launch,
+// and its weight stream waits behind that.
+//
+// How (stream_s8.cu):
+//   - Two launches: the quantize kernel (cuda.quantize, which also zeroes this call's counters),
+//     then this kernel as its programmatic dependent. Each block's producer warp issues its
+//     first ring of weight copies before griddepcontrol.wait, so the weights stream while the
+//     activations are quantized; the activations' copies follow the wait.
+//   - Bulk copies (cp.async.bulk, the TMA's 1-D form) of 512-byte row segments into a ring of up
+//     to 8 slots of 64 rows that fills nearly all of the SM's shared memory: ~200 KB in flight per
+//     SM, evict-first in L2.
+//   - Stream-K-like division: the layer's units (64 rows x 512 bytes of K) are cut into equal
+//     contiguous ranges, one per SM; a row block shared by neighbouring ranges is reduced by the
+//     last block to finish it (int32 partials, exact; an atomic counter per row block).
+//   - int8 x int8 -> int32 on the tensor cores (mma.sync m16n8k32, ldmatrix from the ring; the
+//     weights are the 16-row A operand, up to 32 tokens as 8-column B blocks): exact.
+//   - The SPEC section 4 epilogue in its exact order (epilogue_s32_device.cuh), y written once.
+//
+// Constraints (can_implement): compute capability 9.0 (bulk copies, programmatic launch);
+// K % 16 == 0 and N % 16 == 0 (16-byte copies, 16-row mma tiles); K <= kMaxK; 1 <= M <= 32. Any
+// scheme and dtype.
+//
+// Per layer (prepare): weights, sb, bias and azp_adj uploaded once (shared with the layer's other
+// CUDA kernels). Per request: no allocation and no descriptor; two launches; the serving path
+// synchronises once (cuda_host_call.h).
+#pragma once
+
+#include <memory>
+
+#include "kernels/core/kernel.h"
+
+namespace qlinear::gpu {
+
+inline constexpr char kStreamS8KernelName[] = "cuda.stream_s8";
+
+// The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
+std::unique_ptr<Kernel> make_stream_s8_kernel();
+
+}  // namespace qlinear::gpu

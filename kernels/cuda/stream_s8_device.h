@@ -1,0 +1,104 @@
+// The device half of cuda.stream_s8 (see stream_s8.h): the int8 GEMM and fused epilogue for small
+// M, streaming the weights through a shared-memory ring filled by bulk copies.
+//
+// Compiled by nvcc and by the host compiler: plain C++ only (see quantize_s8.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/quantize_s8.h"
+
+namespace qlinear::gpu {
+
+// The largest M the kernel takes (8 tokens per mma.sync n-block, at most 4 blocks).
+inline constexpr int64_t kStreamMaxM = 32;
+// A work unit: kStreamRows weight rows x kStreamChunk bytes of K (the last chunk of a row may be
+// shorter). The units of the layer, row block by row block, are divided evenly among the blocks.
+inline constexpr int kStreamRows = 64;
+inline constexpr int kStreamChunk = 512;
+
+// A TMA descriptor (CUtensorMap) for the layer's weights, made once per layer by
+// stream_s8_weights_map; opaque here so that this header needs no driver API.
+struct alignas(64) StreamTmaMap {
+  uint64_t opaque[16];
+};
+
+// Bytes between a token's rows in a ring slot, and in the quantized activations' layout.
+inline constexpr int kStreamXRow = kStreamChunk + 16;
+
+// The quantized activations' layout that the kernel reads (XqLayout): K chunk after K chunk, each
+// holding every token's kStreamChunk bytes at kStreamXRow bytes apart (one copy per ring slot).
+inline XqLayout stream_xq_layout(int64_t m) {
+  XqLayout l;
+  l.chunk = kStreamChunk;
+  l.chunk_stride = m * kStreamXRow;
+  l.row_stride = kStreamXRow;
+  return l;
+}
+// Bytes of that layout for m tokens of k.
+inline size_t stream_xq_bytes(int64_t m, int64_t k) {
+  return static_cast<size_t>((k + kStreamChunk - 1) / kStreamChunk * m * kStreamXRow);
+}
+
+// Device pointers and sizes of one launch. xq (stream_xq_layout), sa [m] and azp [m] (0 for symmetric
+// schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj [n]
+// (asymmetric schemes, as LayerWeights holds it); bias [n] fp32 or null (rounded to y's type in the
+// kernel); y [m, n]; acc [m, n] optional (debug). counters [stream_s8_counters(n)] must be zero
+// when the launch starts reading them (the quantize kernel zeroes them: launch_quantize_s8's
+// `zero`); partials [stream_s8_partials_bytes(grid, m)] needs no initial value.
+struct StreamS8Args {
+  StreamTmaMap w_map;  // the weights' descriptor (stream_s8_weights_map of w)
+  const int8_t* xq = nullptr;
+  const float* sa = nullptr;
+  const int32_t* azp = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  QuantScheme scheme = QuantScheme::kDynamicSymmetric;
+  const int8_t* w = nullptr;
+  const float* sb = nullptr;
+  const int32_t* azp_adj = nullptr;
+  const float* bias = nullptr;
+  void* y = nullptr;
+  ElemType y_type = ElemType::kBF16;
+  int32_t* acc = nullptr;
+  int32_t* counters = nullptr;
+  int32_t* partials = nullptr;
+  // Blocks (one per SM at most: each holds a ring of nearly all of the SM's shared memory).
+  int grid = 0;
+  // Launched as the previous kernel's programmatic dependent: the weights' first ring of copies
+  // goes out before griddepcontrol.wait, everything that reads the previous kernel's results
+  // after it.
+  bool pdl = false;
+};
+
+// The padded token count for m rows (m <= kStreamMaxM).
+inline int stream_m_pad(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
+
+// How many int32 counters a layer of n rows needs (one per row block).
+inline int64_t stream_s8_counters(int64_t n) { return (n + kStreamRows - 1) / kStreamRows; }
+
+// Bytes of partial sums for `grid` blocks and m tokens: two row blocks per block (the first and
+// the last it touches may be shared with its neighbours).
+inline size_t stream_s8_partials_bytes(int grid, int64_t m) {
+  return static_cast<size_t>(grid) * 2 * kStreamRows * stream_m_pad(m) * 4;
+}
+
+// Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):
+// boxes of 64 rows x 128 bytes, 128-byte swizzle. cudaErrorNotSupported without a driver that
+// has cuTensorMapEncodeTiled.
+cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map);
+
+// The grid for an n x k layer on the current device: one block per SM, fewer when the layer has
+// fewer units. Sets the kernels' shared-memory limit on first use.
+cudaError_t stream_s8_grid(int64_t n, int64_t k, int* grid);
+
+// Enqueues the GEMM with exact int32 accumulation (mma.sync m16n8k32), the split rows reduced
+// through `partials` by the last block to finish each, and the SPEC section 4 epilogue in its exact
+// order. 1 <= m <= kStreamMaxM; k % 16 == 0, n % 16 == 0. Returns the launch error.
+cudaError_t launch_stream_s8(const StreamS8Args& args, cudaStream_t stream);
+
+}  // namespace qlinear::gpu

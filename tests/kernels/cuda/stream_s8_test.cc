@@ -1,0 +1,153 @@
+// cuda.stream_s8 beyond the shared fused-kernel tests (gemv_s8_test.cc): shapes whose work units
+// end mid-chunk and mid-row-block (K % 512 and N % 64 awkward, K % 32 == 16), one row block
+// shared by dozens of blocks (long K, narrow N), every scheme at M = 1..32, and the launch entry
+// point at grids from 1 block to more blocks than units, accumulators checked exactly.
+#include "kernels/cuda/stream_s8.h"
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/stream_s8_device.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace qlinear::gpu::testing {
+namespace {
+
+class StreamS8Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    QLINEAR_REQUIRE_GPU();
+    kernel_ = make_stream_s8_kernel();
+    const absl::Status s = kernel_->is_supported(host_info());
+    if (!s.ok()) GTEST_SKIP() << "cuda.stream_s8 cannot run here: " << s.message();
+  }
+  std::unique_ptr<Kernel> kernel_;
+};
+
+TEST_F(StreamS8Test, AwkwardShapesMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  struct Shape {
+    int64_t n, k;
+  };
+  // 1040 x 1552: a 16-row last row block, a 16-byte last chunk. 64 x 28672: one row block over
+  // 56 blocks. 4112 x 5136: both, with ranges ending mid-chunk. 176 x 48: fewer units than SMs.
+  const Shape shapes[] = {{1040, 1552}, {64, 28672}, {4112, 5136}, {176, 48}};
+  int combo = 0;
+  for (const Shape& s : shapes) {
+    for (Scheme scheme : kSchemes) {
+      const Prepared p = prepare(*kernel_, make_layer(rng, scheme, s.n, s.k, combo % 2 == 0));
+      if (p.kernel == nullptr) return;
+      for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 31, 32}) {
+        const DType xt = kDTypes[combo % 3], yt = kDTypes[(combo / 3) % 3];
+        ++combo;
+        EXPECT_TRUE(check_call(p, make_x(rng, m, s.k, xt), xt, m, yt))
+            << s.n << " x " << s.k << " M=" << m;
+      }
+    }
+  }
+}
+
+// The launch entry point with every kind of grid: the row blocks split among blocks however the
+// ranges fall, the partial sums reduced exactly (acc against a host int32 GEMM of the same xq).
+TEST_F(StreamS8Test, EveryGridSumsExactly) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 400, k = 3088;  // 7 row blocks (the last 16 rows), 7 chunks (the last 16 B)
+  const int64_t units = stream_s8_counters(n) * ((k + kStreamChunk - 1) / kStreamChunk);
+  std::vector<int8_t> w(static_cast<size_t>(n * k));
+  for (int8_t& v : w) v = static_cast<int8_t>(rng.range(-128, 127));
+  std::vector<float> ones(static_cast<size_t>(std::max(n, kStreamMaxM)), 1.f);
+  const int max_grid = static_cast<int>(units) + 5;
+  DeviceBuffer dw, dxq, dsb, dsa, dy, dacc, dcnt, dpart;
+  ASSERT_TRUE(dw.allocate(w.size(), "w").ok());
+  ASSERT_TRUE(dxq.allocate(stream_xq_bytes(kStreamMaxM, k), "xq").ok());
+  ASSERT_TRUE(dsb.allocate(static_cast<size_t>(n) * 4, "sb").ok());
+  ASSERT_TRUE(dsa.allocate(kStreamMaxM * 4, "sa").ok());
+  ASSERT_TRUE(dy.allocate(static_cast<size_t>(kStreamMaxM * n) * 4, "y").ok());
+  ASSERT_TRUE(dacc.allocate(static_cast<size_t>(kStreamMaxM * n) * 4, "acc").ok());
+  ASSERT_TRUE(dcnt.allocate(static_cast<size_t>(stream_s8_counters(n)) * 4, "counters").ok());
+  ASSERT_TRUE(dpart.allocate(stream_s8_partials_bytes(max_grid, kStreamMaxM), "partials").ok());
+  ASSERT_EQ(cudaMemcpy(dw.get(), w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dsb.get(), ones.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dsa.get(), ones.data(), kStreamMaxM * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (int64_t m : {1, 13, 32}) {
+    std::vector<int8_t> xq(static_cast<size_t>(m * k));
+    for (int8_t& v : xq) v = static_cast<int8_t>(rng.range(-128, 127));
+    // The kernel reads xq chunk by chunk (stream_xq_layout).
+    const XqLayout lay = stream_xq_layout(m);
+    std::vector<int8_t> blocked(stream_xq_bytes(m, k), 0);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t e = 0; e < k; ++e) {
+        blocked[static_cast<size_t>((e / lay.chunk) * lay.chunk_stride + i * lay.row_stride +
+                                    e % lay.chunk)] = xq[static_cast<size_t>(i * k + e)];
+      }
+    }
+    ASSERT_EQ(cudaMemcpy(dxq.get(), blocked.data(), blocked.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    std::vector<int32_t> want(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t s = 0;
+        for (int64_t e = 0; e < k; ++e) s += int32_t{xq[i * k + e]} * int32_t{w[j * k + e]};
+        want[static_cast<size_t>(i * n + j)] = s;
+      }
+    }
+    for (int grid : {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units),
+                     max_grid}) {
+      ASSERT_EQ(cudaMemset(dcnt.get(), 0, static_cast<size_t>(stream_s8_counters(n)) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
+      StreamS8Args a;
+      ASSERT_EQ(stream_s8_weights_map(dw.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
+      a.xq = dxq.as<int8_t>();
+      a.sa = dsa.as<float>();
+      a.m = m;
+      a.n = n;
+      a.k = k;
+      a.w = dw.as<int8_t>();
+      a.sb = dsb.as<float>();
+      a.y = dy.get();
+      a.y_type = ElemType::kF32;
+      a.acc = dacc.as<int32_t>();
+      a.counters = dcnt.as<int32_t>();
+      a.partials = dpart.as<int32_t>();
+      a.grid = grid;
+      ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<int32_t> got(want.size());
+      ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(first_mismatch(want, got), -1) << "M=" << m << " grid=" << grid;
+    }
+  }
+}
+
+TEST(StreamS8Kernel, DeclinesWhatItCannotRun) {
+  auto k = make_stream_s8_kernel();
+  EXPECT_EQ(k->name(), "cuda.stream_s8");
+  LayerConfig c;
+  c.n = 64;
+  c.k = 100;
+  absl::Status s = k->can_implement(c, ProblemShape{1, 64, 100, DType::kBF16, DType::kBF16});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "K=100 is not a multiple of 16 (16-byte bulk copies)");
+  c.k = 128;
+  c.n = 52;
+  s = k->can_implement(c, ProblemShape{1, 52, 128, DType::kBF16, DType::kBF16});
+  EXPECT_EQ(s.message(), "N=52 is not a multiple of 16 (16-row mma tiles)");
+  c.n = 64;
+  EXPECT_TRUE(k->can_implement(c, ProblemShape{32, 64, 128, DType::kF32, DType::kF16}).ok());
+  s = k->can_implement(c, ProblemShape{33, 64, 128, DType::kBF16, DType::kBF16});
+  EXPECT_EQ(s.message(), "M=33 is outside 1..32 (small-M kernel)");
+  EXPECT_EQ(k->preferred_m().min, 1);
+  EXPECT_EQ(k->preferred_m().max, 16);
+}
+
+}  // namespace
+}  // namespace qlinear::gpu::testing
