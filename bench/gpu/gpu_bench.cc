@@ -57,6 +57,7 @@
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/gemv_s8_device.h"
+#include "kernels/cuda/stream_s8_device.h"
 #include "kernels/registry.h"
 
 namespace qlinear::gpu {
@@ -467,6 +468,123 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   return absl::OkStatus();
 }
 
+// --diagnose, cuda.stream_s8 at M = 1 and 16: the op (quantize + the programmatic dependent
+// GEMM) as served, without the programmatic launch, with other ring depths and with one slot
+// filled before the grid dependency, next to the phases of
+// the served launch from the kernel's %globaltimer stamps (medians over traced launches, us from
+// the first block's start): the spread of block starts, when the producers got past the grid
+// dependency (the quantize kernel's end), when the first ring slot was full, when the last block
+// finished, and the time outside the kernel.
+absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                             cudaStream_t stream) {
+  int grid = 0;
+  RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &grid));
+  std::vector<StreamTmaMap> maps(b.copies);
+  for (int s = 0; s < b.copies; ++s) {
+    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
+  }
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    DeviceBuffer xq, counters, partials, azp;
+    RETURN_IF_ERROR(xq.allocate(stream_xq_bytes(m, sc.k), "blocked xq"));
+    RETURN_IF_ERROR(
+        counters.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
+    RETURN_IF_ERROR(partials.allocate(stream_s8_partials_bytes(grid, m), "partials"));
+    RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(m) * 4, "azp"));
+    const XqLayout layout = stream_xq_layout(m);
+    auto op = [&](int s, bool pdl, int stages, uint64_t* trace, int prefetch = 0) -> absl::Status {
+      QuantizeParams qp;
+      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
+                                              xq.as<int8_t>(), b.sa.as<float>(),
+                                              azp.as<int32_t>(), stream, counters.as<int32_t>(),
+                                              stream_s8_counters(sc.n), &layout));
+      StreamS8Args a;
+      a.w_map = maps[s];
+      a.xq = xq.as<int8_t>();
+      a.sa = b.sa.as<float>();
+      a.azp = azp.as<int32_t>();
+      a.m = m;
+      a.n = sc.n;
+      a.k = sc.k;
+      a.w = b.w[s].as<int8_t>();
+      a.sb = b.sb.as<float>();
+      a.bias = b.bias.as<float>();
+      a.y = b.y.get();
+      a.counters = counters.as<int32_t>();
+      a.partials = partials.as<int32_t>();
+      a.grid = grid;
+      a.pdl = pdl;
+      a.stages = stages;
+      a.prefetch = prefetch;
+      a.trace = trace;
+      RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
+      return absl::OkStatus();
+    };
+    ASSIGN_OR_RETURN(const double served_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 0, nullptr);
+                     }));
+    ASSIGN_OR_RETURN(const double no_pdl_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, false, 0, nullptr);
+                     }));
+    ASSIGN_OR_RETURN(const double ring2_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 2, nullptr);
+                     }));
+    ASSIGN_OR_RETURN(const double ring4_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 4, nullptr);
+                     }));
+    ASSIGN_OR_RETURN(const double ring8_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 8, nullptr);
+                     }));
+    ASSIGN_OR_RETURN(const double pre1_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 0, nullptr, 1);
+                     }));
+    const int launches = 4 * b.copies;
+    DeviceBuffer trace;
+    RETURN_IF_ERROR(trace.allocate(
+        static_cast<size_t>(launches) * grid * kStreamTracePoints * sizeof(uint64_t), "trace"));
+    for (int i = 0; i < launches; ++i) {
+      RETURN_IF_ERROR(op(i % b.copies, true, 0,
+                         trace.as<uint64_t>() + static_cast<size_t>(i) * grid * kStreamTracePoints));
+    }
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+    std::vector<uint64_t> t(static_cast<size_t>(launches) * grid * kStreamTracePoints);
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(t.data(), trace.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    std::vector<double> spread, waited, first_full, done_min, done_max;
+    for (int i = launches / 4; i < launches; ++i) {
+      const uint64_t* ti = t.data() + static_cast<size_t>(i) * grid * kStreamTracePoints;
+      uint64_t t0 = UINT64_MAX, t0_max = 0, w = 0, f = 0, d_min = UINT64_MAX, d_max = 0;
+      for (int blk = 0; blk < grid; ++blk) {
+        const uint64_t* p = ti + blk * kStreamTracePoints;
+        t0 = std::min(t0, p[0]);
+        t0_max = std::max(t0_max, p[0]);
+        w = std::max(w, p[1]);
+        f = std::max(f, p[2]);
+        d_min = std::min(d_min, p[3]);
+        d_max = std::max(d_max, p[3]);
+      }
+      spread.push_back((t0_max - t0) * 1e-3);
+      waited.push_back((w - t0) * 1e-3);
+      first_full.push_back((f - t0) * 1e-3);
+      done_min.push_back((d_min - t0) * 1e-3);
+      done_max.push_back((d_max - t0) * 1e-3);
+    }
+    std::printf(
+        "diagnose-stream %-22s M=%-3lld grid %d | served %6.1f us %5.2f TB/s | no PDL %6.1f | "
+        "ring of 2 %6.1f, 4 %6.1f, all %6.1f | 1 slot before the dependency %6.1f | start spread %4.1f, past the dependency %5.1f, first slot %5.1f, "
+        "first block done %6.1f, last %6.1f, outside the kernel %5.1f\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), grid, served_us,
+        w_bytes / (served_us * 1e-6) / 1e12, no_pdl_us, ring2_us, ring4_us, ring8_us, pre1_us, median(spread), median(waited),
+        median(first_full), median(done_min), median(done_max), served_us - median(done_max));
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 // (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
 // cuBLASLt GEMM of the same M.
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
@@ -571,7 +689,10 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), weights->w.data(), w_bytes, cudaMemcpyHostToDevice));
   }
 
-  if (o.diagnose) return diagnose_gemv(sc, b, o, stream, lt);
+  if (o.diagnose) {
+    RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
+    return diagnose_stream(sc, b, o, stream);
+  }
   if (o.sweep) {
     RETURN_IF_ERROR(sweep_gemv(sc, b, o, stream));
   }

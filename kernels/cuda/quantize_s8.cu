@@ -90,10 +90,26 @@ __global__ void __launch_bounds__(1024)
     zero[i] = 0;
   }
   // The row stays in registers between the passes when each thread holds at most kCached
-  // vectors of it (k <= 32 * blockDim.x, which launch_typed arranges up to k = 16384).
-  constexpr int kCached = 4;
+  // vectors of it: as raw 16-byte loads for 16-bit types (k <= 64 * blockDim.x, which
+  // launch_typed arranges up to k = 32768), widened to fp32 for fp32 (k <= 32 * blockDim.x).
+  constexpr bool kRaw = sizeof(T) == 2 && W == 8;
+  constexpr int kCached = kRaw ? 8 : 4;
   const bool cached = W == 8 && k <= static_cast<int64_t>(kCached) * W * blockDim.x;
-  float cache[W == 8 ? kCached : 1][W];
+  uint4 raw[kRaw ? kCached : 1] = {};
+  float cache[(!kRaw && W == 8) ? kCached : 1][W];
+  auto cached_vec = [&](int c, float(&v)[W]) {
+    if constexpr (kRaw) {
+      const uint32_t w[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
+        v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[j] = cache[W == 8 ? c : 0][j];
+    }
+  };
 
   // Pass 1: the row's reduction; the finiteness check rides on it.
   float absmax = 0.f, mn = INFINITY, mx = -INFINITY;
@@ -111,14 +127,22 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
       const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
-      if (i < k) load_w<W>(xr + i, cache[c]);
+      if (i < k) {
+        if constexpr (kRaw) {
+          raw[c] = *reinterpret_cast<const uint4*>(xr + i);
+        } else {
+          load_w<W>(xr + i, cache[W == 8 ? c : 0]);
+        }
+      }
     }
 #pragma unroll
     for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
       const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
       if (i < k) {
+        float v[W];
+        cached_vec(c, v);
 #pragma unroll
-        for (int j = 0; j < W; ++j) visit(cache[c][j]);
+        for (int j = 0; j < W; ++j) visit(v[j]);
       }
     }
   } else {
@@ -207,7 +231,11 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
       const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
-      if (i < k) emit(i, cache[c]);
+      if (i < k) {
+        float v[W];
+        cached_vec(c, v);
+        emit(i, v);
+      }
     }
     return;
   }
@@ -233,6 +261,21 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   };
   const T* xt = static_cast<const T*>(x);
   const dim3 grid(static_cast<unsigned>(m));
+  // The SM keeps its shared memory configured at the maximum while this kernel runs: the GEMM
+  // launched as its programmatic dependent needs nearly all of it, and an SM configured for this
+  // kernel's few bytes would take the GEMM's block only after draining (measured: the block of
+  // cuda.stream_s8 on the quantize kernel's SM started up to 8 us late).
+  static const bool carveout_set = [] {
+    for (const void* f : {reinterpret_cast<const void*>(quantize_rows_s8<T, S, 8>),
+                          reinterpret_cast<const void*>(quantize_rows_s8<T, S, 4>),
+                          reinterpret_cast<const void*>(quantize_rows_s8<T, S, 1>)}) {
+      cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+    }
+    cudaGetLastError();  // a hint: a device that refuses it runs the kernel all the same
+    return true;
+  }();
+  (void)carveout_set;
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
     quantize_rows_s8<T, S, 8><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   } else if (k % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(xq, 4)) {

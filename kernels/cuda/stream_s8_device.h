@@ -16,7 +16,10 @@ namespace qlinear::gpu {
 // The largest M the kernel takes (8 tokens per mma.sync n-block, at most 4 blocks).
 inline constexpr int64_t kStreamMaxM = 32;
 // A work unit: kStreamRows weight rows x kStreamChunk bytes of K (the last chunk of a row may be
-// shorter). The units of the layer, row block by row block, are divided evenly among the blocks.
+// shorter). The units of the layer, row block by row block, are cut into `grid` contiguous ranges
+// of equal length, one per block: each block streams long runs of the same rows, which the H200's
+// memory serves fastest (handing out smaller pieces to whichever block is free measured 5-20%
+// slower), and a row block shared by neighbouring ranges is summed by the last of them to finish.
 inline constexpr int kStreamRows = 64;
 inline constexpr int kStreamChunk = 512;
 
@@ -47,8 +50,9 @@ inline size_t stream_xq_bytes(int64_t m, int64_t k) {
 // schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj [n]
 // (asymmetric schemes, as LayerWeights holds it); bias [n] fp32 or null (rounded to y's type in the
 // kernel); y [m, n]; acc [m, n] optional (debug). counters [stream_s8_counters(n)] must be zero
-// when the launch starts reading them (the quantize kernel zeroes them: launch_quantize_s8's
-// `zero`); partials [stream_s8_partials_bytes(grid, m)] needs no initial value.
+// when the launch gets past its grid dependency (the quantize kernel zeroes them:
+// launch_quantize_s8's `zero`); partials [stream_s8_partials_bytes(grid, m)] needs no initial
+// value.
 struct StreamS8Args {
   StreamTmaMap w_map;  // the weights' descriptor (stream_s8_weights_map of w)
   const int8_t* xq = nullptr;
@@ -69,17 +73,29 @@ struct StreamS8Args {
   int32_t* partials = nullptr;
   // Blocks (one per SM at most: each holds a ring of nearly all of the SM's shared memory).
   int grid = 0;
+  // Benchmarks: ring slots (0: the default, stream_s8.cu; at most what shared memory holds) and
+  // how many are filled before the grid dependency (0: all).
+  int stages = 0;
+  int prefetch = 0;
+  // Benchmarks only: when set, every block writes kStreamTracePoints %globaltimer stamps (ns) at
+  // trace[block * kStreamTracePoints + i]: entry, the producer past griddepcontrol.wait, the
+  // first ring slot full (consumer warp 0), consumer warp 0 done (its last row block finished).
+  uint64_t* trace = nullptr;
   // Launched as the previous kernel's programmatic dependent: the weights' first ring of copies
   // goes out before griddepcontrol.wait, everything that reads the previous kernel's results
   // after it.
   bool pdl = false;
 };
 
+inline constexpr int kStreamTracePoints = 4;
+
 // The padded token count for m rows (m <= kStreamMaxM).
 inline int stream_m_pad(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
 
-// How many int32 counters a layer of n rows needs (one per row block).
-inline int64_t stream_s8_counters(int64_t n) { return (n + kStreamRows - 1) / kStreamRows; }
+// How many int32 counters a layer of n rows needs (one per row block and consumer warp).
+inline int64_t stream_s8_counters(int64_t n) {
+  return (n + kStreamRows - 1) / kStreamRows * (kStreamRows / 16);
+}
 
 // Bytes of partial sums for `grid` blocks and m tokens: two row blocks per block (the first and
 // the last it touches may be shared with its neighbours).
@@ -96,8 +112,8 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
 // fewer units. Sets the kernels' shared-memory limit on first use.
 cudaError_t stream_s8_grid(int64_t n, int64_t k, int* grid);
 
-// Enqueues the GEMM with exact int32 accumulation (mma.sync m16n8k32), the split rows reduced
-// through `partials` by the last block to finish each, and the SPEC section 4 epilogue in its exact
+// Enqueues the GEMM with exact int32 accumulation (mma.sync m16n8k32), the split row blocks
+// reduced through `partials` by the last block to finish each, and the SPEC section 4 epilogue in its exact
 // order. 1 <= m <= kStreamMaxM; k % 16 == 0, n % 16 == 0. Returns the launch error.
 cudaError_t launch_stream_s8(const StreamS8Args& args, cudaStream_t stream);
 

@@ -54,12 +54,13 @@ TEST_F(StreamS8Test, AwkwardShapesMatchTheReference) {
 }
 
 // The launch entry point with every kind of grid: the row blocks split among blocks however the
-// ranges fall, the partial sums reduced exactly (acc against a host int32 GEMM of the same xq).
+// ranges fall (whole, in two, among dozens), the partial sums reduced exactly (acc against a host
+// int32 GEMM of the same xq).
 TEST_F(StreamS8Test, EveryGridSumsExactly) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
-  const int64_t n = 400, k = 3088;  // 7 row blocks (the last 16 rows), 7 chunks (the last 16 B)
-  const int64_t units = stream_s8_counters(n) * ((k + kStreamChunk - 1) / kStreamChunk);
+  const int64_t n = 1040, k = 3088;  // 17 row blocks (the last 16 rows), 7 chunks (the last 16 B)
+  const int64_t units = 17 * 7;
   std::vector<int8_t> w(static_cast<size_t>(n * k));
   for (int8_t& v : w) v = static_cast<int8_t>(rng.range(-128, 127));
   std::vector<float> ones(static_cast<size_t>(std::max(n, kStreamMaxM)), 1.f);
