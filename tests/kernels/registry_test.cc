@@ -82,9 +82,9 @@ CanImplement k_multiple_of(int64_t q) {
   };
 }
 
-const std::vector<std::string> kPinnedOrder = {"cuda.gemv_s8",  "cuda.cutlass_sm90",
-                                               "cuda.cublaslt", "cpu.avx512_vnni",
-                                               "cpu.onednn",    "cpu.reference"};
+const std::vector<std::string> kPinnedOrder = {
+    "cuda.gemv_s8",    "cuda.stream_s8", "cuda.cutlass_sm90", "cuda.cublaslt",
+    "cpu.avx512_vnni", "cpu.onednn",     "cpu.reference"};
 
 LayerConfig layer(int64_t k) {
   LayerConfig c;
