@@ -106,6 +106,7 @@ Registry typical_registry() {
   EXPECT_TRUE(r.add(make({"cpu.avx512_vnni", absl::OkStatus(), nullptr, {}, 4})).ok());
   const absl::Status old_gpu = absl::FailedPreconditionError("compute capability 8.0, needs 9.0");
   EXPECT_TRUE(r.add(make({"cuda.cutlass_sm90", old_gpu, nullptr, {}, 2})).ok());
+  EXPECT_TRUE(r.add(make({"cuda.stream_s8", old_gpu, nullptr, {}, 7})).ok());
   return r;
 }
 
@@ -119,9 +120,9 @@ TEST(PriorityOrder, IsPinned) {
 }
 
 TEST(Registration, OrderOfAddCallsDoesNotMatter) {
-  // Every permutation of the six names, each registered twice (the second copy after all
+  // Every permutation of the seven names, each registered twice (the second copy after all
   // first copies, in reverse). The result is always the pinned order, holding the first copies.
-  std::vector<int> perm = {0, 1, 2, 3, 4, 5};
+  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6};
   int permutations = 0;
   do {
     Registry r;
@@ -135,7 +136,7 @@ TEST(Registration, OrderOfAddCallsDoesNotMatter) {
     for (const Kernel* k : r.kernels()) ASSERT_EQ(tag_of(k), 1) << k->name();
     ++permutations;
   } while (std::next_permutation(perm.begin(), perm.end()));
-  EXPECT_EQ(permutations, 720);
+  EXPECT_EQ(permutations, 5040);
 }
 
 TEST(Registration, DuplicateRegistrationKeepsTheFirst) {
@@ -280,9 +281,10 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
   EXPECT_EQ(sel->kernel->name(), "cpu.avx512_vnni");
   expect_explanation(*sel, kPinnedOrder,
                      {"no CUDA device: driver not found", "compute capability 8.0, needs 9.0",
-                      "K=17 is not a multiple of 16", "", "a higher-priority kernel was selected",
+                      "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "",
+                      "a higher-priority kernel was selected",
                       "a higher-priority kernel was selected"},
-                     3);
+                     4);
   // K = 32: cuBLASLt can implement it and comes first.
   sel = r.select(HostInfo{}, layer(32), shape(5, 32), "", 2, 16);
   ASSERT_TRUE(sel.ok()) << sel.status();
@@ -290,9 +292,9 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
   EXPECT_EQ(tag_of(sel->kernel), 3);
   expect_explanation(
       *sel, kPinnedOrder,
-      {"no CUDA device", "needs 9.0", "", "a higher-priority kernel was selected",
+      {"no CUDA device", "needs 9.0", "needs 9.0", "", "a higher-priority kernel was selected",
        "a higher-priority kernel was selected", "a higher-priority kernel was selected"},
-      2);
+      3);
 }
 
 TEST(Select, DisabledKernelsAreSkippedWithTheReason) {
@@ -302,9 +304,9 @@ TEST(Select, DisabledKernelsAreSkippedWithTheReason) {
   ASSERT_TRUE(sel.ok()) << sel.status();
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   expect_explanation(*sel, kPinnedOrder,
-                     {"no CUDA device", "needs 9.0", "not a multiple of 16",
+                     {"no CUDA device", "needs 9.0", "needs 9.0", "not a multiple of 16",
                       "disabled by the operator", "", "a higher-priority kernel was selected"},
-                     4);
+                     5);
 }
 
 TEST(Select, PreferredMBuckets) {
@@ -388,7 +390,9 @@ TEST(Force, ForcedKernelIsUsedEvenIfAnotherComesFirst) {
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   EXPECT_EQ(tag_of(sel->kernel), 5);
   expect_explanation(*sel, kPinnedOrder,
-                     {"not forced", "not forced", "not forced", "not forced", "", "not forced"}, 4);
+                     {"not forced", "not forced", "not forced", "not forced", "not forced", "",
+                      "not forced"},
+                     5);
 }
 
 TEST(Force, ForcingOverridesTheMPreference) {
