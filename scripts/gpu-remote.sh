@@ -3,7 +3,8 @@
 #   0. which tensor-core instructions the kernels hold (IMMA for mma.sync, GMMA for wgmma),
 #   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
 #   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
-#      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained),
+#      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
+#      the demo layer and on a long-K 4096 x 14336 layer),
 #   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
@@ -70,6 +71,10 @@ if have qlinear-server; then
         cli kernels --layer demo &&
         cli infer --layer demo --m 1 --explain &&
         cli infer --layer demo --m 2048 --explain &&
+        cli load --name down --n 4096 --k 14336 &&
+        cli infer --layer down --m 1 --explain &&
+        cli infer --layer down --m 16 &&
+        cli infer --layer down --m 2048 &&
         cli smoke
     } >"$LOG/cli.log" 2>&1
     cli_rc=$?

@@ -90,7 +90,7 @@ void print_selection(const google::protobuf::RepeatedPtrField<v1::CandidateVerdi
 // "16.0 MiB".
 std::string human_bytes(int64_t bytes);
 // Compact kernel choice of a layer: adjacent buckets with the same kernel are merged,
-// e.g. "1-16 cuda.gemv_s8, >=17 cuda.cutlass_sm90".
+// e.g. "1-16 cuda.stream_s8, >=17 cuda.cutlass_sm90".
 std::string bucket_summary(const v1::LayerInfo& info);
 
 // x [count] uniform in [-1, 1) from `rng`, converted to `dtype` (one RNE rounding).

@@ -232,10 +232,11 @@ class GemvS8Kernel final : public Kernel {
   //   8192 x 8192          39.5    32.2     29.5              59.0    29.1     32.4
   //   57344 x 8192        134.7   120.3    167.3             180.1   123.0    169.2
   //   8192 x 28672         79.1    82.2     75.1             120.2    80.3     74.2
-  // At M = 1 it wins on the long-K 4096 x 14336 and loses elsewhere: the server's autotune
-  // (server/core/layer.cc) measures the three on each layer and keeps the fastest. At
-  // M = 4-16 the per-token work (quantization in every block, one mma per 8 tokens) outgrows the
-  // streaming and it loses everywhere, so it stays out of the other buckets.
+  // At M = 1 it won on the long-K 4096 x 14336 and lost elsewhere; at M = 4-16 the per-token work
+  // (quantization in every block, one mma per 8 tokens) outgrows the streaming and it loses
+  // everywhere, so it stays out of the other buckets. cuda.stream_s8 has since beaten it at M = 1
+  // on every shape (25.9 vs 32.3 us on 4096 x 14336), so the server does not register it
+  // (kernels/cuda/cuda_kernels.cc).
   MRange preferred_m() const override { return MRange{1, 1}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {

@@ -85,7 +85,7 @@ const KernelMeasurement* find_measurement(const BucketInfo& b, absl::string_view
 }
 
 // Why `chosen` won a bucket that autotune ranked, e.g. "fastest measured at load, 14.7 us at
-// M=16; cuda.gemv_s8 19.1 us; cuda.cublaslt 16.5 us". Empty when `chosen` was not measured (it
+// M=16; cuda.stream_s8 19.1 us; cuda.cublaslt 16.5 us". Empty when `chosen` was not measured (it
 // ranks by priority ahead of the measured kernels).
 std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
   const KernelMeasurement* mine = find_measurement(b, chosen);
