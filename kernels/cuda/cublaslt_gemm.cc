@@ -4,13 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <limits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
-#include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/epilogue_s32.h"
 #include "kernels/cuda/quantize_s8.h"
 
@@ -76,41 +74,25 @@ struct ScratchLayout {
   }
 };
 
-class CublasLtPrepared final : public CudaPreparedKernel {
+class CublasLtPrepared final : public HostCallPreparedKernel {
  public:
   static absl::StatusOr<std::unique_ptr<CublasLtPrepared>> create(const LayerWeights& weights);
   ~CublasLtPrepared() override;
 
-  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
-    return run_host(args, timings, nullptr);
-  }
-  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
-    return run_host(args, nullptr, debug);
-  }
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.n, weights_.config.k).total;
   }
-  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
-                          const StageEvents* events) const override;
-  // The shared device copy counts once, for the kernel that uploaded it.
-  int64_t extra_bytes() const override {
-    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
-  }
-  std::string device() const override { return "cuda:0"; }
 
  private:
-  explicit CublasLtPrepared(const LayerWeights& weights) : weights_(weights) {}
+  explicit CublasLtPrepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {}
   absl::Status init();
   absl::Status matmul(const int8_t* xq, int64_t m, int32_t* acc, void* workspace,
                       cudaStream_t stream) const;
-  // The serving path shared with the fused kernels (cuda_host_call.h); a debug call also copies
-  // xq and acc out of the scratch.
-  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;
+  // Quantize, cuBLASLt GEMM, epilogue kernel; a debug call also copies xq and acc out of the
+  // scratch.
+  absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                       const StageEvents* events, const DeviceDebugOutputs* debug) const override;
 
-  const LayerWeights& weights_;
-  StreamPool* pool_ = nullptr;
-  std::shared_ptr<const DeviceLayer> dev_;  // shared with the layer's other CUDA kernels
-  bool owns_dev_ = false;
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t w_layout_ = nullptr;
@@ -125,24 +107,15 @@ absl::StatusOr<std::unique_ptr<CublasLtPrepared>> CublasLtPrepared::create(
     const LayerWeights& weights) {
   std::unique_ptr<CublasLtPrepared> p(new CublasLtPrepared(weights));
   RETURN_IF_ERROR(p->init());  // on failure the destructor releases what init made
-  // One bf16 row through the whole path at load: CUDA loads kernels lazily and cuBLASLt sets up
-  // on its first call, which on the H200 made a layer's first request about 1 ms slower.
-  const LayerConfig& c = weights.config;
-  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
-  RunArgs warm;
-  warm.x = x.data();
-  warm.x_dtype = DType::kBF16;
-  warm.m = 1;
-  warm.y = y.data();
-  warm.y_dtype = DType::kBF16;
-  RETURN_IF_ERROR(p->run(warm, nullptr));
+  // cuBLASLt also sets up on its first call, which on the H200 made a layer's first request about
+  // 1 ms slower.
+  RETURN_IF_ERROR(p->warm_up());
   return p;
 }
 
 absl::Status CublasLtPrepared::init() {
   const LayerConfig& c = weights_.config;
-  ASSIGN_OR_RETURN(pool_, StreamPool::get());
-  ASSIGN_OR_RETURN(dev_, shared_device_layer(weights_, &owns_dev_));
+  RETURN_IF_ERROR(attach());
 
   RETURN_IF_CUBLAS_ERROR(cublasLtCreate(&handle_));
   RETURN_IF_CUBLAS_ERROR(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32I, CUDA_R_32I));
@@ -211,8 +184,9 @@ absl::Status CublasLtPrepared::matmul(const int8_t* xq, int64_t m, int32_t* acc,
   return absl::OkStatus();
 }
 
-absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scratch,
-                                          cudaStream_t stream, const StageEvents* events) const {
+absl::Status CublasLtPrepared::enqueue(const DeviceRunArgs& args, void* scratch,
+                                       cudaStream_t stream, const StageEvents* events,
+                                       const DeviceDebugOutputs* debug) const {
   const LayerConfig& c = weights_.config;
   const int64_t m = args.m;
   if (m < 1) return absl::InvalidArgumentError("M must be >= 1");
@@ -245,28 +219,13 @@ absl::Status CublasLtPrepared::run_device(const DeviceRunArgs& args, void* scrat
   ep.y_type = static_cast<ElemType>(args.y_dtype);
   RETURN_IF_CUDA_ERROR(launch_epilogue_s32(ep, stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  if (debug != nullptr) {
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq, xq, static_cast<size_t>(m * c.k),
+                                         cudaMemcpyDeviceToDevice, stream));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->acc, acc, static_cast<size_t>(m * c.n) * 4,
+                                         cudaMemcpyDeviceToDevice, stream));
+  }
   return absl::OkStatus();
-}
-
-absl::Status CublasLtPrepared::run_host(const RunArgs& args, RunTimings* timings,
-                                        DebugOutputs* debug) const {
-  const LayerConfig& c = weights_.config;
-  auto enqueue = [this, &c](const DeviceRunArgs& d, void* scratch, cudaStream_t stream,
-                            const StageEvents* events,
-                            const DeviceDebugOutputs* dbg) -> absl::Status {
-    RETURN_IF_ERROR(run_device(d, scratch, stream, events));
-    if (dbg != nullptr) {
-      const ScratchLayout S(d.m, c.n, c.k);
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dbg->xq, at<int8_t>(scratch, S.xq),
-                                           static_cast<size_t>(d.m * c.k), cudaMemcpyDeviceToDevice,
-                                           stream));
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dbg->acc, at<int32_t>(scratch, S.acc),
-                                           static_cast<size_t>(d.m * c.n) * 4,
-                                           cudaMemcpyDeviceToDevice, stream));
-    }
-    return absl::OkStatus();
-  };
-  return run_on_host_buffers(pool_, c, args, device_scratch_bytes(args.m), enqueue, timings, debug);
 }
 
 class CublasLtKernel final : public Kernel {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
@@ -185,6 +186,56 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
     }
     return absl::InvalidArgumentError(
         absl::StrCat("x row ", bad_row, " holds a non-finite value (", v, " at column ", col, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostCallPreparedKernel::attach() {
+  ASSIGN_OR_RETURN(pool_, StreamPool::get());
+  ASSIGN_OR_RETURN(dev_, shared_device_layer(weights_, &owns_dev_));
+  return absl::OkStatus();
+}
+
+absl::Status HostCallPreparedKernel::run(const RunArgs& args, RunTimings* timings) const {
+  auto call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t stream,
+                     const StageEvents* events, const DeviceDebugOutputs* debug) {
+    return enqueue(a, scratch, stream, events, debug);
+  };
+  return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
+                             timings, nullptr);
+}
+
+absl::Status HostCallPreparedKernel::run_debug(const RunArgs& args, DebugOutputs* debug) const {
+  auto call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t stream,
+                     const StageEvents* events, const DeviceDebugOutputs* dbg) {
+    return enqueue(a, scratch, stream, events, dbg);
+  };
+  return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
+                             nullptr, debug);
+}
+
+absl::Status HostCallPreparedKernel::warm_up() const {
+  const LayerConfig& c = weights_.config;
+  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
+  RunArgs warm;
+  warm.x = x.data();
+  warm.m = 1;
+  warm.y = y.data();
+  return run(warm, nullptr);
+}
+
+absl::Status check_rows_of_16_bytes(const LayerConfig& config, absl::string_view k_why,
+                                    absl::string_view n_why) {
+  if (config.k > kMaxK) {
+    return absl::FailedPreconditionError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
+  }
+  if (config.k % 16 != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("K=", config.k, " is not a multiple of 16 (", k_why, ")"));
+  }
+  if (config.n % 16 != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("N=", config.n, " is not a multiple of 16 (", n_why, ")"));
   }
   return absl::OkStatus();
 }

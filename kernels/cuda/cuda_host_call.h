@@ -1,5 +1,5 @@
-// The serving path shared by the CUDA kernels (cuda.gemv_s8, cuda.cutlass_sm90, cuda.cublaslt):
-// one call on host buffers, run on a pooled stream context.
+// The serving path shared by the CUDA kernels (cuda.gemv_s8, cuda.stream_s8, cuda.cutlass_sm90,
+// cuda.cublaslt): one call on host buffers, run on a pooled stream context.
 //
 //   x: host -> pinned -> device in chunks (the host memcpy of one chunk overlaps the DMA of the
 //   previous one); the kernel family's device half; sa/azp back first, then y in chunks, each
@@ -18,10 +18,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <memory>
+#include <string>
+
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "kernels/core/layer.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/device_layer.h"
 
 namespace qlinear::gpu {
 
@@ -45,5 +50,48 @@ using DeviceEnqueue =
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
                                  DebugOutputs* debug);
+
+// A CUDA kernel family's prepared layer, on top of its device half (`enqueue`): `run` and
+// `run_debug` go through run_on_host_buffers on the process's stream pool, `run_device` enqueues
+// without debug outputs. It holds the layer's weights and the layer's one device copy of them,
+// shared with the layer's other CUDA kernels (device_layer.h).
+class HostCallPreparedKernel : public CudaPreparedKernel {
+ public:
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override;
+  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override;
+  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                          const StageEvents* events) const override {
+    return enqueue(args, scratch, stream, events, nullptr);
+  }
+  // The shared device copy counts once, for the kernel that uploaded it.
+  int64_t extra_bytes() const override {
+    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
+  }
+  std::string device() const override { return "cuda:0"; }
+
+ protected:
+  explicit HostCallPreparedKernel(const LayerWeights& weights) : weights_(weights) {}
+  // Takes the stream pool and the layer's device copy (uploading it if this is the first CUDA
+  // kernel of the layer).
+  absl::Status attach();
+  // One call on device pointers (DeviceEnqueue's contract).
+  virtual absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
+                               const StageEvents* events,
+                               const DeviceDebugOutputs* debug) const = 0;
+  // One row of zeros through `run`: CUDA loads kernels lazily, which would otherwise make the
+  // layer's first request slower.
+  absl::Status warm_up() const;
+
+  const LayerWeights& weights_;
+  StreamPool* pool_ = nullptr;
+  std::shared_ptr<const DeviceLayer> dev_;
+  bool owns_dev_ = false;
+};
+
+// The layer checks shared by the kernels that move whole 16-byte rows (TMA or 16-byte loads):
+// K <= kMaxK, and K and N multiples of 16, each failure FAILED_PRECONDITION naming the value and
+// `why`, e.g. "K=100 is not a multiple of 16 (16-byte bulk copies)".
+absl::Status check_rows_of_16_bytes(const LayerConfig& config, absl::string_view k_why,
+                                    absl::string_view n_why);
 
 }  // namespace qlinear::gpu

@@ -14,7 +14,6 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
-#include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/gemm_s8_check.h"
 #include "kernels/cuda/quantize_s8.h"
 
@@ -118,49 +117,29 @@ struct ScratchLayout {
   }
 };
 
-class CutlassSm90Prepared final : public CudaPreparedKernel {
+class CutlassSm90Prepared final : public HostCallPreparedKernel {
  public:
   static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights);
 
-  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
-    return run_host(args, timings, nullptr);
-  }
-  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
-    return run_host(args, nullptr, debug);
-  }
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.k, 0).total;
   }
-  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
-                          const StageEvents* events) const override {
-    return enqueue(args, scratch, stream, events, nullptr);
-  }
-  // The shared device copy counts once, for the kernel that uploaded it.
   int64_t extra_bytes() const override {
-    return static_cast<int64_t>((owns_dev_ ? dev_->bytes() : 0) + adj_.size() + bias_v_.size());
+    return HostCallPreparedKernel::extra_bytes() +
+           static_cast<int64_t>(adj_.size() + bias_v_.size());
   }
-  std::string device() const override { return "cuda:0"; }
 
  private:
-  explicit CutlassSm90Prepared(const LayerWeights& weights) : weights_(weights) { tuned_.fill(-1); }
+  explicit CutlassSm90Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {
+    tuned_.fill(-1);
+  }
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
-                       const StageEvents* events, const DeviceDebugOutputs* debug) const;
-  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const {
-    auto enqueue_call = [this](const DeviceRunArgs& a, void* s, cudaStream_t st,
-                               const StageEvents* e,
-                               const DeviceDebugOutputs* d) { return enqueue(a, s, st, e, d); };
-    return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m),
-                               enqueue_call, timings, debug);
-  }
+                       const StageEvents* events, const DeviceDebugOutputs* debug) const override;
 
-  const LayerWeights& weights_;
-  StreamPool* pool_ = nullptr;
   int sm_count_ = 0;
-  std::shared_ptr<const DeviceLayer> dev_;  // w and sb, shared with the layer's other CUDA kernels
-  bool owns_dev_ = false;
   DeviceBuffer adj_;
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
   // The tile timed fastest on this layer at each of kTuneMs; -1 where not timed (tile_for).
@@ -171,22 +150,16 @@ absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create
     const LayerWeights& weights) {
   std::unique_ptr<CutlassSm90Prepared> p(new CutlassSm90Prepared(weights));
   RETURN_IF_ERROR(p->init());
-  // One request through the whole path at load: CUDA loads kernels lazily (init already touched
-  // every tile's kernel when it raised its shared-memory limit).
-  const LayerConfig& c = weights.config;
-  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
-  RunArgs warm;
-  warm.x = x.data();
-  warm.m = 1;
-  warm.y = y.data();
-  RETURN_IF_ERROR(p->run(warm, nullptr));
+  // init already touched every tile's kernel when it raised its shared-memory limit; the rest of
+  // the path loads here.
+  RETURN_IF_ERROR(p->warm_up());
   return p;
 }
 
 absl::Status CutlassSm90Prepared::init() {
 #if QLINEAR_HAVE_CUTLASS
   const LayerConfig& c = weights_.config;
-  ASSIGN_OR_RETURN(pool_, StreamPool::get());
+  RETURN_IF_ERROR(attach());
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -201,7 +174,6 @@ absl::Status CutlassSm90Prepared::init() {
   }
 
   const size_t n = static_cast<size_t>(c.n);
-  ASSIGN_OR_RETURN(dev_, shared_device_layer(weights_, &owns_dev_));
 
   // Column sums for every scheme (see the header: the quantizer's azp selects what they do).
   std::vector<int32_t> colsum(n, 0);
@@ -393,17 +365,8 @@ class CutlassSm90Kernel final : public Kernel {
     return absl::OkStatus();
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
-    if (config.k > kMaxK) {
-      return absl::FailedPreconditionError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
-    }
-    if (config.k % 16 != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("K=", config.k, " is not a multiple of 16 (TMA needs 16-byte rows)"));
-    }
-    if (config.n % 16 != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("N=", config.n, " is not a multiple of 16 (TMA needs 16-byte rows)"));
-    }
+    RETURN_IF_ERROR(
+        check_rows_of_16_bytes(config, "TMA needs 16-byte rows", "TMA needs 16-byte rows"));
     if (shape.m < 1 || shape.m > std::numeric_limits<int32_t>::max()) {
       return absl::FailedPreconditionError(absl::StrCat("M=", shape.m, " is outside 1..2^31-1"));
     }

@@ -3,13 +3,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
-#include "kernels/cuda/device_layer.h"
 #include "kernels/cuda/quantize_s8.h"
 #include "kernels/cuda/stream_s8_device.h"
 
@@ -35,66 +33,31 @@ struct ScratchLayout {
   }
 };
 
-class StreamS8Prepared final : public CudaPreparedKernel {
+class StreamS8Prepared final : public HostCallPreparedKernel {
  public:
   static absl::StatusOr<std::unique_ptr<StreamS8Prepared>> create(const LayerWeights& weights);
 
-  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
-    return run_host(args, timings, nullptr);
-  }
-  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
-    return run_host(args, nullptr, debug);
-  }
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.n, weights_.config.k, grid_).total;
   }
-  absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
-                          const StageEvents* events) const override {
-    return enqueue(args, scratch, stream, events, nullptr);
-  }
-  // The shared device copy counts once, for the kernel that uploaded it.
-  int64_t extra_bytes() const override {
-    return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
-  }
-  std::string device() const override { return "cuda:0"; }
 
  private:
-  explicit StreamS8Prepared(const LayerWeights& weights) : weights_(weights) {}
-
+  explicit StreamS8Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {}
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
-                       const StageEvents* events, const DeviceDebugOutputs* debug) const;
-  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const {
-    auto enqueue_call = [this](const DeviceRunArgs& a, void* s, cudaStream_t st,
-                               const StageEvents* e,
-                               const DeviceDebugOutputs* d) { return enqueue(a, s, st, e, d); };
-    return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m),
-                               enqueue_call, timings, debug);
-  }
+                       const StageEvents* events, const DeviceDebugOutputs* debug) const override;
 
-  const LayerWeights& weights_;
-  StreamPool* pool_ = nullptr;
   int grid_ = 0;
   StreamTmaMap w_map_;
-  std::shared_ptr<const DeviceLayer> dev_;  // shared with the layer's other CUDA kernels
-  bool owns_dev_ = false;
 };
 
 absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     const LayerWeights& weights) {
   std::unique_ptr<StreamS8Prepared> p(new StreamS8Prepared(weights));
   const LayerConfig& c = weights.config;
-  ASSIGN_OR_RETURN(p->pool_, StreamPool::get());
+  RETURN_IF_ERROR(p->attach());
   RETURN_IF_CUDA_ERROR(stream_s8_grid(c.n, c.k, &p->grid_));
-  ASSIGN_OR_RETURN(p->dev_, shared_device_layer(weights, &p->owns_dev_));
   RETURN_IF_CUDA_ERROR(stream_s8_weights_map(p->dev_->w.as<int8_t>(), c.n, c.k, &p->w_map_));
-  // One row through the whole path at load: CUDA loads kernels lazily, which would otherwise make
-  // the layer's first request slower.
-  std::vector<uint16_t> x(static_cast<size_t>(c.k), 0), y(static_cast<size_t>(c.n));
-  RunArgs warm;
-  warm.x = x.data();
-  warm.m = 1;
-  warm.y = y.data();
-  RETURN_IF_ERROR(p->run(warm, nullptr));
+  RETURN_IF_ERROR(p->warm_up());
   return p;
 }
 
@@ -177,17 +140,8 @@ class StreamS8Kernel final : public Kernel {
     return absl::OkStatus();
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
-    if (config.k > kMaxK) {
-      return absl::FailedPreconditionError(absl::StrCat("K=", config.k, " exceeds ", kMaxK));
-    }
-    if (config.k % 16 != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("K=", config.k, " is not a multiple of 16 (16-byte bulk copies)"));
-    }
-    if (config.n % 16 != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("N=", config.n, " is not a multiple of 16 (16-row mma tiles)"));
-    }
+    RETURN_IF_ERROR(
+        check_rows_of_16_bytes(config, "16-byte bulk copies", "16-row mma tiles"));
     if (shape.m < 1 || shape.m > kStreamMaxM) {
       return absl::FailedPreconditionError(
           absl::StrCat("M=", shape.m, " is outside 1..", kStreamMaxM, " (small-M kernel)"));
