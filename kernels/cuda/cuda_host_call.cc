@@ -196,22 +196,14 @@ absl::Status HostCallPreparedKernel::attach() {
   return absl::OkStatus();
 }
 
-absl::Status HostCallPreparedKernel::run(const RunArgs& args, RunTimings* timings) const {
-  auto call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t stream,
-                     const StageEvents* events, const DeviceDebugOutputs* debug) {
-    return enqueue(a, scratch, stream, events, debug);
-  };
-  return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
-                             timings, nullptr);
-}
-
-absl::Status HostCallPreparedKernel::run_debug(const RunArgs& args, DebugOutputs* debug) const {
+absl::Status HostCallPreparedKernel::run_host(const RunArgs& args, RunTimings* timings,
+                                              DebugOutputs* debug) const {
   auto call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t stream,
                      const StageEvents* events, const DeviceDebugOutputs* dbg) {
     return enqueue(a, scratch, stream, events, dbg);
   };
   return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
-                             nullptr, debug);
+                             timings, debug);
 }
 
 absl::Status HostCallPreparedKernel::warm_up() const {

@@ -57,8 +57,12 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
 // shared with the layer's other CUDA kernels (device_layer.h).
 class HostCallPreparedKernel : public CudaPreparedKernel {
  public:
-  absl::Status run(const RunArgs& args, RunTimings* timings) const override;
-  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override;
+  absl::Status run(const RunArgs& args, RunTimings* timings) const override {
+    return run_host(args, timings, nullptr);
+  }
+  absl::Status run_debug(const RunArgs& args, DebugOutputs* debug) const override {
+    return run_host(args, nullptr, debug);
+  }
   absl::Status run_device(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                           const StageEvents* events) const override {
     return enqueue(args, scratch, stream, events, nullptr);
@@ -86,6 +90,9 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
   StreamPool* pool_ = nullptr;
   std::shared_ptr<const DeviceLayer> dev_;
   bool owns_dev_ = false;
+
+ private:
+  absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;
 };
 
 // The layer checks shared by the kernels that move whole 16-byte rows (TMA or 16-byte loads):
