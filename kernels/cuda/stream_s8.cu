@@ -5,7 +5,7 @@
 // units (kStreamRows rows x kStreamChunk bytes of K, row block after row block, K fastest) are cut
 // into `grid` contiguous ranges of equal length, one per block, so every SM streams the same
 // number of weight bytes whatever the shape; a row block split between neighbouring blocks is
-// summed by the last of them to finish it.
+// summed by the last of them to finish it, each consumer warp for its own 16 rows.
 //
 // Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
 // swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's

@@ -13,12 +13,13 @@
 //     then this kernel as its programmatic dependent. Each block's producer warp issues its
 //     first ring of weight copies before griddepcontrol.wait, so the weights stream while the
 //     activations are quantized; the activations' copies follow the wait.
-//   - Bulk copies (cp.async.bulk, the TMA's 1-D form) of 512-byte row segments into a ring of up
-//     to 8 slots of 64 rows that fills nearly all of the SM's shared memory: ~200 KB in flight per
-//     SM, evict-first in L2.
+//   - TMA loads of the weights (boxes of 64 rows x 128 bytes, 128-byte swizzle, evict-first in
+//     L2) and one bulk copy per slot of every token's 512-byte slice of the activations, into a
+//     ring of 3 slots of 64 rows x 512 bytes (more slots measured slower).
 //   - Stream-K-like division: the layer's units (64 rows x 512 bytes of K) are cut into equal
-//     contiguous ranges, one per SM; a row block shared by neighbouring ranges is reduced by the
-//     last block to finish it (int32 partials, exact; an atomic counter per row block).
+//     contiguous ranges, one per SM, so each SM streams long runs of the same rows; a row block
+//     shared by neighbouring ranges is reduced by the last block to finish it (int32 partials,
+//     exact; an acq_rel counter per row block and warp, so each warp finishes its own rows).
 //   - int8 x int8 -> int32 on the tensor cores (mma.sync m16n8k32, ldmatrix from the ring; the
 //     weights are the 16-row A operand, up to 32 tokens as 8-column B blocks): exact.
 //   - The SPEC section 4 epilogue in its exact order (epilogue_s32_device.cuh), y written once.
@@ -28,8 +29,8 @@
 // scheme and dtype.
 //
 // Per layer (prepare): weights, sb, bias and azp_adj uploaded once (shared with the layer's other
-// CUDA kernels). Per request: no allocation and no descriptor; two launches; the serving path
-// synchronises once (cuda_host_call.h).
+// CUDA kernels) and the weights' TMA descriptor made. Per request: no allocation and no
+// descriptor; two launches; the serving path synchronises once (cuda_host_call.h).
 #pragma once
 
 #include <memory>
