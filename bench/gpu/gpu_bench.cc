@@ -378,6 +378,22 @@ absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
   return absl::OkStatus();
 }
 
+// The median of v (0 when empty).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// A traced launch's %globaltimer stamps, once `stream` has finished writing them.
+absl::StatusOr<std::vector<uint64_t>> trace_to_host(const DeviceBuffer& trace,
+                                                    cudaStream_t stream) {
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  std::vector<uint64_t> t(trace.size() / sizeof(uint64_t));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpy(t.data(), trace.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  return t;
+}
+
 // --diagnose: where cuda.gemv_s8's time goes at M = 1 and 16. Next to the op's time it prints
 // what the harness itself costs (an empty launch), how fast the weights alone can be read (an SM
 // read stream over the same rotated copies), the bare cuBLASLt GEMM, and the phases of the tuned
@@ -423,14 +439,7 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
       as.trace = trace.as<uint64_t>() + static_cast<size_t>(i) * blocks * kGemvTracePoints;
       RETURN_IF_CUDA_ERROR(launch_gemv_s8(as, plan, stream));
     }
-    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-    std::vector<uint64_t> t(static_cast<size_t>(launches) * blocks * kGemvTracePoints);
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(t.data(), trace.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v[v.size() / 2];
-    };
+    ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
     // Per launch: start spread, median block phases, last multiply and last exit (us).
     std::vector<double> spread, stats, merge, quant, mult_end, exit_end;
     for (int i = launches / 4; i < launches; ++i) {  // the first round warms up
@@ -494,10 +503,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
     const XqLayout layout = stream_xq_layout(m);
     auto op = [&](int s, bool pdl, int stages, uint64_t* trace, int prefetch = 0) -> absl::Status {
       QuantizeParams qp;
-      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
-                                              xq.as<int8_t>(), b.sa.as<float>(),
-                                              azp.as<int32_t>(), stream, counters.as<int32_t>(),
-                                              stream_s8_counters(sc.n), &layout));
+      RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+          b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
+          azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
       StreamS8Args a;
       a.w_map = maps[s];
       a.xq = xq.as<int8_t>();
@@ -543,17 +551,11 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
     RETURN_IF_ERROR(trace.allocate(
         static_cast<size_t>(launches) * grid * kStreamTracePoints * sizeof(uint64_t), "trace"));
     for (int i = 0; i < launches; ++i) {
-      RETURN_IF_ERROR(op(i % b.copies, true, 0,
-                         trace.as<uint64_t>() + static_cast<size_t>(i) * grid * kStreamTracePoints));
+      RETURN_IF_ERROR(
+          op(i % b.copies, true, 0,
+             trace.as<uint64_t>() + static_cast<size_t>(i) * grid * kStreamTracePoints));
     }
-    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-    std::vector<uint64_t> t(static_cast<size_t>(launches) * grid * kStreamTracePoints);
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(t.data(), trace.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v[v.size() / 2];
-    };
+    ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
     std::vector<double> spread, waited, first_full, done_min, done_max;
     for (int i = launches / 4; i < launches; ++i) {
       const uint64_t* ti = t.data() + static_cast<size_t>(i) * grid * kStreamTracePoints;
@@ -575,11 +577,13 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
     }
     std::printf(
         "diagnose-stream %-22s M=%-3lld grid %d | served %6.1f us %5.2f TB/s | no PDL %6.1f | "
-        "ring of 2 %6.1f, 4 %6.1f, all %6.1f | 1 slot before the dependency %6.1f | start spread %4.1f, past the dependency %5.1f, first slot %5.1f, "
+        "ring of 2 %6.1f, 4 %6.1f, all %6.1f | 1 slot before the dependency %6.1f | start spread "
+        "%4.1f, past the dependency %5.1f, first slot %5.1f, "
         "first block done %6.1f, last %6.1f, outside the kernel %5.1f\n",
         shape_name(sc).c_str(), static_cast<long long>(m), grid, served_us,
-        w_bytes / (served_us * 1e-6) / 1e12, no_pdl_us, ring2_us, ring4_us, ring8_us, pre1_us, median(spread), median(waited),
-        median(first_full), median(done_min), median(done_max), served_us - median(done_max));
+        w_bytes / (served_us * 1e-6) / 1e12, no_pdl_us, ring2_us, ring4_us, ring8_us, pre1_us,
+        median(spread), median(waited), median(first_full), median(done_min), median(done_max),
+        served_us - median(done_max));
     std::fflush(stdout);
   }
   return absl::OkStatus();

@@ -197,10 +197,7 @@ absl::Status CublasLtPrepared::enqueue(const DeviceRunArgs& args, void* scratch,
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
-  QuantizeParams qp;
-  qp.scheme = static_cast<QuantScheme>(c.scheme);
-  qp.input_scale = c.input_scale;
-  qp.input_zero_point = c.input_zero_point;
+  const QuantizeParams qp = quantize_params(c);
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
                                           xq, sa, azp, stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));

@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <cstdint>
-
 #include <memory>
 #include <string>
 
@@ -27,6 +26,7 @@
 #include "kernels/core/layer.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/device_layer.h"
+#include "kernels/cuda/quantize_s8.h"
 
 namespace qlinear::gpu {
 
@@ -94,6 +94,16 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
  private:
   absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;
 };
+
+// The layer's activation quantization (scheme and static parameters) as the quantize kernels take
+// it.
+inline QuantizeParams quantize_params(const LayerConfig& c) {
+  QuantizeParams p;
+  p.scheme = static_cast<QuantScheme>(c.scheme);
+  p.input_scale = c.input_scale;
+  p.input_zero_point = c.input_zero_point;
+  return p;
+}
 
 // The layer checks shared by the kernels that move whole 16-byte rows (TMA or 16-byte loads):
 // K <= kMaxK, and K and N multiples of 16, each failure FAILED_PRECONDITION naming the value and

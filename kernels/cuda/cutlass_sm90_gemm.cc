@@ -319,10 +319,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
-  QuantizeParams qp;
-  qp.scheme = static_cast<QuantScheme>(c.scheme);
-  qp.input_scale = c.input_scale;
-  qp.input_zero_point = c.input_zero_point;
+  const QuantizeParams qp = quantize_params(c);
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
                                           xq, sa, azp, stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));

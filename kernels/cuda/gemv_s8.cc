@@ -76,9 +76,7 @@ absl::Status GemvS8Prepared::tune() {
       a.m = kMPads[i];
       a.n = c.n;
       a.k = c.k;
-      a.quant.scheme = static_cast<QuantScheme>(c.scheme);
-      a.quant.input_scale = c.input_scale;
-      a.quant.input_zero_point = c.input_zero_point;
+      a.quant = quantize_params(c);
       a.w = dev_->w.as<int8_t>();
       a.sb = dev_->sb.as<float>();
       a.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
@@ -117,9 +115,7 @@ absl::Status GemvS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch, c
   a.m = args.m;
   a.n = c.n;
   a.k = c.k;
-  a.quant.scheme = static_cast<QuantScheme>(c.scheme);
-  a.quant.input_scale = c.input_scale;
-  a.quant.input_zero_point = c.input_zero_point;
+  a.quant = quantize_params(c);
   a.w = dev_->w.as<int8_t>();
   a.sb = dev_->sb.as<float>();
   a.azp_adj = is_asymmetric(c.scheme) ? dev_->azp_adj.as<int32_t>() : nullptr;
@@ -160,8 +156,7 @@ class GemvS8Kernel final : public Kernel {
     return absl::OkStatus();
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
-    RETURN_IF_ERROR(
-        check_rows_of_16_bytes(config, "16-byte weight loads", "16-row mma tiles"));
+    RETURN_IF_ERROR(check_rows_of_16_bytes(config, "16-byte weight loads", "16-row mma tiles"));
     if (shape.m < 1 || shape.m > kGemvMaxM) {
       return absl::FailedPreconditionError(
           absl::StrCat("M=", shape.m, " is outside 1..", kGemvMaxM, " (small-M kernel)"));

@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const RowParams& rp = rowp[m[i]];
         const float bias_f = has_bias ? device::round_to_y(a.y_type, bias[i]) : 0.f;
         device::store_y(a.y, a.y_type, idx,
-                device::dequant(a.quant.scheme, has_bias, total_acc, rp.sa, rp.zp, sb[i], adj[i],
-                                bias_f));
+                        device::dequant(a.quant.scheme, has_bias, total_acc, rp.sa, rp.zp, sb[i],
+                                        adj[i], bias_f));
       }
     }
     cluster_arrive();

@@ -110,6 +110,18 @@ __global__ void __launch_bounds__(1024)
       for (int j = 0; j < W; ++j) v[j] = cache[W == 8 ? c : 0][j];
     }
   };
+  // f(i, v) for each of this thread's cached vectors: element index i, values v.
+  auto for_each_cached = [&](auto&& f) {
+#pragma unroll
+    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
+      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
+      if (i < k) {
+        float v[W];
+        cached_vec(c, v);
+        f(i, v);
+      }
+    }
+  };
 
   // Pass 1: the row's reduction; the finiteness check rides on it.
   float absmax = 0.f, mn = INFINITY, mx = -INFINITY;
@@ -135,16 +147,10 @@ __global__ void __launch_bounds__(1024)
         }
       }
     }
+    for_each_cached([&](int64_t, const float(&v)[W]) {
 #pragma unroll
-    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
-      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
-      if (i < k) {
-        float v[W];
-        cached_vec(c, v);
-#pragma unroll
-        for (int j = 0; j < W; ++j) visit(v[j]);
-      }
-    }
+      for (int j = 0; j < W; ++j) visit(v[j]);
+    });
   } else {
     // Unrolled so that several loads are in flight per thread.
 #pragma unroll 4
@@ -228,15 +234,7 @@ __global__ void __launch_bounds__(1024)
     }
   };
   if (cached) {
-#pragma unroll
-    for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
-      const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
-      if (i < k) {
-        float v[W];
-        cached_vec(c, v);
-        emit(i, v);
-      }
-    }
+    for_each_cached(emit);
     return;
   }
 #pragma unroll 4
@@ -277,28 +275,35 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   }();
   (void)carveout_set;
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
-    quantize_rows_s8<T, S, 8><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+    quantize_rows_s8<T, S, 8>
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   } else if (k % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(xq, 4)) {
-    quantize_rows_s8<T, S, 4><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+    quantize_rows_s8<T, S, 4>
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   } else {
-    quantize_rows_s8<T, S, 1><<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+    quantize_rows_s8<T, S, 1>
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeParams& p,
-                            int8_t* xq, float* sa, int32_t* azp, int32_t* zero,
-                            int64_t zero_count, const XqLayout& lay, cudaStream_t stream) {
+                            int8_t* xq, float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
+                            const XqLayout& lay, cudaStream_t stream) {
   switch (p.scheme) {
     case QuantScheme::kDynamicSymmetric:
-      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, zero,
+                                                             zero_count, lay, stream);
     case QuantScheme::kStaticSymmetric:
-      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, zero,
+                                                            zero_count, lay, stream);
     case QuantScheme::kDynamicAsymmetric:
-      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, zero,
+                                                              zero_count, lay, stream);
     case QuantScheme::kStaticAsymmetric:
-      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, zero,
+                                                             zero_count, lay, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -324,7 +329,8 @@ cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_
     case ElemType::kF16:
       return launch_for_type<__half>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
     case ElemType::kBF16:
-      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, zero, zero_count, lay,
+                                            stream);
   }
   return cudaErrorInvalidValue;
 }

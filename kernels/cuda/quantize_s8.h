@@ -52,7 +52,7 @@ struct XqLayout {
 // `layout`, xq is written in that layout instead of row-major. Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
-                               cudaStream_t stream, int32_t* zero = nullptr,
-                               int64_t zero_count = 0, const XqLayout* layout = nullptr);
+                               cudaStream_t stream, int32_t* zero = nullptr, int64_t zero_count = 0,
+                               const XqLayout* layout = nullptr);
 
 }  // namespace qlinear::gpu

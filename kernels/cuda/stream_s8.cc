@@ -98,10 +98,7 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   g.pdl = true;
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
-  QuantizeParams qp;
-  qp.scheme = static_cast<QuantScheme>(c.scheme);
-  qp.input_scale = c.input_scale;
-  qp.input_zero_point = c.input_zero_point;
+  const QuantizeParams qp = quantize_params(c);
   const XqLayout layout = stream_xq_layout(m);
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
                                           xq, sa, azp, stream, counters, stream_s8_counters(c.n),
@@ -117,9 +114,8 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
     for (int64_t k0 = 0; k0 < c.k; k0 += kStreamChunk) {
       const size_t len = static_cast<size_t>(std::min<int64_t>(kStreamChunk, c.k - k0));
       RETURN_IF_CUDA_ERROR(cudaMemcpy2DAsync(
-          debug->xq + k0, static_cast<size_t>(c.k),
-          xq + (k0 / kStreamChunk) * layout.chunk_stride, kStreamXRow, len,
-          static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream));
+          debug->xq + k0, static_cast<size_t>(c.k), xq + (k0 / kStreamChunk) * layout.chunk_stride,
+          kStreamXRow, len, static_cast<size_t>(m), cudaMemcpyDeviceToDevice, stream));
     }
   }
   return absl::OkStatus();
@@ -140,8 +136,7 @@ class StreamS8Kernel final : public Kernel {
     return absl::OkStatus();
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
-    RETURN_IF_ERROR(
-        check_rows_of_16_bytes(config, "16-byte bulk copies", "16-row mma tiles"));
+    RETURN_IF_ERROR(check_rows_of_16_bytes(config, "16-byte bulk copies", "16-row mma tiles"));
     if (shape.m < 1 || shape.m > kStreamMaxM) {
       return absl::FailedPreconditionError(
           absl::StrCat("M=", shape.m, " is outside 1..", kStreamMaxM, " (small-M kernel)"));

@@ -18,11 +18,10 @@
 // weights (addresses unswizzled) is the A operand of mma.sync.m16n8k32 (s8 x s8 -> s32),
 // ldmatrix.x4 of the activations its B operand, 8 tokens per n-block. Token rows in the slot are
 // kStreamXRow bytes apart so that ldmatrix's eight row addresses fall in different banks.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 #include <mutex>
@@ -35,10 +34,10 @@ namespace {
 
 constexpr int kConsumerWarps = kStreamRows / 16;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
-constexpr int kBox = 128;                            // bytes of K per TMA box (the swizzle span)
-constexpr int kBoxes = kStreamChunk / kBox;          // boxes per unit
-constexpr int kBoxBytes = kStreamRows * kBox;        // 8 KB, 1024-byte aligned in the slot
-constexpr int kWeightBytes = kBoxes * kBoxBytes;     // a slot's weights
+constexpr int kBox = 128;                         // bytes of K per TMA box (the swizzle span)
+constexpr int kBoxes = kStreamChunk / kBox;       // boxes per unit
+constexpr int kBoxBytes = kStreamRows * kBox;     // 8 KB, 1024-byte aligned in the slot
+constexpr int kWeightBytes = kBoxes * kBoxBytes;  // a slot's weights
 constexpr int kMaxStages = 8;
 // Ring slots (all filled before the grid dependency). Three measured faster than six on every
 // benchmark shape on the H200 (bench --diagnose; 8192 x 28672 at M = 1: 70.0 vs 73.8 us,
@@ -133,7 +132,9 @@ __device__ __forceinline__ void trace_point(const StreamS8Args& a, int point) {
 
 __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
   int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v)
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(p), "r"(v)
                : "memory");
   return old;
 }
@@ -142,14 +143,14 @@ __device__ __forceinline__ void grid_dependency_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-
 // The block whose range holds unit u: the largest c with floor(units * c / grid) <= u.
 __device__ __forceinline__ int64_t block_of(int64_t u, int64_t units, int64_t grid) {
   return ((u + 1) * grid - 1) / units;
 }
 
 template <int NT>
-__global__ void __launch_bounds__(kThreads, 1) stream_s8_kernel(const __grid_constant__ KernelParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    stream_s8_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   const StreamS8Args& a = p.a;
@@ -161,7 +162,8 @@ __global__ void __launch_bounds__(kThreads, 1) stream_s8_kernel(const __grid_con
   const int M = static_cast<int>(a.m);
   const int S = p.stages;
   const uint32_t full0 = smem_addr(smem), empty0 = full0 + 8 * kMaxStages;
-  const uint32_t ring = (smem_addr(smem) + kBarrierBytes + kAlignSlack - 1) & ~uint32_t{kAlignSlack - 1};
+  const uint32_t ring =
+      (smem_addr(smem) + kBarrierBytes + kAlignSlack - 1) & ~uint32_t{kAlignSlack - 1};
 
   if (threadIdx.x == 0) {
     trace_point(a, 0);
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_s8_kernel(const __grid_con
   }
 
   // The epilogue for this warp's outputs of row block rb from `v` (the whole K).
-  auto epilogue = [&](int64_t rb, const int32_t (&v)[NT][4]) {
+  auto epilogue = [&](int64_t rb, const int32_t(&v)[NT][4]) {
     const bool has_bias = a.bias != nullptr;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -260,8 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) stream_s8_kernel(const __grid_con
           if (a.acc != nullptr) a.acc[idx] = total;
           const int32_t zp = a.azp != nullptr ? a.azp[m] : 0;
           device::store_y(a.y, a.y_type, idx,
-                          device::dequant(a.scheme, has_bias, total, a.sa[m], zp, sb, adj,
-                                          bias_f));
+                          device::dequant(a.scheme, has_bias, total, a.sa[m], zp, sb, adj, bias_f));
         }
       }
     }

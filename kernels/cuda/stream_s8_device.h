@@ -46,10 +46,10 @@ inline size_t stream_xq_bytes(int64_t m, int64_t k) {
   return static_cast<size_t>((k + kStreamChunk - 1) / kStreamChunk * m * kStreamXRow);
 }
 
-// Device pointers and sizes of one launch. xq (stream_xq_layout), sa [m] and azp [m] (0 for symmetric
-// schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj [n]
-// (asymmetric schemes, as LayerWeights holds it); bias [n] fp32 or null (rounded to y's type in the
-// kernel); y [m, n]; acc [m, n] optional (debug). counters [stream_s8_counters(n)] must be zero
+// Device pointers and sizes of one launch. xq (stream_xq_layout), sa [m] and azp [m] (0 for
+// symmetric schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj
+// [n] (asymmetric schemes, as LayerWeights holds it); bias [n] fp32 or null (rounded to y's type in
+// the kernel); y [m, n]; acc [m, n] optional (debug). counters [stream_s8_counters(n)] must be zero
 // when the launch gets past its grid dependency (the quantize kernel zeroes them:
 // launch_quantize_s8's `zero`); partials [stream_s8_partials_bytes(grid, m)] needs no initial
 // value.
@@ -113,8 +113,8 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
 cudaError_t stream_s8_grid(int64_t n, int64_t k, int* grid);
 
 // Enqueues the GEMM with exact int32 accumulation (mma.sync m16n8k32), the split row blocks
-// reduced through `partials` by the last block to finish each, and the SPEC section 4 epilogue in its exact
-// order. 1 <= m <= kStreamMaxM; k % 16 == 0, n % 16 == 0. Returns the launch error.
+// reduced through `partials` by the last block to finish each, and the SPEC section 4 epilogue in
+// its exact order. 1 <= m <= kStreamMaxM; k % 16 == 0, n % 16 == 0. Returns the launch error.
 cudaError_t launch_stream_s8(const StreamS8Args& args, cudaStream_t stream);
 
 }  // namespace qlinear::gpu

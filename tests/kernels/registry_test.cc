@@ -279,12 +279,12 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
   auto sel = r.select(HostInfo{}, layer(17), shape(5, 17), "", 2, 16);
   ASSERT_TRUE(sel.ok()) << sel.status();
   EXPECT_EQ(sel->kernel->name(), "cpu.avx512_vnni");
-  expect_explanation(*sel, kPinnedOrder,
-                     {"no CUDA device: driver not found", "compute capability 8.0, needs 9.0",
-                      "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "",
-                      "a higher-priority kernel was selected",
-                      "a higher-priority kernel was selected"},
-                     4);
+  expect_explanation(
+      *sel, kPinnedOrder,
+      {"no CUDA device: driver not found", "compute capability 8.0, needs 9.0",
+       "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "",
+       "a higher-priority kernel was selected", "a higher-priority kernel was selected"},
+      4);
   // K = 32: cuBLASLt can implement it and comes first.
   sel = r.select(HostInfo{}, layer(32), shape(5, 32), "", 2, 16);
   ASSERT_TRUE(sel.ok()) << sel.status();
@@ -389,10 +389,9 @@ TEST(Force, ForcedKernelIsUsedEvenIfAnotherComesFirst) {
   ASSERT_TRUE(sel.ok()) << sel.status();
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   EXPECT_EQ(tag_of(sel->kernel), 5);
-  expect_explanation(*sel, kPinnedOrder,
-                     {"not forced", "not forced", "not forced", "not forced", "not forced", "",
-                      "not forced"},
-                     5);
+  expect_explanation(
+      *sel, kPinnedOrder,
+      {"not forced", "not forced", "not forced", "not forced", "not forced", "", "not forced"}, 5);
 }
 
 TEST(Force, ForcingOverridesTheMPreference) {

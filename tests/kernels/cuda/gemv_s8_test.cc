@@ -1,10 +1,10 @@
-// The fused CUDA kernels (cuda.gemv_s8, cuda.stream_s8 and cuda.cutlass_sm90) against the reference, bit for bit
-// on xq, sa, azp, acc and y: every scheme, x dtype, y dtype and bias, M = 1..67 (each kernel
-// within its M range, declining the rest with the reason), a Llama-sized shape, awkward rows (all
-// zero, constant, one-hot, tiny, huge), non-finite rows, concurrent requests, and unaligned
-// shapes declined and served by another kernel. cuda.gemv_s8 also runs every one of its launch
-// plans. Without a usable GPU (or without the CUTLASS kernel compiled in) these tests skip with
-// the reason.
+// The fused CUDA kernels (cuda.gemv_s8, cuda.stream_s8 and cuda.cutlass_sm90) against the
+// reference, bit for bit on xq, sa, azp, acc and y: every scheme, x dtype, y dtype and bias, M
+// = 1..67 (each kernel within its M range, declining the rest with the reason), a Llama-sized
+// shape, awkward rows (all zero, constant, one-hot, tiny, huge), non-finite rows, concurrent
+// requests, and unaligned shapes declined and served by another kernel. cuda.gemv_s8 also runs
+// every one of its launch plans. Without a usable GPU (or without the CUTLASS kernel compiled in)
+// these tests skip with the reason.
 #include "kernels/cuda/gemv_s8.h"
 
 #include <gtest/gtest.h>
@@ -184,8 +184,9 @@ TEST_P(FusedKernelTest, ConcurrentRequestsGetTheirOwnResults) {
       Job j;
       do {  // within the kernel's M range
         j.m = rng.range(1, 64);
-      } while (!kernel_->can_implement(p.weights->config,
-                                       ProblemShape{j.m, 96, 192, DType::kF16, DType::kF32})
+      } while (!kernel_
+                    ->can_implement(p.weights->config,
+                                    ProblemShape{j.m, 96, 192, DType::kF16, DType::kF32})
                     .ok());
       j.x = make_x(rng, j.m, 192, DType::kF16);
       j.want = reference_run(*p.weights, j.x.data(), DType::kF16, j.m, DType::kF32);

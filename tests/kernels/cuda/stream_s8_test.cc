@@ -4,9 +4,8 @@
 // point at grids from 1 block to more blocks than units, accumulators checked exactly.
 #include "kernels/cuda/stream_s8.h"
 
-#include <gtest/gtest.h>
-
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
@@ -101,9 +100,10 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
         want[static_cast<size_t>(i * n + j)] = s;
       }
     }
-    for (int grid : {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units),
-                     max_grid}) {
-      ASSERT_EQ(cudaMemset(dcnt.get(), 0, static_cast<size_t>(stream_s8_counters(n)) * 4), cudaSuccess);
+    for (int grid :
+         {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units), max_grid}) {
+      ASSERT_EQ(cudaMemset(dcnt.get(), 0, static_cast<size_t>(stream_s8_counters(n)) * 4),
+                cudaSuccess);
       ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
       StreamS8Args a;
       ASSERT_EQ(stream_s8_weights_map(dw.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
@@ -123,7 +123,8 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
       ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> got(want.size());
-      ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
       EXPECT_EQ(first_mismatch(want, got), -1) << "M=" << m << " grid=" << grid;
     }
   }
