@@ -590,13 +590,20 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 }
 
 // (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
-// cuBLASLt GEMM of the same M.
+// cuBLASLt GEMM of the same M. From M = 512 on also the quantize kernel alone ("quant") and the
+// quantizing tiles' whole ops (marked "op", quantization included: compare with plain tile +
+// quant); from M = 1024 on the 128 x 128 tiles again with the tile scheduler's swizzle 2, 4, 8.
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
   Options so = o;
   so.reps = std::min<int64_t>(o.reps, 30);
   so.warmup = std::min<int64_t>(o.warmup, 3);
+  DeviceBuffer counters;
+  RETURN_IF_ERROR(counters.allocate(
+      static_cast<size_t>(quantizing_tile_counters(*std::max_element(ms.begin(), ms.end()))) * 4,
+      "counters"));
+  QuantizeParams qp;  // dynamic symmetric, as the op sections run
   for (int64_t m : ms) {
     const int slots = m <= 64 ? b.copies : 1;
     BareGemm bare;
@@ -607,7 +614,32 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                      }));
     std::string line = absl::StrFormat("cutlass-tile %-22s M=%-5lld bare %8.1f us |",
                                        shape_name(sc), static_cast<long long>(m), gemm_us);
+    const bool large = m >= 512;
+    if (large) {
+      ASSIGN_OR_RETURN(const double quant_us, median_us(stream, 1, so, [&](int) -> absl::Status {
+                         RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+                             b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
+                             b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+                         return absl::OkStatus();
+                       }));
+      absl::StrAppendFormat(&line, " quant %7.1f us |", quant_us);
+    }
+    struct Variant {
+      int tile, swizzle;
+    };
+    std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t, 1});
+    }
+    if (m >= 1024) {
+      for (int sw : {2, 4, 8}) {
+        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128Pingpong), sw});
+        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), sw});
+      }
+    }
+    for (const Variant& v : variants) {
+      const int t = v.tile;
+      const bool quantizes = tile_quantizes(static_cast<CutlassSm90Tile>(t));
       CutlassSm90Args g;
       g.xq = b.xq.as<int8_t>();
       g.m = m;
@@ -621,16 +653,29 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       g.y = b.y.get();
       g.y_type = ElemType::kBF16;
       g.sm_count = host_info().gpus[0].sm_count;
+      g.swizzle = v.swizzle;
+      if (quantizes) {
+        g.x = b.x.get();
+        g.x_type = ElemType::kBF16;
+        g.qp = qp;
+        g.counters = counters.as<int32_t>();
+      }
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
+      if (!ops->can_implement(g)) {
+        absl::StrAppendFormat(&line, " tile%d%s -- |", t, quantizes ? " op" : "");
+        continue;
+      }
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
                          CutlassSm90Args gs = g;
                          gs.w = b.w[s].as<int8_t>();
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " tile%d %8.1f us %6.0f TOPS x%.2f |", t, us,
+      absl::StrAppendFormat(&line, " tile%d%s%s %8.1f us %6.0f TOPS x%.2f |", t,
+                            v.swizzle > 1 ? absl::StrFormat(" sw%d", v.swizzle) : "",
+                            quantizes ? " op" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
     }
     std::printf("%s\n", line.c_str());

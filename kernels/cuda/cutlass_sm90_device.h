@@ -22,8 +22,40 @@ enum class CutlassSm90Tile : int {
   k128x256x128Coop = 2,      // 128 x 256, two warpgroups on one tile, cluster 2x1
   k64x64x128Pingpong = 3,    // 64 x 64, one warpgroup per tile: few tokens on narrow layers
   k64x256x128Pingpong = 4,   // 64 x 256, one warpgroup per tile: few tokens on wide layers
+  // The same two pingpong tiles quantizing the activations inside the GEMM launch
+  // (cutlass_sm90_quantizing_mainloop.cuh): their launch takes x, not xq.
+  k128x128x128PingpongQ = 5,
+  k64x256x128PingpongQ = 6,
 };
-inline constexpr int kCutlassSm90Tiles = 5;
+inline constexpr int kCutlassSm90Tiles = 7;
+
+inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
+  return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
+}
+
+// Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
+// take (k * 2 bytes of 16-bit activations).
+inline constexpr int kAuxRingBytes = 32768;
+
+// What the quantizing tiles' auxiliary warps need (device pointers; filled by the launch from
+// CutlassSm90Args). Rows [0, prefix) are quantized by the quantize kernel launched first; rows
+// [prefix, m) by the GEMM. counters[0] hands out rows, counters[1 + b] counts the rows of m-block
+// b published.
+struct QuantizeInGemm {
+  const void* x = nullptr;
+  ElemType x_type = ElemType::kBF16;
+  QuantizeParams qp;
+  int8_t* xq = nullptr;
+  float* sa = nullptr;
+  int32_t* azp = nullptr;
+  int32_t* counters = nullptr;
+  int m = 0;
+  int k = 0;
+  int prefix = 0;
+};
+
+// int32 counters a quantizing tile needs for m tokens (m-blocks of 64 rows at least).
+inline int64_t quantizing_tile_counters(int64_t m) { return 1 + (m + 63) / 64; }
 
 // One fused GEMM: y[m, n] = out(fma(sa[m], sb[n] * f32(acc[m, n] - azp[m] * adj[n]), bias_v[n]))
 // with acc = xq [m, k] (row-major) x w [n, k]^T, int32 arithmetic wrapping. With azp = the
@@ -49,6 +81,20 @@ struct CutlassSm90Args {
   // griddepcontrol.launch_dependents, as the quantize kernel does): the GEMM's set-up overlaps
   // that kernel, and its producer waits for that kernel's results before the first load.
   bool pdl = false;
+  // The tile scheduler: how many tiles along the minor direction it walks before moving on
+  // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
+  // 2: along N). The quantizing tiles always walk along N.
+  int swizzle = 1;
+  int raster = 0;
+  // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=
+  // kAuxRingBytes) and the layer's scheme, with xq, sa and azp above as the outputs; counters
+  // [quantizing_tile_counters(m)] (no initial value needed); the rows quantized before the GEMM
+  // starts (< 0: the tile's own choice, enough for its first two waves of tiles).
+  const void* x = nullptr;
+  ElemType x_type = ElemType::kBF16;
+  QuantizeParams qp;
+  int32_t* counters = nullptr;
+  int64_t prefix = -1;
 };
 
 namespace cutlass_sm90 {
@@ -62,11 +108,14 @@ struct TileOps {
   // Bytes of workspace for this problem (256-byte aligned pointer); 0 for the data-parallel
   // persistent scheduler used here.
   size_t (*workspace_bytes)(const CutlassSm90Args&);
-  // Whether CUTLASS accepts the problem (alignment, sizes).
+  // Whether CUTLASS accepts the problem (alignment, sizes), and for a quantizing tile whether
+  // it takes the activations (see CutlassSm90Args).
   bool (*can_implement)(const CutlassSm90Args&);
   // Enqueues the fused GEMM: the kernel parameters (TMA descriptors included) are encoded on
-  // the host, with no allocation and no call into the driver but the launch. Returns
-  // cudaErrorInvalidValue when CUTLASS rejects the problem, else the launch error.
+  // the host, with no allocation and no call into the driver but the launch. A quantizing tile
+  // enqueues the whole op: the quantize kernel for the prefix rows (which also zeroes the
+  // counters), then the GEMM as its programmatic dependent. Returns cudaErrorInvalidValue when
+  // CUTLASS rejects the problem, else the launch error.
   cudaError_t (*launch)(const CutlassSm90Args&, void* workspace, cudaStream_t);
 };
 
@@ -76,6 +125,8 @@ const TileOps* tile_128x128x128_pingpong(ElemType y);
 const TileOps* tile_128x256x128_coop(ElemType y);
 const TileOps* tile_64x64x128_pingpong(ElemType y);
 const TileOps* tile_64x256x128_pingpong(ElemType y);
+const TileOps* tile_128x128x128_pingpong_q(ElemType y);
+const TileOps* tile_64x256x128_pingpong_q(ElemType y);
 
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {
@@ -89,6 +140,10 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_64x64x128_pingpong(y);
     case CutlassSm90Tile::k64x256x128Pingpong:
       return tile_64x256x128_pingpong(y);
+    case CutlassSm90Tile::k128x128x128PingpongQ:
+      return tile_128x128x128_pingpong_q(y);
+    case CutlassSm90Tile::k64x256x128PingpongQ:
+      return tile_64x256x128_pingpong_q(y);
   }
   return nullptr;
 }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <vector>
@@ -93,15 +94,33 @@ constexpr TileStep kLadder[] = {
 constexpr int64_t kPdlMaxM = 64;
 
 // The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
-// takes the tile chosen for the smallest of them >= M (tile_for beyond the last).
+// takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
+
+// From this M on the quantizing tiles (activations quantized inside the GEMM launch) are timed
+// too, as whole ops against the plain tiles' GEMM plus the quantize kernel. Below it the first
+// waves of tiles need every row at once, so the quantize kernel would do all the work anyway.
+constexpr int64_t kQuantizingMinM = 512;
+
+// The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
+// activations, long rows, unaligned x).
+CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
+  switch (t) {
+    case CutlassSm90Tile::k128x128x128PingpongQ:
+      return CutlassSm90Tile::k128x128x128Pingpong;
+    case CutlassSm90Tile::k64x256x128PingpongQ:
+      return CutlassSm90Tile::k64x256x128Pingpong;
+    default:
+      return t;
+  }
+}
 
 constexpr DType kYTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 [[maybe_unused]] int y_index(DType t) { return t == DType::kF32 ? 0 : t == DType::kF16 ? 1 : 2; }
 
 // Where run_device keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
-  size_t xq = 0, sa = 0, azp = 0, workspace = 0, total = 0;
+  size_t xq = 0, sa = 0, azp = 0, counters = 0, workspace = 0, total = 0;
   ScratchLayout(int64_t m, int64_t k, size_t workspace_bytes) {
     size_t off = 0;
     auto take = [&off](size_t bytes) {
@@ -112,6 +131,7 @@ struct ScratchLayout {
     xq = take(static_cast<size_t>(m * k));
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
+    counters = take(static_cast<size_t>(quantizing_tile_counters(m)) * 4);
     workspace = take(workspace_bytes);
     total = off;
   }
@@ -206,18 +226,20 @@ absl::Status CutlassSm90Prepared::init() {
 }
 
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
-  for (size_t i = 0; i < std::size(kTuneMs); ++i) {
-    if (m <= kTuneMs[i]) {
-      return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i])
-                            : tile_for(m, weights_.config.n);
-    }
+  size_t i = 0;
+  while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
+  if (m <= kTuneMs[i] || tuned_[i] >= 0) {
+    return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i])
+                          : tile_for(m, weights_.config.n);
   }
   return tile_for(m, weights_.config.n);
 }
 
 // Times every tile's fused GEMM (bf16 out, the quantized input made up) on this layer's weights
 // at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
-// fastest per M. Sizes whose operands would take over kTuneBytes are left to tile_for.
+// fastest per M. From kQuantizingMinM on, the quantizing tiles run whole ops on made-up bf16
+// activations, and the plain tiles' times include the quantize kernel's. Sizes whose operands
+// would take over kTuneBytes are left to tile_for.
 absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
@@ -225,15 +247,32 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   constexpr int64_t kTuneBytes = int64_t{256} << 20;
   int64_t max_m = 0;
   for (int64_t m : kTuneMs) {
-    if (m * c.k <= kTuneBytes && m * c.n * 2 <= kTuneBytes) max_m = m;
+    if (m * c.k * 2 <= kTuneBytes && m * c.n * 2 <= kTuneBytes) max_m = m;
   }
   if (max_m == 0) return absl::OkStatus();
   // Declared before the timer, so freed after its stream has been synchronised.
-  DeviceBuffer xq, sa, azp, y;
+  DeviceBuffer x, xq, sa, azp, counters, y;
   RETURN_IF_ERROR(xq.allocate(static_cast<size_t>(max_m * c.k), "tile tuning activations"));
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
+  const bool quantizing = max_m >= kQuantizingMinM;
+  if (quantizing) {
+    RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
+    RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
+                                      "tile tuning counters"));
+    // bf16 values spread over [-1, 1), as activations are.
+    std::vector<uint16_t> xh(x.size() / 2);
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    for (uint16_t& v : xh) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const float f = static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      v = static_cast<uint16_t>(bits >> 16);
+    }
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(x.get(), xh.data(), x.size(), cudaMemcpyHostToDevice));
+  }
   {
     // Made-up activations, not zeros (zeros make the tensor cores faster than real data).
     std::vector<uint64_t> fill(xq.size() / 8 + 1);
@@ -262,8 +301,25 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     g.y = y.get();
     g.y_type = ElemType::kBF16;
     g.sm_count = sm_count_;
+    g.qp = quantize_params(c);
+    const bool whole_ops = quantizing && g.m >= kQuantizingMinM;
+    double quantize_us = 0;
+    if (whole_ops) {
+      g.x = x.get();
+      g.x_type = ElemType::kBF16;
+      g.counters = counters.as<int32_t>();
+      ASSIGN_OR_RETURN(quantize_us,
+                       timer->median_us(5, /*cold=*/false, [&](cudaStream_t stream) -> absl::Status {
+                         RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp,
+                                                                 xq.as<int8_t>(), sa.as<float>(),
+                                                                 azp.as<int32_t>(), stream));
+                         return absl::OkStatus();
+                       }));
+    }
     double best_us = 0;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      const bool q = tile_quantizes(static_cast<CutlassSm90Tile>(t));
+      if (q && !whole_ops) continue;
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
@@ -273,7 +329,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       };
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       // Cold L2 for the sizes that stream their weights, as a served layer sees them.
-      ASSIGN_OR_RETURN(const double us, timer->median_us(5, /*cold=*/g.m <= 256, call));
+      ASSIGN_OR_RETURN(double us, timer->median_us(5, /*cold=*/g.m <= 256, call));
+      if (whole_ops && !q) us += quantize_us;
       if (tuned_[i] < 0 || us < best_us) {
         tuned_[i] = t;
         best_us = us;
@@ -315,13 +372,24 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.y_type = static_cast<ElemType>(args.y_dtype);
   g.sm_count = sm_count_;
   g.pdl = m <= kPdlMaxM;
-  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile_for_call(m), g.y_type);
+  g.qp = quantize_params(c);
+  CutlassSm90Tile tile = tile_for_call(m);
+  if (tile_quantizes(tile)) {
+    g.x = args.x;
+    g.x_type = static_cast<ElemType>(args.x_dtype);
+    g.counters = at<int32_t>(scratch, L.counters);
+    const cutlass_sm90::TileOps* q = cutlass_sm90::tile_ops(tile, g.y_type);
+    if (q == nullptr || !q->can_implement(g)) tile = plain_twin(tile);
+  }
+  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
-  const QuantizeParams qp = quantize_params(c);
-  RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
-                                          xq, sa, azp, stream));
+  if (!tile_quantizes(tile)) {
+    RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
+                                            g.qp, xq, sa, azp, stream));
+  }
+  // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
   RETURN_IF_CUDA_ERROR(ops->launch(g, at<void>(scratch, L.workspace), stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));

@@ -16,6 +16,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -28,6 +30,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "kernels/cuda/cutlass_sm90_device.h"
+#include "kernels/cuda/cutlass_sm90_quantizing_mainloop.cuh"
 
 namespace qlinear::gpu::cutlass_sm90 {
 
@@ -105,13 +108,20 @@ struct FmaRn<cutlass::Array<float, N>> {
 
 // --- The kernel ---
 
-template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_>
+template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
+          bool kQuantize_ = false>
 struct TileConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
   using KernelSchedule = KernelSchedule_;
   using EpilogueSchedule = EpilogueSchedule_;
+  // The activations are quantized inside the launch (cutlass_sm90_quantizing_mainloop.cuh).
+  static constexpr bool kQuantize = kQuantize_;
 };
+
+// Shared memory the quantizing mainloop adds (its ring, mbarriers and row slots, with slack for
+// their alignment), set aside before CUTLASS picks the stage count.
+inline constexpr int kAuxExtraSmem = kAuxRingBytes + 256;
 
 template <class Config, class ElementD>
 struct FusedGemm {
@@ -140,12 +150,15 @@ struct FusedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void,
       cutlass::layout::RowMajor, kAlignD, ElementD, cutlass::layout::RowMajor, kAlignD,
       typename Config::EpilogueSchedule, Out>::CollectiveOp;
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
       int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) +
+          (Config::kQuantize ? kAuxExtraSmem : 0)>,
       typename Config::KernelSchedule>::CollectiveOp;
+  using CollectiveMainloop =
+      std::conditional_t<Config::kQuantize, QuantizingMainloop<StockMainloop>, StockMainloop>;
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                            CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
@@ -174,15 +187,69 @@ struct FusedGemm {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = a.sm_count;
+    typename StockMainloop::Arguments mainloop{
+        a.xq, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, k, 1)), a.w,
+        cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(n, k, 1))};
+    using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
+    typename Kernel::TileScheduler::Arguments scheduler;
+    scheduler.max_swizzle_size = a.swizzle < 1 ? 1 : a.swizzle;
+    scheduler.raster_order = Config::kQuantize || a.raster == 2 ? Raster::AlongN
+                             : a.raster == 1                   ? Raster::AlongM
+                                                               : Raster::Heuristic;
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {m, n, k, 1},
-        {a.xq, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, k, 1)), a.w,
-         cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(n, k, 1))},
+        mainloop_arguments(a, mainloop),
         {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(m, n, 1)),
          static_cast<ElementD*>(a.y),
          cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, n, 1))},
-        hw};
+        hw,
+        scheduler};
+  }
+
+  static constexpr int kBlockM = cute::size<0>(TileShape{});
+  static constexpr int kBlockN = cute::size<1>(TileShape{});
+  static constexpr int kClusterM = cute::size<0>(ClusterShape{});
+
+  // The rows quantized before the GEMM: enough for the tiles of its first two waves (the
+  // scheduler walks along N, so a wave covers about clusters / tiles_n cluster rows of m-blocks)
+  // and one more cluster row per swizzle step, as a whole number of m-blocks.
+  static int64_t quantized_prefix(const CutlassSm90Args& a) {
+    // At least one row: the quantize kernel launched first also zeroes the counters.
+    if (a.prefix >= 0) return a.prefix < 1 ? 1 : a.prefix < a.m ? a.prefix : a.m;
+    const int64_t clusters = a.sm_count / kClusterM;
+    const int64_t tiles_n = (a.n + kBlockN - 1) / kBlockN;
+    const int64_t cluster_rows = kBlockM * kClusterM;
+    const int64_t swizzle = a.swizzle < 1 ? 1 : a.swizzle;
+    const int64_t rows =
+        (2 * clusters + tiles_n - 1) / tiles_n * cluster_rows + swizzle * cluster_rows;
+    const int64_t blocks = (rows + kBlockM - 1) / kBlockM * kBlockM;
+    return blocks < a.m ? blocks : a.m;
+  }
+
+  static QuantizeInGemm quantize_in_gemm(const CutlassSm90Args& a) {
+    QuantizeInGemm q;
+    q.x = a.x;
+    q.x_type = a.x_type;
+    q.qp = a.qp;
+    q.xq = const_cast<int8_t*>(a.xq);
+    q.sa = const_cast<float*>(a.sa);
+    q.azp = const_cast<int32_t*>(a.azp);
+    q.counters = a.counters;
+    q.m = static_cast<int>(a.m);
+    q.k = static_cast<int>(a.k);
+    q.prefix = static_cast<int>(quantized_prefix(a));
+    return q;
+  }
+
+  static typename CollectiveMainloop::Arguments mainloop_arguments(
+      const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
+    if constexpr (Config::kQuantize) {
+      return typename CollectiveMainloop::Arguments{stock, quantize_in_gemm(a)};
+    } else {
+      (void)a;
+      return stock;
+    }
   }
 
   static cudaError_t prepare() {
@@ -200,19 +267,36 @@ struct FusedGemm {
   }
 
   static bool can_implement(const CutlassSm90Args& a) {
+    if constexpr (Config::kQuantize) {
+      if (a.x == nullptr || a.counters == nullptr || a.x_type == ElemType::kF32 ||
+          reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.k * 2 > kAuxRingBytes ||
+          a.m > std::numeric_limits<int32_t>::max()) {
+        return false;
+      }
+    }
     return Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
   }
 
   static cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
     cudaError_t e = prepare();
     if (e != cudaSuccess) return e;
+    if (!can_implement(a)) return cudaErrorInvalidValue;
     const typename Gemm::Arguments args = arguments(a);
-    if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+    bool pdl = a.pdl;
+    if constexpr (Config::kQuantize) {
+      // The prefix rows, and the counters zeroed, by the quantize kernel; the GEMM follows as its
+      // programmatic dependent (the producer warps wait on the grid dependency first).
+      const QuantizeInGemm q = quantize_in_gemm(a);
+      e = launch_quantize_s8(a.x, a.x_type, q.prefix, a.k, a.qp, q.xq, q.sa, q.azp, stream,
+                             a.counters, 1 + (a.m + kBlockM - 1) / kBlockM);
+      if (e != cudaSuccess) return e;
+      pdl = true;
+    }
     // Params straight from the arguments (TMA descriptors encoded on the host) and the static
     // launcher: no per-call attribute setting, no workspace initialisation kernel (the
     // persistent data-parallel scheduler needs none).
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    if (Gemm::run(params, stream, nullptr, a.pdl) != cutlass::Status::kSuccess) {
+    if (Gemm::run(params, stream, nullptr, pdl) != cutlass::Status::kSuccess) {
       e = cudaGetLastError();
       return e != cudaSuccess ? e : cudaErrorLaunchFailure;
     }

@@ -28,9 +28,22 @@
 
 #include "kernels/cuda/epilogue_s32_device.cuh"
 #include "kernels/cuda/stream_s8_device.h"
+#include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
+
+using device::atomic_add_acq_rel;
+using device::bulk_copy;
+using device::grid_dependency_wait;
+using device::l2_evict_first;
+using device::l2_evict_last;
+using device::mbar_arrive;
+using device::mbar_expect_tx;
+using device::mbar_init;
+using device::mbar_init_fence;
+using device::mbar_wait;
+using device::smem_addr;
 
 constexpr int kConsumerWarps = kStreamRows / 16;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
@@ -59,43 +72,6 @@ struct KernelParams {
   int stages;      // ring slots
   int prefetch;    // slots filled before the grid dependency
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// `bytes` (a multiple of 16) from global `src` to shared `dst`, both 16-byte aligned, completing
-// on mbarrier `bar`; `policy` is an L2 cache policy.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
 
 // One TMA box of the 2-D weights at (k0, n0) into shared `dst`, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const StreamTmaMap* map, int32_t k0,
@@ -130,19 +106,6 @@ __device__ __forceinline__ void trace_point(const StreamS8Args& a, int point) {
   }
 }
 
-__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;"
-               : "=r"(old)
-               : "l"(p), "r"(v)
-               : "memory");
-  return old;
-}
-
-__device__ __forceinline__ void grid_dependency_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 // The block whose range holds unit u: the largest c with floor(units * c / grid) <= u.
 __device__ __forceinline__ int64_t block_of(int64_t u, int64_t units, int64_t grid) {
   return ((u + 1) * grid - 1) / units;
@@ -171,16 +134,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 
   if (warp == kConsumerWarps) {
     // --- Producer ---
-    uint64_t evict_first;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(evict_first));
-    uint64_t evict_last;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(evict_last));
+    const uint64_t evict_first = l2_evict_first();
+    const uint64_t evict_last = l2_evict_last();
     auto issue = [&](int64_t li, bool arm, bool weights, bool acts) {
       const int64_t u = u0 + li;
       const int s = static_cast<int>(li % S);

@@ -4,10 +4,15 @@
 // kernel is not compiled in. Without a usable GPU the GPU tests skip with the reason.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -100,6 +105,7 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
           ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
           for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+            if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;  // takes x: below
             CutlassSm90Args g;
             g.xq = d_xq.as<int8_t>();
             g.w = d_w.as<int8_t>();
@@ -136,6 +142,156 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
       }
     }
   }
+}
+
+// The quantizing tiles (activations quantized inside the GEMM launch) through the device entry
+// point on 16-bit x: y and sa bit-exact against the reference for every scheme, with the
+// quantize kernel doing 1 row, 129 rows or the tile's own choice and the GEMM's auxiliary warps
+// the rest; rows of 1 to 4 ring slots (k = 16384 fills the ring with one row); a NaN and an Inf
+// row among those the GEMM quantizes get sa = NaN and leave every other row exact.
+TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  struct Case {
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{1000 + rng.range(0, 200), 400, 336},
+                        {700 + rng.range(0, 100), 272, 8192},
+                        {300 + rng.range(0, 50), 144, 16384}};
+  int round = 0;
+  for (const Case& cs : cases) {
+    const int64_t m = cs.m, n = cs.n, k = cs.k;
+    for (Scheme scheme : kSchemes) {
+      ++round;
+      const bool bias = round % 2 == 0;
+      const DType xt = round % 3 == 0 ? DType::kF16 : DType::kBF16;
+      const DType yt = kDTypes[round % 3];
+      const auto w = make_layer(rng, scheme, n, k, bias);
+      ASSERT_NE(w, nullptr);
+      const std::vector<uint8_t> x = make_x(rng, m, k, xt);
+      const Expected want = reference_run(*w, x.data(), xt, m, yt);
+      ASSERT_TRUE(want.status.ok());
+      // Two rows the GEMM quantizes turn non-finite on the device.
+      const int64_t bad[] = {m - 3, 200 + rng.range(0, 50)};
+      std::vector<uint8_t> xd = x;
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + 7), std::nanf(""));
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), INFINITY);
+      std::vector<int32_t> colsum(n, 0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t i = 0; i < k; ++i) colsum[r] += w->w[r * k + i];
+      }
+      std::vector<float> bias_v(n, is_asymmetric(scheme) ? 0.f : -0.f);
+      if (bias) {
+        for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(w->bias[i], yt);
+      }
+      DeviceBuffer d_x, d_w, d_sb, d_adj, d_bias, d_xq, d_sa, d_azp, d_counters, d_y;
+      ASSERT_TRUE(d_x.allocate(xd.size(), "x").ok());
+      ASSERT_TRUE(d_w.allocate(n * k, "w").ok());
+      ASSERT_TRUE(d_sb.allocate(n * 4, "sb").ok());
+      ASSERT_TRUE(d_adj.allocate(n * 4, "adj").ok());
+      ASSERT_TRUE(d_bias.allocate(n * 4, "bias").ok());
+      ASSERT_TRUE(d_xq.allocate(m * k, "xq").ok());
+      ASSERT_TRUE(d_sa.allocate(m * 4, "sa").ok());
+      ASSERT_TRUE(d_azp.allocate(m * 4, "azp").ok());
+      ASSERT_TRUE(d_counters.allocate(quantizing_tile_counters(m) * 4, "counters").ok());
+      ASSERT_TRUE(d_y.allocate(m * n * 4, "y").ok());
+      ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_w.get(), w->w.data(), n * k, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_sb.get(), w->sb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
+                cudaSuccess);
+      for (CutlassSm90Tile tile :
+           {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
+        for (int64_t prefix : {int64_t{1}, int64_t{129}, int64_t{-1}}) {
+          CutlassSm90Args g;
+          g.xq = d_xq.as<int8_t>();
+          g.w = d_w.as<int8_t>();
+          g.m = m;
+          g.n = n;
+          g.k = k;
+          g.sa = d_sa.as<float>();
+          g.azp = d_azp.as<int32_t>();
+          g.sb = d_sb.as<float>();
+          g.adj = d_adj.as<int32_t>();
+          g.bias_v = d_bias.as<float>();
+          g.y = d_y.get();
+          g.y_type = static_cast<ElemType>(yt);
+          g.sm_count = host_info().gpus[0].sm_count;
+          g.x = d_x.get();
+          g.x_type = static_cast<ElemType>(xt);
+          g.qp = quantize_params(w->config);
+          g.counters = d_counters.as<int32_t>();
+          g.prefix = prefix;
+          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
+          ASSERT_NE(ops, nullptr);
+          ASSERT_EQ(ops->prepare(), cudaSuccess);
+          ASSERT_TRUE(ops->can_implement(g));
+          ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d_sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
+          ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<uint8_t> y(m * n * dtype_size(yt));
+          std::vector<float> sa(m);
+          ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          const std::string what = absl::StrCat(
+              scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt), " y ",
+              dtype_name(yt), " ", m, "x", n, "x", k, " tile ", static_cast<int>(tile),
+              " prefix ", prefix);
+          const size_t row_bytes = static_cast<size_t>(n) * dtype_size(yt);
+          for (int64_t r = 0; r < m; ++r) {
+            if (r == bad[0] || r == bad[1]) {
+              EXPECT_TRUE(std::isnan(sa[r])) << what << ": row " << r << " is not flagged";
+              continue;
+            }
+            ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0)
+                << what << ": sa row " << r << " want " << want.sa[r] << " got " << sa[r];
+            const std::vector<uint8_t> wr(want.y.begin() + r * row_bytes,
+                                          want.y.begin() + (r + 1) * row_bytes);
+            const std::vector<uint8_t> gr(y.begin() + r * row_bytes,
+                                          y.begin() + (r + 1) * row_bytes);
+            const int64_t i = first_y_mismatch(wr, gr, yt);
+            ASSERT_EQ(i, -1) << what << ": row " << r << " col " << i << " want "
+                             << load_as_f32(wr.data(), yt, i) << " got "
+                             << load_as_f32(gr.data(), yt, i);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The quantizing tiles decline what they cannot take, so that the layer uses the plain tiles.
+TEST_F(CutlassSm90Test, QuantizingTilesDeclineWhatTheyCannotTake) {
+  DeviceBuffer x, counters;
+  ASSERT_TRUE(x.allocate(1024 * 32768, "x").ok());
+  ASSERT_TRUE(counters.allocate(64, "counters").ok());
+  CutlassSm90Args g;
+  g.m = 1024;
+  g.n = 256;
+  g.k = 4096;
+  g.sm_count = host_info().gpus[0].sm_count;
+  g.x = x.get();
+  g.counters = counters.as<int32_t>();
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k128x128x128PingpongQ, ElemType::kBF16);
+  ASSERT_NE(ops, nullptr);
+  EXPECT_TRUE(ops->can_implement(g));
+  CutlassSm90Args f = g;
+  f.x_type = ElemType::kF32;
+  EXPECT_FALSE(ops->can_implement(f)) << "fp32 activations";
+  f = g;
+  f.x = static_cast<const char*>(g.x) + 8;
+  EXPECT_FALSE(ops->can_implement(f)) << "x not 16-byte aligned";
+  f = g;
+  f.k = kAuxRingBytes / 2 + 16;
+  EXPECT_FALSE(ops->can_implement(f)) << "a row longer than the ring";
+  f = g;
+  f.x = nullptr;
+  EXPECT_FALSE(ops->can_implement(f)) << "no activations";
+  EXPECT_EQ(ops->launch(f, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 #endif  // QLINEAR_HAVE_CUTLASS

@@ -1,0 +1,259 @@
+// The mainloop of cuda.cutlass_sm90's quantizing tiles: CUTLASS's Hopper TMA warp-specialized
+// int8 mainloop, plus the activations' quantization done inside the GEMM launch by a warp that the
+// pingpong kernel otherwise leaves idle.
+//
+// Why: at large M the GEMM is bound by the tensor cores while the SM's load units and DRAM sit
+// mostly idle, and a separate quantize pass over M x K 16-bit activations (up to 128 MB at
+// 8192 x 8192) costs 10-15% of the op. Here that pass runs underneath the MMAs:
+//
+//   - The quantize kernel (launched just before, the GEMM being its programmatic dependent)
+//     quantizes only the first `prefix` rows, which the first tiles need at once, and zeroes the
+//     counters below.
+//   - The producer warpgroup's fourth warp (the kernel's "MainloopAux" role, see CUTLASS's
+//     sm90_gemm_tma_warpspecialized_pingpong.hpp) of every CTA claims the remaining rows one at a
+//     time from a global counter, in order, and quantizes each: a bulk copy brings the row into a
+//     shared-memory ring (rows ahead in flight while it works on the current one), a first pass
+//     finds the row's statistics, a second writes xq, sa and azp exactly as the quantize kernel
+//     does (the same device code, quantize_s8_device.cuh), and a release increment of the row's
+//     m-block counter publishes it.
+//   - The mainloop producer, before the TMA loads of a tile, waits (acquire) until every row of
+//     the tile's m-block is published. The tile scheduler walks the tiles along N first, so
+//     tiles ask for m-blocks in the order the rows are handed out.
+//
+// No deadlock is possible whatever the residency: a row is claimed only by a running warp, which
+// finishes it without waiting on anything; a CTA waiting for an unclaimed row has its own
+// auxiliary warp claiming rows.
+//
+// Activations must be 16-bit (bf16 or fp16), 16-byte aligned, with a row of at most
+// kAuxRingBytes; the caller uses the plain tiles otherwise.
+//
+// CUDA only; needs the CUTLASS headers and sm_90a.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "kernels/cuda/cutlass_sm90_device.h"
+#include "kernels/cuda/quantize_s8_device.cuh"
+#include "kernels/cuda/sm90_async_device.cuh"
+
+namespace qlinear::gpu::cutlass_sm90 {
+
+// A distinct dispatch policy, so that the kernel sees an auxiliary load (below) and runs the
+// fourth producer warp; everything else is the stock policy's.
+template <class Policy>
+struct QuantizingPolicy : Policy {};
+
+}  // namespace qlinear::gpu::cutlass_sm90
+
+namespace cutlass::gemm::kernel::detail {
+template <class Policy>
+struct HasAuxiliaryLoad<qlinear::gpu::cutlass_sm90::QuantizingPolicy<Policy>> : cute::true_type {
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace qlinear::gpu::cutlass_sm90 {
+
+// Rows in flight in the auxiliary warp's ring at most, and the ring's bytes.
+inline constexpr int kAuxSlots = 4;
+
+template <class Base>
+struct QuantizingMainloop : Base {
+  using DispatchPolicy = QuantizingPolicy<typename Base::DispatchPolicy>;
+  static constexpr int kBlockM = cute::size<0>(typename Base::TileShape{});
+
+  struct TensorStorage : Base::TensorStorage {
+    alignas(128) uint8_t ring[kAuxRingBytes];
+    alignas(8) uint64_t bars[kAuxSlots];
+    int rows[kAuxSlots];
+  };
+  // Shared memory this adds to the stock mainloop's (for the stage count's carve-out).
+  static constexpr int kExtraSmem =
+      static_cast<int>(sizeof(TensorStorage) - sizeof(typename Base::TensorStorage));
+
+  struct Arguments : Base::Arguments {
+    QuantizeInGemm q;
+  };
+  struct Params : Base::Params {
+    QuantizeInGemm q;
+  };
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
+                                                  Arguments const& args, void* workspace) {
+    return Params{Base::to_underlying_arguments(problem_shape, args, workspace), args.q};
+  }
+
+  // The stock producer's loads of a tile, once every row of its m-block is quantized.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& params, typename Base::MainloopPipeline pipeline,
+                           typename Base::PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB> const& load_inputs,
+                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count,
+                           int thread_idx, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared_tensors) {
+    wait_for_rows(params.q, static_cast<int>(cute::get<0>(blk_coord)));
+    Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
+               k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+  }
+
+  // Called by the auxiliary warp once per tile of its CTA: the first call quantizes rows until
+  // none is left; the others return at once.
+  template <class Pipeline, class PipelineState, class LoadInputs, class BlockCoord,
+            class KTileIterator>
+  CUTLASS_DEVICE void load_auxiliary(Params const& params, Pipeline, PipelineState, LoadInputs const&,
+                                     BlockCoord const&, KTileIterator, int, int, uint32_t,
+                                     TensorStorage& shared_tensors) {
+    if (aux_done_) return;
+    aux_done_ = true;
+    const QuantizeInGemm& q = params.q;
+    if (q.x_type == ElemType::kF16) {
+      quantize_rows<__half>(q, shared_tensors);
+    } else {
+      quantize_rows<__nv_bfloat16>(q, shared_tensors);
+    }
+  }
+
+ private:
+  bool aux_done_ = false;
+
+  static CUTLASS_DEVICE void wait_for_rows(const QuantizeInGemm& q, int mb) {
+    const int lo = max(mb * kBlockM, q.prefix);
+    const int hi = min((mb + 1) * kBlockM, q.m);
+    if (hi <= lo) return;
+    const int* done = q.counters + 1 + mb;
+    while (device::load_acquire(done) < hi - lo) __nanosleep(64);
+    // The rows were stored by other SMs' plain stores; this warp's TMA loads read them.
+    device::fence_proxy_async_global();
+  }
+
+  template <class T>
+  static CUTLASS_DEVICE void quantize_rows(const QuantizeInGemm& q, TensorStorage& s) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const uint32_t row_bytes = static_cast<uint32_t>(q.k) * 2;
+    const uint32_t stride = (row_bytes + 127) / 128 * 128;
+    const int slots = min(kAuxSlots, static_cast<int>(kAuxRingBytes / stride));
+    const uint32_t bar0 = device::smem_addr(s.bars);
+    const uint32_t ring = device::smem_addr(s.ring);
+    if (lane == 0) {
+      for (int i = 0; i < slots; ++i) device::mbar_init(bar0 + 8 * i, 1);
+      device::mbar_init_fence();
+    }
+    __syncwarp();
+    const uint64_t evict_first = device::l2_evict_first();
+    int issued = 0, processed = 0;
+    bool exhausted = false;
+    // Claims rows and starts their copies while ring slots are free.
+    auto fill = [&] {
+      while (!exhausted && issued - processed < slots) {
+        int row = 0;
+        if (lane == 0) row = q.prefix + atomicAdd(q.counters, 1);
+        row = __shfl_sync(0xffffffffu, row, 0);
+        if (row >= q.m) {
+          exhausted = true;
+          break;
+        }
+        const int slot = issued % slots;
+        if (lane == 0) {
+          s.rows[slot] = row;
+          const uint32_t bar = bar0 + 8 * slot;
+          device::mbar_expect_tx(bar, row_bytes);
+          device::bulk_copy(ring + slot * stride,
+                            static_cast<const uint8_t*>(q.x) + static_cast<size_t>(row) * row_bytes,
+                            row_bytes, bar, evict_first);
+        }
+        ++issued;
+      }
+      __syncwarp();
+    };
+    fill();
+    while (processed < issued) {
+      const int slot = processed % slots;
+      device::mbar_wait(bar0 + 8 * slot, static_cast<uint32_t>((processed / slots) & 1));
+      const int row = s.rows[slot];
+      const uint4* src = reinterpret_cast<const uint4*>(s.ring + slot * stride);
+      switch (q.qp.scheme) {
+        case QuantScheme::kDynamicSymmetric:
+          quantize_row<T, QuantScheme::kDynamicSymmetric>(q, src, row, lane);
+          break;
+        case QuantScheme::kStaticSymmetric:
+          quantize_row<T, QuantScheme::kStaticSymmetric>(q, src, row, lane);
+          break;
+        case QuantScheme::kDynamicAsymmetric:
+          quantize_row<T, QuantScheme::kDynamicAsymmetric>(q, src, row, lane);
+          break;
+        default:
+          quantize_row<T, QuantScheme::kStaticAsymmetric>(q, src, row, lane);
+          break;
+      }
+      // Every lane's reads of the slot are done before a bulk copy refills it.
+      device::fence_proxy_async_shared();
+      __syncwarp();
+      ++processed;
+      fill();
+    }
+  }
+
+  // One row from shared memory (8 values per 16-byte vector), as quantize_rows_s8 does it.
+  template <class T, QuantScheme S>
+  static CUTLASS_DEVICE void quantize_row(const QuantizeInGemm& q, const uint4* src, int row,
+                                          int lane) {
+    const int vecs = q.k / 8;
+    auto widen = [](const uint4& u, float (&v)[8]) {
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = device::bits16_to_f32<T>(w[j] & 0xffffu);
+        v[2 * j + 1] = device::bits16_to_f32<T>(w[j] >> 16);
+      }
+    };
+    device::RowStats st;
+    for (int i = lane; i < vecs; i += 32) {
+      float v[8];
+      widen(src[i], v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st.visit(v[j]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
+      st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
+      st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
+    }
+    st.bad = __any_sync(0xffffffffu, st.bad);
+    const device::RowParams rp = device::row_params<S>(st, q.qp);
+    if (lane == 0) {
+      q.sa[row] = rp.sa;
+      if (q.azp != nullptr && rp.mode != device::kBadRow) q.azp[row] = rp.zp;
+    }
+    if (rp.mode != device::kBadRow) {
+      int8_t* out = q.xq + static_cast<size_t>(row) * q.k;
+      for (int i = lane; i < vecs; i += 32) {
+        float v[8];
+        widen(src[i], v);
+        uint32_t packed[2] = {0, 0};
+        if (rp.mode == device::kQuantize) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const uint8_t b =
+                static_cast<uint8_t>(device::quantize_value<S>(v[j], rp.mul, rp.div, rp.zp));
+            packed[j / 4] |= static_cast<uint32_t>(b) << (8 * (j % 4));
+          }
+        }
+        *reinterpret_cast<uint2*>(out + 8 * i) = make_uint2(packed[0], packed[1]);
+      }
+    }
+    // Publish: this lane's stores, ordered for the TMA loads of other SMs, then the count.
+    __threadfence();
+    device::fence_proxy_async_global();
+    __syncwarp();
+    if (lane == 0) device::red_add_release(q.counters + 1 + row / kBlockM, 1);
+  }
+};
+
+}  // namespace qlinear::gpu::cutlass_sm90
