@@ -675,8 +675,8 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                        }));
       absl::StrAppendFormat(&line, " tile%d%s%s %8.1f us %6.0f TOPS x%.2f |", t,
                             v.swizzle > 1 ? absl::StrFormat(" sw%d", v.swizzle) : "",
-                            quantizes ? " op" : "", us,
-                            2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
+                            quantizes ? " op" : "", us, 2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12,
+                            gemm_us / us);
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);

@@ -97,10 +97,20 @@ constexpr int64_t kPdlMaxM = 64;
 // takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
 
-// From this M on the quantizing tiles (activations quantized inside the GEMM launch) are timed
+// From this M on the quantizing tiles (activations quantized inside the GEMM launch) can be timed
 // too, as whole ops against the plain tiles' GEMM plus the quantize kernel. Below it the first
 // waves of tiles need every row at once, so the quantize kernel would do all the work anyway.
 constexpr int64_t kQuantizingMinM = 512;
+// Whether tune_tiles considers them. Not yet: measured on the H200 (bench sweep, us, whole op of
+// the 128 x 128 quantizing tile vs the plain 128 x 128 GEMM + the quantize kernel then in use),
+// one auxiliary warp per SM quantizes a 16 KB row in about 9 us, and the GEMM around it slowed
+// down more than the separate pass costs:
+//   4096 x 4096 x 4096      147.3 vs  87.0 + 23.0
+//   28672 x 4096 x 4096     769.0 vs 649.1 + 27.0
+//   2048 x 8192 x 8192      227.4 vs 182.5 + 24.7
+//   8192 x 8192 x 8192      903.4 vs 805.8 + 104.2
+// They stay compiled, tested and benchmarked (qlinear_gpu_bench's tile sweep) for that work.
+constexpr bool kTuneQuantizingTiles = false;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
@@ -256,7 +266,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
-  const bool quantizing = max_m >= kQuantizingMinM;
+  const bool quantizing = kTuneQuantizingTiles && max_m >= kQuantizingMinM;
   if (quantizing) {
     RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
     RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
@@ -308,13 +318,13 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       g.x = x.get();
       g.x_type = ElemType::kBF16;
       g.counters = counters.as<int32_t>();
-      ASSIGN_OR_RETURN(quantize_us,
-                       timer->median_us(5, /*cold=*/false, [&](cudaStream_t stream) -> absl::Status {
-                         RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp,
-                                                                 xq.as<int8_t>(), sa.as<float>(),
-                                                                 azp.as<int32_t>(), stream));
-                         return absl::OkStatus();
-                       }));
+      ASSIGN_OR_RETURN(
+          quantize_us,
+          timer->median_us(5, /*cold=*/false, [&](cudaStream_t stream) -> absl::Status {
+            RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(),
+                                                    sa.as<float>(), azp.as<int32_t>(), stream));
+            return absl::OkStatus();
+          }));
     }
     double best_us = 0;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {

@@ -194,8 +194,8 @@ struct FusedGemm {
     typename Kernel::TileScheduler::Arguments scheduler;
     scheduler.max_swizzle_size = a.swizzle < 1 ? 1 : a.swizzle;
     scheduler.raster_order = Config::kQuantize || a.raster == 2 ? Raster::AlongN
-                             : a.raster == 1                   ? Raster::AlongM
-                                                               : Raster::Heuristic;
+                             : a.raster == 1                    ? Raster::AlongM
+                                                                : Raster::Heuristic;
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {m, n, k, 1},

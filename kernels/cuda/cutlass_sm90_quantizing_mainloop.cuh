@@ -53,8 +53,7 @@ struct QuantizingPolicy : Policy {};
 
 namespace cutlass::gemm::kernel::detail {
 template <class Policy>
-struct HasAuxiliaryLoad<qlinear::gpu::cutlass_sm90::QuantizingPolicy<Policy>> : cute::true_type {
-};
+struct HasAuxiliaryLoad<qlinear::gpu::cutlass_sm90::QuantizingPolicy<Policy>> : cute::true_type {};
 }  // namespace cutlass::gemm::kernel::detail
 
 namespace qlinear::gpu::cutlass_sm90 {
@@ -98,17 +97,17 @@ struct QuantizingMainloop : Base {
                            int thread_idx, uint32_t block_rank_in_cluster,
                            TensorStorage& shared_tensors) {
     wait_for_rows(params.q, static_cast<int>(cute::get<0>(blk_coord)));
-    Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
-               k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+    Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count,
+               thread_idx, block_rank_in_cluster, shared_tensors);
   }
 
   // Called by the auxiliary warp once per tile of its CTA: the first call quantizes rows until
   // none is left; the others return at once.
   template <class Pipeline, class PipelineState, class LoadInputs, class BlockCoord,
             class KTileIterator>
-  CUTLASS_DEVICE void load_auxiliary(Params const& params, Pipeline, PipelineState, LoadInputs const&,
-                                     BlockCoord const&, KTileIterator, int, int, uint32_t,
-                                     TensorStorage& shared_tensors) {
+  CUTLASS_DEVICE void load_auxiliary(Params const& params, Pipeline, PipelineState,
+                                     LoadInputs const&, BlockCoord const&, KTileIterator, int, int,
+                                     uint32_t, TensorStorage& shared_tensors) {
     if (aux_done_) return;
     aux_done_ = true;
     const QuantizeInGemm& q = params.q;
@@ -204,7 +203,7 @@ struct QuantizingMainloop : Base {
   static CUTLASS_DEVICE void quantize_row(const QuantizeInGemm& q, const uint4* src, int row,
                                           int lane) {
     const int vecs = q.k / 8;
-    auto widen = [](const uint4& u, float (&v)[8]) {
+    auto widen = [](const uint4& u, float(&v)[8]) {
       const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

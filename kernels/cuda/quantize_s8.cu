@@ -245,6 +245,99 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Many rows of 16-bit values (the prefill path): one warp per row, no block-wide synchronisation,
+// so that each SM keeps dozens of rows' loads in flight (one block per row, with its two block
+// barriers and its serial parameter step, streamed 8192 x 8192 bf16 at 1.8 TB/s on the H200).
+// Each lane keeps kWarpLoads 16-byte loads in flight per step; the second pass reads the row
+// again, from L2.
+constexpr int kRowsPerWarpBlock = 8;
+constexpr int kWarpLoads = 4;
+
+template <typename T, QuantScheme S>
+__global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
+    quantize_rows_warp_s8(const T* __restrict__ x, int64_t m, int64_t k, QuantizeParams p,
+                          int8_t* __restrict__ xq, float* __restrict__ sa,
+                          int32_t* __restrict__ azp, int32_t* __restrict__ zero,
+                          int64_t zero_count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    zero[i] = 0;
+  }
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= m) return;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+  const int64_t vecs = k / 8;
+  auto widen = [](const uint4& u, float(&v)[8]) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
+      v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
+    }
+  };
+  device::RowStats st;
+  for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
+    uint4 u[kWarpLoads];
+#pragma unroll
+    for (int j = 0; j < kWarpLoads; ++j) {
+      const int64_t i = i0 + 32 * j;
+      u[j] = i < vecs ? xr[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kWarpLoads; ++j) {
+      float v[8];
+      widen(u[j], v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) st.visit(v[e]);  // zeros past the row change nothing
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
+    st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
+    st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
+  }
+  st.bad = __any_sync(0xffffffffu, st.bad);
+  const device::RowParams rp = device::row_params<S>(st, p);
+  if (lane == 0) {
+    sa[row] = rp.sa;
+    if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+  }
+  if (rp.mode == kBadRow) return;
+  uint2* qr = reinterpret_cast<uint2*>(xq + row * k);
+  for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
+    uint4 u[kWarpLoads];
+#pragma unroll
+    for (int j = 0; j < kWarpLoads; ++j) {
+      const int64_t i = i0 + 32 * j;
+      if (i < vecs && rp.mode == kQuantize) u[j] = xr[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kWarpLoads; ++j) {
+      const int64_t i = i0 + 32 * j;
+      if (i >= vecs) break;
+      uint32_t packed[2] = {0, 0};
+      if (rp.mode == kQuantize) {
+        float v[8];
+        widen(u[j], v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[e], rp.mul, rp.div, rp.zp));
+          packed[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
+        }
+      }
+      qr[i] = make_uint2(packed[0], packed[1]);
+    }
+  }
+}
+
+// From this many rows on, 16-bit rows in the plain layout go to quantize_rows_warp_s8.
+constexpr int64_t kWarpPerRowMinM = 256;
+
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
                          float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
@@ -274,6 +367,16 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
     return true;
   }();
   (void)carveout_set;
+  if constexpr (sizeof(T) == 2) {
+    if (m >= kWarpPerRowMinM && lay.chunk == k && lay.row_stride == k && k % 8 == 0 &&
+        aligned(x, 16) && aligned(xq, 8)) {
+      const unsigned blocks =
+          static_cast<unsigned>((m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
+      quantize_rows_warp_s8<T, S><<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(
+          xt, m, k, p, xq, sa, azp, zero, zero_count);
+      return cudaGetLastError();
+    }
+  }
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
     quantize_rows_s8<T, S, 8>
         <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);

@@ -27,8 +27,8 @@
 #include <mutex>
 
 #include "kernels/cuda/epilogue_s32_device.cuh"
-#include "kernels/cuda/stream_s8_device.h"
 #include "kernels/cuda/sm90_async_device.cuh"
+#include "kernels/cuda/stream_s8_device.h"
 
 namespace qlinear::gpu {
 namespace {

@@ -104,25 +104,28 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
     const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, 64, true));
     if (p.kernel == nullptr) return;
     for (DType xt : kDTypes) {
-      for (const auto& plan : plans) {
-        std::vector<uint8_t> x = make_x(rng, 12, 64, xt);
-        for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
-        const Expected want = reference_run(*p.weights, x.data(), xt, 12, DType::kBF16);
-        ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
-        std::vector<uint16_t> y(12 * 16, 0xBEEF);
-        RunArgs args;
-        args.x = x.data();
-        args.x_dtype = xt;
-        args.m = 12;
-        args.y = y.data();
-        args.y_dtype = DType::kBF16;
-        const absl::Status st = p.kernel->run(args, nullptr);
-        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-        EXPECT_EQ(st.message(), want.status.message());
-        EXPECT_TRUE(absl::StartsWith(
-            st.message(), absl::StrCat("x row ", plan[0].row, " holds a non-finite value")))
-            << st.message();
-        EXPECT_EQ(y, std::vector<uint16_t>(12 * 16, 0xBEEF)) << "y was written on error";
+      // 12 rows: a block per row; 300 rows: the quantize kernel's warp-per-row form.
+      for (const int64_t m : {int64_t{12}, int64_t{300}}) {
+        for (const auto& plan : plans) {
+          std::vector<uint8_t> x = make_x(rng, m, 64, xt);
+          for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
+          const Expected want = reference_run(*p.weights, x.data(), xt, m, DType::kBF16);
+          ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
+          std::vector<uint16_t> y(m * 16, 0xBEEF);
+          RunArgs args;
+          args.x = x.data();
+          args.x_dtype = xt;
+          args.m = m;
+          args.y = y.data();
+          args.y_dtype = DType::kBF16;
+          const absl::Status st = p.kernel->run(args, nullptr);
+          EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+          EXPECT_EQ(st.message(), want.status.message());
+          EXPECT_TRUE(absl::StartsWith(
+              st.message(), absl::StrCat("x row ", plan[0].row, " holds a non-finite value")))
+              << st.message();
+          EXPECT_EQ(y, std::vector<uint16_t>(m * 16, 0xBEEF)) << "y was written on error";
+        }
       }
     }
   }

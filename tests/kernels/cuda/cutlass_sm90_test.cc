@@ -236,10 +236,10 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
           std::vector<float> sa(m);
           ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
           ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-          const std::string what = absl::StrCat(
-              scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt), " y ",
-              dtype_name(yt), " ", m, "x", n, "x", k, " tile ", static_cast<int>(tile),
-              " prefix ", prefix);
+          const std::string what =
+              absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
+                           " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
+                           static_cast<int>(tile), " prefix ", prefix);
           const size_t row_bytes = static_cast<size_t>(n) * dtype_size(yt);
           for (int64_t r = 0; r < m; ++r) {
             if (r == bad[0] || r == bad[1]) {
