@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
@@ -246,12 +247,18 @@ __global__ void __launch_bounds__(1024)
 }
 
 // Many rows of 16-bit values (the prefill path): one warp per row, no block-wide synchronisation,
-// so that each SM keeps dozens of rows' loads in flight (one block per row, with its two block
-// barriers and its serial parameter step, streamed 8192 x 8192 bf16 at 1.8 TB/s on the H200).
-// Each lane keeps kWarpLoads 16-byte loads in flight per step; the second pass reads the row
-// again, from L2.
+// each lane keeping kWarpLoads 16-byte loads in flight per step, the second pass reading the row
+// again (from L2 when it is still there); the grid is capped at kWarpBlocksPerSm blocks per SM,
+// each warp looping over rows. Measured on the H200 (bf16 rows, quantize kernel alone, us: one
+// block per row / this kernel with 4 loads and one warp per row / this kernel as it is):
+//   4096 x 4096   23.0 / 16.2 / 20.9      2048 x 8192    24.7 / 22.0 / 19.3
+//   8192 x 8192  104.2 / 90.4 / 92.5      1024 x 14336   24.3 / 23.0 / 20.7
+// All three stay well below the copy bandwidth (8192 x 8192 moves 192 MB: 45 us at 4.3 TB/s):
+// the per-element work (statistics for every scheme, then multiply, round, clamp and pack) is a
+// large part of the time at these sizes.
 constexpr int kRowsPerWarpBlock = 8;
-constexpr int kWarpLoads = 4;
+constexpr int kWarpLoads = 8;
+constexpr int kWarpBlocksPerSm = 2;
 
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
@@ -266,71 +273,73 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     zero[i] = 0;
   }
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  if (row >= m) return;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
-  const int64_t vecs = k / 8;
-  auto widen = [](const uint4& u, float(&v)[8]) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / 32;
+       row < m; row += static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+    const int64_t vecs = k / 8;
+    auto widen = [](const uint4& u, float(&v)[8]) {
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
-      v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
-    }
-  };
-  device::RowStats st;
-  for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
-    uint4 u[kWarpLoads];
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
+        v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
+      }
+    };
+    device::RowStats st;
+    for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
+      uint4 u[kWarpLoads] = {};
 #pragma unroll
-    for (int j = 0; j < kWarpLoads; ++j) {
-      const int64_t i = i0 + 32 * j;
-      u[j] = i < vecs ? xr[i] : make_uint4(0, 0, 0, 0);
-    }
+      for (int j = 0; j < kWarpLoads; ++j) {
+        const int64_t i = i0 + 32 * j;
+        if (i < vecs) u[j] = xr[i];
+      }
 #pragma unroll
-    for (int j = 0; j < kWarpLoads; ++j) {
-      float v[8];
-      widen(u[j], v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) st.visit(v[e]);  // zeros past the row change nothing
-    }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
-    st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
-    st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
-  }
-  st.bad = __any_sync(0xffffffffu, st.bad);
-  const device::RowParams rp = device::row_params<S>(st, p);
-  if (lane == 0) {
-    sa[row] = rp.sa;
-    if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
-  }
-  if (rp.mode == kBadRow) return;
-  uint2* qr = reinterpret_cast<uint2*>(xq + row * k);
-  for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
-    uint4 u[kWarpLoads];
-#pragma unroll
-    for (int j = 0; j < kWarpLoads; ++j) {
-      const int64_t i = i0 + 32 * j;
-      if (i < vecs && rp.mode == kQuantize) u[j] = xr[i];
-    }
-#pragma unroll
-    for (int j = 0; j < kWarpLoads; ++j) {
-      const int64_t i = i0 + 32 * j;
-      if (i >= vecs) break;
-      uint32_t packed[2] = {0, 0};
-      if (rp.mode == kQuantize) {
+      for (int j = 0; j < kWarpLoads; ++j) {
+        if (i0 + 32 * j >= vecs) break;  // (a zero would move an asymmetric row's min or max)
         float v[8];
         widen(u[j], v);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[e], rp.mul, rp.div, rp.zp));
-          packed[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
-        }
+        for (int e = 0; e < 8; ++e) st.visit(v[e]);
       }
-      qr[i] = make_uint2(packed[0], packed[1]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
+      st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
+      st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
+    }
+    st.bad = __any_sync(0xffffffffu, st.bad);
+    const device::RowParams rp = device::row_params<S>(st, p);
+    if (lane == 0) {
+      sa[row] = rp.sa;
+      if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+    }
+    if (rp.mode == kBadRow) continue;
+    uint2* qr = reinterpret_cast<uint2*>(xq + row * k);
+    for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
+      uint4 u[kWarpLoads] = {};
+#pragma unroll
+      for (int j = 0; j < kWarpLoads; ++j) {
+        const int64_t i = i0 + 32 * j;
+        if (i < vecs && rp.mode == kQuantize) u[j] = xr[i];
+      }
+#pragma unroll
+      for (int j = 0; j < kWarpLoads; ++j) {
+        const int64_t i = i0 + 32 * j;
+        if (i >= vecs) break;
+        uint32_t packed[2] = {0, 0};
+        if (rp.mode == kQuantize) {
+          float v[8];
+          widen(u[j], v);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[e], rp.mul, rp.div, rp.zp));
+            packed[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
+          }
+        }
+        qr[i] = make_uint2(packed[0], packed[1]);
+      }
     }
   }
 }
@@ -370,8 +379,18 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   if constexpr (sizeof(T) == 2) {
     if (m >= kWarpPerRowMinM && lay.chunk == k && lay.row_stride == k && k % 8 == 0 &&
         aligned(x, 16) && aligned(xq, 8)) {
+      static const int sms = [] {
+        int device = 0, count = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+          cudaGetLastError();
+          return 132;
+        }
+        return count;
+      }();
+      const int64_t need = (m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
       const unsigned blocks =
-          static_cast<unsigned>((m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock);
+          static_cast<unsigned>(std::min<int64_t>(need, kWarpBlocksPerSm * sms));
       quantize_rows_warp_s8<T, S><<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(
           xt, m, k, p, xq, sa, azp, zero, zero_count);
       return cudaGetLastError();
