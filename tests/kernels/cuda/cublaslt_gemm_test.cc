@@ -104,8 +104,8 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
     const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, 64, true));
     if (p.kernel == nullptr) return;
     for (DType xt : kDTypes) {
-      // 12 rows: a block per row; 300 rows: the quantize kernel's warp-per-row form.
-      for (const int64_t m : {int64_t{12}, int64_t{300}}) {
+      // 12 rows: a block per row; 1100 rows: the quantize kernel's warp-per-row form.
+      for (const int64_t m : {int64_t{12}, int64_t{1100}}) {
         for (const auto& plan : plans) {
           std::vector<uint8_t> x = make_x(rng, m, 64, xt);
           for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
