@@ -592,7 +592,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 // (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
 // cuBLASLt GEMM of the same M. From M = 512 on also the quantize kernel alone ("quant") and the
 // quantizing tiles' whole ops (marked "op", quantization included: compare with plain tile +
-// quant); from M = 1024 on the 128 x 128 tiles again with the tile scheduler's swizzle 2, 4, 8.
+// quant); from M = 1024 on the 128 x 128 quantizing tile with every row quantized before the
+// GEMM ("all-before": its cost without the auxiliary warps' work), and the 128 x 128 tiles again
+// with the tile scheduler's swizzle 2, 4, 8.
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -626,15 +628,19 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     }
     struct Variant {
       int tile, swizzle;
+      int64_t prefix;  // quantizing tiles: rows quantized before the GEMM (-1: the tile's choice)
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t, 1});
+      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t, 1, -1});
     }
     if (m >= 1024) {
+      // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary
+      // warps' work (one stage fewer, the programmatic launch).
+      variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), 1, m});
       for (int sw : {2, 4, 8}) {
-        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128Pingpong), sw});
-        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), sw});
+        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128Pingpong), sw, -1});
+        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), sw, -1});
       }
     }
     for (const Variant& v : variants) {
@@ -659,6 +665,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         g.x_type = ElemType::kBF16;
         g.qp = qp;
         g.counters = counters.as<int32_t>();
+        g.prefix = v.prefix;
       }
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
@@ -673,10 +680,10 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " tile%d%s%s %8.1f us %6.0f TOPS x%.2f |", t,
+      absl::StrAppendFormat(&line, " tile%d%s%s%s %8.1f us %6.0f TOPS x%.2f |", t,
                             v.swizzle > 1 ? absl::StrFormat(" sw%d", v.swizzle) : "",
-                            quantizes ? " op" : "", us, 2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12,
-                            gemm_us / us);
+                            quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
+                            2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);

@@ -203,48 +203,18 @@ struct QuantizingMainloop : Base {
   static CUTLASS_DEVICE void quantize_row(const QuantizeInGemm& q, const uint4* src, int row,
                                           int lane) {
     const int vecs = q.k / 8;
-    auto widen = [](const uint4& u, float(&v)[8]) {
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[2 * j] = device::bits16_to_f32<T>(w[j] & 0xffffu);
-        v[2 * j + 1] = device::bits16_to_f32<T>(w[j] >> 16);
-      }
-    };
-    device::RowStats st;
-    for (int i = lane; i < vecs; i += 32) {
-      float v[8];
-      widen(src[i], v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) st.visit(v[j]);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
-      st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
-      st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
-    }
-    st.bad = __any_sync(0xffffffffu, st.bad);
-    const device::RowParams rp = device::row_params<S>(st, q.qp);
+    device::WarpRowStats<T, S> ws;
+    for (int i = lane; i < vecs; i += 32) ws.visit8(src[i]);
+    const device::RowParams rp = device::row_params<S>(ws.reduce(), q.qp);
     if (lane == 0) {
       q.sa[row] = rp.sa;
       if (q.azp != nullptr && rp.mode != device::kBadRow) q.azp[row] = rp.zp;
     }
     if (rp.mode != device::kBadRow) {
-      int8_t* out = q.xq + static_cast<size_t>(row) * q.k;
+      uint2* out = reinterpret_cast<uint2*>(q.xq + static_cast<size_t>(row) * q.k);
       for (int i = lane; i < vecs; i += 32) {
-        float v[8];
-        widen(src[i], v);
-        uint32_t packed[2] = {0, 0};
-        if (rp.mode == device::kQuantize) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const uint8_t b =
-                static_cast<uint8_t>(device::quantize_value<S>(v[j], rp.mul, rp.div, rp.zp));
-            packed[j / 4] |= static_cast<uint32_t>(b) << (8 * (j % 4));
-          }
-        }
-        *reinterpret_cast<uint2*>(out + 8 * i) = make_uint2(packed[0], packed[1]);
+        out[i] = rp.mode == device::kQuantize ? device::quantize8<T, S>(src[i], rp)
+                                              : make_uint2(0, 0);
       }
     }
     // Publish: this lane's stores, ordered for the TMA loads of other SMs, then the count.

@@ -44,13 +44,7 @@ __device__ __forceinline__ void load4<float>(const float* p, float v[4]) {
 // for 16-bit types, two for fp32.
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float v[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = bits16_to_f32<T>(w[i] & 0xffffu);
-    v[2 * i + 1] = bits16_to_f32<T>(w[i] >> 16);
-  }
+  device::widen8<T>(*reinterpret_cast<const uint4*>(p), *reinterpret_cast<float(*)[8]>(v));
 }
 template <>
 __device__ __forceinline__ void load8<float>(const float* p, float v[8]) {
@@ -100,12 +94,7 @@ __global__ void __launch_bounds__(1024)
   float cache[(!kRaw && W == 8) ? kCached : 1][W];
   auto cached_vec = [&](int c, float(&v)[W]) {
     if constexpr (kRaw) {
-      const uint32_t w[4] = {raw[c].x, raw[c].y, raw[c].z, raw[c].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
-        v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
-      }
+      device::widen8<T>(raw[c], v);
     } else {
 #pragma unroll
       for (int j = 0; j < W; ++j) v[j] = cache[W == 8 ? c : 0][j];
@@ -278,15 +267,7 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
        row < m; row += static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock) {
     const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
     const int64_t vecs = k / 8;
-    auto widen = [](const uint4& u, float(&v)[8]) {
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
-        v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
-      }
-    };
-    device::RowStats st;
+    device::WarpRowStats<T, S> ws;
     for (int64_t i0 = lane; i0 < vecs; i0 += 32 * kWarpLoads) {
       uint4 u[kWarpLoads] = {};
 #pragma unroll
@@ -297,20 +278,10 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
 #pragma unroll
       for (int j = 0; j < kWarpLoads; ++j) {
         if (i0 + 32 * j >= vecs) break;  // (a zero would move an asymmetric row's min or max)
-        float v[8];
-        widen(u[j], v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) st.visit(v[e]);
+        ws.visit8(u[j]);
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
-      st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
-      st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
-    }
-    st.bad = __any_sync(0xffffffffu, st.bad);
-    const device::RowParams rp = device::row_params<S>(st, p);
+    const device::RowParams rp = device::row_params<S>(ws.reduce(), p);
     if (lane == 0) {
       sa[row] = rp.sa;
       if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
@@ -328,17 +299,7 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
       for (int j = 0; j < kWarpLoads; ++j) {
         const int64_t i = i0 + 32 * j;
         if (i >= vecs) break;
-        uint32_t packed[2] = {0, 0};
-        if (rp.mode == kQuantize) {
-          float v[8];
-          widen(u[j], v);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const uint8_t q = static_cast<uint8_t>(quantize_value<S>(v[e], rp.mul, rp.div, rp.zp));
-            packed[e / 4] |= static_cast<uint32_t>(q) << (8 * (e % 4));
-          }
-        }
-        qr[i] = make_uint2(packed[0], packed[1]);
+        qr[i] = rp.mode == kQuantize ? device::quantize8<T, S>(u[j], rp) : make_uint2(0, 0);
       }
     }
   }

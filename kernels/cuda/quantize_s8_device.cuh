@@ -148,4 +148,97 @@ __device__ __forceinline__ int8_t quantize_value(QuantScheme s, float v, const R
   }
 }
 
+// --- Rows of 16-bit values, 8 at a time (one 16-byte vector), for the kernels that quantize a
+// --- row per warp (quantize_rows_warp_s8 and the quantizing GEMM tiles' auxiliary warp).
+//
+// For bf16 and fp16, |v| orders as the unsigned integer (bits & 0x7fff), and a magnitude at or
+// above kNonFinite16 is an Inf or a NaN. So the statistics of every scheme but dynamic asymmetric
+// (which needs the signed minimum and maximum) are one packed unsigned max per two values; the
+// largest magnitude's bits widened to fp32 are exactly the absmax that fmaxf over |v| finds.
+
+template <typename T>
+inline constexpr uint32_t kNonFinite16 = 0x7f80u;  // bf16: exponent all ones
+template <>
+inline constexpr uint32_t kNonFinite16<__half> = 0x7c00u;
+
+// Eight 16-bit values (one 16-byte load) widened to fp32, exactly.
+template <typename T>
+__device__ __forceinline__ void widen8(const uint4& u, float (&v)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = bits16_to_f32<T>(w[j] & 0xffffu);
+    v[2 * j + 1] = bits16_to_f32<T>(w[j] >> 16);
+  }
+}
+
+// A warp's partial statistics of a row: the packed magnitude maximum, or (dynamic asymmetric)
+// RowStats.
+template <typename T, QuantScheme S>
+struct WarpRowStats {
+  static constexpr bool kMinMax = S == QuantScheme::kDynamicAsymmetric;
+  uint32_t mag = 0;
+  RowStats st;
+  __device__ __forceinline__ void visit8(const uint4& u) {
+    if constexpr (kMinMax) {
+      float v[8];
+      widen8<T>(u, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st.visit(v[j]);
+    } else {
+      mag = __vmaxu2(mag, u.x & 0x7fff7fffu);
+      mag = __vmaxu2(mag, u.y & 0x7fff7fffu);
+      mag = __vmaxu2(mag, u.z & 0x7fff7fffu);
+      mag = __vmaxu2(mag, u.w & 0x7fff7fffu);
+    }
+  }
+  // The whole row's statistics, in every lane of the (full) warp.
+  __device__ __forceinline__ RowStats reduce() {
+    if constexpr (kMinMax) {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) {
+        st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
+        st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
+        st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
+      }
+      st.bad = __any_sync(0xffffffffu, st.bad);
+      return st;
+    } else {
+      const uint32_t m = __reduce_max_sync(0xffffffffu, max(mag >> 16, mag & 0xffffu));
+      RowStats r;
+      r.bad = m >= kNonFinite16<T>;
+      r.absmax = bits16_to_f32<T>(m);
+      return r;
+    }
+  }
+};
+
+// Four int32 values saturated to int8 and packed, the first in the lowest byte.
+__device__ __forceinline__ uint32_t pack4_sat_s8(int32_t q0, int32_t q1, int32_t q2, int32_t q3) {
+  uint32_t hi, r;
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(q3), "r"(q2));
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(q1), "r"(q0), "r"(hi));
+  return r;
+}
+
+// Eight values of a row whose parameters are known (mode kQuantize), quantized and packed: the
+// same values as quantize_value<S> for each (sat8 of the int32 result is the packing's saturation).
+template <typename T, QuantScheme S>
+__device__ __forceinline__ uint2 quantize8(const uint4& u, const RowParams& rp) {
+  float v[8];
+  widen8<T>(u, v);
+  int32_t q[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    if constexpr (S == QuantScheme::kDynamicSymmetric) {
+      q[j] = sat32(__fmul_rn(v[j], rp.mul));
+    } else if constexpr (S == QuantScheme::kStaticSymmetric) {
+      q[j] = sat32(__fdiv_rn(v[j], rp.div));
+    } else {
+      q[j] = wrap_add(sat32(__fmul_rn(v[j], rp.mul)), rp.zp);
+    }
+  }
+  return make_uint2(pack4_sat_s8(q[0], q[1], q[2], q[3]), pack4_sat_s8(q[4], q[5], q[6], q[7]));
+}
+
 }  // namespace qlinear::gpu::device
