@@ -593,8 +593,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 // cuBLASLt GEMM of the same M. From M = 512 on also the quantize kernel alone ("quant") and the
 // quantizing tiles' whole ops (marked "op", quantization included: compare with plain tile +
 // quant); from M = 1024 on the 128 x 128 quantizing tile with every row quantized before the
-// GEMM ("all-before": its cost without the auxiliary warps' work), and the 128 x 128 tiles again
-// with the tile scheduler's swizzle 2, 4, 8.
+// GEMM ("all-before": its cost without the auxiliary warps' work), and the plain 128 x 128 and
+// 128 x 256 tiles' whole ops ("quant+", the quantize kernel then the GEMM, in stream order or
+// with the GEMM as its programmatic dependent, "pdl").
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -627,20 +628,23 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       absl::StrAppendFormat(&line, " quant %7.1f us |", quant_us);
     }
     struct Variant {
-      int tile, swizzle;
-      int64_t prefix;  // quantizing tiles: rows quantized before the GEMM (-1: the tile's choice)
+      int tile;
+      int64_t prefix = -1;      // quantizing tiles: rows quantized first (-1: the tile's choice)
+      bool with_quant = false;  // the quantize kernel, then this GEMM: the plain tile's op
+      bool pdl = false;         // ... the GEMM as the quantize kernel's programmatic dependent
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t, 1, -1});
+      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t});
     }
     if (m >= 1024) {
       // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary
-      // warps' work (one stage fewer, the programmatic launch).
-      variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), 1, m});
-      for (int sw : {2, 4, 8}) {
-        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128Pingpong), sw, -1});
-        variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), sw, -1});
+      // warps' work (one stage fewer, the programmatic launch, the scheduler along N).
+      variants.push_back({static_cast<int>(CutlassSm90Tile::k128x128x128PingpongQ), m});
+      for (CutlassSm90Tile t :
+           {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x256x128Coop}) {
+        variants.push_back({static_cast<int>(t), -1, true, false});
+        variants.push_back({static_cast<int>(t), -1, true, true});
       }
     }
     for (const Variant& v : variants) {
@@ -659,7 +663,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       g.y = b.y.get();
       g.y_type = ElemType::kBF16;
       g.sm_count = host_info().gpus[0].sm_count;
-      g.swizzle = v.swizzle;
+      g.pdl = v.pdl;
       if (quantizes) {
         g.x = b.x.get();
         g.x_type = ElemType::kBF16;
@@ -677,11 +681,16 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
                          CutlassSm90Args gs = g;
                          gs.w = b.w[s].as<int8_t>();
+                         if (v.with_quant) {
+                           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+                               b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
+                               b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+                         }
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " tile%d%s%s%s %8.1f us %6.0f TOPS x%.2f |", t,
-                            v.swizzle > 1 ? absl::StrFormat(" sw%d", v.swizzle) : "",
+      absl::StrAppendFormat(&line, " %stile%d%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+                            v.with_quant ? "quant+" : "", t, v.pdl ? " pdl" : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
     }

@@ -97,9 +97,13 @@ constexpr int64_t kPdlMaxM = 64;
 // takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
 
-// From this M on the quantizing tiles (activations quantized inside the GEMM launch) can be timed
-// too, as whole ops against the plain tiles' GEMM plus the quantize kernel. Below it the first
-// waves of tiles need every row at once, so the quantize kernel would do all the work anyway.
+// From this M on tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
+// the GEMM), not the GEMM alone: the quantize pass changes what the GEMM finds in L2, and not by
+// the same for every tile. Measured on the H200 (us, GEMM alone / quantize alone / the two in
+// sequence): 2048 x 8192 x 8192 128 x 128 tile 180.4 / 17.1 / 222.3, 128 x 256 tile
+// 178.7 / 17.1 / 239.1; GEMM-only timing picked the tile that serves the op slower. The
+// quantizing tiles (activations quantized inside the GEMM launch) can only be compared this way;
+// below this M the first waves of tiles need every row at once anyway.
 constexpr int64_t kQuantizingMinM = 512;
 // Whether tune_tiles considers them. Not yet: measured on the H200 (bench sweep, us, whole op of
 // the 128 x 128 quantizing tile vs the plain 128 x 128 GEMM + the quantize kernel then in use),
@@ -247,9 +251,8 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
 
 // Times every tile's fused GEMM (bf16 out, the quantized input made up) on this layer's weights
 // at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
-// fastest per M. From kQuantizingMinM on, the quantizing tiles run whole ops on made-up bf16
-// activations, and the plain tiles' times include the quantize kernel's. Sizes whose operands
-// would take over kTuneBytes are left to tile_for.
+// fastest per M. From kQuantizingMinM on it times whole ops on made-up bf16 activations instead
+// (see kQuantizingMinM). Sizes whose operands would take over kTuneBytes are left to tile_for.
 absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
@@ -266,8 +269,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
-  const bool quantizing = kTuneQuantizingTiles && max_m >= kQuantizingMinM;
-  if (quantizing) {
+  const bool whole_ops_from_x = max_m >= kQuantizingMinM;
+  if (whole_ops_from_x) {
     RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
     RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
                                       "tile tuning counters"));
@@ -312,35 +315,31 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     g.y_type = ElemType::kBF16;
     g.sm_count = sm_count_;
     g.qp = quantize_params(c);
-    const bool whole_ops = quantizing && g.m >= kQuantizingMinM;
-    double quantize_us = 0;
+    const bool whole_ops = whole_ops_from_x && g.m >= kQuantizingMinM;
     if (whole_ops) {
       g.x = x.get();
       g.x_type = ElemType::kBF16;
       g.counters = counters.as<int32_t>();
-      ASSIGN_OR_RETURN(
-          quantize_us,
-          timer->median_us(5, /*cold=*/false, [&](cudaStream_t stream) -> absl::Status {
-            RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(),
-                                                    sa.as<float>(), azp.as<int32_t>(), stream));
-            return absl::OkStatus();
-          }));
     }
     double best_us = 0;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
       const bool q = tile_quantizes(static_cast<CutlassSm90Tile>(t));
-      if (q && !whole_ops) continue;
+      if (q && !(kTuneQuantizingTiles && whole_ops)) continue;
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
       auto call = [&](cudaStream_t stream) -> absl::Status {
+        if (whole_ops && !q) {
+          // As enqueue runs it at this M: the quantize kernel, then the GEMM in stream order.
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(),
+                                                  sa.as<float>(), azp.as<int32_t>(), stream));
+        }
         RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
         return absl::OkStatus();
       };
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       // Cold L2 for the sizes that stream their weights, as a served layer sees them.
-      ASSIGN_OR_RETURN(double us, timer->median_us(5, /*cold=*/g.m <= 256, call));
-      if (whole_ops && !q) us += quantize_us;
+      ASSIGN_OR_RETURN(const double us, timer->median_us(5, /*cold=*/g.m <= 256, call));
       if (tuned_[i] < 0 || us < best_us) {
         tuned_[i] = t;
         best_us = us;
