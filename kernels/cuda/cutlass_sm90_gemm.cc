@@ -105,15 +105,15 @@ constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
 // quantizing tiles (activations quantized inside the GEMM launch) can only be compared this way;
 // below this M the first waves of tiles need every row at once anyway.
 constexpr int64_t kQuantizingMinM = 512;
-// Whether tune_tiles considers them. Not yet: measured on the H200 (bench sweep, us, whole op of
-// the 128 x 128 quantizing tile vs the plain 128 x 128 GEMM + the quantize kernel then in use),
-// one auxiliary warp per SM quantizes a 16 KB row in about 9 us, and the GEMM around it slowed
-// down more than the separate pass costs:
-//   4096 x 4096 x 4096      147.3 vs  87.0 + 23.0
-//   28672 x 4096 x 4096     769.0 vs 649.1 + 27.0
-//   2048 x 8192 x 8192      227.4 vs 182.5 + 24.7
-//   8192 x 8192 x 8192      903.4 vs 805.8 + 104.2
-// They stay compiled, tested and benchmarked (qlinear_gpu_bench's tile sweep) for that work.
+// Whether tune_tiles considers them. Not yet. Measured on the H200 (bench tile sweep, us): the
+// 128 x 128 quantizing tile's op / the same with every row quantized first / the quantize kernel
+// then the plain 128 x 128 tile, in one sequence:
+//   4096 x 4096 x 4096      138.8 / 107.6 / 106.0   (the auxiliary warps fall behind)
+//   28672 x 4096 x 4096     779.3 / 800.5 / 738.0   (the walk along N costs the weights' reuse)
+//   2048 x 8192 x 8192      227.9 / 228.8 / 205.3
+//   8192 x 8192 x 8192      898.7 / 947.5 / 925.9   (the one win)
+// A layer tunes at M <= 2048 and uses the 2048 choice above it, so the 8192^3 win would not be
+// picked; noise could pick them where they lose. They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
