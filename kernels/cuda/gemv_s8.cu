@@ -31,6 +31,7 @@ namespace {
 
 using device::RowParams;
 using device::RowStats;
+using device::warp_reduce;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -147,17 +148,6 @@ __device__ __forceinline__ int to_ordered(float f) {
 }
 __device__ __forceinline__ float from_ordered(int i) {
   return __int_as_float(i >= 0 ? i : i ^ 0x7fffffff);
-}
-
-__device__ __forceinline__ RowStats warp_reduce(RowStats st) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
-    st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
-    st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
-  }
-  st.bad = __any_sync(0xffffffffu, st.bad);
-  return st;
 }
 
 // NG: 8-token mma n-blocks (m_pad = 8 NG). U: 64-byte chunks per load group; a warp keeps two

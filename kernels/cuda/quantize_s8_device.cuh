@@ -80,6 +80,18 @@ struct RowStats {
   }
 };
 
+// The statistics of a row that a full warp's lanes gathered parts of, in every lane.
+__device__ __forceinline__ RowStats warp_reduce(RowStats st) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
+    st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
+    st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
+  }
+  st.bad = __any_sync(0xffffffffu, st.bad);
+  return st;
+}
+
 // A row's quantization parameters, from its complete statistics: sa (NaN for a bad row, the flag
 // the host scans for), azp, and what pass 2 needs.
 struct RowParams {
@@ -195,14 +207,7 @@ struct WarpRowStats {
   // The whole row's statistics, in every lane of the (full) warp.
   __device__ __forceinline__ RowStats reduce() {
     if constexpr (kMinMax) {
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        st.absmax = fmaxf(st.absmax, __shfl_xor_sync(0xffffffffu, st.absmax, off));
-        st.mn = fminf(st.mn, __shfl_xor_sync(0xffffffffu, st.mn, off));
-        st.mx = fmaxf(st.mx, __shfl_xor_sync(0xffffffffu, st.mx, off));
-      }
-      st.bad = __any_sync(0xffffffffu, st.bad);
-      return st;
+      return warp_reduce(st);
     } else {
       const uint32_t m = __reduce_max_sync(0xffffffffu, max(mag >> 16, mag & 0xffffu));
       RowStats r;

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
@@ -51,6 +53,64 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
 }
 
 #if QLINEAR_HAVE_CUTLASS
+// A layer's operands on the device for the tile entry points, and the arguments of one call.
+struct TileBuffers {
+  int64_t m = 0, n = 0, k = 0;
+  DeviceBuffer w, sb, adj, bias, xq, sa, azp, y;
+
+  // w, sb and the column sums (for every scheme: the quantizer's azp selects what they do, see
+  // the header) uploaded; room for m tokens' xq, sa, azp and y of any type.
+  absl::Status init(const LayerWeights& lw, int64_t tokens) {
+    m = tokens;
+    n = lw.config.n;
+    k = lw.config.k;
+    std::vector<int32_t> colsum(n, 0);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < k; ++i) colsum[r] += lw.w[r * k + i];
+    }
+    for (auto [b, bytes] : {std::pair{&w, n * k},
+                            {&sb, n * 4},
+                            {&adj, n * 4},
+                            {&bias, n * 4},
+                            {&xq, m * k},
+                            {&sa, m * 4},
+                            {&azp, m * 4},
+                            {&y, m * n * 4}}) {
+      RETURN_IF_ERROR(b->allocate(static_cast<size_t>(bytes), "test operand"));
+    }
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), lw.w.data(), n * k, cudaMemcpyHostToDevice));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(sb.get(), lw.sb.data(), n * 4, cudaMemcpyHostToDevice));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  // bias_v for the layer and output type yt (see CutlassSm90Args), uploaded.
+  absl::Status upload_bias(const LayerWeights& lw, DType yt) {
+    std::vector<float> bias_v(n, is_asymmetric(lw.config.scheme) ? 0.f : -0.f);
+    if (lw.config.has_bias) {
+      for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(lw.bias[i], yt);
+    }
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+  CutlassSm90Args args(DType yt) const {
+    CutlassSm90Args g;
+    g.xq = xq.as<int8_t>();
+    g.w = w.as<int8_t>();
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.sa = sa.as<float>();
+    g.azp = azp.as<int32_t>();
+    g.sb = sb.as<float>();
+    g.adj = adj.as<int32_t>();
+    g.bias_v = bias.as<float>();
+    g.y = y.get();
+    g.y_type = static_cast<ElemType>(yt);
+    g.sm_count = host_info().gpus[0].sm_count;
+    return g;
+  }
+};
+
 // Each tile configuration and output type through the device entry point, on the reference's
 // own xq, sa and azp: y bit-exact for every scheme's form of the epilogue. Two shapes: tails in
 // M, N and K for every tile; and a decode-like one (16 tokens, 3 output tiles, 65 K steps).
@@ -67,24 +127,8 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
         const auto w = make_layer(rng, scheme, n, k, bias);
         ASSERT_NE(w, nullptr);
         const std::vector<uint8_t> x = make_x(rng, m, k, DType::kF32);
-        // Column sums for every scheme; the quantizer's azp selects what they do (the header).
-        std::vector<int32_t> colsum(n, 0);
-        for (int64_t r = 0; r < n; ++r) {
-          for (int64_t i = 0; i < k; ++i) colsum[r] += w->w[r * k + i];
-        }
-        DeviceBuffer d_w, d_sb, d_adj, d_bias, d_xq, d_sa, d_azp, d_y;
-        ASSERT_TRUE(d_w.allocate(n * k, "w").ok());
-        ASSERT_TRUE(d_sb.allocate(n * 4, "sb").ok());
-        ASSERT_TRUE(d_adj.allocate(n * 4, "adj").ok());
-        ASSERT_TRUE(d_bias.allocate(n * 4, "bias").ok());
-        ASSERT_TRUE(d_xq.allocate(m * k, "xq").ok());
-        ASSERT_TRUE(d_sa.allocate(m * 4, "sa").ok());
-        ASSERT_TRUE(d_azp.allocate(m * 4, "azp").ok());
-        ASSERT_TRUE(d_y.allocate(m * n * 4, "y").ok());
-        ASSERT_EQ(cudaMemcpy(d_w.get(), w->w.data(), n * k, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_sb.get(), w->sb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice),
-                  cudaSuccess);
+        TileBuffers d;
+        ASSERT_TRUE(d.init(*w, m).ok());
         for (DType yt : kDTypes) {
           const Expected want = reference_run(*w, x.data(), DType::kF32, m, yt);
           ASSERT_TRUE(want.status.ok());
@@ -92,44 +136,26 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
           if (scheme == Scheme::kStaticAsymmetric) {
             azp.assign(m, w->config.input_zero_point);  // what cuda.quantize writes
           }
-          std::vector<float> bias_v(n, is_asymmetric(scheme) ? 0.f : -0.f);
-          if (bias) {
-            for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(w->bias[i], yt);
-          }
-          ASSERT_EQ(cudaMemcpy(d_xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
+          ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+          ASSERT_EQ(cudaMemcpy(d.xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
                     cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(d_sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
+          ASSERT_EQ(cudaMemcpy(d.sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(d_azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
-                    cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
+          ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
           for (int t = 0; t < kCutlassSm90Tiles; ++t) {
             if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;  // takes x: below
-            CutlassSm90Args g;
-            g.xq = d_xq.as<int8_t>();
-            g.w = d_w.as<int8_t>();
-            g.m = m;
-            g.n = n;
-            g.k = k;
-            g.sa = d_sa.as<float>();
-            g.azp = d_azp.as<int32_t>();
-            g.sb = d_sb.as<float>();
-            g.adj = d_adj.as<int32_t>();
-            g.bias_v = d_bias.as<float>();
-            g.y = d_y.get();
-            g.y_type = static_cast<ElemType>(yt);
-            g.sm_count = host_info().gpus[0].sm_count;
+            const CutlassSm90Args g = d.args(yt);
             const cutlass_sm90::TileOps* ops =
                 cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
             ASSERT_NE(ops, nullptr);
             ASSERT_EQ(ops->prepare(), cudaSuccess);
             ASSERT_EQ(ops->workspace_bytes(g), 0u);
-            ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
             ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             std::vector<uint8_t> y(m * n * dtype_size(yt));
-            ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost),
+            ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost),
                       cudaSuccess);
             const int64_t i = first_y_mismatch(want.y, y, yt);
             EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
@@ -176,48 +202,17 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
       std::vector<uint8_t> xd = x;
       store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + 7), std::nanf(""));
       store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), INFINITY);
-      std::vector<int32_t> colsum(n, 0);
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t i = 0; i < k; ++i) colsum[r] += w->w[r * k + i];
-      }
-      std::vector<float> bias_v(n, is_asymmetric(scheme) ? 0.f : -0.f);
-      if (bias) {
-        for (int64_t i = 0; i < n; ++i) bias_v[i] = round_to_dtype(w->bias[i], yt);
-      }
-      DeviceBuffer d_x, d_w, d_sb, d_adj, d_bias, d_xq, d_sa, d_azp, d_counters, d_y;
+      TileBuffers d;
+      ASSERT_TRUE(d.init(*w, m).ok());
+      ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+      DeviceBuffer d_x, d_counters;
       ASSERT_TRUE(d_x.allocate(xd.size(), "x").ok());
-      ASSERT_TRUE(d_w.allocate(n * k, "w").ok());
-      ASSERT_TRUE(d_sb.allocate(n * 4, "sb").ok());
-      ASSERT_TRUE(d_adj.allocate(n * 4, "adj").ok());
-      ASSERT_TRUE(d_bias.allocate(n * 4, "bias").ok());
-      ASSERT_TRUE(d_xq.allocate(m * k, "xq").ok());
-      ASSERT_TRUE(d_sa.allocate(m * 4, "sa").ok());
-      ASSERT_TRUE(d_azp.allocate(m * 4, "azp").ok());
       ASSERT_TRUE(d_counters.allocate(quantizing_tile_counters(m) * 4, "counters").ok());
-      ASSERT_TRUE(d_y.allocate(m * n * 4, "y").ok());
       ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_w.get(), w->w.data(), n * k, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_sb.get(), w->sb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(d_bias.get(), bias_v.data(), n * 4, cudaMemcpyHostToDevice),
-                cudaSuccess);
       for (CutlassSm90Tile tile :
            {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
         for (int64_t prefix : {int64_t{1}, int64_t{129}, int64_t{-1}}) {
-          CutlassSm90Args g;
-          g.xq = d_xq.as<int8_t>();
-          g.w = d_w.as<int8_t>();
-          g.m = m;
-          g.n = n;
-          g.k = k;
-          g.sa = d_sa.as<float>();
-          g.azp = d_azp.as<int32_t>();
-          g.sb = d_sb.as<float>();
-          g.adj = d_adj.as<int32_t>();
-          g.bias_v = d_bias.as<float>();
-          g.y = d_y.get();
-          g.y_type = static_cast<ElemType>(yt);
-          g.sm_count = host_info().gpus[0].sm_count;
+          CutlassSm90Args g = d.args(yt);
           g.x = d_x.get();
           g.x_type = static_cast<ElemType>(xt);
           g.qp = quantize_params(w->config);
@@ -227,15 +222,15 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
           ASSERT_NE(ops, nullptr);
           ASSERT_EQ(ops->prepare(), cudaSuccess);
           ASSERT_TRUE(ops->can_implement(g));
-          ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, m * n * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d_sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
           ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           std::vector<uint8_t> y(m * n * dtype_size(yt));
           std::vector<float> sa(m);
-          ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
           const std::string what =
               absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
                            " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
