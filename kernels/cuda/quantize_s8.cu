@@ -10,7 +10,6 @@
 
 #include "kernels/cuda/quantize_s8.h"
 #include "kernels/cuda/quantize_s8_device.cuh"
-#include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
@@ -306,70 +305,6 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
   }
 }
 
-// The same with each row brought into shared memory by one bulk copy: the row is read from DRAM
-// once (quantize_rows_warp_s8 reads it twice unless the L2 still holds it for the second pass)
-// and every warp's whole row is in flight at once. kBulkWarps warps per block, each with a slot
-// of one row; as many blocks per SM as shared memory holds.
-constexpr int kBulkWarps = 4;
-
-template <typename T, QuantScheme S>
-__global__ void __launch_bounds__(32 * kBulkWarps)
-    quantize_rows_bulk_s8(const T* __restrict__ x, int64_t m, int64_t k, QuantizeParams p,
-                          int8_t* __restrict__ xq, float* __restrict__ sa,
-                          int32_t* __restrict__ azp, int32_t* __restrict__ zero, int64_t zero_count,
-                          uint32_t slot_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    zero[i] = 0;
-  }
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ __align__(8) uint64_t bars[kBulkWarps];
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const uint32_t bar = device::smem_addr(&bars[warp]);
-  const unsigned char* slot = smem + static_cast<size_t>(warp) * slot_bytes;
-  const uint32_t row_bytes = static_cast<uint32_t>(k) * 2;
-  if (lane == 0) {
-    device::mbar_init(bar, 1);
-    device::mbar_init_fence();
-  }
-  __syncwarp();
-  const uint64_t evict_first = device::l2_evict_first();
-  const int64_t vecs = k / 8;
-  const uint4* src = reinterpret_cast<const uint4*>(slot);
-  uint32_t phase = 0;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kBulkWarps + warp; row < m;
-       row += static_cast<int64_t>(gridDim.x) * kBulkWarps) {
-    if (lane == 0) {
-      device::mbar_expect_tx(bar, row_bytes);
-      device::bulk_copy(device::smem_addr(slot), x + row * k, row_bytes, bar, evict_first);
-    }
-    device::mbar_wait(bar, phase);
-    phase ^= 1;
-    device::WarpRowStats<T, S> ws;
-    for (int64_t i = lane; i < vecs; i += 32) ws.visit8(src[i]);
-    const device::RowParams rp = device::row_params<S>(ws.reduce(), p);
-    if (lane == 0) {
-      sa[row] = rp.sa;
-      if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
-    }
-    if (rp.mode != kBadRow) {
-      uint2* qr = reinterpret_cast<uint2*>(xq + row * k);
-      for (int64_t i = lane; i < vecs; i += 32) {
-        qr[i] = rp.mode == kQuantize ? device::quantize8<T, S>(src[i], rp) : make_uint2(0, 0);
-      }
-    }
-    // Every lane's reads of the slot are done before the next copy overwrites it.
-    device::fence_proxy_async_shared();
-    __syncwarp();
-  }
-#else
-  __trap();  // launch_typed takes this kernel only on devices of compute capability 9.0+
-#endif
-}
-
 // From this many rows on, 16-bit rows in the plain layout go to quantize_rows_warp_s8: enough
 // for a block of 8 rows on most SMs (at 256 rows its 32 blocks left most SMs idle: the op at
 // M = 256 on 8192 x 28672 went from 98.6 to 127.9 us).
@@ -416,36 +351,6 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
         }
         return count;
       }();
-      // One bulk-copied row per warp while the block's slots fit the SM's shared memory.
-      const uint32_t slot_bytes = static_cast<uint32_t>((k * 2 + 127) / 128 * 128);
-      // Shared memory a block may opt in to, on a device with bulk copies (0: none).
-      static const int max_smem = [] {
-        int device = 0, major = 0, bytes = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) !=
-                cudaSuccess ||
-            cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-                cudaSuccess) {
-          cudaGetLastError();
-          return 0;
-        }
-        return major >= 9 ? bytes : 0;
-      }();
-      const int64_t smem = int64_t{kBulkWarps} * slot_bytes;
-      if (smem + 1024 <= max_smem) {
-        static const bool attribute_set = [] {
-          cudaFuncSetAttribute(quantize_rows_bulk_s8<T, S>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem - 1024);
-          return true;
-        }();
-        (void)attribute_set;
-        const int64_t per_sm = std::max<int64_t>(1, (max_smem + 1024) / (smem + 1024));
-        const int64_t need_blocks = (m + kBulkWarps - 1) / kBulkWarps;
-        const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(need_blocks, per_sm * sms));
-        quantize_rows_bulk_s8<T, S><<<blocks, 32 * kBulkWarps, smem, stream>>>(
-            xt, m, k, p, xq, sa, azp, zero, zero_count, slot_bytes);
-        return cudaGetLastError();
-      }
       const int64_t need = (m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
       const unsigned blocks =
           static_cast<unsigned>(std::min<int64_t>(need, kWarpBlocksPerSm * sms));
