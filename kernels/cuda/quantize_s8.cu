@@ -238,13 +238,15 @@ __global__ void __launch_bounds__(1024)
 // Many rows of 16-bit values (the prefill path): one warp per row, no block-wide synchronisation,
 // each lane keeping kWarpLoads 16-byte loads in flight per step, the second pass reading the row
 // again (from L2 when it is still there); the grid is capped at kWarpBlocksPerSm blocks per SM,
-// each warp looping over rows. Measured on the H200 (bf16 rows, quantize kernel alone, us: one
-// block per row / this kernel with 4 loads and one warp per row / this kernel as it is):
-//   4096 x 4096   23.0 / 16.2 / 20.9      2048 x 8192    24.7 / 22.0 / 19.3
-//   8192 x 8192  104.2 / 90.4 / 92.5      1024 x 14336   24.3 / 23.0 / 20.7
-// All three stay well below the copy bandwidth (8192 x 8192 moves 192 MB: 45 us at 4.3 TB/s):
-// the per-element work (statistics for every scheme, then multiply, round, clamp and pack) is a
-// large part of the time at these sizes.
+// each warp looping over rows; the statistics and the packing are the integer forms of
+// quantize_s8_device.cuh (WarpRowStats, quantize8). Measured on the H200 (bf16 rows, dynamic
+// symmetric, quantize kernel alone, us: one block per row / a warp per row with float statistics
+// / this kernel, over three runs):
+//   4096 x 4096   23.0 / 20.9 / 16.4-17.3     2048 x 8192    24.7 / 19.3 / 15.3-17.1
+//   8192 x 8192  104.2 / 92.5 / 67-77         1024 x 14336   24.3 / 20.7 / 15.1-15.9
+// Still short of the copy bandwidth (8192 x 8192 moves 192 MB: 45 us at 4.3 TB/s). Bringing each
+// row into shared memory with one bulk copy instead (the row read from DRAM once) measured no
+// faster: 21.9 us at 2048 x 8192, 67.1 at 8192 x 8192.
 constexpr int kRowsPerWarpBlock = 8;
 constexpr int kWarpLoads = 8;
 constexpr int kWarpBlocksPerSm = 2;
