@@ -56,4 +56,8 @@ rm -rf "$BUNDLE"
 strip --strip-debug "$BUNDLE"/bin/*
 tar -C "$BUNDLE" -czf "$BUNDLE/lib.tar.gz" lib
 rm -rf "$BUNDLE/lib"
+# The launcher unpacks them itself on first use, so `bundle-gpu/run BINARY` works on its own.
+sed -i '/^here=/a [ -d "$here/lib" ] || tar -C "$here" -xzf "$here/lib.tar.gz" || exit 1' \
+  "$BUNDLE/run"
+grep -q 'lib.tar.gz' "$BUNDLE/run" || { echo "gpu-bundle: could not patch $BUNDLE/run" >&2; exit 1; }
 du -sh "$BUNDLE" | awk '{print "gpu-bundle: "$1" in '"$BUNDLE"' (libraries in lib.tar.gz)"}'
