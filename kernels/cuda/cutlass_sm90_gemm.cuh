@@ -119,10 +119,6 @@ struct TileConfig {
   static constexpr bool kQuantize = kQuantize_;
 };
 
-// Shared memory the quantizing mainloop adds (its ring, mbarriers and row slots, with slack for
-// their alignment), set aside before CUTLASS picks the stage count.
-inline constexpr int kAuxExtraSmem = kAuxRingBytes + 256;
-
 template <class Config, class ElementD>
 struct FusedGemm {
   using TileShape = typename Config::TileShape;

@@ -58,8 +58,11 @@ struct HasAuxiliaryLoad<qlinear::gpu::cutlass_sm90::QuantizingPolicy<Policy>> : 
 
 namespace qlinear::gpu::cutlass_sm90 {
 
-// Rows in flight in the auxiliary warp's ring at most, and the ring's bytes.
+// Rows in flight in the auxiliary warp's ring at most (the ring is kAuxRingBytes).
 inline constexpr int kAuxSlots = 4;
+// Shared memory the quantizing mainloop adds (its ring, mbarriers and row slots, with slack for
+// their alignment), set aside before CUTLASS picks the stage count.
+inline constexpr int kAuxExtraSmem = kAuxRingBytes + 256;
 
 template <class Base>
 struct QuantizingMainloop : Base {
@@ -74,6 +77,7 @@ struct QuantizingMainloop : Base {
   // Shared memory this adds to the stock mainloop's (for the stage count's carve-out).
   static constexpr int kExtraSmem =
       static_cast<int>(sizeof(TensorStorage) - sizeof(typename Base::TensorStorage));
+  static_assert(kExtraSmem <= kAuxExtraSmem, "the stage count set aside too little for the ring");
 
   struct Arguments : Base::Arguments {
     QuantizeInGemm q;
@@ -213,8 +217,8 @@ struct QuantizingMainloop : Base {
     if (rp.mode != device::kBadRow) {
       uint2* out = reinterpret_cast<uint2*>(q.xq + static_cast<size_t>(row) * q.k);
       for (int i = lane; i < vecs; i += 32) {
-        out[i] = rp.mode == device::kQuantize ? device::quantize8<T, S>(src[i], rp)
-                                              : make_uint2(0, 0);
+        out[i] =
+            rp.mode == device::kQuantize ? device::quantize8<T, S>(src[i], rp) : make_uint2(0, 0);
       }
     }
     // Publish: this lane's stores, ordered for the TMA loads of other SMs, then the count.
