@@ -289,6 +289,35 @@ absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
   return us[us.size() / 2];
 }
 
+absl::Status fill_made_up_activations(void* x, DType type, size_t count, cudaStream_t stream) {
+  const size_t elem = dtype_size(type);
+  // A pattern of at most 64Ki elements, repeated on the device, so that a prefill-sized x costs
+  // no host time.
+  std::vector<char> pattern;
+  try {
+    pattern.resize(std::min<size_t>(count, size_t{1} << 16) * elem);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory for made-up activations");
+  }
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < pattern.size() / elem; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    store_from_f32(pattern.data(), type, i, 2.0f * u - 1.0f);
+  }
+  char* const dst = static_cast<char*>(x);
+  const size_t bytes = count * elem;
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(dst, pattern.data(), pattern.size(), cudaMemcpyHostToDevice, stream));
+  for (size_t filled = pattern.size(); filled < bytes; filled *= 2) {  // doubling copies
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(dst + filled, dst, std::min(filled, bytes - filled),
+                                         cudaMemcpyDeviceToDevice, stream));
+  }
+  // The pattern is freed on return.
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape) const {
   constexpr int kWarmupCalls = 3;
   constexpr int kTimedCalls = 15;
@@ -299,22 +328,6 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape)
   const size_t x_count = static_cast<size_t>(shape.m * shape.k);
   const size_t x_elem = dtype_size(shape.x_dtype);
   const size_t y_bytes = static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.y_dtype);
-  // Deterministic values in [-1, 1) (every kernel of a layer is measured on the same input): a
-  // pattern of at most 64Ki elements, repeated on the device, so that a prefill-sized x costs no
-  // host time.
-  std::vector<char> pattern;
-  try {
-    pattern.resize(std::min<size_t>(x_count, size_t{1} << 16) * x_elem);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of host memory for the measurement's activations");
-  }
-  uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (size_t i = 0; i < pattern.size() / x_elem; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    store_from_f32(pattern.data(), shape.x_dtype, i, 2.0f * u - 1.0f);
-  }
-
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, y, scratch;
   RETURN_IF_ERROR(x.allocate(x_count * x_elem, "the measurement's activations"));
@@ -322,13 +335,7 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape)
   RETURN_IF_ERROR(scratch.allocate(device_scratch_bytes(shape.m), "the measurement's scratch"));
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   cudaStream_t stream = timer->stream();
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(x.get(), pattern.data(), pattern.size(), cudaMemcpyHostToDevice, stream));
-  for (size_t filled = pattern.size(); filled < x.size(); filled *= 2) {  // doubling copies
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(x.as<char>() + filled, x.get(),
-                                         std::min(filled, x.size() - filled),
-                                         cudaMemcpyDeviceToDevice, stream));
-  }
+  RETURN_IF_ERROR(fill_made_up_activations(x.get(), shape.x_dtype, x_count, stream));
 
   DeviceRunArgs args;
   args.x = x.get();

@@ -223,6 +223,12 @@ struct DebugOutputs {
   std::vector<int32_t> acc;  // [m, n] row-major
 };
 
+// Writes `count` made-up activations of `type` to device memory x: deterministic values in
+// [-1, 1), so that quantization does real work (and every kernel measured on a layer sees the same
+// input). A short pattern made on the host, repeated by device copies on `stream`, which it
+// synchronises. For load-time measurements.
+absl::Status fill_made_up_activations(void* x, DType type, size_t count, cudaStream_t stream);
+
 // A prepared CUDA kernel. `run` (PreparedKernel) takes host pointers: it stages x through pinned
 // memory, runs on a pooled stream and synchronises once. The entries below serve tests and
 // benchmarks.

@@ -4,7 +4,6 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <iterator>
 #include <limits>
 #include <vector>
@@ -242,11 +241,7 @@ absl::Status CutlassSm90Prepared::init() {
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   size_t i = 0;
   while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
-  if (m <= kTuneMs[i] || tuned_[i] >= 0) {
-    return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i])
-                          : tile_for(m, weights_.config.n);
-  }
-  return tile_for(m, weights_.config.n);
+  return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
 // Times every tile's fused GEMM (bf16 out, the quantized input made up) on this layer's weights
@@ -274,17 +269,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
     RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
                                       "tile tuning counters"));
-    // bf16 values spread over [-1, 1), as activations are.
-    std::vector<uint16_t> xh(x.size() / 2);
-    uint64_t s = 0x2545f4914f6cdd1dull;
-    for (uint16_t& v : xh) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      const float f = static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      v = static_cast<uint16_t>(bits >> 16);
-    }
-    RETURN_IF_CUDA_ERROR(cudaMemcpy(x.get(), xh.data(), x.size(), cudaMemcpyHostToDevice));
+    RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16,
+                                             static_cast<size_t>(max_m * c.k), cudaStreamLegacy));
   }
   {
     // Made-up activations, not zeros (zeros make the tensor cores faster than real data).

@@ -262,27 +262,33 @@ struct FusedGemm {
     return Gemm::get_workspace_size(arguments(a));
   }
 
-  static bool can_implement(const CutlassSm90Args& a) {
+  // A quantizing tile's own conditions on the activations (see CutlassSm90Args).
+  static bool takes_activations(const CutlassSm90Args& a) {
     if constexpr (Config::kQuantize) {
-      if (a.x == nullptr || a.counters == nullptr || a.x_type == ElemType::kF32 ||
-          reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.k * 2 > kAuxRingBytes ||
-          a.m > std::numeric_limits<int32_t>::max()) {
-        return false;
-      }
+      return a.x != nullptr && a.counters != nullptr && a.x_type != ElemType::kF32 &&
+             reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.k * 2 <= kAuxRingBytes &&
+             a.m <= std::numeric_limits<int32_t>::max();
+    } else {
+      (void)a;
+      return true;
     }
-    return Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
+  }
+
+  static bool can_implement(const CutlassSm90Args& a) {
+    return takes_activations(a) && Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
   }
 
   static cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
     cudaError_t e = prepare();
     if (e != cudaSuccess) return e;
-    if (!can_implement(a)) return cudaErrorInvalidValue;
+    if (!takes_activations(a)) return cudaErrorInvalidValue;
     const typename Gemm::Arguments args = arguments(a);
+    if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
     bool pdl = a.pdl;
     if constexpr (Config::kQuantize) {
       // The prefix rows, and the counters zeroed, by the quantize kernel; the GEMM follows as its
       // programmatic dependent (the producer warps wait on the grid dependency first).
-      const QuantizeInGemm q = quantize_in_gemm(a);
+      const QuantizeInGemm& q = args.mainloop.q;
       e = launch_quantize_s8(a.x, a.x_type, q.prefix, a.k, a.qp, q.xq, q.sa, q.azp, stream,
                              a.counters, 1 + (a.m + kBlockM - 1) / kBlockM);
       if (e != cudaSuccess) return e;

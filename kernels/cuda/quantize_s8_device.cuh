@@ -46,17 +46,24 @@ __device__ __forceinline__ int32_t wrap_add(int32_t a, int32_t b) {
 // What the second pass over a row does.
 enum RowMode : int { kQuantize = 0, kZeroRow = 1, kBadRow = 2 };
 
-// One value of a row whose parameters are known. `mul` is 127/absmax (dynamic symmetric) or 1/s
-// (asymmetric), `divisor` the static scale, `zp` the zero point.
+// One value of a row whose parameters are known, before its saturation to int8. `mul` is
+// 127/absmax (dynamic symmetric) or 1/s (asymmetric), `divisor` the static scale, `zp` the zero
+// point.
+template <QuantScheme S>
+__device__ __forceinline__ int32_t quantize_value_s32(float v, float mul, float divisor,
+                                                      int32_t zp) {
+  if constexpr (S == QuantScheme::kDynamicSymmetric) {
+    return sat32(__fmul_rn(v, mul));  // multiply by 127/absmax
+  } else if constexpr (S == QuantScheme::kStaticSymmetric) {
+    return sat32(__fdiv_rn(v, divisor));  // a true division
+  } else {
+    return wrap_add(sat32(__fmul_rn(v, mul)), zp);
+  }
+}
+// The same, saturated to int8: the quantized value.
 template <QuantScheme S>
 __device__ __forceinline__ int8_t quantize_value(float v, float mul, float divisor, int32_t zp) {
-  if constexpr (S == QuantScheme::kDynamicSymmetric) {
-    return sat8(sat32(__fmul_rn(v, mul)));  // multiply by 127/absmax
-  } else if constexpr (S == QuantScheme::kStaticSymmetric) {
-    return sat8(sat32(__fdiv_rn(v, divisor)));  // a true division
-  } else {
-    return sat8(wrap_add(sat32(__fmul_rn(v, mul)), zp));
-  }
+  return sat8(quantize_value_s32<S>(v, mul, divisor, zp));
 }
 
 // The row statistics pass 1 gathers; `bad` rides on the same loads (NaN or +-Inf seen).
@@ -227,22 +234,14 @@ __device__ __forceinline__ uint32_t pack4_sat_s8(int32_t q0, int32_t q1, int32_t
 }
 
 // Eight values of a row whose parameters are known (mode kQuantize), quantized and packed: the
-// same values as quantize_value<S> for each (sat8 of the int32 result is the packing's saturation).
+// same values as quantize_value<S> for each (the packing's saturation is its sat8).
 template <typename T, QuantScheme S>
 __device__ __forceinline__ uint2 quantize8(const uint4& u, const RowParams& rp) {
   float v[8];
   widen8<T>(u, v);
   int32_t q[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    if constexpr (S == QuantScheme::kDynamicSymmetric) {
-      q[j] = sat32(__fmul_rn(v[j], rp.mul));
-    } else if constexpr (S == QuantScheme::kStaticSymmetric) {
-      q[j] = sat32(__fdiv_rn(v[j], rp.div));
-    } else {
-      q[j] = wrap_add(sat32(__fmul_rn(v[j], rp.mul)), rp.zp);
-    }
-  }
+  for (int j = 0; j < 8; ++j) q[j] = quantize_value_s32<S>(v[j], rp.mul, rp.div, rp.zp);
   return make_uint2(pack4_sat_s8(q[0], q[1], q[2], q[3]), pack4_sat_s8(q[4], q[5], q[6], q[7]));
 }
 
