@@ -595,7 +595,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 // quant); from M = 1024 on the 128 x 128 quantizing tile with every row quantized before the
 // GEMM ("all-before": its cost without the auxiliary warps' work), and the plain 128 x 128 and
 // 128 x 256 tiles' whole ops ("quant+", the quantize kernel then the GEMM, in stream order or
-// with the GEMM as its programmatic dependent, "pdl").
+// with the GEMM as its programmatic dependent, "pdl"). Up to M = 256 also the whole ops of the
+// tiles without a cluster: in stream order, as the programmatic dependent, and as that with each
+// CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA).
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -632,10 +634,21 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       int64_t prefix = -1;      // quantizing tiles: rows quantized first (-1: the tile's choice)
       bool with_quant = false;  // the quantize kernel, then this GEMM: the plain tile's op
       bool pdl = false;         // ... the GEMM as the quantize kernel's programmatic dependent
+      int64_t prefetch = 0;     // ... prefetching this many bytes of weights per CTA first
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
       if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t});
+    }
+    if (m <= 256) {
+      for (CutlassSm90Tile t :
+           {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x64x128Pingpong,
+            CutlassSm90Tile::k64x256x128Pingpong}) {
+        variants.push_back({static_cast<int>(t), -1, true, false});
+        for (int64_t pf : {0, 64 << 10, 128 << 10}) {
+          variants.push_back({static_cast<int>(t), -1, true, true, pf});
+        }
+      }
     }
     if (m >= 1024) {
       // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary
@@ -664,6 +677,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       g.y_type = ElemType::kBF16;
       g.sm_count = host_info().gpus[0].sm_count;
       g.pdl = v.pdl;
+      g.weight_prefetch_bytes = v.prefetch;
       if (quantizes) {
         g.x = b.x.get();
         g.x_type = ElemType::kBF16;
@@ -689,8 +703,9 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " %stile%d%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+      absl::StrAppendFormat(&line, " %stile%d%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
                             v.with_quant ? "quant+" : "", t, v.pdl ? " pdl" : "",
+                            v.prefetch > 0 ? absl::StrFormat(" pf%lldK", v.prefetch >> 10) : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
     }

@@ -81,6 +81,9 @@ struct CutlassSm90Args {
   // griddepcontrol.launch_dependents, as the quantize kernel does): the GEMM's set-up overlaps
   // that kernel, and its producer waits for that kernel's results before the first load.
   bool pdl = false;
+  // With pdl, the bytes of weights each CTA prefetches into L2 before it waits for that kernel
+  // (cutlass_sm90_dependent_mainloop.cuh; tiles without a cluster); 0: none.
+  int64_t weight_prefetch_bytes = 0;
   // The tile scheduler: how many tiles along the minor direction it walks before moving on
   // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
   // 2: along N). The quantizing tiles always walk along N.

@@ -29,6 +29,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "kernels/cuda/cutlass_sm90_dependent_mainloop.cuh"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_quantizing_mainloop.cuh"
 
@@ -154,7 +155,8 @@ struct FusedGemm {
           (Config::kQuantize ? kAuxExtraSmem : 0)>,
       typename Config::KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
-      std::conditional_t<Config::kQuantize, QuantizingMainloop<StockMainloop>, StockMainloop>;
+      std::conditional_t<Config::kQuantize, QuantizingMainloop<DependentMainloop<StockMainloop>>,
+                         DependentMainloop<StockMainloop>>;
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                            CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
@@ -240,11 +242,12 @@ struct FusedGemm {
 
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
+    typename DependentMainloop<StockMainloop>::Arguments dependent{
+        stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0};
     if constexpr (Config::kQuantize) {
-      return typename CollectiveMainloop::Arguments{stock, quantize_in_gemm(a)};
+      return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
-      (void)a;
-      return stock;
+      return dependent;
     }
   }
 

@@ -27,6 +27,8 @@
 // Activations must be 16-bit (bf16 or fp16), 16-byte aligned, with a row of at most
 // kAuxRingBytes; the caller uses the plain tiles otherwise.
 //
+// Base is the DependentMainloop (cutlass_sm90_dependent_mainloop.cuh) of the stock mainloop.
+//
 // CUDA only; needs the CUTLASS headers and sm_90a.
 #pragma once
 
@@ -100,6 +102,7 @@ struct QuantizingMainloop : Base {
                            BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count,
                            int thread_idx, uint32_t block_rank_in_cluster,
                            TensorStorage& shared_tensors) {
+    device::grid_dependency_wait();  // the counters and the prefix rows
     wait_for_rows(params.q, static_cast<int>(cute::get<0>(blk_coord)));
     Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count,
                thread_idx, block_rank_in_cluster, shared_tensors);
@@ -114,6 +117,7 @@ struct QuantizingMainloop : Base {
                                      uint32_t, TensorStorage& shared_tensors) {
     if (aux_done_) return;
     aux_done_ = true;
+    device::grid_dependency_wait();  // the counters, zeroed by the quantize kernel
     const QuantizeInGemm& q = params.q;
     if (q.x_type == ElemType::kF16) {
       quantize_rows<__half>(q, shared_tensors);
