@@ -18,8 +18,12 @@
 //     ring of 3 slots of 64 rows x 512 bytes (more slots measured slower).
 //   - Stream-K-like division: the layer's units (64 rows x 512 bytes of K) are cut into equal
 //     contiguous ranges, one per SM, so each SM streams long runs of the same rows; a row block
-//     shared by neighbouring ranges is reduced by the last block to finish it (int32 partials,
-//     exact; an acq_rel counter per row block and warp, so each warp finishes its own rows).
+//     shared by neighbouring ranges is reduced by its owner, the block holding its last unit
+//     (int32 partials, exact; a release counter per row block and warp, so each warp finishes its
+//     own rows). Each block takes its range as tail, whole row blocks, head: its partial sums
+//     are published first and it adds the earlier blocks' last, so the kernel ends with plain
+//     epilogues and no atomic round trip (1-2 us faster than the last block to finish a row
+//     block reducing it).
 //   - int8 x int8 -> int32 on the tensor cores (mma.sync m16n8k32, ldmatrix from the ring; the
 //     weights are the 16-row A operand, up to 32 tokens as 8-column B blocks): exact.
 //   - The SPEC section 4 epilogue in its exact order (epilogue_s32_device.cuh), y written once.

@@ -97,10 +97,10 @@ inline int64_t stream_s8_counters(int64_t n) {
   return (n + kStreamRows - 1) / kStreamRows * (kStreamRows / 16);
 }
 
-// Bytes of partial sums for `grid` blocks and m tokens: two row blocks per block (the first and
-// the last it touches may be shared with its neighbours).
+// Bytes of partial sums for `grid` blocks and m tokens: one row block per block (its tail, the
+// part of a row block that a later block owns).
 inline size_t stream_s8_partials_bytes(int grid, int64_t m) {
-  return static_cast<size_t>(grid) * 2 * kStreamRows * stream_m_pad(m) * 4;
+  return static_cast<size_t>(grid) * kStreamRows * stream_m_pad(m) * 4;
 }
 
 // Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):
