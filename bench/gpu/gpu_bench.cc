@@ -57,6 +57,7 @@
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/gemv_s8_device.h"
+#include "kernels/cuda/l2_flush.h"
 #include "kernels/cuda/stream_s8_device.h"
 #include "kernels/registry.h"
 
@@ -597,13 +598,26 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 // 128 x 256 tiles' whole ops ("quant+", the quantize kernel then the GEMM, in stream order or
 // with the GEMM as its programmatic dependent, "pdl"). Up to M = 256 also the whole ops of the
 // tiles without a cluster: in stream order, as the programmatic dependent, and as that with each
-// CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA).
+// CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA). From
+// M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
+// 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
+// after the quantize kernel writing another xq
+// buffer than the GEMM reads ("quant'+").
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
   Options so = o;
   so.reps = std::min<int64_t>(o.reps, 30);
   so.warmup = std::min<int64_t>(o.warmup, 3);
+  DeviceBuffer flush, flush_sink, other_xq;
+  const size_t flush_bytes = size_t{256} << 20;
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  if (max_m >= 1024) {
+    RETURN_IF_ERROR(flush.allocate(flush_bytes, "L2 flush buffer"));
+    RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 0, flush_bytes));
+    RETURN_IF_ERROR(flush_sink.allocate(4, "L2 flush sink"));
+    RETURN_IF_ERROR(other_xq.allocate(static_cast<size_t>(max_m * sc.k), "second xq"));
+  }
   DeviceBuffer counters;
   RETURN_IF_ERROR(counters.allocate(
       static_cast<size_t>(quantizing_tile_counters(*std::max_element(ms.begin(), ms.end()))) * 4,
@@ -629,12 +643,29 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                        }));
       absl::StrAppendFormat(&line, " quant %7.1f us |", quant_us);
     }
+    if (m >= 1024) {
+      ASSIGN_OR_RETURN(const double flush_us, median_us(stream, 1, so, [&](int) -> absl::Status {
+                         RETURN_IF_CUDA_ERROR(launch_l2_flush_read(
+                             flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
+                         return absl::OkStatus();
+                       }));
+      ASSIGN_OR_RETURN(
+          const double flush_bare_us, median_us(stream, 1, so, [&](int) -> absl::Status {
+            RETURN_IF_CUDA_ERROR(
+                launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
+            return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                                b.workspace.get(), stream);
+          }));
+      absl::StrAppendFormat(&line, " flush %7.1f us | flush+bare %7.1f us |", flush_us,
+                            flush_bare_us);
+    }
     struct Variant {
       int tile;
       int64_t prefix = -1;      // quantizing tiles: rows quantized first (-1: the tile's choice)
       bool with_quant = false;  // the quantize kernel, then this GEMM: the plain tile's op
       bool pdl = false;         // ... the GEMM as the quantize kernel's programmatic dependent
       int64_t prefetch = 0;     // ... prefetching this many bytes of weights per CTA first
+      int before = 0;           // 1: the L2 flush read first; 2: the quantize kernel, other xq
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
@@ -658,6 +689,10 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
            {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x256x128Coop}) {
         variants.push_back({static_cast<int>(t), -1, true, false});
         variants.push_back({static_cast<int>(t), -1, true, true});
+      }
+      for (int before : {1, 2}) {
+        variants.push_back(
+            {static_cast<int>(CutlassSm90Tile::k128x128x128Pingpong), -1, false, false, 0, before});
       }
     }
     for (const Variant& v : variants) {
@@ -700,11 +735,23 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                                b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
                                b.sa.as<float>(), b.azp.as<int32_t>(), stream));
                          }
+                         if (v.before == 1) {
+                           RETURN_IF_CUDA_ERROR(launch_l2_flush_read(
+                               flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
+                         } else if (v.before == 2) {
+                           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+                               b.x.get(), ElemType::kBF16, m, sc.k, qp, other_xq.as<int8_t>(),
+                               b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+                         }
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " %stile%d%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
-                            v.with_quant ? "quant+" : "", t, v.pdl ? " pdl" : "",
+      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+                            v.with_quant ? "quant+" : "",
+                            v.before == 1   ? "flush+"
+                            : v.before == 2 ? "quant'+"
+                                            : "",
+                            t, v.pdl ? " pdl" : "",
                             v.prefetch > 0 ? absl::StrFormat(" pf%lldK", v.prefetch >> 10) : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);
