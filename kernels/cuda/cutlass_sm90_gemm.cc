@@ -99,7 +99,10 @@ constexpr int64_t kPdlMaxM = 64;
 // M = 64, 64 x 128 tile 68.3 / 67.7 / 67.7 / 67.9; 4096 x 14336 at M = 64, 64 x 64 tile
 // 26.6 / 26.2 / 26.0 / 26.0; 28672 x 4096 at M = 1, 64 x 256 tile 40.1 / 39.4 / 39.6 / 40.4; at
 // M = 1 and 16 on 4096-wide layers within 0.3 us either way. Less than the quantize kernel's
-// time: the GEMM's CTAs that share an SM with a quantize block start only when it ends.
+// time: the GEMM's CTAs that share an SM with a quantize block start only when it ends. Having
+// the quantize kernel's blocks prefetch the weights' first columns instead (8, 16 or 32 MB, one
+// bulk L2 prefetch per weight row) measured slower at every M up to 256, by 2-6 us at M = 16-256
+// and up to 5x at M = 1, where one block issues every row's prefetch.
 constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 
 // The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
