@@ -591,7 +591,7 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 }
 
 // (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
-// cuBLASLt GEMM of the same M. From M = 512 on also the quantize kernel alone ("quant") and the
+// cuBLASLt GEMM of the same M, and the quantize kernel alone ("quant"). From M = 512 on also the
 // quantizing tiles' whole ops (marked "op", quantization included: compare with plain tile +
 // quant); from M = 1024 on the 128 x 128 quantizing tile with every row quantized before the
 // GEMM ("all-before": its cost without the auxiliary warps' work), and the plain 128 x 128 and
@@ -634,7 +634,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     std::string line = absl::StrFormat("cutlass-tile %-22s M=%-5lld bare %8.1f us |",
                                        shape_name(sc), static_cast<long long>(m), gemm_us);
     const bool large = m >= 512;
-    if (large) {
+    {
       ASSIGN_OR_RETURN(const double quant_us, median_us(stream, 1, so, [&](int) -> absl::Status {
                          RETURN_IF_CUDA_ERROR(launch_quantize_s8(
                              b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
