@@ -1,6 +1,7 @@
 // cuda.quantize: see quantize_s8.h. Every fp32 operation that the reference performs is written
 // with an explicit round-to-nearest intrinsic (quantize_s8_device.cuh, shared with the fused
 // kernels), so that neither FMA contraction nor approximate division can change a bit.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -307,6 +308,112 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
   }
 }
 
+// A few long rows of 16-bit values (decode, M <= kSplitMaxM, K >= kSplitMinK): each row split
+// among the blocks of a cluster, so that more SMs read and convert it. Each block takes a
+// contiguous slice (every value in registers between the passes), the blocks' statistics meet
+// through distributed shared memory, and each block writes its slice. Measured on the H200
+// (bench tile sweep, the quantize kernel alone, us, one block per row -> split): K = 28672 at
+// M = 1 7.6 -> 6.0, M = 16 7.9 -> 6.5; K = 14336 at M = 1 6.2 -> 5.7; cuda.stream_s8's op at
+// M = 1 on 28672 x 4096 38.7 -> 37.3. Not for more rows: at M = 64 its blocks took the SMs that
+// cuda.cutlass_sm90's early-launched GEMM would start on (4096 x 14336: 25.9 -> 28.7 us), and
+// from M = 128 the quantize kernel alone got slower (K = 28672, M = 128: 8.5 -> 11.2 us).
+constexpr int kSplitThreads = 128;
+constexpr int kSplitCached = 4;  // 16-byte vectors per thread
+constexpr int kSplitMaxBlocks = 8;
+
+template <typename T, QuantScheme S>
+__global__ void __launch_bounds__(kSplitThreads)
+    quantize_rows_split_s8(const T* __restrict__ x, int64_t k, QuantizeParams p,
+                           int8_t* __restrict__ xq, float* __restrict__ sa,
+                           int32_t* __restrict__ azp, int32_t* __restrict__ zero,
+                           int64_t zero_count, XqLayout lay) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t parts = cluster.num_blocks(), part = cluster.block_rank();
+  const int64_t row = blockIdx.x / parts;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    zero[i] = 0;
+  }
+  const int64_t vecs = k / 8, v0 = vecs * part / parts, v1 = vecs * (part + 1) / parts;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+  uint4 raw[kSplitCached];
+#pragma unroll
+  for (int c = 0; c < kSplitCached; ++c) {
+    const int64_t i = v0 + threadIdx.x + c * kSplitThreads;
+    if (i < v1) raw[c] = xr[i];
+  }
+  device::WarpRowStats<T, S> ws;
+#pragma unroll
+  for (int c = 0; c < kSplitCached; ++c) {
+    if (v0 + threadIdx.x + c * kSplitThreads < v1) ws.visit8(raw[c]);
+  }
+  const device::RowStats st = ws.reduce();
+  __shared__ device::RowStats s_warp[kSplitThreads / 32];
+  __shared__ device::RowStats s_block;
+  __shared__ device::RowParams s_rp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s_warp[warp] = st;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    device::RowStats b = s_warp[0];
+    for (int w = 1; w < kSplitThreads / 32; ++w) b.merge(s_warp[w]);
+    s_block = b;
+  }
+  cluster.sync();  // every block's statistics, visible to the cluster
+  if (threadIdx.x == 0) {
+    device::RowStats all;
+    for (unsigned r = 0; r < parts; ++r) all.merge(*cluster.map_shared_rank(&s_block, r));
+    const device::RowParams rp = device::row_params<S>(all, p);
+    if (part == 0) {
+      sa[row] = rp.sa;
+      if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+    }
+    s_rp = rp;
+  }
+  cluster.sync();  // the parameters, for the block; no shared memory is read remotely after this
+  const device::RowParams rp = s_rp;
+  if (rp.mode == kBadRow) return;
+  int8_t* qr = xq + row * lay.row_stride;
+#pragma unroll
+  for (int c = 0; c < kSplitCached; ++c) {
+    const int64_t i = v0 + threadIdx.x + c * kSplitThreads;
+    if (i < v1) {
+      const int64_t e = 8 * i;  // a vector never straddles a chunk (chunk % 8 == 0)
+      *reinterpret_cast<uint2*>(qr + (e / lay.chunk) * lay.chunk_stride + e % lay.chunk) =
+          rp.mode == kQuantize ? device::quantize8<T, S>(raw[c], rp) : make_uint2(0, 0);
+    }
+  }
+#endif
+}
+
+// How many blocks share one row of k 16-bit values in quantize_rows_split_s8 (1: the row is
+// not split): enough for kSplitCached vectors per thread, a power of two.
+constexpr int64_t kSplitMinK = 4096;
+constexpr int64_t kSplitMaxM = 16;
+int split_blocks(int64_t k) {
+  if (k < kSplitMinK) return 1;
+  const int64_t need = (k / 8 + kSplitThreads * kSplitCached - 1) / (kSplitThreads * kSplitCached);
+  int64_t blocks = 2;
+  while (blocks < need) blocks *= 2;
+  return blocks <= kSplitMaxBlocks ? static_cast<int>(blocks) : 0;  // 0: too long to split
+}
+
+int device_major() {
+  static const int major = [] {
+    int device = 0, v = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return v;
+  }();
+  return major;
+}
+
 // From this many rows on, 16-bit rows in the plain layout go to quantize_rows_warp_s8: enough
 // for a block of 8 rows on most SMs (at 256 rows its 32 blocks left most SMs idle: the op at
 // M = 256 on 8192 x 28672 went from 98.6 to 127.9 us).
@@ -359,6 +466,24 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       quantize_rows_warp_s8<T, S><<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(
           xt, m, k, p, xq, sa, azp, zero, zero_count);
       return cudaGetLastError();
+    }
+    const int parts = split_blocks(k);
+    if (parts > 1 && m <= kSplitMaxM && k % 8 == 0 && lay.chunk % 8 == 0 &&
+        lay.row_stride % 8 == 0 && lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
+        device_major() >= 9) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(m * parts));
+      cfg.blockDim = dim3(kSplitThreads);
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = static_cast<unsigned>(parts);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      return cudaLaunchKernelEx(&cfg, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp, zero,
+                                zero_count, lay);
     }
   }
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {

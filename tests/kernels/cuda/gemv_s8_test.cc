@@ -92,7 +92,8 @@ TEST_P(FusedKernelTest, MatchesReferenceOnModelShape) {
 }
 
 // NaN or +-Inf anywhere in a row is INVALID_ARGUMENT naming the first bad row, with the
-// reference's exact message; y is left untouched.
+// reference's exact message; y is left untouched. Short rows, and rows long enough that the
+// quantize kernel splits each among several blocks (a bad value in the last block's slice too).
 TEST_P(FusedKernelTest, RejectsNonFiniteRowsLikeTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -102,28 +103,33 @@ TEST_P(FusedKernelTest, RejectsNonFiniteRowsLikeTheReference) {
     int64_t row, col;
     float v;
   };
-  const std::vector<std::vector<Bad>> plans = {
-      {{5, 3, nan}, {9, 0, inf}}, {{0, 63, -inf}}, {{11, 17, inf}, {11, 18, nan}}, {{7, 0, nan}}};
-  for (Scheme scheme : kSchemes) {
-    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, 64, true));
-    if (p.kernel == nullptr) return;
-    for (DType xt : kDTypes) {
-      for (const auto& plan : plans) {
-        std::vector<uint8_t> x = make_x(rng, 12, 64, xt);
-        for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
-        const Expected want = reference_run(*p.weights, x.data(), xt, 12, DType::kBF16);
-        ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
-        std::vector<uint16_t> y(12 * 16, 0xBEEF);
-        RunArgs args;
-        args.x = x.data();
-        args.x_dtype = xt;
-        args.m = 12;
-        args.y = y.data();
-        args.y_dtype = DType::kBF16;
-        const absl::Status st = p.kernel->run(args, nullptr);
-        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-        EXPECT_EQ(st.message(), want.status.message());
-        EXPECT_EQ(y, std::vector<uint16_t>(12 * 16, 0xBEEF)) << "y was written on error";
+  for (int64_t k : {int64_t{64}, int64_t{8208}}) {
+    const std::vector<std::vector<Bad>> plans = {{{5, 3, nan}, {9, 0, inf}},
+                                                 {{0, 63, -inf}},
+                                                 {{11, 17, inf}, {11, 18, nan}},
+                                                 {{7, 0, nan}},
+                                                 {{4, k - 1, nan}, {10, k / 2, -inf}}};
+    for (Scheme scheme : kSchemes) {
+      const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, k, true));
+      if (p.kernel == nullptr) return;
+      for (DType xt : kDTypes) {
+        for (const auto& plan : plans) {
+          std::vector<uint8_t> x = make_x(rng, 12, k, xt);
+          for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * k + b.col, b.v);
+          const Expected want = reference_run(*p.weights, x.data(), xt, 12, DType::kBF16);
+          ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
+          std::vector<uint16_t> y(12 * 16, 0xBEEF);
+          RunArgs args;
+          args.x = x.data();
+          args.x_dtype = xt;
+          args.m = 12;
+          args.y = y.data();
+          args.y_dtype = DType::kBF16;
+          const absl::Status st = p.kernel->run(args, nullptr);
+          EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st << " K=" << k;
+          EXPECT_EQ(st.message(), want.status.message()) << "K=" << k;
+          EXPECT_EQ(y, std::vector<uint16_t>(12 * 16, 0xBEEF)) << "y was written on error";
+        }
       }
     }
   }
