@@ -401,17 +401,15 @@ int split_blocks(int64_t k) {
   return blocks <= kSplitMaxBlocks ? static_cast<int>(blocks) : 0;  // 0: too long to split
 }
 
-int device_major() {
-  static const int major = [] {
-    int device = 0, v = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return v;
-  }();
-  return major;
+// An attribute of the current device, or `fallback` when it cannot be read.
+int device_attribute(cudaDeviceAttr attr, int fallback) {
+  int device = 0, v = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+    cudaGetLastError();
+    return fallback;
+  }
+  return v;
 }
 
 // From this many rows on, 16-bit rows in the plain layout go to quantize_rows_warp_s8: enough
@@ -451,15 +449,7 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   if constexpr (sizeof(T) == 2) {
     if (m >= kWarpPerRowMinM && lay.chunk == k && lay.row_stride == k && k % 8 == 0 &&
         aligned(x, 16) && aligned(xq, 8)) {
-      static const int sms = [] {
-        int device = 0, count = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-          cudaGetLastError();
-          return 132;
-        }
-        return count;
-      }();
+      static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
       const int64_t need = (m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
       const unsigned blocks =
           static_cast<unsigned>(std::min<int64_t>(need, kWarpBlocksPerSm * sms));
@@ -467,10 +457,11 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
           xt, m, k, p, xq, sa, azp, zero, zero_count);
       return cudaGetLastError();
     }
+    static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
     const int parts = split_blocks(k);
     if (parts > 1 && m <= kSplitMaxM && k % 8 == 0 && lay.chunk % 8 == 0 &&
         lay.row_stride % 8 == 0 && lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
-        device_major() >= 9) {
+        major >= 9) {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(static_cast<unsigned>(m * parts));
       cfg.blockDim = dim3(kSplitThreads);
