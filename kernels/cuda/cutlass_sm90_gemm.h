@@ -27,8 +27,10 @@
 // allocation; kernel parameters (TMA descriptors) are encoded on the host. Up to M = 64 the GEMM
 // is launched as the quantize kernel's programmatic dependent (PDL): the quantize kernel lets it
 // start at once, so its launch and set-up (barriers, descriptor prefetch) overlap the
-// quantization, and its producer warp waits on the grid dependency (griddepcontrol.wait,
-// CUTLASS's GDC) before it loads xq; everything it reads later (sa, azp) follows that wait.
+// quantization, and its producer warp, after starting the L2 prefetch of its first 64 KB of
+// weights, waits on the grid dependency (griddepcontrol.wait, in the mainloop:
+// cutlass_sm90_dependent_mainloop.cuh) before it loads xq; everything it reads later (sa, azp)
+// follows that wait.
 // (Larger M measured slower with it; the numbers are beside kPdlMaxM in cutlass_sm90_gemm.cc.)
 #pragma once
 
