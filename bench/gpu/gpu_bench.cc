@@ -619,43 +619,44 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     RETURN_IF_ERROR(other_xq.allocate(static_cast<size_t>(max_m * sc.k), "second xq"));
   }
   DeviceBuffer counters;
-  RETURN_IF_ERROR(counters.allocate(
-      static_cast<size_t>(quantizing_tile_counters(*std::max_element(ms.begin(), ms.end()))) * 4,
-      "counters"));
+  RETURN_IF_ERROR(
+      counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4, "counters"));
   QuantizeParams qp;  // dynamic symmetric, as the op sections run
+  auto flush_l2 = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(
+        launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
+    return absl::OkStatus();
+  };
   for (int64_t m : ms) {
+    // The quantize kernel on this M's activations, into `xq`.
+    auto quantize_into = [&](int8_t* xq) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp, xq,
+                                              b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+      return absl::OkStatus();
+    };
     const int slots = m <= 64 ? b.copies : 1;
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
-    ASSIGN_OR_RETURN(const double gemm_us, median_us(stream, slots, so, [&](int s) {
-                       return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
-                                           b.acc.as<int32_t>(), b.workspace.get(), stream);
-                     }));
+    auto bare_gemm = [&](int s) {
+      return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                          b.workspace.get(), stream);
+    };
+    ASSIGN_OR_RETURN(const double gemm_us, median_us(stream, slots, so, bare_gemm));
     std::string line = absl::StrFormat("cutlass-tile %-22s M=%-5lld bare %8.1f us |",
                                        shape_name(sc), static_cast<long long>(m), gemm_us);
     const bool large = m >= 512;
-    {
-      ASSIGN_OR_RETURN(const double quant_us, median_us(stream, 1, so, [&](int) -> absl::Status {
-                         RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-                             b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
-                             b.sa.as<float>(), b.azp.as<int32_t>(), stream));
-                         return absl::OkStatus();
-                       }));
-      absl::StrAppendFormat(&line, " quant %7.1f us |", quant_us);
-    }
+    ASSIGN_OR_RETURN(const double quant_us, median_us(stream, 1, so, [&](int) {
+                       return quantize_into(b.xq.as<int8_t>());
+                     }));
+    absl::StrAppendFormat(&line, " quant %7.1f us |", quant_us);
     if (m >= 1024) {
-      ASSIGN_OR_RETURN(const double flush_us, median_us(stream, 1, so, [&](int) -> absl::Status {
-                         RETURN_IF_CUDA_ERROR(launch_l2_flush_read(
-                             flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
-                         return absl::OkStatus();
+      ASSIGN_OR_RETURN(const double flush_us,
+                       median_us(stream, 1, so, [&](int) { return flush_l2(); }));
+      ASSIGN_OR_RETURN(const double flush_bare_us,
+                       median_us(stream, 1, so, [&](int) -> absl::Status {
+                         RETURN_IF_ERROR(flush_l2());
+                         return bare_gemm(0);
                        }));
-      ASSIGN_OR_RETURN(
-          const double flush_bare_us, median_us(stream, 1, so, [&](int) -> absl::Status {
-            RETURN_IF_CUDA_ERROR(
-                launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
-            return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
-                                b.workspace.get(), stream);
-          }));
       absl::StrAppendFormat(&line, " flush %7.1f us | flush+bare %7.1f us |", flush_us,
                             flush_bare_us);
     }
@@ -730,19 +731,9 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
                          CutlassSm90Args gs = g;
                          gs.w = b.w[s].as<int8_t>();
-                         if (v.with_quant) {
-                           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-                               b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(),
-                               b.sa.as<float>(), b.azp.as<int32_t>(), stream));
-                         }
-                         if (v.before == 1) {
-                           RETURN_IF_CUDA_ERROR(launch_l2_flush_read(
-                               flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
-                         } else if (v.before == 2) {
-                           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-                               b.x.get(), ElemType::kBF16, m, sc.k, qp, other_xq.as<int8_t>(),
-                               b.sa.as<float>(), b.azp.as<int32_t>(), stream));
-                         }
+                         if (v.with_quant) RETURN_IF_ERROR(quantize_into(b.xq.as<int8_t>()));
+                         if (v.before == 1) RETURN_IF_ERROR(flush_l2());
+                         if (v.before == 2) RETURN_IF_ERROR(quantize_into(other_xq.as<int8_t>()));
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));

@@ -182,6 +182,11 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
+#if QLINEAR_HAVE_CUTLASS
+  // A call's arguments that come from the layer (weights, scales, column sums, bias_v for y,
+  // scheme) for m tokens; the activations' and outputs' buffers are the caller's.
+  CutlassSm90Args layer_args(int64_t m, DType y) const;
+#endif
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
 
@@ -257,6 +262,24 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
+#if QLINEAR_HAVE_CUTLASS
+CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
+  const LayerConfig& c = weights_.config;
+  CutlassSm90Args g;
+  g.w = dev_->w.as<int8_t>();
+  g.m = m;
+  g.n = c.n;
+  g.k = c.k;
+  g.sb = dev_->sb.as<float>();
+  g.adj = adj_.as<int32_t>();
+  g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(y)) * c.n;
+  g.y_type = static_cast<ElemType>(y);
+  g.sm_count = sm_count_;
+  g.qp = quantize_params(c);
+  return g;
+}
+#endif
+
 // Times every tile's fused GEMM (bf16 out, the quantized input made up) on this layer's weights
 // at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
 // fastest per M. From kQuantizingMinM on it times whole ops on made-up bf16 activations instead
@@ -299,21 +322,11 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   for (size_t i = 0; i < std::size(kTuneMs) && kTuneMs[i] <= max_m; ++i) {
-    CutlassSm90Args g;
+    CutlassSm90Args g = layer_args(kTuneMs[i], DType::kBF16);
     g.xq = xq.as<int8_t>();
-    g.w = dev_->w.as<int8_t>();
-    g.m = kTuneMs[i];
-    g.n = c.n;
-    g.k = c.k;
     g.sa = sa.as<float>();
     g.azp = azp.as<int32_t>();
-    g.sb = dev_->sb.as<float>();
-    g.adj = adj_.as<int32_t>();
-    g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(DType::kBF16)) * c.n;
     g.y = y.get();
-    g.y_type = ElemType::kBF16;
-    g.sm_count = sm_count_;
-    g.qp = quantize_params(c);
     const bool whole_ops = whole_ops_from_x && g.m >= kQuantizingMinM;
     if (whole_ops) {
       g.x = x.get();
@@ -365,23 +378,13 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
 
-  CutlassSm90Args g;
+  CutlassSm90Args g = layer_args(m, args.y_dtype);
   g.xq = xq;
-  g.w = dev_->w.as<int8_t>();
-  g.m = m;
-  g.n = c.n;
-  g.k = c.k;
   g.sa = sa;
   g.azp = azp;
-  g.sb = dev_->sb.as<float>();
-  g.adj = adj_.as<int32_t>();
-  g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(args.y_dtype)) * c.n;
   g.y = args.y;
-  g.y_type = static_cast<ElemType>(args.y_dtype);
-  g.sm_count = sm_count_;
   g.pdl = m <= kPdlMaxM;
   g.weight_prefetch_bytes = kWeightPrefetchBytes;
-  g.qp = quantize_params(c);
   CutlassSm90Tile tile = tile_for_call(m);
   if (tile_quantizes(tile)) {
     g.x = args.x;

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/cuda/cluster_launch.h"
 #include "kernels/cuda/epilogue_s32_device.cuh"
 #include "kernels/cuda/gemv_s8_device.h"
 #include "kernels/cuda/l2_flush.h"
@@ -480,19 +481,10 @@ cudaError_t allow_smem_for(int m_pad, int chunks) {
 }
 
 cudaError_t max_active_clusters_for(int m_pad, int chunks, int split_k, int smem, int* out) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(split_k * 1024));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(split_k);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const ClusterLaunch launch(static_cast<unsigned>(split_k * 1024), kThreads,
+                             static_cast<unsigned>(split_k), static_cast<size_t>(smem), nullptr);
   return with_kernel(m_pad, chunks, [&](auto kernel) {
-    return cudaOccupancyMaxActiveClusters(out, kernel, &cfg);
+    return cudaOccupancyMaxActiveClusters(out, kernel, &launch.config);
   });
 }
 
@@ -686,23 +678,14 @@ cudaError_t launch_gemv_s8(const GemvS8Args& args, const GemvS8Plan& plan, cudaS
   kp.xq_bytes = plan.m_pad * kp.xstride;
   const int max_warp_chunks = static_cast<int>(ceil_div(ceil_div(kp.kc, kp.s), kp.wk));
 
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(plan.clusters * plan.split_k));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(plan.smem_bytes);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(plan.split_k);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const ClusterLaunch launch(static_cast<unsigned>(plan.clusters * plan.split_k), kThreads,
+                             static_cast<unsigned>(plan.split_k),
+                             static_cast<size_t>(plan.smem_bytes), stream);
   cudaError_t e = allow_smem_for(plan.m_pad, plan.chunks);
   if (e != cudaSuccess) return e;
   kp.groups = static_cast<int>(ceil_div(max_warp_chunks, plan.chunks));
   return with_kernel(plan.m_pad, plan.chunks,
-                     [&](auto kernel) { return cudaLaunchKernelEx(&cfg, kernel, kp); });
+                     [&](auto kernel) { return cudaLaunchKernelEx(&launch.config, kernel, kp); });
 }
 
 }  // namespace qlinear::gpu

@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/cuda/cluster_launch.h"
 #include "kernels/cuda/quantize_s8.h"
 #include "kernels/cuda/quantize_s8_device.cuh"
 
@@ -64,6 +65,20 @@ __device__ __forceinline__ void load_w(const T* p, float v[W]) {
   }
 }
 
+// Every quantize kernel's start: a kernel launched after it as its programmatic dependent
+// (cuda.cutlass_sm90's GEMM, cuda.stream_s8) may start now, since it waits for this grid's
+// completion before it reads xq, sa or azp, and its set-up overlaps this kernel; and the launch's
+// zero[0, zero_count) is cleared, a grid-stride share per thread.
+__device__ __forceinline__ void start_quantize(int32_t* __restrict__ zero, int64_t zero_count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    zero[i] = 0;
+  }
+}
+
 // W: elements per vector access (8, 4 or 1), as the alignment of x, xq and k allows.
 template <typename T, QuantScheme S, int W>
 __global__ void __launch_bounds__(1024)
@@ -75,16 +90,7 @@ __global__ void __launch_bounds__(1024)
   const int64_t row = blockIdx.x;
   const T* xr = x + row * k;
   int8_t* qr = xq + row * lay.row_stride;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A kernel launched after this one as its programmatic dependent (cuda.cutlass_sm90's GEMM)
-  // may start now: it waits for this grid's completion before it reads xq, sa or azp, and its
-  // set-up overlaps this kernel.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  for (int64_t i = row * blockDim.x + threadIdx.x; i < zero_count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    zero[i] = 0;
-  }
+  start_quantize(zero, zero_count);
   // The row stays in registers between the passes when each thread holds at most kCached
   // vectors of it: as raw 16-byte loads for 16-bit types (k <= 64 * blockDim.x, which
   // launch_typed arranges up to k = 32768), widened to fp32 for fp32 (k <= 32 * blockDim.x).
@@ -258,13 +264,7 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
                           int8_t* __restrict__ xq, float* __restrict__ sa,
                           int32_t* __restrict__ azp, int32_t* __restrict__ zero,
                           int64_t zero_count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    zero[i] = 0;
-  }
+  start_quantize(zero, zero_count);
   const int lane = static_cast<int>(threadIdx.x % 32);
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerWarpBlock + threadIdx.x / 32;
        row < m; row += static_cast<int64_t>(gridDim.x) * kRowsPerWarpBlock) {
@@ -328,15 +328,11 @@ __global__ void __launch_bounds__(kSplitThreads)
                            int32_t* __restrict__ azp, int32_t* __restrict__ zero,
                            int64_t zero_count, XqLayout lay) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
+  start_quantize(zero, zero_count);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   const int64_t parts = cluster.num_blocks(), part = cluster.block_rank();
   const int64_t row = blockIdx.x / parts;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < zero_count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    zero[i] = 0;
-  }
   const int64_t vecs = k / 8, v0 = vecs * part / parts, v1 = vecs * (part + 1) / parts;
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
   uint4 raw[kSplitCached];
@@ -462,19 +458,10 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
     if (parts > 1 && m <= kSplitMaxM && k % 8 == 0 && lay.chunk % 8 == 0 &&
         lay.row_stride % 8 == 0 && lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
         major >= 9) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(static_cast<unsigned>(m * parts));
-      cfg.blockDim = dim3(kSplitThreads);
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = static_cast<unsigned>(parts);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      return cudaLaunchKernelEx(&cfg, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp, zero,
-                                zero_count, lay);
+      const ClusterLaunch launch(static_cast<unsigned>(m * parts), kSplitThreads,
+                                 static_cast<unsigned>(parts), 0, stream);
+      return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp,
+                                zero, zero_count, lay);
     }
   }
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
