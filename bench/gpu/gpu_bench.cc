@@ -590,6 +590,125 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
+// --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
+// and 64 x 256 tiles (from M = 128 also the clustered 64 x 128) in stream order and as its
+// programmatic dependent ("pdl"), with the producers' %globaltimer stamps (medians over traced
+// launches, us from the first CTA's start): the spread of CTA starts, when the last producer got
+// past the grid dependency, how many CTAs started only after it, and the fastest, median and
+// slowest CTA's time from then to its last loads issued; with the SMs the CTAs ran on (distinct
+// SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest CTAs with their
+// times.
+absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                              cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const int sms = host_info().gpus[0].sm_count;
+  QuantizeParams qp;
+  for (int64_t m : {int64_t{64}, int64_t{128}, int64_t{256}}) {
+    const int slots = m <= 64 ? b.copies : 1;
+    for (CutlassSm90Tile tile :
+         {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
+          CutlassSm90Tile::k64x128x128PingpongC2}) {
+      if (tile == CutlassSm90Tile::k64x128x128PingpongC2 && m < 128) continue;
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      for (bool pdl : {false, true}) {
+        auto op = [&](int s, uint64_t* trace) -> absl::Status {
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
+                                                  b.xq.as<int8_t>(), b.sa.as<float>(),
+                                                  b.azp.as<int32_t>(), stream));
+          CutlassSm90Args g;
+          g.xq = b.xq.as<int8_t>();
+          g.w = b.w[s].as<int8_t>();
+          g.m = m;
+          g.n = sc.n;
+          g.k = sc.k;
+          g.sa = b.sa.as<float>();
+          g.azp = b.azp.as<int32_t>();
+          g.sb = b.sb.as<float>();
+          g.adj = b.adj.as<int32_t>();
+          g.bias_v = b.bias.as<float>();
+          g.y = b.y.get();
+          g.sm_count = sms;
+          g.pdl = pdl;
+          g.trace = trace;
+          if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
+          RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+          return absl::OkStatus();
+        };
+        ASSIGN_OR_RETURN(const double us,
+                         median_us(stream, slots, o, [&](int s) { return op(s, nullptr); }));
+        const int launches = 4 * slots + 4;
+        const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;
+        DeviceBuffer trace;
+        RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+        RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+        for (int i = 0; i < launches; ++i) {
+          RETURN_IF_ERROR(op(i % slots, trace.as<uint64_t>() + i * per_launch));
+        }
+        ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+        std::vector<double> spread, released, late, n_sms, most, d_min, d_med, d_max;
+        std::string slowest;  // of the last traced launch: the SMs of its 6 slowest CTAs
+        int ctas = 0;
+        for (int i = launches / 4; i < launches; ++i) {
+          const uint64_t* ti = t.data() + i * per_launch;
+          uint64_t t0 = UINT64_MAX, t0_max = 0, rel = 0;
+          std::map<uint32_t, int> per_sm;
+          ctas = 0;
+          for (int c = 0; c < sms; ++c) {
+            const uint64_t* p = ti + c * kCutlassTracePoints;
+            if (p[0] == 0) continue;
+            ++ctas;
+            t0 = std::min(t0, p[0]);
+            t0_max = std::max(t0_max, p[0]);
+            rel = std::max(rel, p[1]);
+            ++per_sm[static_cast<uint32_t>(p[3])];
+          }
+          if (ctas == 0) continue;
+          int started_late = 0, most_on_one = 0;
+          for (int c = 0; c < sms; ++c) {
+            const uint64_t* p = ti + c * kCutlassTracePoints;
+            if (p[0] != 0 && p[0] >= rel) ++started_late;
+          }
+          for (const auto& [sm, count] : per_sm) most_on_one = std::max(most_on_one, count);
+          // Each CTA's time from the grid dependency's release to its last loads issued.
+          std::vector<std::pair<double, uint32_t>> d;
+          for (int c = 0; c < sms; ++c) {
+            const uint64_t* p = ti + c * kCutlassTracePoints;
+            if (p[0] != 0) d.push_back({(p[2] - rel) * 1e-3, static_cast<uint32_t>(p[3])});
+          }
+          std::sort(d.begin(), d.end());
+          d_min.push_back(d.front().first);
+          d_med.push_back(d[d.size() / 2].first);
+          d_max.push_back(d.back().first);
+          slowest.clear();
+          for (size_t j = d.size() > 6 ? d.size() - 6 : 0; j < d.size(); ++j) {
+            absl::StrAppendFormat(&slowest, " %u:%.0f", d[j].second, d[j].first);
+          }
+          spread.push_back((t0_max - t0) * 1e-3);
+          released.push_back((rel - t0) * 1e-3);
+          late.push_back(started_late);
+          n_sms.push_back(static_cast<double>(per_sm.size()));
+          most.push_back(most_on_one);
+        }
+        std::printf(
+            "diagnose-cutlass %-22s M=%-3lld tile%d %-3s | op %6.1f us | %3d CTAs on %3.0f SMs, "
+            "at most %.0f on one | start spread %5.1f, past the dependency %5.1f, started after "
+            "it %3.0f | loads done after it %6.1f / %6.1f / %6.1f (min/median/max), slowest "
+            "SM:us%s\n",
+            shape_name(sc).c_str(), static_cast<long long>(m), static_cast<int>(tile),
+            pdl ? "pdl" : "", us, ctas, median(n_sms), median(most), median(spread),
+            median(released), median(late), median(d_min), median(d_med), median(d_max),
+            slowest.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // (2) cuda.cutlass_sm90: each tile configuration's fused GEMM (no quantize) against the bare
 // cuBLASLt GEMM of the same M, and the quantize kernel alone ("quant"). From M = 512 on also the
 // quantizing tiles' whole ops (marked "op", quantization included: compare with plain tile +
@@ -598,7 +717,8 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 // 128 x 256 tiles' whole ops ("quant+", the quantize kernel then the GEMM, in stream order or
 // with the GEMM as its programmatic dependent, "pdl"). Up to M = 256 also the whole ops of the
 // tiles without a cluster: in stream order, as the programmatic dependent, and as that with each
-// CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA). From
+// CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA), and
+// from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
 // M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
 // 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
 // after the quantize kernel writing another xq
@@ -680,6 +800,12 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         for (int64_t pf : {0, 64 << 10, 128 << 10}) {
           variants.push_back({static_cast<int>(t), -1, true, true, pf});
         }
+      }
+      if (m >= 128) {
+        // The clustered 64 x 128 tile (no prefetch: its weights are multicast).
+        const int c2 = static_cast<int>(CutlassSm90Tile::k64x128x128PingpongC2);
+        variants.push_back({c2, -1, true, false});
+        variants.push_back({c2, -1, true, true});
       }
     }
     if (m >= 1024) {
@@ -809,7 +935,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
-    return diagnose_stream(sc, b, o, stream);
+    RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
+    return diagnose_cutlass(sc, b, o, stream);
   }
   if (o.sweep) {
     RETURN_IF_ERROR(sweep_gemv(sc, b, o, stream));

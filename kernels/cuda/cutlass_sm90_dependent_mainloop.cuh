@@ -21,10 +21,12 @@
 // CUDA only; needs the CUTLASS headers and sm_90a.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu::cutlass_sm90 {
@@ -41,16 +43,18 @@ struct DependentMainloop : Base {
 
   struct Arguments : Base::Arguments {
     int weight_prefetch_bytes = 0;  // per CTA, before the grid dependency wait; 0: none
+    uint64_t* trace = nullptr;      // CutlassSm90Args::trace
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
+    uint64_t* trace = nullptr;
   };
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
     return Params{Base::to_underlying_arguments(problem_shape, args, workspace),
-                  args.weight_prefetch_bytes};
+                  args.weight_prefetch_bytes, args.trace};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -62,17 +66,35 @@ struct DependentMainloop : Base {
                            typename Base::TensorStorage& shared_tensors) {
     if (!waited_) {
       waited_ = true;
+      trace(params, 0);
       if constexpr (kCanPrefetch) {
         prefetch_weights(params, cute::get<1>(load_inputs), blk_coord, k_tile_iter, k_tile_count);
       }
       device::grid_dependency_wait();
+      trace(params, 1);
     }
+    ++tiles_;
     Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count,
                thread_idx, block_rank_in_cluster, shared_tensors);
+    trace(params, 2);
   }
 
  private:
   bool waited_ = false;
+  uint32_t tiles_ = 0;
+
+  // The producer's stamp `point` (and its SM and tile count) into params.trace, if set.
+  CUTLASS_DEVICE void trace(Params const& params, int point) const {
+    if (params.trace == nullptr || threadIdx.x % 32 != 0) return;
+    const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
+    uint64_t* t = params.trace + cta * kCutlassTracePoints;
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    t[point] = now;
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t[3] = (uint64_t{tiles_} << 32) | sm;
+  }
 
   template <class TensorB, class BlockCoord, class KTileIterator>
   static CUTLASS_DEVICE void prefetch_weights(Params const& params, TensorB const& gB_nkl,

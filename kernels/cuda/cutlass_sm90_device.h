@@ -26,8 +26,11 @@ enum class CutlassSm90Tile : int {
   // (cutlass_sm90_quantizing_mainloop.cuh): their launch takes x, not xq.
   k128x128x128PingpongQ = 5,
   k64x256x128PingpongQ = 6,
+  // 64 x 128 with a 2 x 1 cluster: the two CTAs of a cluster take neighbouring token blocks of
+  // the same channels and share each weight tile by multicast (128-256 tokens).
+  k64x128x128PingpongC2 = 7,
 };
-inline constexpr int kCutlassSm90Tiles = 7;
+inline constexpr int kCutlassSm90Tiles = 8;
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
@@ -36,6 +39,11 @@ inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
 // Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
 // take (k * 2 bytes of 16-bit activations).
 inline constexpr int kAuxRingBytes = 32768;
+
+// The values one CTA writes with CutlassSm90Args::trace: %globaltimer (ns) when its producer
+// first entered the mainloop, when it got past the grid dependency, when it had issued its last
+// tile's loads; then its SM id in the low 32 bits and the number of tiles it ran in the high 32.
+inline constexpr int kCutlassTracePoints = 4;
 
 // What the quantizing tiles' auxiliary warps need (device pointers; filled by the launch from
 // CutlassSm90Args). Rows [0, prefix) are quantized by the quantize kernel launched first; rows
@@ -89,6 +97,10 @@ struct CutlassSm90Args {
   // 2: along N). The quantizing tiles always walk along N.
   int swizzle = 1;
   int raster = 0;
+  // Diagnostics (the benchmark's --diagnose): when set, each CTA's producer writes
+  // kCutlassTracePoints values at trace[cta * kCutlassTracePoints] (see cutlass_sm90_dependent_
+  // mainloop.cuh); size it for sm_count CTAs (the persistent grid is never larger).
+  uint64_t* trace = nullptr;
   // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=
   // kAuxRingBytes) and the layer's scheme, with xq, sa and azp above as the outputs; counters
   // [quantizing_tile_counters(m)] (no initial value needed); the rows quantized before the GEMM
@@ -130,6 +142,7 @@ const TileOps* tile_64x64x128_pingpong(ElemType y);
 const TileOps* tile_64x256x128_pingpong(ElemType y);
 const TileOps* tile_128x128x128_pingpong_q(ElemType y);
 const TileOps* tile_64x256x128_pingpong_q(ElemType y);
+const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
 
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {
@@ -147,6 +160,8 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_128x128x128_pingpong_q(y);
     case CutlassSm90Tile::k64x256x128PingpongQ:
       return tile_64x256x128_pingpong_q(y);
+    case CutlassSm90Tile::k64x128x128PingpongC2:
+      return tile_64x128x128_pingpong_c2(y);
   }
   return nullptr;
 }

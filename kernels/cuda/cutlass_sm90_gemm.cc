@@ -92,6 +92,41 @@ constexpr TileStep kLadder[] = {
 // us) and lost most of the small-M gain (4096 x 4096, M = 1: 17.1 us).
 constexpr int64_t kPdlMaxM = 64;
 
+// Why the programmatic launch slows the tiles without a cluster from M = 128 (bench --diagnose,
+// the producers' %globaltimer stamps): it is not a late start (every CTA has started and got past
+// the grid dependency 1-7 us after the first), but most CTAs then stream more slowly: 8192 x
+// 28672 at M = 128, 64 x 128 tile, time from the dependency's release to the last loads issued,
+// fastest / median / slowest CTA, 53.0 / 56.0 / 57.7 us in stream order, 50.9 / 71.9 / 76.0 us
+// as the dependent. From M = 128 the quantize kernel's blocks hold every SM, and the GEMM's CTAs
+// take the SMs in the order those blocks end, not the launch's own order; the CTAs that read the
+// same weight tiles (neighbouring token blocks) no longer run side by side. A tile with a 2 x 1
+// cluster keeps them together (co-scheduled, each weight tile multicast to both) and loses
+// nothing: the 64 x 128 tile with a cluster, at M = 128, op in stream order / as the dependent
+// (us): 6144 x 4096 15.2 / 15.1, 4096 x 4096 15.0 / 14.4, 28672 x 4096 43.6 / 42.4, 4096 x 14336
+// 35.0 / 32.8, 8192 x 8192 29.8 / 29.2, 57344 x 8192 136.3 / 135.9, 8192 x 28672 73.9 / 73.3,
+// where the 64 x 128 tile without one is, in stream order, 15.3, 15.0, 43.6, 33.2, 30.0, 134.6
+// and 73.9. So tiles with a cluster are launched as the dependent up to this M; at M = 256 it
+// measured mixed (57344 x 8192: 230.7 -> 239.1 us; 4096 x 14336: 37.6 -> 37.3).
+constexpr int64_t kPdlClusterMaxM = 128;
+
+bool tile_has_cluster(CutlassSm90Tile t) {
+  switch (t) {
+    case CutlassSm90Tile::k128x128x128Pingpong:
+    case CutlassSm90Tile::k128x256x128Coop:
+    case CutlassSm90Tile::k128x128x128PingpongQ:
+    case CutlassSm90Tile::k64x128x128PingpongC2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a call of m tokens on tile t launches the GEMM as the quantize kernel's programmatic
+// dependent (a quantizing tile always does, inside its own launch).
+bool served_with_pdl(int64_t m, CutlassSm90Tile t) {
+  return m <= kPdlMaxM || (m <= kPdlClusterMaxM && tile_has_cluster(t));
+}
+
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
 // quantize kernel (cutlass_sm90_dependent_mainloop.cuh): DRAM streams the weights while the
 // activations are quantized. Measured on the H200 (bench tile sweep, the quantize kernel then the
@@ -300,7 +335,14 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
-  const bool whole_ops_from_x = max_m >= kQuantizingMinM;
+  // The M timed as whole ops: from kQuantizingMinM (see there), and where a tile's op is served
+  // with the programmatic launch and another's is not (the GEMM alone would not show the
+  // overlap).
+  auto whole_op_m = [](int64_t m) {
+    return m >= kQuantizingMinM || (m > kPdlMaxM && m <= kPdlClusterMaxM);
+  };
+  bool whole_ops_from_x = false;
+  for (int64_t m : kTuneMs) whole_ops_from_x |= m <= max_m && whole_op_m(m);
   if (whole_ops_from_x) {
     RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
     RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
@@ -327,7 +369,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     g.sa = sa.as<float>();
     g.azp = azp.as<int32_t>();
     g.y = y.get();
-    const bool whole_ops = whole_ops_from_x && g.m >= kQuantizingMinM;
+    const bool whole_ops = whole_op_m(g.m);
     if (whole_ops) {
       g.x = x.get();
       g.x_type = ElemType::kBF16;
@@ -340,6 +382,9 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
+      // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
+      g.pdl = whole_ops && served_with_pdl(g.m, static_cast<CutlassSm90Tile>(t));
+      g.weight_prefetch_bytes = kWeightPrefetchBytes;
       auto call = [&](cudaStream_t stream) -> absl::Status {
         if (whole_ops && !q) {
           // As enqueue runs it at this M: the quantize kernel, then the GEMM in stream order.
@@ -383,7 +428,6 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.sa = sa;
   g.azp = azp;
   g.y = args.y;
-  g.pdl = m <= kPdlMaxM;
   g.weight_prefetch_bytes = kWeightPrefetchBytes;
   CutlassSm90Tile tile = tile_for_call(m);
   if (tile_quantizes(tile)) {
@@ -393,6 +437,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
     const cutlass_sm90::TileOps* q = cutlass_sm90::tile_ops(tile, g.y_type);
     if (q == nullptr || !q->can_implement(g)) tile = plain_twin(tile);
   }
+  g.pdl = served_with_pdl(m, tile);
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
 

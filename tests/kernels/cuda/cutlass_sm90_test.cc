@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
+#include "kernels/cuda/quantize_s8.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace qlinear::gpu::testing {
@@ -165,6 +166,67 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
             if (HasFailure()) return;
           }
         }
+      }
+    }
+  }
+}
+
+// Every plain tile launched as the quantize kernel's programmatic dependent, as served (up to
+// M = 64, and up to 128 for the tiles with a cluster), prefetching weights before it waits: the
+// GEMM must read the xq, sa and azp that the quantize kernel writes, not what was there before.
+// y bit-exact for every scheme, at one token block and at 130 tokens (a cluster's second CTA
+// past the last token block).
+TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  const int64_t n = 400, k = 4160;
+  for (int64_t m : {int64_t{64}, int64_t{130}}) {
+    for (Scheme scheme : kSchemes) {
+      const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
+      ASSERT_NE(w, nullptr);
+      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
+      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
+      ASSERT_TRUE(want.status.ok());
+      TileBuffers d;
+      ASSERT_TRUE(d.init(*w, m).ok());
+      ASSERT_TRUE(d.upload_bias(*w, DType::kBF16).ok());
+      DeviceBuffer dx;
+      ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
+      ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+        if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
+        CutlassSm90Args g = d.args(DType::kBF16);
+        g.pdl = true;
+        g.weight_prefetch_bytes = 64 << 10;
+        const cutlass_sm90::TileOps* ops =
+            cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
+        ASSERT_NE(ops, nullptr);
+        ASSERT_EQ(ops->prepare(), cudaSuccess);
+        // Stale operands that a GEMM reading too early would use.
+        ASSERT_EQ(cudaMemset(d.xq.get(), 0x5A, m * k), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d.sa.get(), 0x3F, m * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
+        ASSERT_EQ(
+            launch_quantize_s8(dx.get(), ElemType::kBF16, m, k, quantize_params(w->config),
+                               d.xq.as<int8_t>(), d.sa.as<float>(), d.azp.as<int32_t>(), stream),
+            cudaSuccess);
+        ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        std::vector<uint8_t> y(m * n * 2);
+        ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        const int64_t i = first_y_mismatch(want.y, y, DType::kBF16);
+        EXPECT_EQ(i, -1) << scheme_name(scheme) << " M " << m << " tile " << t << ": row " << i / n
+                         << " col " << i % n << " want "
+                         << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
+                         << load_as_f32(y.data(), DType::kBF16, i);
+        if (HasFailure()) return;
       }
     }
   }
