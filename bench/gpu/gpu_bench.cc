@@ -26,7 +26,9 @@
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false]
 // (--small_m: every shape at M = 1, 4, 8 and 16 only, with cuda.gemv_s8's plan sweep;
-//  --diagnose: only cuda.gemv_s8's time split into phases at M = 1 and 16, see diagnose_gemv)
+//  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
+//  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
+//  diagnose_cutlass)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
@@ -591,13 +593,13 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 }
 
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
-// and 64 x 256 tiles (from M = 128 also the clustered 64 x 128) in stream order and as its
-// programmatic dependent ("pdl"), with the producers' %globaltimer stamps (medians over traced
-// launches, us from the first CTA's start): the spread of CTA starts, when the last producer got
-// past the grid dependency, how many CTAs started only after it, and the fastest, median and
-// slowest CTA's time from then to its last loads issued; with the SMs the CTAs ran on (distinct
-// SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest CTAs with their
-// times.
+// and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
+// stream order and as its programmatic dependent ("pdl"), with the producers' %globaltimer stamps
+// (medians over traced launches, us from the first CTA's start): the spread of CTA starts, when the
+// last producer got past the grid dependency, how many CTAs started only after it, and the fastest,
+// median and slowest CTA's time from then to its last loads issued; with the SMs the CTAs ran on
+// (distinct SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest CTAs with
+// their times.
 absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                               cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -607,8 +609,10 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
     const int slots = m <= 64 ? b.copies : 1;
     for (CutlassSm90Tile tile :
          {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
-          CutlassSm90Tile::k64x128x128PingpongC2}) {
-      if (tile == CutlassSm90Tile::k64x128x128PingpongC2 && m < 128) continue;
+          CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong}) {
+      const bool clustered = tile == CutlassSm90Tile::k64x128x128PingpongC2 ||
+                             tile == CutlassSm90Tile::k128x128x128Pingpong;
+      if (clustered && m < 128) continue;
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       for (bool pdl : {false, true}) {
@@ -1159,8 +1163,10 @@ int bench_main(int argc, char** argv) {
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m, "Only M = 1, 4, 8 and 16 on every shape, gemv plans swept");
-  args.add("diagnose", &o.diagnose,
-           "Only where cuda.gemv_s8's time goes at M = 1 and 16 (phases from in-kernel stamps)");
+  args.add(
+      "diagnose", &o.diagnose,
+      "Only where the time goes, from in-kernel stamps: cuda.gemv_s8 and cuda.stream_s8 at M = 1 "
+      "and 16, cuda.cutlass_sm90 at M = 64-256");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
