@@ -592,6 +592,25 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
+// A cuda.cutlass_sm90 call's arguments on the shape's buffers at M = m (bf16 y, xq from b.xq);
+// the weights, the launch mode and the rest are the caller's.
+CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m) {
+  CutlassSm90Args g;
+  g.xq = b.xq.as<int8_t>();
+  g.m = m;
+  g.n = sc.n;
+  g.k = sc.k;
+  g.sa = b.sa.as<float>();
+  g.azp = b.azp.as<int32_t>();
+  g.sb = b.sb.as<float>();
+  g.adj = b.adj.as<int32_t>();
+  g.bias_v = b.bias.as<float>();
+  g.y = b.y.get();
+  g.y_type = ElemType::kBF16;
+  g.sm_count = host_info().gpus[0].sm_count;
+  return g;
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
 // and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
 // stream order and as its programmatic dependent ("pdl"), with the producers' %globaltimer stamps
@@ -620,19 +639,8 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
           RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
                                                   b.xq.as<int8_t>(), b.sa.as<float>(),
                                                   b.azp.as<int32_t>(), stream));
-          CutlassSm90Args g;
-          g.xq = b.xq.as<int8_t>();
+          CutlassSm90Args g = tile_args(sc, b, m);
           g.w = b.w[s].as<int8_t>();
-          g.m = m;
-          g.n = sc.n;
-          g.k = sc.k;
-          g.sa = b.sa.as<float>();
-          g.azp = b.azp.as<int32_t>();
-          g.sb = b.sb.as<float>();
-          g.adj = b.adj.as<int32_t>();
-          g.bias_v = b.bias.as<float>();
-          g.y = b.y.get();
-          g.sm_count = sms;
           g.pdl = pdl;
           g.trace = trace;
           if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
@@ -829,19 +837,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     for (const Variant& v : variants) {
       const int t = v.tile;
       const bool quantizes = tile_quantizes(static_cast<CutlassSm90Tile>(t));
-      CutlassSm90Args g;
-      g.xq = b.xq.as<int8_t>();
-      g.m = m;
-      g.n = sc.n;
-      g.k = sc.k;
-      g.sa = b.sa.as<float>();
-      g.azp = b.azp.as<int32_t>();
-      g.sb = b.sb.as<float>();
-      g.adj = b.adj.as<int32_t>();
-      g.bias_v = b.bias.as<float>();
-      g.y = b.y.get();
-      g.y_type = ElemType::kBF16;
-      g.sm_count = host_info().gpus[0].sm_count;
+      CutlassSm90Args g = tile_args(sc, b, m);
       g.pdl = v.pdl;
       g.weight_prefetch_bytes = v.prefetch;
       if (quantizes) {
