@@ -72,6 +72,10 @@ constexpr TileStep kLadder[] = {
 // 16384 or wider, 64 x 256 tiles (each SM streams twice the weight rows per K step: 57344 x 8192
 // at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and 65..128 on 4096-wide layers, 64 x 64
 // tiles (twice the tiles, more SMs streaming); 129..256 tokens on layers 8192 or wider, 128 x 128.
+// Halving the tile again does not pay: a 64 x 32 tile (128 CTAs on a 4096-wide layer) measured
+// no faster than 64 x 64 anywhere (H200, GEMM alone, us, 64 x 64 / 64 x 32: 4096 x 14336 at
+// M = 64 22.6 / 23.0, at M = 1 34.7 / 37.2; 4096 x 4096 at M = 64 11.3 / 11.3; 8192 x 8192 at
+// M = 64 23.9 / 24.7), so it was not kept.
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
