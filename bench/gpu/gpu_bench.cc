@@ -1031,10 +1031,16 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
                 ops / (pt.gemm_us * 1e-6) / 1e12, n * k / (pt.gemm_us * 1e-6) / 1e12,
                 pt.gemm_us / fl);
     for (const auto& [name, us] : pt.op_us) {
-      std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f%s\n",
+      // The kernel's own choice at this M (the first copy's: at large M the only one timed).
+      std::string how;
+      for (const auto& kc : kernels) {
+        if (kc.kernel->name() == name) how = kc.prepared[0]->variant(m);
+      }
+      std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f%s%s%s\n",
                   pt.shape.c_str(), static_cast<long long>(m), name.c_str(), us,
                   ops / (us * 1e-6) / 1e12, n * k / (us * 1e-6) / 1e12, us / fl,
-                  name == pt.dispatched ? "  <- dispatched" : "");
+                  name == pt.dispatched ? "  <- dispatched" : "", how.empty() ? "" : "  ",
+                  how.c_str());
     }
     std::fflush(stdout);
     points->push_back(std::move(pt));

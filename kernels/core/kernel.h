@@ -46,6 +46,13 @@ class PreparedKernel {
     (void)shape;
     return absl::UnimplementedError("not measurable; the priority order decides");
   }
+  // How the kernel runs m rows where it chooses for itself (cuda.cutlass_sm90: the tile it timed
+  // fastest at load, and the launch), for a request's selection explanation; empty where it has
+  // no such choice. Not called on the hot path.
+  virtual std::string variant(int64_t m) const {
+    (void)m;
+    return "";
+  }
 };
 
 class Kernel {

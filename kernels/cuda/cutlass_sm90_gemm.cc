@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,29 @@ constexpr int64_t kQuantizingMinM = 512;
 // picked; noise could pick them where they lose. They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
+// A tile configuration as a request's explanation names it.
+const char* tile_name(CutlassSm90Tile t) {
+  switch (t) {
+    case CutlassSm90Tile::k64x128x128Pingpong:
+      return "64x128x128 pingpong";
+    case CutlassSm90Tile::k128x128x128Pingpong:
+      return "128x128x128 pingpong, 2x1 cluster";
+    case CutlassSm90Tile::k128x256x128Coop:
+      return "128x256x128 cooperative, 2x1 cluster";
+    case CutlassSm90Tile::k64x64x128Pingpong:
+      return "64x64x128 pingpong";
+    case CutlassSm90Tile::k64x256x128Pingpong:
+      return "64x256x128 pingpong";
+    case CutlassSm90Tile::k128x128x128PingpongQ:
+      return "128x128x128 pingpong quantizing, 2x1 cluster";
+    case CutlassSm90Tile::k64x256x128PingpongQ:
+      return "64x256x128 pingpong quantizing";
+    case CutlassSm90Tile::k64x128x128PingpongC2:
+      return "64x128x128 pingpong, 2x1 cluster";
+  }
+  return "unknown";
+}
+
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
 CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
@@ -224,6 +248,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
+  std::string variant(int64_t m) const override;
 #if QLINEAR_HAVE_CUTLASS
   // A call's arguments that come from the layer (weights, scales, column sums, bias_v for y,
   // scheme) for m tokens; the activations' and outputs' buffers are the caller's.
@@ -302,6 +327,18 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   size_t i = 0;
   while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
+}
+
+std::string CutlassSm90Prepared::variant(int64_t m) const {
+  size_t i = 0;
+  while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
+  const CutlassSm90Tile t = tile_for_call(m);
+  return absl::StrCat(
+      "tile ", tile_name(t),
+      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                     : std::string(" (by rule: operands too large to time at load)"),
+      served_with_pdl(m, t) ? "; GEMM launched as the quantize kernel's programmatic dependent"
+                            : "");
 }
 
 #if QLINEAR_HAVE_CUTLASS

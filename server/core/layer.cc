@@ -376,6 +376,16 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
                      " (it could not implement the layer at load)"));
   }
   ASSIGN_OR_RETURN(choice.prepared, prepared(*slot, &choice.prepared_now));
+  if (!choice.explanation.empty()) {
+    // The kernel's own choice for this M (a tile, a launch), after why it was selected.
+    if (const std::string how = choice.prepared->variant(shape.m); !how.empty()) {
+      for (CandidateVerdict& v : choice.explanation) {
+        if (v.selected)
+          v.reason = v.reason.empty() ? absl::StrCat("runs ", how)
+                                      : absl::StrCat(v.reason, "; runs ", how);
+      }
+    }
+  }
   return choice;
 }
 

@@ -67,11 +67,17 @@ Measure unmeasurable() {
 
 class FakePrepared final : public PreparedKernel {
  public:
-  FakePrepared(std::string name, Measure measure, int64_t extra_bytes, std::shared_ptr<Log> log)
+  FakePrepared(std::string name, Measure measure, int64_t extra_bytes, std::string variant,
+               std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         extra_bytes_(extra_bytes),
+        variant_(std::move(variant)),
         log_(std::move(log)) {}
+  // "<variant> for M=<m>", or empty when the fake has none.
+  std::string variant(int64_t m) const override {
+    return variant_.empty() ? "" : absl::StrCat(variant_, " for M=", m);
+  }
   int64_t extra_bytes() const override { return extra_bytes_; }
   absl::Status run(const RunArgs&, RunTimings*) const override {
     absl::MutexLock lock(&log_->mu);
@@ -92,13 +98,15 @@ class FakePrepared final : public PreparedKernel {
   std::string name_;
   Measure measure_;
   int64_t extra_bytes_;
+  std::string variant_;
   std::shared_ptr<Log> log_;
 };
 
 class FakeKernel final : public Kernel {
  public:
   FakeKernel(std::string name, Measure measure, CanImplement can, MRange m, int64_t extra_bytes,
-             PrepareResult prepare_result, absl::Duration prepare_time, std::shared_ptr<Log> log)
+             PrepareResult prepare_result, absl::Duration prepare_time, std::string variant,
+             std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         can_(std::move(can)),
@@ -106,6 +114,7 @@ class FakeKernel final : public Kernel {
         extra_bytes_(extra_bytes),
         prepare_result_(std::move(prepare_result)),
         prepare_time_(prepare_time),
+        variant_(std::move(variant)),
         log_(std::move(log)) {}
   absl::string_view name() const override { return name_; }
   absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
@@ -126,7 +135,8 @@ class FakeKernel final : public Kernel {
     }
     absl::SleepFor(prepare_time_);  // widens the window in which concurrent requests overlap
     if (prepare_result_) RETURN_IF_ERROR(prepare_result_(before));
-    return std::unique_ptr<PreparedKernel>(new FakePrepared(name_, measure_, extra_bytes_, log_));
+    return std::unique_ptr<PreparedKernel>(
+        new FakePrepared(name_, measure_, extra_bytes_, variant_, log_));
   }
 
  private:
@@ -137,6 +147,7 @@ class FakeKernel final : public Kernel {
   int64_t extra_bytes_;
   PrepareResult prepare_result_;
   absl::Duration prepare_time_;
+  std::string variant_;
   std::shared_ptr<Log> log_;
 };
 
@@ -148,6 +159,7 @@ struct Fake {
   int64_t extra_bytes = 0;
   PrepareResult prepare_result = nullptr;
   absl::Duration prepare_time = absl::ZeroDuration();
+  std::string variant{};  // PreparedKernel::variant's text, before " for M=<m>"
 };
 
 CanImplement declines_x(DType x, std::string reason) {
@@ -175,9 +187,10 @@ class LayerTest : public ::testing::Test {
  protected:
   void add(Fake f) {
     ASSERT_TRUE(registry_
-                    .add(std::make_unique<FakeKernel>(
-                        std::move(f.name), std::move(f.measure), std::move(f.can), f.m,
-                        f.extra_bytes, std::move(f.prepare_result), f.prepare_time, log_))
+                    .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
+                                                      std::move(f.can), f.m, f.extra_bytes,
+                                                      std::move(f.prepare_result), f.prepare_time,
+                                                      std::move(f.variant), log_))
                     .ok());
   }
   // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
@@ -411,6 +424,44 @@ TEST_F(LayerTest, ForcedKernelIgnoresAutotune) {
   EXPECT_EQ(forced->kernel->name(), "cuda.cublaslt");
   EXPECT_EQ(selected_of(forced->explanation), "cuda.cublaslt");
   EXPECT_EQ(verdict(forced->explanation, "cuda.cutlass_sm90")->reason, "not forced");
+}
+
+// A request's explanation adds the selected kernel's own choice for the request's M (its
+// PreparedKernel::variant) after why it was selected, also when the request forces the kernel;
+// the other verdicts, the load-time explanation and the hot path carry no such text.
+TEST_F(LayerTest, ExplanationNamesTheSelectedKernelsOwnChoiceForTheRequestsM) {
+  add({"cuda.gemv_s8", fixed_us(10.0), nullptr, MRange{1, 1}});
+  Fake cutlass{"cuda.cutlass_sm90", fixed_us(20.0)};
+  cutlass.variant = "tile A";
+  add(std::move(cutlass));
+  add({"cuda.cublaslt", fixed_us(25.0)});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  auto c = (*layer)->choose(shape(13), "", true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kernel->name(), "cuda.cutlass_sm90");
+  EXPECT_EQ(verdict(c->explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load, 20.0 us at M=16; cuda.cublaslt 25.0 us; runs tile A for "
+            "M=13");
+  EXPECT_EQ(verdict(c->explanation, "cuda.cublaslt")->reason,
+            "measured slower at load: 25.0 us at M=16 (cuda.cutlass_sm90 20.0 us)");
+  EXPECT_EQ(verdict((*layer)->buckets()[1].explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load, 20.0 us at M=16; cuda.cublaslt 25.0 us");
+  auto fast = (*layer)->choose(shape(13), "", false);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  EXPECT_TRUE(fast->explanation.empty());
+  // Forced: the registry's verdict (empty reason) gets the kernel's choice alone.
+  auto forced = (*layer)->choose(shape(2), "cuda.cutlass_sm90", true);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(verdict(forced->explanation, "cuda.cutlass_sm90")->reason, "runs tile A for M=2");
+  // A kernel without a choice of its own: the reason is unchanged.
+  auto gemv = (*layer)->choose(shape(1), "", true);
+  ASSERT_TRUE(gemv.ok()) << gemv.status();
+  EXPECT_EQ(gemv->kernel->name(), "cuda.gemv_s8");
+  EXPECT_EQ(verdict(gemv->explanation, "cuda.gemv_s8")->reason,
+            "fastest measured at load, 10.0 us at M=1; cuda.cutlass_sm90 20.0 us; cuda.cublaslt "
+            "25.0 us");
 }
 
 TEST_F(LayerTest, FastestThatCannotRunTheRequestFallsBackToTheNextRanked) {

@@ -51,6 +51,13 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   const int64_t m = 4096 + rng.range(1, 100);
   EXPECT_TRUE(check_call(p, make_x(rng, m, 528, DType::kF32), DType::kF32, m, DType::kF16));
   EXPECT_TRUE(check_call(p, make_x(rng, m, 528, DType::kF16), DType::kF16, m, DType::kF32));
+  // What a request's explanation names: the tile timed at load, and the launch up to M = 64.
+  const std::string at1 = p.owner->variant(1), at_m = p.owner->variant(m);
+  EXPECT_TRUE(absl::StartsWith(at1, "tile ")) << at1;
+  EXPECT_TRUE(absl::StrContains(at1, "(timed fastest at load, M=1)")) << at1;
+  EXPECT_TRUE(absl::StrContains(at1, "programmatic dependent")) << at1;
+  EXPECT_TRUE(absl::StrContains(at_m, "(timed fastest at load, M=2048)")) << at_m;
+  EXPECT_FALSE(absl::StrContains(at_m, "programmatic dependent")) << at_m;
 }
 
 #if QLINEAR_HAVE_CUTLASS
