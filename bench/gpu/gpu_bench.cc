@@ -629,10 +629,8 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
     for (CutlassSm90Tile tile :
          {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
           CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong}) {
-      const bool clustered = tile == CutlassSm90Tile::k64x128x128PingpongC2 ||
-                             tile == CutlassSm90Tile::k128x128x128Pingpong;
-      if (clustered && m < 128) continue;
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+      if (ops->cluster_ctas > 1 && m < 128) continue;
       RETURN_IF_CUDA_ERROR(ops->prepare());
       for (bool pdl : {false, true}) {
         auto op = [&](int s, uint64_t* trace) -> absl::Status {
@@ -733,8 +731,7 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 // from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
 // M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
 // 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
-// after the quantize kernel writing another xq
-// buffer than the GEMM reads ("quant'+").
+// after the quantize kernel writing another xq buffer than the GEMM reads ("quant'+").
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS

@@ -132,6 +132,8 @@ struct TileOps {
   // counters), then the GEMM as its programmatic dependent. Returns cudaErrorInvalidValue when
   // CUTLASS rejects the problem, else the launch error.
   cudaError_t (*launch)(const CutlassSm90Args&, void* workspace, cudaStream_t);
+  // CTAs per cluster (2: the two CTAs of a cluster share each weight tile by multicast).
+  int cluster_ctas;
 };
 
 // The entry points of one configuration for output type y (null for an unknown type).

@@ -117,22 +117,10 @@ constexpr int64_t kPdlMaxM = 64;
 // the other five shapes.
 constexpr int64_t kPdlClusterMaxM = 128;
 
-bool tile_has_cluster(CutlassSm90Tile t) {
-  switch (t) {
-    case CutlassSm90Tile::k128x128x128Pingpong:
-    case CutlassSm90Tile::k128x256x128Coop:
-    case CutlassSm90Tile::k128x128x128PingpongQ:
-    case CutlassSm90Tile::k64x128x128PingpongC2:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Whether a call of m tokens on tile t launches the GEMM as the quantize kernel's programmatic
+// Whether a call of m tokens on a tile launches the GEMM as the quantize kernel's programmatic
 // dependent (a quantizing tile always does, inside its own launch).
-bool served_with_pdl(int64_t m, CutlassSm90Tile t) {
-  return m <= kPdlMaxM || (m <= kPdlClusterMaxM && tile_has_cluster(t));
+[[maybe_unused]] bool served_with_pdl(int64_t m, const cutlass_sm90::TileOps& tile) {
+  return m <= kPdlMaxM || (m <= kPdlClusterMaxM && tile.cluster_ctas > 1);
 }
 
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
@@ -151,6 +139,13 @@ constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 // The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
 // takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
+
+// The index in kTuneMs whose choice a call of m tokens takes.
+size_t tune_index(int64_t m) {
+  size_t i = 0;
+  while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
+  return i;
+}
 
 // From this M on tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
 // the GEMM), not the GEMM alone: the quantize pass changes what the GEMM finds in L2, and not by
@@ -172,7 +167,7 @@ constexpr int64_t kQuantizingMinM = 512;
 constexpr bool kTuneQuantizingTiles = false;
 
 // A tile configuration as a request's explanation names it.
-const char* tile_name(CutlassSm90Tile t) {
+[[maybe_unused]] const char* tile_name(CutlassSm90Tile t) {
   switch (t) {
     case CutlassSm90Tile::k64x128x128Pingpong:
       return "64x128x128 pingpong";
@@ -324,21 +319,25 @@ absl::Status CutlassSm90Prepared::init() {
 }
 
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
-  size_t i = 0;
-  while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
+  const size_t i = tune_index(m);
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
 std::string CutlassSm90Prepared::variant(int64_t m) const {
-  size_t i = 0;
-  while (i + 1 < std::size(kTuneMs) && m > kTuneMs[i]) ++i;
+#if QLINEAR_HAVE_CUTLASS
+  const size_t i = tune_index(m);
   const CutlassSm90Tile t = tile_for_call(m);
-  return absl::StrCat(
-      "tile ", tile_name(t),
-      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                     : std::string(" (by rule: operands too large to time at load)"),
-      served_with_pdl(m, t) ? "; GEMM launched as the quantize kernel's programmatic dependent"
-                            : "");
+  return absl::StrCat("tile ", tile_name(t),
+                      tuned_[i] >= 0
+                          ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                          : std::string(" (by rule: operands too large to time at load)"),
+                      served_with_pdl(m, *cutlass_sm90::tile_ops(t, ElemType::kBF16))
+                          ? "; GEMM launched as the quantize kernel's programmatic dependent"
+                          : "");
+#else
+  (void)m;
+  return "";
+#endif
 }
 
 #if QLINEAR_HAVE_CUTLASS
@@ -354,6 +353,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(y)) * c.n;
   g.y_type = static_cast<ElemType>(y);
   g.sm_count = sm_count_;
+  g.weight_prefetch_bytes = kWeightPrefetchBytes;  // used where the GEMM is launched as dependent
   g.qp = quantize_params(c);
   return g;
 }
@@ -427,8 +427,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
-      g.pdl = whole_ops && served_with_pdl(g.m, static_cast<CutlassSm90Tile>(t));
-      g.weight_prefetch_bytes = kWeightPrefetchBytes;
+      g.pdl = whole_ops && served_with_pdl(g.m, *ops);
       auto call = [&](cudaStream_t stream) -> absl::Status {
         if (whole_ops && !q) {
           // As enqueue runs it at this M: the quantize kernel, then the GEMM in stream order.
@@ -472,7 +471,6 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.sa = sa;
   g.azp = azp;
   g.y = args.y;
-  g.weight_prefetch_bytes = kWeightPrefetchBytes;
   CutlassSm90Tile tile = tile_for_call(m);
   if (tile_quantizes(tile)) {
     g.x = args.x;
@@ -481,9 +479,9 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
     const cutlass_sm90::TileOps* q = cutlass_sm90::tile_ops(tile, g.y_type);
     if (q == nullptr || !q->can_implement(g)) tile = plain_twin(tile);
   }
-  g.pdl = served_with_pdl(m, tile);
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
+  g.pdl = served_with_pdl(m, *ops);
 
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
   if (!tile_quantizes(tile)) {

@@ -312,7 +312,8 @@ struct FusedGemm {
 template <class Config, class ElementD>
 constexpr TileOps tile_ops() {
   using G = FusedGemm<Config, ElementD>;
-  return TileOps{&G::prepare, &G::workspace_bytes, &G::can_implement, &G::launch};
+  return TileOps{&G::prepare, &G::workspace_bytes, &G::can_implement, &G::launch,
+                 static_cast<int>(cute::size(typename Config::ClusterShape{}))};
 }
 
 // The table of one configuration, for each output type.
