@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -480,13 +481,15 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   return absl::OkStatus();
 }
 
-// --diagnose, cuda.stream_s8 at M = 1 and 16: the op (quantize + the programmatic dependent
-// GEMM) as served, without the programmatic launch, with other ring depths and with one slot
-// filled before the grid dependency, next to the phases of
-// the served launch from the kernel's %globaltimer stamps (medians over traced launches, us from
-// the first block's start): the spread of block starts, when the producers got past the grid
-// dependency (the quantize kernel's end), when the first ring slot was full, when the last block
-// finished, and the time outside the kernel.
+// --diagnose, cuda.stream_s8 at M = 1 and 16: the op as served (quantizing inside the kernel
+// where it can, "fused"; otherwise the quantize kernel then the GEMM as its programmatic
+// dependent), the quantize kernel first (with and without the programmatic launch), the served
+// form with other ring depths, and one slot filled before the grid dependency, next to the phases
+// of the served launch from the kernel's %globaltimer stamps (medians over traced launches, us
+// from the first block's start): the spread of block starts, when the producers got past the grid
+// dependency (the quantize kernel's end; fused: at once), when the first ring slot was full,
+// when the blocks finished (first, median, last, and the last four's start and end), and the
+// time outside the kernel.
 absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
   int grid = 0;
@@ -503,12 +506,21 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
         counters.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
     RETURN_IF_ERROR(partials.allocate(stream_s8_partials_bytes(grid, m), "partials"));
     RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(m) * 4, "azp"));
+    DeviceBuffer flags;
+    RETURN_IF_ERROR(flags.allocate(stream_s8_flags_bytes(grid), "flags"));
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flags.get(), 0, stream_s8_flags_bytes(grid), stream));
     const XqLayout layout = stream_xq_layout(m);
-    auto op = [&](int s, bool pdl, int stages, uint64_t* trace, int prefetch = 0) -> absl::Status {
+    // What the layer runs: quantizing inside the kernel where it can.
+    const bool served_fuse = stream_s8_can_fuse(m, sc.k, ElemType::kBF16, b.x.get());
+    int shift = 0;  // StreamS8Args::range_shift of the traced launches
+    auto op = [&](int s, bool pdl, int stages, uint64_t* trace, int prefetch = 0,
+                  bool fuse = false) -> absl::Status {
       QuantizeParams qp;
-      RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-          b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
-          azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
+      if (!fuse) {
+        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+            b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
+            azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
+      }
       StreamS8Args a;
       a.w_map = maps[s];
       a.xq = xq.as<int8_t>();
@@ -528,38 +540,64 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
       a.stages = stages;
       a.prefetch = prefetch;
       a.trace = trace;
+      a.range_shift = trace != nullptr ? shift : 0;
+      if (fuse) {
+        a.fuse = true;
+        a.pdl = false;
+        a.x = b.x.get();
+        a.x_type = ElemType::kBF16;
+        a.qp = qp;
+        a.sa_out = b.sa.as<float>();
+        a.azp_out = azp.as<int32_t>();
+        a.flags = flags.as<uint64_t>();
+        a.token = 0x9e3779b97f4a7c15ull;
+      }
       RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
       return absl::OkStatus();
     };
     ASSIGN_OR_RETURN(const double served_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 0, nullptr, 0, served_fuse);
+                     }));
+    ASSIGN_OR_RETURN(const double quant_first_us, median_us(stream, b.copies, o, [&](int s) {
                        return op(s, true, 0, nullptr);
                      }));
     ASSIGN_OR_RETURN(const double no_pdl_us, median_us(stream, b.copies, o, [&](int s) {
                        return op(s, false, 0, nullptr);
                      }));
     ASSIGN_OR_RETURN(const double ring2_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 2, nullptr);
+                       return op(s, true, 2, nullptr, 0, served_fuse);
                      }));
     ASSIGN_OR_RETURN(const double ring4_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 4, nullptr);
+                       return op(s, true, 4, nullptr, 0, served_fuse);
                      }));
     ASSIGN_OR_RETURN(const double ring8_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 8, nullptr);
+                       return op(s, true, 8, nullptr, 0, served_fuse);
                      }));
     ASSIGN_OR_RETURN(const double pre1_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 0, nullptr, 1);
+                       return op(s, true, 0, nullptr, 1, served_fuse);
+                     }));
+    ASSIGN_OR_RETURN(const double pre0_us, median_us(stream, b.copies, o, [&](int s) {
+                       return op(s, true, 0, nullptr, -1, served_fuse);
                      }));
     const int launches = 4 * b.copies;
     DeviceBuffer trace;
     RETURN_IF_ERROR(trace.allocate(
         static_cast<size_t>(launches) * grid * kStreamTracePoints * sizeof(uint64_t), "trace"));
+    // Odd launches take the ranges half the grid away: whether a late block is late for its SM
+    // or for its range.
     for (int i = 0; i < launches; ++i) {
-      RETURN_IF_ERROR(
-          op(i % b.copies, true, 0,
-             trace.as<uint64_t>() + static_cast<size_t>(i) * grid * kStreamTracePoints));
+      shift = i % 2 == 0 ? 0 : grid / 2;
+      RETURN_IF_ERROR(op(i % b.copies, true, 0,
+                         trace.as<uint64_t>() + static_cast<size_t>(i) * grid * kStreamTracePoints,
+                         0, served_fuse));
     }
     ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
-    std::vector<double> spread, waited, first_full, done_min, done_max;
+    std::vector<double> spread, waited, first_full, done_min, done_med, done_max, x_in, stats,
+        quantized, quantized_max;
+    std::string slowest;  // the last traced launch's four last blocks, start:done (us)
+    // Per SM and per range, how much later than its launch's median block it finished, over even
+    // and odd launches apart (odd launches shift the ranges by half the grid).
+    std::map<int, std::pair<double, int>> late[2], late_range[2];
     for (int i = launches / 4; i < launches; ++i) {
       const uint64_t* ti = t.data() + static_cast<size_t>(i) * grid * kStreamTracePoints;
       uint64_t t0 = UINT64_MAX, t0_max = 0, w = 0, f = 0, d_min = UINT64_MAX, d_max = 0;
@@ -572,21 +610,110 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
         d_min = std::min(d_min, p[3]);
         d_max = std::max(d_max, p[3]);
       }
+      std::vector<double> done(grid);
+      for (int blk = 0; blk < grid; ++blk)
+        done[blk] = (ti[blk * kStreamTracePoints + 3] - t0) * 1e-3;
+      const double med = median(done);
+      done_med.push_back(med);
+      std::vector<double> xi(grid), st(grid), qd(grid);
+      for (int blk = 0; blk < grid; ++blk) {
+        const uint64_t* p = ti + blk * kStreamTracePoints;
+        xi[blk] = (p[4] - t0) * 1e-3;
+        st[blk] = (p[7] - t0) * 1e-3;
+        qd[blk] = (p[5] - t0) * 1e-3;
+        auto& e = late[i % 2][static_cast<int>(p[6])];
+        e.first += done[blk] - med;
+        e.second += 1;
+        auto& er = late_range[i % 2][(blk + (i % 2 == 0 ? 0 : grid / 2)) % grid];
+        er.first += done[blk] - med;
+        er.second += 1;
+      }
+      if (served_fuse) {
+        x_in.push_back(median(xi));
+        stats.push_back(median(st));
+        quantized.push_back(median(qd));
+        quantized_max.push_back(*std::max_element(qd.begin(), qd.end()));
+      }
+      if (i == launches - 1) {
+        std::vector<int> order(grid);
+        for (int blk = 0; blk < grid; ++blk) order[blk] = blk;
+        std::sort(order.begin(), order.end(), [&](int x, int y) { return done[x] > done[y]; });
+        for (int j = 0; j < std::min(grid, 4); ++j) {
+          absl::StrAppendFormat(&slowest, " %.1f:%.1f",
+                                (ti[order[j] * kStreamTracePoints] - t0) * 1e-3, done[order[j]]);
+        }
+      }
       spread.push_back((t0_max - t0) * 1e-3);
       waited.push_back((w - t0) * 1e-3);
       first_full.push_back((f - t0) * 1e-3);
       done_min.push_back((d_min - t0) * 1e-3);
       done_max.push_back((d_max - t0) * 1e-3);
     }
+    // Per-SM lateness: the six latest and earliest SMs, and the correlation of the two halves,
+    // per SM and per range.
+    auto correlation = [](const std::map<int, std::pair<double, int>>(&halves)[2],
+                          std::vector<std::pair<double, int>>* mean) {
+      std::vector<double> ev, od;
+      for (const auto& [key, e] : halves[0]) {
+        const auto it = halves[1].find(key);
+        if (it == halves[1].end()) continue;
+        ev.push_back(e.first / e.second);
+        od.push_back(it->second.first / it->second.second);
+        if (mean != nullptr) {
+          mean->push_back({(e.first + it->second.first) / (e.second + it->second.second), key});
+        }
+      }
+      if (ev.size() < 3) return 0.0;
+      double me = 0, mo = 0;
+      for (size_t j = 0; j < ev.size(); ++j) me += ev[j], mo += od[j];
+      me /= ev.size();
+      mo /= od.size();
+      double se = 0, so = 0, sx = 0;
+      for (size_t j = 0; j < ev.size(); ++j) {
+        se += (ev[j] - me) * (ev[j] - me);
+        so += (od[j] - mo) * (od[j] - mo);
+        sx += (ev[j] - me) * (od[j] - mo);
+      }
+      return se > 0 && so > 0 ? sx / std::sqrt(se * so) : 0.0;
+    };
+    std::vector<std::pair<double, int>> per_sm;
+    const double r = correlation(late, &per_sm);
+    const double r_range = correlation(late_range, nullptr);
+    std::sort(per_sm.begin(), per_sm.end());
+    std::string sm_note;
+    for (size_t j = 0; j < std::min<size_t>(6, per_sm.size()); ++j) {
+      const auto& e = per_sm[per_sm.size() - 1 - j];
+      absl::StrAppendFormat(&sm_note, " %d:%+.1f", e.second, e.first);
+    }
+    sm_note += " | earliest";
+    for (size_t j = 0; j < std::min<size_t>(6, per_sm.size()); ++j) {
+      absl::StrAppendFormat(&sm_note, " %d:%+.1f", per_sm[j].second, per_sm[j].first);
+    }
+    const std::string fused_note =
+        served_fuse ? absl::StrFormat(
+                          " | rows in %.1f, statistics %.1f, quantized %.1f (last block "
+                          "%.1f)",
+                          median(x_in), median(stats), median(quantized), median(quantized_max))
+                    : "";
     std::printf(
-        "diagnose-stream %-22s M=%-3lld grid %d | served %6.1f us %5.2f TB/s | no PDL %6.1f | "
-        "ring of 2 %6.1f, 4 %6.1f, all %6.1f | 1 slot before the dependency %6.1f | start spread "
-        "%4.1f, past the dependency %5.1f, first slot %5.1f, "
-        "first block done %6.1f, last %6.1f, outside the kernel %5.1f\n",
-        shape_name(sc).c_str(), static_cast<long long>(m), grid, served_us,
-        w_bytes / (served_us * 1e-6) / 1e12, no_pdl_us, ring2_us, ring4_us, ring8_us, pre1_us,
-        median(spread), median(waited), median(first_full), median(done_min), median(done_max),
+        "diagnose-stream %-22s M=%-3lld grid %d | served%s %6.1f us %5.2f TB/s | quantize kernel "
+        "first %6.1f, no PDL %6.1f | ring of 2 %6.1f, %d %6.1f, all %6.1f | %s 1 %6.1f, none "
+        "%6.1f | start spread "
+        "%4.1f, past the dependency %5.1f%s, first slot %5.1f, "
+        "blocks done first %6.1f, median %6.1f, last %6.1f (last four start:done%s), outside "
+        "the kernel %5.1f\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), grid, served_fuse ? " (fused)" : "",
+        served_us, w_bytes / (served_us * 1e-6) / 1e12, quant_first_us, no_pdl_us, ring2_us, 4,
+        ring4_us, ring8_us,
+        served_fuse ? "weight slots before the rows are in:" : "slots before the dependency:",
+        pre1_us, pre0_us, median(spread), median(waited), fused_note.c_str(), median(first_full),
+        median(done_min), median(done_med), median(done_max), slowest.c_str(),
         served_us - median(done_max));
+    std::printf(
+        "diagnose-stream %-22s M=%-3lld late SMs (us after their launch's median block)%s | "
+        "correlation of even and odd launches (odd ranges shifted by half the grid): per SM "
+        "%.2f, per range %.2f\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), sm_note.c_str(), r, r_range);
     std::fflush(stdout);
   }
   return absl::OkStatus();

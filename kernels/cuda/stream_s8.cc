@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
@@ -16,7 +17,7 @@ namespace {
 
 // Where a call keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
-  size_t xq = 0, sa = 0, azp = 0, counters = 0, partials = 0, total = 0;
+  size_t flags = 0, xq = 0, sa = 0, azp = 0, counters = 0, partials = 0, total = 0;
   ScratchLayout(int64_t m, int64_t n, int64_t k, int grid) {
     size_t off = 0;
     auto take = [&off](size_t bytes) {
@@ -24,6 +25,7 @@ struct ScratchLayout {
       off += align_up(bytes);
       return at;
     };
+    flags = take(stream_s8_flags_bytes(grid));
     xq = take(stream_xq_bytes(m, k));
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
@@ -48,6 +50,8 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
 
   int grid_ = 0;
   StreamTmaMap w_map_;
+  // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
+  uint64_t token_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
@@ -57,6 +61,8 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   RETURN_IF_ERROR(p->attach());
   RETURN_IF_CUDA_ERROR(stream_s8_grid(c.n, c.k, &p->grid_));
   RETURN_IF_CUDA_ERROR(stream_s8_weights_map(p->dev_->w.as<int8_t>(), c.n, c.k, &p->w_map_));
+  std::random_device rd;
+  p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
   return p;
 }
@@ -96,16 +102,32 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   g.partials = at<int32_t>(scratch, L.partials);
   g.grid = grid_;
   g.pdl = true;
-
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
   const QuantizeParams qp = quantize_params(c);
   const XqLayout layout = stream_xq_layout(m);
-  RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
-                                          xq, sa, azp, stream, counters, stream_s8_counters(c.n),
-                                          &layout));
+  const ElemType x_type = static_cast<ElemType>(args.x_dtype);
+  // A few rows of 16-bit activations are quantized inside the kernel: no quantize kernel, and the
+  // weights stream from the launch's first microsecond (see stream_s8.h).
+  g.fuse = stream_s8_can_fuse(m, c.k, x_type, args.x);
+
+  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+  if (g.fuse) {
+    g.pdl = false;
+    g.x = args.x;
+    g.x_type = x_type;
+    g.qp = qp;
+    g.sa_out = sa;
+    g.azp_out = azp;
+    g.xq_out = debug != nullptr ? xq : nullptr;
+    g.flags = at<uint64_t>(scratch, L.flags);
+    g.token = token_;
+  } else {
+    RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, x_type, m, c.k, qp, xq, sa, azp, stream,
+                                            counters, stream_s8_counters(c.n), &layout));
+  }
   // The event does not hold the programmatic launch back (measured on the H200: recording it
   // here or before the quantize kernel gives the same serving time): the quantize stage is the
-  // quantize kernel, and the GEMM stage the rest of the GEMM after it.
+  // quantize kernel (empty when the GEMM quantizes), and the GEMM stage the rest of the GEMM
+  // after it.
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
   RETURN_IF_CUDA_ERROR(launch_stream_s8(g, stream));
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));

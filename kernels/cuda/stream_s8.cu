@@ -21,13 +21,21 @@
 // The blocks still finish 4-11 us apart: SMs stream at different rates. Ranges claimed from a
 // counter as blocks finish (a fifth of the units in small ranges) measured slower on every shape
 // (28672 x 4096: 52 us), the claimed ranges' units arriving at a third of the static ones' rate.
+// Which blocks are late follows the SM more than the range (bench --diagnose, ranges shifted by
+// half the grid on alternate launches: the correlation of a block's lateness between the two
+// halves is 0.79-0.90 per SM and -0.01-0.60 per range on the layers with K = 8192 and 28672), but
+// not steadily enough to size the ranges by it: shares sized to each block's measured speed
+// made the op 0.8-4.4 us slower at M = 1 and 16 on every benchmark layer but one (57344 x 8192
+// at M = 1: 1.3 us faster).
 //
 // Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
 // swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's
 // activations for the chunk (the quantize kernel writes them chunk by chunk: stream_xq_layout)
 // into a ring slot, completing on the slot's mbarrier. The ring's first round of weight loads is
 // issued before griddepcontrol.wait, so the weight stream starts while the quantize kernel is
-// still running; the activation copies follow the wait.
+// still running; the activation copies follow the wait. Fused (quantizing inside the launch), the
+// producer first copies the raw rows into shared memory, then streams the weights alone, and the
+// consumers quantize the rows (fused_row_params, fused_quantize_rows) before their first unit.
 //
 // Consumers: warp w multiplies rows [16 w, 16 w + 16) of the slot's row block: ldmatrix.x4 of the
 // weights (addresses unswizzled) is the A operand of mma.sync.m16n8k32 (s8 x s8 -> s32),
@@ -40,8 +48,10 @@
 
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "kernels/cuda/epilogue_s32_device.cuh"
+#include "kernels/cuda/quantize_s8_device.cuh"
 #include "kernels/cuda/sm90_async_device.cuh"
 #include "kernels/cuda/stream_s8_device.h"
 
@@ -79,13 +89,39 @@ __host__ __device__ constexpr int slot_bytes(int nt) {
   return (kWeightBytes + 8 * nt * kStreamXRow + 1023) / 1024 * 1024;
 }
 
+// Ring slots of a fused launch (quantizing inside the kernel), as the unfused launch's: measured
+// on the H200 (bench --diagnose, M = 1, us; 2 / 3 / 4 slots): 6144 x 4096 14.5 / 15.2 / 16.0,
+// 28672 x 4096 36.7 / 36.2 / 38.0, 4096 x 14336 24.3 / 23.3 / 24.7, 8192 x 8192 25.1 / 24.9 /
+// 25.7, 57344 x 8192 118.1 / 122.9 / 126.0.
+constexpr int kFusedStages = 3;
+
 struct KernelParams {
-  StreamS8Args a;  // first: its TMA descriptor keeps the 64-byte alignment
-  int64_t units;   // row blocks x chunks per row
-  int64_t chunks;  // chunks per row: ceil(k / kStreamChunk)
-  int stages;      // ring slots
-  int prefetch;    // slots filled before the grid dependency
+  StreamS8Args a;    // first: its TMA descriptor keeps the 64-byte alignment
+  int64_t units;     // row blocks x chunks per row
+  int64_t chunks;    // chunks per row: ceil(k / kStreamChunk)
+  int stages;        // ring slots
+  int prefetch;      // slots filled before the grid dependency
+  uint32_t slot;     // bytes per ring slot
+  uint32_t xs_off;   // fused: the quantized rows (stream_xq_layout), bytes from the ring's start
+  uint32_t raw_off;  // fused: the raw rows [m, k]
+  uint32_t aux_off;  // fused: the rows' statistics and parameters (FusedAux)
 };
+
+// A fused launch's per-row values in shared memory: each consumer warp's statistics of each row,
+// then the rows' parameters (for the quantization and the epilogue).
+struct FusedAux {
+  device::RowStats stats[kStreamFuseMaxM][kStreamRows / 16];
+  device::RowParams rp[kStreamFuseMaxM];
+};
+
+// A fused launch's shared memory past the ring, for m rows of k values.
+__host__ __device__ constexpr uint32_t fused_xs_bytes(int64_t m, int64_t k) {
+  return static_cast<uint32_t>(((k + kStreamChunk - 1) / kStreamChunk * m * kStreamXRow + 127) /
+                               128 * 128);
+}
+__host__ __device__ constexpr uint32_t fused_raw_bytes(int64_t m, int64_t k) {
+  return static_cast<uint32_t>((m * k * 2 + 127) / 128 * 128);
+}
 
 // One TMA box of the 2-D weights at (k0, n0) into shared `dst`, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const StreamTmaMap* map, int32_t k0,
@@ -120,6 +156,125 @@ __device__ __forceinline__ void trace_point(const StreamS8Args& a, int point) {
   }
 }
 
+// The consumer warps' own barrier (the producer warp never joins it).
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+// A fused launch's quantization, by the consumer warps once the raw rows are in shared memory,
+// in two steps: every row's statistics (each warp a quarter of the row) and its parameters (SPEC
+// section 2, the quantize kernel's device code) into FusedAux, block 0 writing sa and azp for the
+// caller; then the rows quantized into xs (stream_xq_layout), block 0 writing xq for the caller
+// when asked. Quantizing each K chunk only before the block's first unit of it, one or eight
+// chunks at a time, measured slower on the H200 (bench --diagnose, M = 1, us; up front / one /
+// eight): 8192 x 8192 24.9 / 29.1 / 26.4, 8192 x 28672 67.4 / 74.4 / 70.8: each step's code and
+// barrier cost more than the wait for the whole rows, which the ring's first slots cover.
+template <typename XT, QuantScheme S>
+__device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedAux* aux) {
+  const StreamS8Args& a = p.a;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int M = static_cast<int>(a.m);
+  const int64_t vecs = a.k / 8;
+  constexpr int kThreadsQ = kConsumerWarps * 32;
+  // kLoads vectors loaded before any is used: one warp per SM sub-partition has no other warp to
+  // hide its shared-memory latency behind.
+  constexpr int kLoads = 8;
+  for (int r = 0; r < M; ++r) {
+    device::WarpRowStats<XT, S> ws;
+    for (int64_t i0 = tid; i0 < vecs; i0 += kLoads * kThreadsQ) {
+      uint4 u[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (i0 + j * kThreadsQ < vecs) u[j] = raw[r * vecs + i0 + j * kThreadsQ];
+      }
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (i0 + j * kThreadsQ < vecs) ws.visit8(u[j]);
+      }
+    }
+    const device::RowStats st = ws.reduce();
+    if (lane == 0) aux->stats[r][warp] = st;
+  }
+  consumer_barrier();
+  if (tid < M) {  // thread r: row r's parameters
+    device::RowStats all = aux->stats[tid][0];
+#pragma unroll
+    for (int w = 1; w < kConsumerWarps; ++w) all.merge(aux->stats[tid][w]);
+    const device::RowParams rp = device::row_params<S>(all, a.qp);
+    aux->rp[tid] = rp;
+    if (blockIdx.x == 0) {
+      a.sa_out[tid] = rp.sa;
+      if (a.azp_out != nullptr && rp.mode != device::kBadRow) a.azp_out[tid] = rp.zp;
+    }
+  }
+  consumer_barrier();
+  if (tid == 0) trace_point(a, 7);
+}
+
+// Every row quantized into xs (stream_xq_layout), kLoads vectors per thread loaded at once.
+template <typename XT, QuantScheme S>
+__device__ void fused_quantize_rows(const KernelParams& p, const uint4* raw, int8_t* xs,
+                                    const FusedAux* aux) {
+  const StreamS8Args& a = p.a;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int M = static_cast<int>(a.m);
+  const int64_t vecs = a.k / 8;
+  constexpr int kThreadsQ = kConsumerWarps * 32;
+  constexpr int kLoads = 8;
+  for (int r = 0; r < M; ++r) {
+    const device::RowParams rp = aux->rp[r];
+    for (int64_t i0 = tid; i0 < vecs; i0 += kLoads * kThreadsQ) {
+      uint4 u[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (i0 + j * kThreadsQ < vecs) u[j] = raw[r * vecs + i0 + j * kThreadsQ];
+      }
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        const int64_t i = i0 + j * kThreadsQ;
+        if (i >= vecs) break;
+        const uint2 q =
+            rp.mode == device::kQuantize ? device::quantize8<XT, S>(u[j], rp) : make_uint2(0, 0);
+        const int64_t e = 8 * i;  // a vector never straddles a chunk
+        const int64_t off =
+            (e / kStreamChunk) * (M * kStreamXRow) + r * kStreamXRow + e % kStreamChunk;
+        *reinterpret_cast<uint2*>(xs + off) = q;
+        if (a.xq_out != nullptr && blockIdx.x == 0) *reinterpret_cast<uint2*>(a.xq_out + off) = q;
+      }
+    }
+  }
+  consumer_barrier();
+}
+
+template <typename XT>
+__device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedAux* aux) {
+  switch (p.a.qp.scheme) {
+    case QuantScheme::kDynamicSymmetric:
+      return fused_row_params<XT, QuantScheme::kDynamicSymmetric>(p, raw, aux);
+    case QuantScheme::kStaticSymmetric:
+      return fused_row_params<XT, QuantScheme::kStaticSymmetric>(p, raw, aux);
+    case QuantScheme::kDynamicAsymmetric:
+      return fused_row_params<XT, QuantScheme::kDynamicAsymmetric>(p, raw, aux);
+    case QuantScheme::kStaticAsymmetric:
+      return fused_row_params<XT, QuantScheme::kStaticAsymmetric>(p, raw, aux);
+  }
+}
+
+template <typename XT>
+__device__ void fused_quantize_rows(const KernelParams& p, const uint4* raw, int8_t* xs,
+                                    const FusedAux* aux) {
+  switch (p.a.qp.scheme) {
+    case QuantScheme::kDynamicSymmetric:
+      return fused_quantize_rows<XT, QuantScheme::kDynamicSymmetric>(p, raw, xs, aux);
+    case QuantScheme::kStaticSymmetric:
+      return fused_quantize_rows<XT, QuantScheme::kStaticSymmetric>(p, raw, xs, aux);
+    case QuantScheme::kDynamicAsymmetric:
+      return fused_quantize_rows<XT, QuantScheme::kDynamicAsymmetric>(p, raw, xs, aux);
+    case QuantScheme::kStaticAsymmetric:
+      return fused_quantize_rows<XT, QuantScheme::kStaticAsymmetric>(p, raw, xs, aux);
+  }
+}
+
 // The block whose range holds unit u: the largest c with floor(units * c / grid) <= u.
 __device__ __forceinline__ int64_t block_of(int64_t u, int64_t units, int64_t grid) {
   return ((u + 1) * grid - 1) / units;
@@ -145,29 +300,39 @@ struct RangeOrder {
   }
 };
 
-template <int NT>
+// XT: void, or the 16-bit activation type of a fused launch (quantizing inside the kernel; NT 1).
+template <int NT, typename XT>
 __global__ void __launch_bounds__(kThreads, 1)
     stream_s8_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kFuse = !std::is_void_v<XT>;
   extern __shared__ __align__(128) unsigned char smem[];
   const StreamS8Args& a = p.a;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t G = gridDim.x, c = blockIdx.x;
+  const int64_t G = gridDim.x, c = (blockIdx.x + a.range_shift) % G;
   const RangeOrder order(p.units * c / G, p.units * (c + 1) / G, p.chunks);
   const int64_t count = order.u1 - order.u0;
   const int64_t N = a.n, K = a.k;
   const int M = static_cast<int>(a.m);
   const int S = p.stages;
   const uint32_t full0 = smem_addr(smem), empty0 = full0 + 8 * kMaxStages;
+  const uint32_t xbar = empty0 + 8 * kMaxStages;  // fused: the raw rows are in
   const uint32_t ring =
       (smem_addr(smem) + kBarrierBytes + kAlignSlack - 1) & ~uint32_t{kAlignSlack - 1};
+  unsigned char* const ring_ptr = smem + (ring - smem_addr(smem));
 
   if (threadIdx.x == 0) {
     trace_point(a, 0);
+    if (a.trace != nullptr) {
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      a.trace[blockIdx.x * kStreamTracePoints + 6] = sm;
+    }
     for (int s = 0; s < S; ++s) {
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, kConsumerWarps);
     }
+    if constexpr (kFuse) mbar_init(xbar, 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -184,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t len = K - k0 < kStreamChunk ? K - k0 : kStreamChunk;
       const int boxes = static_cast<int>((len + kBox - 1) / kBox);
       const uint32_t bar = full0 + 8 * s;
-      const uint32_t slot = ring + static_cast<uint32_t>(s * slot_bytes(NT));
-      const uint32_t xbytes = static_cast<uint32_t>(M * kStreamXRow);
+      const uint32_t slot = ring + static_cast<uint32_t>(s) * p.slot;
+      const uint32_t xbytes = kFuse ? 0 : static_cast<uint32_t>(M * kStreamXRow);
       if (arm) {
         // Whole boxes: the TMA counts the zeros it fills past N and K too.
         if (lane == 0) mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kBoxBytes) + xbytes);
@@ -199,7 +364,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         bulk_copy(slot + kWeightBytes, a.xq + kc * xbytes, xbytes, bar, evict_last);
       }
     };
-    const int64_t pre_max = p.prefetch < S ? p.prefetch : S;
+    if constexpr (kFuse) {
+      // The raw rows first, ahead of this SM's weight copies (every block reads the same rows,
+      // from L2 after the first), then the ring, refilled as the consumers free its slots.
+      grid_dependency_wait();
+      if (lane == 0) {
+        trace_point(a, 1);
+        const uint32_t bytes = static_cast<uint32_t>(M * K * 2);
+        mbar_expect_tx(xbar, bytes);
+        bulk_copy(ring + p.raw_off, a.x, bytes, xbar, evict_last);
+      }
+      // p.prefetch slots go out before the rows are in (benchmarks; by default all of them).
+      const int64_t pre_max = p.prefetch < 0 ? 0 : p.prefetch < S ? p.prefetch : S;
+      const int64_t pre = count < pre_max ? count : pre_max;
+      for (int64_t li = 0; li < count; ++li) {
+        const int s = static_cast<int>(li % S);
+        if (li == pre) mbar_wait(xbar, 0);
+        if (li >= S) mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((li / S - 1) & 1));
+        issue(li, true, true, false);
+      }
+      return;
+    }
+    const int64_t pre_max = p.prefetch < 0 ? 0 : p.prefetch < S ? p.prefetch : S;
     const int64_t pre = count < pre_max ? count : pre_max;
     for (int64_t li = 0; li < pre; ++li) issue(li, true, true, false);
     grid_dependency_wait();
@@ -215,6 +401,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // --- Consumers ---
   grid_dependency_wait();  // sa, azp and the counters come from the quantize kernel
+  FusedAux* const aux = reinterpret_cast<FusedAux*>(ring_ptr + p.aux_off);
+  const uint4* const raw = reinterpret_cast<const uint4*>(ring_ptr + p.raw_off);
+  int8_t* const xs = reinterpret_cast<int8_t*>(ring_ptr + p.xs_off);
+  if constexpr (kFuse) {
+    mbar_wait(xbar, 0);
+    if (threadIdx.x == 0) trace_point(a, 4);
+    fused_row_params<XT>(p, raw, aux);
+    fused_quantize_rows<XT>(p, raw, xs, aux);
+    if (threadIdx.x == 0) trace_point(a, 5);
+  }
   const int gq = lane / 4, tq = lane % 4;
   // ldmatrix row addresses. Weights: matrices rows 0-7 / 8-15 at k 0-15, then at k 16-31; row r
   // of a box holds its 16-byte unit j at unit j ^ (r % 8) (128-byte swizzle). Activations: the 8
@@ -227,8 +423,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     return slot + static_cast<uint32_t>(box * kBoxBytes) + a_base +
            static_cast<uint32_t>((unit ^ a_xor) * 16);
   };
+  // Activations: in the slot (8 token rows; rows past M hold stale bytes that only reach outputs
+  // past M), or fused in xs, chunk after chunk of M rows (rows past M read row 0).
   const uint32_t b_off =
       static_cast<uint32_t>(kWeightBytes + (lane % 8) * kStreamXRow + 16 * (lane / 8));
+  const uint32_t xs_row =
+      ring + p.xs_off +
+      static_cast<uint32_t>((lane % 8 < M ? lane % 8 : 0) * kStreamXRow + 16 * (lane / 8));
   int32_t acc[NT][4], acc2[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -245,6 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (n >= N) continue;
       const float sb = a.sb[n];
       const int32_t adj = a.azp_adj != nullptr ? a.azp_adj[n] : 0;
+      // (fused: the rows' sa and zero points from shared memory)
       const float bias_f = has_bias ? device::round_to_y(a.y_type, a.bias[n]) : 0.f;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -255,9 +457,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int32_t total = v[t][2 * h + j];
           const int64_t idx = static_cast<int64_t>(m) * N + n;
           if (a.acc != nullptr) a.acc[idx] = total;
-          const int32_t zp = a.azp != nullptr ? a.azp[m] : 0;
+          const int32_t zp = kFuse ? aux->rp[m].zp : a.azp != nullptr ? a.azp[m] : 0;
+          const float sa = kFuse ? aux->rp[m].sa : a.sa[m];
           device::store_y(a.y, a.y_type, idx,
-                          device::dequant(a.scheme, has_bias, total, a.sa[m], zp, sb, adj, bias_f));
+                          device::dequant(a.scheme, has_bias, total, sa, zp, sb, adj, bias_f));
         }
       }
     }
@@ -295,7 +498,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncwarp();
-    if (lane == 0) device::red_add_release(a.counters + rb * kConsumerWarps + warp, 1);
+    if (lane == 0) {
+      if constexpr (kFuse) {
+        device::store_release(a.flags + c * kConsumerWarps + warp, a.token);
+      } else {
+        device::red_add_release(a.counters + rb * kConsumerWarps + warp, 1);
+      }
+    }
     clear();
   };
   // Row block rb is complete in this block's sums: its outputs, after adding the partial sums of
@@ -306,8 +515,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t first = block_of(rb * p.chunks, p.units, G);
     if (first < c) {
       if (lane == 0) {
-        const int* published = a.counters + rb * kConsumerWarps + warp;
-        while (device::load_acquire(published) < static_cast<int>(c - first)) __nanosleep(32);
+        if constexpr (kFuse) {
+          for (int64_t q = first; q < c; ++q) {
+            while (device::load_acquire(a.flags + q * kConsumerWarps + warp) != a.token) {
+              __nanosleep(32);
+            }
+          }
+        } else {
+          const int* published = a.counters + rb * kConsumerWarps + warp;
+          while (device::load_acquire(published) < static_cast<int>(c - first)) __nanosleep(32);
+        }
       }
       __syncwarp();  // orders lane 0's acquire before every lane's reads
       // kBatch blocks' loads in flight at once.
@@ -343,6 +560,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+      if constexpr (kFuse) {
+        // Read: the flags back to zero for the next launch (which starts after this one ends).
+        __syncwarp();
+        if (lane == 0) {
+          for (int64_t q = first; q < c; ++q) a.flags[q * kConsumerWarps + warp] = 0;
+        }
+      }
     }
     epilogue(rb, acc);
     clear();
@@ -357,7 +581,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(full0 + 8 * s, static_cast<uint32_t>((li / S) & 1));
     if (li == 0 && threadIdx.x == 0) trace_point(a, 2);
     if (n0 + 16 * warp < N) {  // warp-uniform
-      const uint32_t slot = ring + static_cast<uint32_t>(s * slot_bytes(NT));
+      const uint32_t slot = ring + static_cast<uint32_t>(s) * p.slot;
+      const uint32_t xrow =
+          kFuse ? xs_row + static_cast<uint32_t>(kc * M * kStreamXRow) : slot + b_off;
       // 64 bytes of K: two k32 steps into two accumulator sets (independent mma chains).
       auto step64 = [&](int kb, bool tail) {
         uint32_t a0[4], a1[4];
@@ -366,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
           uint32_t b[4];
-          ldmatrix_x4(slot + b_off + 8 * t * kStreamXRow + kb, b);
+          ldmatrix_x4(xrow + 8 * t * kStreamXRow + kb, b);
           if (tail) {
             // Bytes past the chunk's end hold stale data: zero activations make them count 0.
 #pragma unroll
@@ -421,43 +647,70 @@ size_t dynamic_smem_bytes() {
   return static_cast<size_t>(kBarrierBytes + kAlignSlack + stages_for<NT>() * slot_bytes(NT));
 }
 
-template <int NT>
+// The kernel's shared-memory limit, set once: what the unfused ring of NT n-blocks needs, or
+// (fused) all the block may have.
+template <int NT, typename XT>
 cudaError_t prepare_kernel() {
   static cudaError_t status = cudaErrorNotYetImplemented;
   static std::once_flag once;
   std::call_once(once, [] {
+    const size_t bytes =
+        std::is_void_v<XT> ? dynamic_smem_bytes<NT>() : static_cast<size_t>(max_smem_per_block());
     status = stages_for<NT>() < 2
                  ? cudaErrorInvalidConfiguration
-                 : cudaFuncSetAttribute(stream_s8_kernel<NT>,
+                 : cudaFuncSetAttribute(stream_s8_kernel<NT, XT>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(dynamic_smem_bytes<NT>()));
+                                        static_cast<int>(bytes));
   });
   return status;
 }
 
-template <int NT>
+template <int NT, typename XT>
 cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
-  if (const cudaError_t e = prepare_kernel<NT>(); e != cudaSuccess) return e;
+  constexpr bool kFuse = !std::is_void_v<XT>;
+  if (const cudaError_t e = prepare_kernel<NT, XT>(); e != cudaSuccess) return e;
   KernelParams kp;
   kp.a = a;
   kp.chunks = (a.k + kStreamChunk - 1) / kStreamChunk;
   kp.units = (a.n + kStreamRows - 1) / kStreamRows * kp.chunks;
-  const int stages = a.stages > 0 ? a.stages : kDefaultStages;
-  kp.stages = stages < stages_for<NT>() ? stages : stages_for<NT>();
-  kp.prefetch = a.prefetch > 0 ? a.prefetch : kp.stages;
+  size_t smem = 0;
+  if constexpr (kFuse) {
+    // [ring | xs | raw rows | FusedAux], as many slots (up to kFusedStages, or as asked) as fit.
+    const size_t fixed = kBarrierBytes + kAlignSlack + fused_xs_bytes(a.m, a.k) +
+                         fused_raw_bytes(a.m, a.k) + sizeof(FusedAux);
+    const int64_t room =
+        (static_cast<int64_t>(max_smem_per_block()) - static_cast<int64_t>(fixed) - 256) /
+        kWeightBytes;
+    const int fit = static_cast<int>(room < kMaxStages ? room : kMaxStages);
+    if (fit < 2) return cudaErrorInvalidConfiguration;
+    const int stages = a.stages > 0 ? a.stages : kFusedStages;
+    kp.stages = stages < fit ? stages : fit;
+    kp.slot = kWeightBytes;
+    kp.xs_off = static_cast<uint32_t>(kp.stages) * kWeightBytes;
+    kp.raw_off = kp.xs_off + fused_xs_bytes(a.m, a.k);
+    kp.aux_off = kp.raw_off + fused_raw_bytes(a.m, a.k);
+    smem = fixed + static_cast<size_t>(kp.stages) * kWeightBytes;
+  } else {
+    const int stages = a.stages > 0 ? a.stages : kDefaultStages;
+    kp.stages = stages < stages_for<NT>() ? stages : stages_for<NT>();
+    kp.slot = slot_bytes(NT);
+    kp.xs_off = kp.raw_off = kp.aux_off = 0;
+    smem = dynamic_smem_bytes<NT>();
+  }
+  kp.prefetch = a.prefetch != 0 ? a.prefetch : kp.stages;
   // No block without work: the reduction counts every block between a row block's first and last.
   const int64_t grid = a.grid < kp.units ? a.grid : kp.units;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = dynamic_smem_bytes<NT>();
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = a.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, stream_s8_kernel<NT>, kp);
+  return cudaLaunchKernelEx(&cfg, stream_s8_kernel<NT, XT>, kp);
 }
 
 }  // namespace
@@ -503,13 +756,21 @@ cudaError_t launch_stream_s8(const StreamS8Args& a, cudaStream_t stream) {
       a.grid < 1) {
     return cudaErrorInvalidValue;
   }
+  if (a.fuse) {
+    if (!stream_s8_can_fuse(a.m, a.k, a.x_type, a.x) || a.flags == nullptr || a.token == 0 ||
+        a.sa_out == nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    return a.x_type == ElemType::kBF16 ? launch_nt<1, __nv_bfloat16>(a, stream)
+                                       : launch_nt<1, __half>(a, stream);
+  }
   switch (stream_m_pad(a.m)) {
     case 8:
-      return launch_nt<1>(a, stream);
+      return launch_nt<1, void>(a, stream);
     case 16:
-      return launch_nt<2>(a, stream);
+      return launch_nt<2, void>(a, stream);
     default:
-      return launch_nt<4>(a, stream);
+      return launch_nt<4, void>(a, stream);
   }
 }
 

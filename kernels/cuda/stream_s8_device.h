@@ -46,6 +46,17 @@ inline size_t stream_xq_bytes(int64_t m, int64_t k) {
   return static_cast<size_t>((k + kStreamChunk - 1) / kStreamChunk * m * kStreamXRow);
 }
 
+// Quantizing inside the kernel (StreamS8Args::fuse): up to kStreamFuseMaxM rows of 16-bit
+// activations with m * k <= kStreamFuseMaxElems. Every block holds the raw rows and their
+// quantized form in shared memory next to the ring, and quantizes them all before its first
+// unit: measured on the H200 (bench --diagnose, M = 1, us, fused / the quantize kernel first),
+// 6144 x 4096 15.1 / 16.2, 4096 x 4096 13.2 / 14.2, 28672 x 4096 36.3 / 38.0, 4096 x 14336
+// 23.5 / 24.8, 8192 x 8192 24.9 / 26.5, 57344 x 8192 122.4 / 121.5, but 8192 x 28672 67.5 /
+// 66.6: a row of 28672 took its blocks 5.4 us from the launch's start, against 2.1-3.5 us for
+// rows of 4096-14336.
+inline constexpr int64_t kStreamFuseMaxM = 8;
+inline constexpr int64_t kStreamFuseMaxElems = 16384;
+
 // Device pointers and sizes of one launch. xq (stream_xq_layout), sa [m] and azp [m] (0 for
 // symmetric schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj
 // [n] (asymmetric schemes, as LayerWeights holds it); bias [n] fp32 or null (rounded to y's type in
@@ -74,20 +85,45 @@ struct StreamS8Args {
   // Blocks (one per SM at most: each holds a ring of nearly all of the SM's shared memory).
   int grid = 0;
   // Benchmarks: ring slots (0: the default, stream_s8.cu; at most what shared memory holds) and
-  // how many are filled before the grid dependency (0: all).
+  // how many are filled before the grid dependency (fused: before the raw rows are in; 0: all,
+  // -1: none).
   int stages = 0;
   int prefetch = 0;
+  // Benchmarks only: block b takes the range of block (b + range_shift) % grid (every block must
+  // be resident at once: an owner then may wait for a block dispatched after it).
+  int range_shift = 0;
   // Benchmarks only: when set, every block writes kStreamTracePoints %globaltimer stamps (ns) at
   // trace[block * kStreamTracePoints + i]: entry, the producer past griddepcontrol.wait, the
-  // first ring slot full (consumer warp 0), consumer warp 0 done (its last row block finished).
+  // first ring slot full (consumer warp 0), consumer warp 0 done (its last row block finished),
+  // then (fused) the raw rows in shared memory and the rows quantized (consumer warp 0), the
+  // block's SM id, and (fused) the rows' parameters known.
   uint64_t* trace = nullptr;
   // Launched as the previous kernel's programmatic dependent: the weights' first ring of copies
   // goes out before griddepcontrol.wait, everything that reads the previous kernel's results
   // after it.
   bool pdl = false;
+  // Quantizing inside the kernel, with no quantize kernel before it (stream_s8_can_fuse): every
+  // block copies x [m, k] (bf16 or fp16, 16-byte aligned) into its shared memory, gathers each
+  // row's statistics and quantizes the rows there (qp, SPEC section 2, the quantize kernel's own
+  // device code), while its producer streams the weights; xq, sa and azp are unused. Block 0
+  // writes sa_out [m], azp_out [m] (asymmetric schemes, when not null) and xq_out
+  // (stream_xq_layout, when not null) for the caller. The split row blocks meet through flags
+  // [stream_s8_flags_bytes(grid)] instead of counters: a block stores `token` (nonzero) in its own
+  // flag when its partial sums are out, and the owner waits for it and stores zero after reading
+  // them. So the flags need no zeroing before a launch, only never to hold `token` when it
+  // starts: a random 64-bit value per layer, which a completed launch leaves nowhere.
+  bool fuse = false;
+  const void* x = nullptr;
+  ElemType x_type = ElemType::kBF16;
+  QuantizeParams qp;
+  float* sa_out = nullptr;
+  int32_t* azp_out = nullptr;
+  int8_t* xq_out = nullptr;
+  uint64_t* flags = nullptr;
+  uint64_t token = 0;
 };
 
-inline constexpr int kStreamTracePoints = 4;
+inline constexpr int kStreamTracePoints = 8;
 
 // The padded token count for m rows (m <= kStreamMaxM).
 inline int stream_m_pad(int64_t m) { return m <= 8 ? 8 : m <= 16 ? 16 : 32; }
@@ -101,6 +137,18 @@ inline int64_t stream_s8_counters(int64_t n) {
 // part of a row block that a later block owns).
 inline size_t stream_s8_partials_bytes(int grid, int64_t m) {
   return static_cast<size_t>(grid) * kStreamRows * stream_m_pad(m) * 4;
+}
+
+// Bytes of the flags of a fused launch on `grid` blocks (one per block and consumer warp).
+inline size_t stream_s8_flags_bytes(int grid) {
+  return static_cast<size_t>(grid) * (kStreamRows / 16) * sizeof(uint64_t);
+}
+
+// Whether a launch of m rows of k values of x_type at x can quantize inside the kernel.
+inline bool stream_s8_can_fuse(int64_t m, int64_t k, ElemType x_type, const void* x) {
+  return m >= 1 && m <= kStreamFuseMaxM && m * k <= kStreamFuseMaxElems &&
+         (x_type == ElemType::kBF16 || x_type == ElemType::kF16) &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 // Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):

@@ -1,13 +1,15 @@
 // cuda.stream_s8 beyond the shared fused-kernel tests (gemv_s8_test.cc): shapes whose work units
 // end mid-chunk and mid-row-block (K % 512 and N % 64 awkward, K % 32 == 16), one row block
 // shared by dozens of blocks (long K, narrow N), every scheme at M = 1..32, and the launch entry
-// point at grids from 1 block to more blocks than units, accumulators checked exactly.
+// point at grids from 1 block to more blocks than units, accumulators checked exactly, with the
+// quantize kernel first and quantizing inside the kernel (fused).
 #include "kernels/cuda/stream_s8.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/cuda_context.h"
@@ -35,8 +37,9 @@ TEST_F(StreamS8Test, AwkwardShapesMatchTheReference) {
     int64_t n, k;
   };
   // 1040 x 1552: a 16-row last row block, a 16-byte last chunk. 64 x 28672: one row block over
-  // 56 blocks. 4112 x 5136: both, with ranges ending mid-chunk. 176 x 48: fewer units than SMs.
-  const Shape shapes[] = {{1040, 1552}, {64, 28672}, {4112, 5136}, {176, 48}};
+  // 56 blocks (64 x 14336: over 28, quantizing inside the kernel at M = 1). 4112 x 5136: both,
+  // with ranges ending mid-chunk. 176 x 48: fewer units than SMs.
+  const Shape shapes[] = {{1040, 1552}, {64, 28672}, {64, 14336}, {4112, 5136}, {176, 48}};
   int combo = 0;
   for (const Shape& s : shapes) {
     for (Scheme scheme : kSchemes) {
@@ -126,6 +129,147 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
       ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
                 cudaSuccess);
       EXPECT_EQ(first_mismatch(want, got), -1) << "M=" << m << " grid=" << grid;
+    }
+  }
+}
+
+// The fused launch (quantizing inside the kernel) at every kind of grid, launched again and again
+// on the same flags, which start as garbage and are never cleared between launches: bf16 rows of
+// integers in [-127, 127] that each hold 127 quantize to themselves (dynamic symmetric), so acc
+// is a host int32 GEMM of x; block 0's sa and xq are checked too.
+TEST_F(StreamS8Test, FusedLaunchesReuseTheirFlagsAtEveryGrid) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 1040, k = 3088;  // 17 row blocks (the last 16 rows), 7 chunks (the last 16 B)
+  const int64_t units = 17 * 7;
+  std::vector<int8_t> w(static_cast<size_t>(n * k));
+  for (int8_t& v : w) v = static_cast<int8_t>(rng.range(-128, 127));
+  std::vector<float> ones(static_cast<size_t>(n), 1.f);
+  const int max_grid = static_cast<int>(units) + 5;
+  const int64_t max_m = std::min(kStreamFuseMaxM, kStreamFuseMaxElems / k);
+  DeviceBuffer dw, dx, dxq, dsb, dsa, dy, dacc, dflags, dpart;
+  ASSERT_TRUE(dw.allocate(w.size(), "w").ok());
+  ASSERT_TRUE(dx.allocate(static_cast<size_t>(max_m * k) * 2, "x").ok());
+  ASSERT_TRUE(dxq.allocate(stream_xq_bytes(kStreamFuseMaxM, k), "xq").ok());
+  ASSERT_TRUE(dsb.allocate(static_cast<size_t>(n) * 4, "sb").ok());
+  ASSERT_TRUE(dsa.allocate(kStreamFuseMaxM * 4, "sa").ok());
+  ASSERT_TRUE(dy.allocate(static_cast<size_t>(kStreamFuseMaxM * n) * 4, "y").ok());
+  ASSERT_TRUE(dacc.allocate(static_cast<size_t>(kStreamFuseMaxM * n) * 4, "acc").ok());
+  ASSERT_TRUE(dflags.allocate(stream_s8_flags_bytes(max_grid), "flags").ok());
+  ASSERT_TRUE(dpart.allocate(stream_s8_partials_bytes(max_grid, kStreamFuseMaxM), "partials").ok());
+  ASSERT_EQ(cudaMemcpy(dw.get(), w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dsb.get(), ones.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemset(dflags.get(), 0xab, stream_s8_flags_bytes(max_grid)), cudaSuccess);
+  const uint64_t token = rng.next() | 1;
+  for (int64_t m : {int64_t{1}, int64_t{3}, max_m}) {
+    std::vector<int8_t> xq(static_cast<size_t>(m * k));
+    for (int8_t& v : xq) v = static_cast<int8_t>(rng.range(-127, 127));
+    for (int64_t i = 0; i < m; ++i) xq[static_cast<size_t>(i * k + rng.range(0, k - 1))] = 127;
+    std::vector<uint16_t> x(xq.size());  // bf16 bits of each integer, exact
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float f = static_cast<float>(xq[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      x[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    std::vector<int32_t> want(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        int32_t s = 0;
+        for (int64_t e = 0; e < k; ++e) s += int32_t{xq[i * k + e]} * int32_t{w[j * k + e]};
+        want[static_cast<size_t>(i * n + j)] = s;
+      }
+    }
+    for (int grid :
+         {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units), max_grid}) {
+      for (int stages : {0, 2}) {
+        ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dsa.get(), 0, kStreamFuseMaxM * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dxq.get(), 0x55, stream_xq_bytes(m, k)), cudaSuccess);
+        StreamS8Args a;
+        ASSERT_EQ(stream_s8_weights_map(dw.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
+        a.m = m;
+        a.n = n;
+        a.k = k;
+        a.w = dw.as<int8_t>();
+        a.sb = dsb.as<float>();
+        a.y = dy.get();
+        a.y_type = ElemType::kF32;
+        a.acc = dacc.as<int32_t>();
+        a.partials = dpart.as<int32_t>();
+        a.grid = grid;
+        a.stages = stages;
+        a.fuse = true;
+        a.x = dx.get();
+        a.x_type = ElemType::kBF16;
+        a.sa_out = dsa.as<float>();
+        a.xq_out = dxq.as<int8_t>();
+        a.flags = dflags.as<uint64_t>();
+        a.token = token;
+        ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<int32_t> got(want.size());
+        ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_EQ(first_mismatch(want, got), -1)
+            << "M=" << m << " grid=" << grid << " stages=" << stages;
+        std::vector<float> sa(static_cast<size_t>(m));
+        ASSERT_EQ(cudaMemcpy(sa.data(), dsa.get(), sa.size() * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (float v : sa) EXPECT_EQ(v, 1.f) << "M=" << m << " grid=" << grid;  // 127 / 127
+        const XqLayout lay = stream_xq_layout(m);
+        std::vector<int8_t> blocked(stream_xq_bytes(m, k));
+        ASSERT_EQ(cudaMemcpy(blocked.data(), dxq.get(), blocked.size(), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < m * k && bad < 0; ++i) {
+          const int64_t r = i / k, e = i % k;
+          if (blocked[static_cast<size_t>((e / lay.chunk) * lay.chunk_stride + r * lay.row_stride +
+                                          e % lay.chunk)] != xq[static_cast<size_t>(i)]) {
+            bad = i;
+          }
+        }
+        EXPECT_EQ(bad, -1) << "xq, M=" << m << " grid=" << grid;
+      }
+    }
+  }
+  // What the fused launch refuses: fp32 rows, rows too long, no token.
+  StreamS8Args a;
+  a.m = 1;
+  a.n = n;
+  a.k = k;
+  a.grid = 4;
+  a.fuse = true;
+  a.x = dx.get();
+  a.sa_out = dsa.as<float>();
+  a.flags = dflags.as<uint64_t>();
+  a.token = token;
+  a.x_type = ElemType::kF32;
+  EXPECT_EQ(launch_stream_s8(a, nullptr), cudaErrorInvalidValue);
+  a.x_type = ElemType::kBF16;
+  a.m = kStreamFuseMaxM + 1;
+  EXPECT_EQ(launch_stream_s8(a, nullptr), cudaErrorInvalidValue);
+  a.m = 1;
+  a.token = 0;
+  EXPECT_EQ(launch_stream_s8(a, nullptr), cudaErrorInvalidValue);
+}
+
+// Through the layer: M = 1 (fused) and M = 16 (the quantize kernel) alternating on one layer,
+// sharing the call contexts' scratch, every answer exact.
+TEST_F(StreamS8Test, FusedAndUnfusedCallsAlternateOnOneLayer) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 4112, 5136, true));
+    if (p.kernel == nullptr) return;
+    for (int round = 0; round < 3; ++round) {
+      for (int64_t m : {1, 16, 2, 6, 7}) {
+        const DType xt = round == 1 ? DType::kF16 : DType::kBF16;
+        EXPECT_TRUE(check_call(p, make_x(rng, m, 5136, xt), xt, m, DType::kBF16))
+            << "round " << round << " M=" << m;
+      }
     }
   }
 }
