@@ -168,17 +168,21 @@ class StreamS8Kernel final : public Kernel {
   // Decode and small batches (M = 1..16); up to 32 tokens when forced (the 17..64 bucket is
   // measured at M = 64, which it cannot take). Measured on the H200 (bench/gpu/gpu_bench.cc,
   // weights rotated past L2, bf16 in/out, bias), op time in us, this kernel / cuda.cutlass_sm90 /
-  // cuda.cublaslt / cuda.gemv_s8:
+  // cuda.cublaslt / cuda.gemv_s8 (M = 1 quantizing inside the launch on every layer but
+  // 8192 x 28672):
   //   (N, K)          M=1                          M=16
-  //   6144 x 4096     18.5 / 18.2 / 20.3 / 20.6     19.7 / 18.4 / 19.4 / 30.4
-  //   4096 x 4096     16.6 / 17.4 / 19.7 / 19.7     17.6 / 16.1 / 17.7 / 29.2
-  //   28672 x 4096    40.3 / 39.6 / 41.6 / 45.2     43.3 / 39.3 / 43.2 / 67.3
-  //   4096 x 14336    25.9 / 37.2 / 40.9 / 32.3     27.0 / 35.4 / 30.3 / 51.4
-  //   8192 x 8192     26.9 / 31.7 / 30.5 / 39.2     28.2 / 31.4 / 33.1 / 59.2
-  //   57344 x 8192   122.8 / 133.9 / 168.1 / 138.6  122.6 / 122.5 / 171.8 / 181.2
-  //   8192 x 28672    69.4 / 85.2 / 76.7 / 83.4     66.7 / 80.3 / 74.0 / 122.0
-  // It wins where K is long or the layer wide (one share per SM whatever the tile grid) and is
-  // within 10% elsewhere; the server's autotune measures each layer and keeps the fastest.
+  //   6144 x 4096     15.5 / 17.4 / 19.9 / 20.5     17.8 / 17.2 / 19.4 / 30.3
+  //   4096 x 4096     13.8 / 15.7 / 19.6 / 19.7     15.7 / 14.7 / 17.8 / 29.2
+  //   28672 x 4096    36.7 / 38.8 / 42.4 / 46.3     41.2 / 39.2 / 44.1 / 69.1
+  //   4096 x 14336    24.1 / 34.0 / 39.9 / 32.4     26.0 / 30.2 / 30.0 / 51.5
+  //   8192 x 8192     24.6 / 30.9 / 30.6 / 39.5     27.1 / 28.8 / 33.2 / 59.2
+  //   57344 x 8192   122.8 / 122.3 / 175.0 / 142.8  121.9 / 124.5 / 175.9 / 181.6
+  //   8192 x 28672    68.6 / 79.6 / 77.8 / 85.2     69.0 / 86.2 / 77.8 / 123.8
+  // At M = 1 it wins on every layer but 57344 x 8192 (a tie); at M = 16 where K is long or the
+  // layer wide (one share per SM whatever the tile grid), within 7% elsewhere. The server's
+  // autotune measures each layer and keeps the fastest. Not
+  // beyond 32 tokens: with 8 n-blocks (M = 64) the mma.sync work outran the stream, 1.3-1.7x
+  // cuda.cutlass_sm90's time on every benchmark layer (57344 x 8192: 179.7 against 123.1 us).
   MRange preferred_m() const override { return MRange{1, 16}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
