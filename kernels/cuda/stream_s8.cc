@@ -3,7 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
@@ -42,13 +44,18 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.n, weights_.config.k, grid_).total;
   }
+  std::string variant(int64_t m) const override;
 
  private:
   explicit StreamS8Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {}
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
+  absl::Status tune_fused_stages();
 
   int grid_ = 0;
+  // The fused form's ring slots (StreamS8Args::stages), timed at load (tune_fused_stages); 0:
+  // the kernel's default.
+  int fused_stages_ = 0;
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
   uint64_t token_ = 0;
@@ -64,7 +71,63 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   std::random_device rd;
   p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
+  RETURN_IF_ERROR(p->tune_fused_stages());
   return p;
+}
+
+// The ring depth of the fused form (M = 1 quantizing inside the launch) is timed per layer: which
+// is faster depends on the layer. Measured on the H200 (bench --diagnose, M = 1, us, 2 / 3
+// slots, four runs each): 6144 x 4096 14.4-14.6 / 15.1-15.2, 4096 x 4096 12.8-13.0 / 13.2-13.3,
+// 57344 x 8192 118.1-120.0 / 122.0-122.9, but 28672 x 4096 36.7-37.0 / 36.2-36.3, 4096 x 14336
+// 24.2-24.6 / 23.3-23.9, 8192 x 8192 25.1-25.5 / 24.7-24.9. The unfused form keeps three (two
+// measured slower at M = 16 on every benchmark layer, by up to 9 us on 57344 x 8192).
+absl::Status StreamS8Prepared::tune_fused_stages() {
+  constexpr int kCandidates[] = {2, 3};
+  constexpr int kTimedCalls = 7;
+  const LayerConfig& c = weights_.config;
+  const int64_t m = 1;
+  // Declared before the timer, so freed after its stream has been synchronised.
+  DeviceBuffer x, y, scratch;
+  RETURN_IF_ERROR(x.allocate(static_cast<size_t>(m * c.k) * 2, "the ring tuning's activations"));
+  if (!stream_s8_can_fuse(m, c.k, ElemType::kBF16, x.get())) return absl::OkStatus();
+  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(m * c.n) * 2, "the ring tuning's outputs"));
+  RETURN_IF_ERROR(scratch.allocate(device_scratch_bytes(m), "the ring tuning's scratch"));
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16, static_cast<size_t>(m * c.k),
+                                           timer->stream()));
+  DeviceRunArgs args;
+  args.x = x.get();
+  args.x_dtype = DType::kBF16;
+  args.m = m;
+  args.y = y.get();
+  args.y_dtype = DType::kBF16;
+  auto call = [&](cudaStream_t s) { return enqueue(args, scratch.get(), s, nullptr, nullptr); };
+  int best = 0;
+  double best_us = 0;
+  for (int stages : kCandidates) {
+    fused_stages_ = stages;
+    RETURN_IF_ERROR(call(timer->stream()));  // warm-up
+    ASSIGN_OR_RETURN(const double us, timer->median_us(kTimedCalls, /*cold=*/true, call));
+    if (best == 0 || us < best_us) {
+      best = stages;
+      best_us = us;
+    }
+  }
+  fused_stages_ = best;
+  return absl::OkStatus();
+}
+
+std::string StreamS8Prepared::variant(int64_t m) const {
+  const LayerConfig& c = weights_.config;
+  // (16-bit activations at 16-byte aligned addresses, as the serving path holds them.)
+  if (m * c.k <= kStreamFuseMaxElems && m <= kStreamFuseMaxM) {
+    return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ",
+                        fused_stages_ > 0 ? absl::StrCat(fused_stages_,
+                                                         " slots (timed fastest at "
+                                                         "load, M=1)")
+                                          : std::string("the default slots"));
+  }
+  return "the quantize kernel first, this kernel as its programmatic dependent";
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
@@ -112,6 +175,7 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
   if (g.fuse) {
     g.pdl = false;
+    g.stages = fused_stages_;
     g.x = args.x;
     g.x_type = x_type;
     g.qp = qp;
