@@ -71,6 +71,18 @@ using device::smem_addr;
 
 constexpr int kConsumerWarps = kStreamRows / 16;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
+// A fused launch's block has kHelperWarps more warps, after the producer, that only help the
+// consumers quantize the rows and then exit: the quantization runs on twice the warps (one warp
+// per SM sub-partition left most of its conversion latency exposed).
+constexpr int kHelperWarps = 4;
+constexpr int kFusedThreads = kThreads + kHelperWarps * 32;
+// The warps that quantize in a fused launch (consumers and helpers), and a thread's index among
+// them.
+constexpr int kQuantWarps = kConsumerWarps + kHelperWarps;
+__device__ __forceinline__ int quant_tid() {
+  const int tid = static_cast<int>(threadIdx.x);
+  return tid < kConsumerWarps * 32 ? tid : tid - 32;
+}
 constexpr int kBox = 128;                         // bytes of K per TMA box (the swizzle span)
 constexpr int kBoxes = kStreamChunk / kBox;       // boxes per unit
 constexpr int kBoxBytes = kStreamRows * kBox;     // 8 KB, 1024-byte aligned in the slot
@@ -110,7 +122,7 @@ struct KernelParams {
 // A fused launch's per-row values in shared memory: each consumer warp's statistics of each row,
 // then the rows' parameters (for the quantization and the epilogue).
 struct FusedAux {
-  device::RowStats stats[kStreamFuseMaxM][kStreamRows / 16];
+  device::RowStats stats[kStreamFuseMaxM][kQuantWarps];  // per row and quantizing warp
   device::RowParams rp[kStreamFuseMaxM];
 };
 
@@ -156,9 +168,9 @@ __device__ __forceinline__ void trace_point(const StreamS8Args& a, int point) {
   }
 }
 
-// The consumer warps' own barrier (the producer warp never joins it).
-__device__ __forceinline__ void consumer_barrier() {
-  asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+// The quantizing warps' own barrier in a fused launch (the producer warp never joins it).
+__device__ __forceinline__ void quant_barrier() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kQuantWarps * 32) : "memory");
 }
 
 // A fused launch's quantization, by the consumer warps once the raw rows are in shared memory,
@@ -172,10 +184,10 @@ __device__ __forceinline__ void consumer_barrier() {
 template <typename XT, QuantScheme S>
 __device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedAux* aux) {
   const StreamS8Args& a = p.a;
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int tid = quant_tid(), warp = tid / 32, lane = tid % 32;
   const int M = static_cast<int>(a.m);
   const int64_t vecs = a.k / 8;
-  constexpr int kThreadsQ = kConsumerWarps * 32;
+  constexpr int kThreadsQ = kQuantWarps * 32;
   // kLoads vectors loaded before any is used: one warp per SM sub-partition has no other warp to
   // hide its shared-memory latency behind.
   constexpr int kLoads = 8;
@@ -195,11 +207,11 @@ __device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedA
     const device::RowStats st = ws.reduce();
     if (lane == 0) aux->stats[r][warp] = st;
   }
-  consumer_barrier();
+  quant_barrier();
   if (tid < M) {  // thread r: row r's parameters
     device::RowStats all = aux->stats[tid][0];
 #pragma unroll
-    for (int w = 1; w < kConsumerWarps; ++w) all.merge(aux->stats[tid][w]);
+    for (int w = 1; w < kQuantWarps; ++w) all.merge(aux->stats[tid][w]);
     const device::RowParams rp = device::row_params<S>(all, a.qp);
     aux->rp[tid] = rp;
     if (blockIdx.x == 0) {
@@ -207,7 +219,7 @@ __device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedA
       if (a.azp_out != nullptr && rp.mode != device::kBadRow) a.azp_out[tid] = rp.zp;
     }
   }
-  consumer_barrier();
+  quant_barrier();
   if (tid == 0) trace_point(a, 7);
 }
 
@@ -216,10 +228,10 @@ template <typename XT, QuantScheme S>
 __device__ void fused_quantize_rows(const KernelParams& p, const uint4* raw, int8_t* xs,
                                     const FusedAux* aux) {
   const StreamS8Args& a = p.a;
-  const int tid = static_cast<int>(threadIdx.x);
+  const int tid = quant_tid();
   const int M = static_cast<int>(a.m);
   const int64_t vecs = a.k / 8;
-  constexpr int kThreadsQ = kConsumerWarps * 32;
+  constexpr int kThreadsQ = kQuantWarps * 32;
   constexpr int kLoads = 8;
   for (int r = 0; r < M; ++r) {
     const device::RowParams rp = aux->rp[r];
@@ -243,7 +255,7 @@ __device__ void fused_quantize_rows(const KernelParams& p, const uint4* raw, int
       }
     }
   }
-  consumer_barrier();
+  quant_barrier();
 }
 
 template <typename XT>
@@ -302,7 +314,7 @@ struct RangeOrder {
 
 // XT: void, or the 16-bit activation type of a fused launch (quantizing inside the kernel; NT 1).
 template <int NT, typename XT>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads, 1)
     stream_s8_kernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kFuse = !std::is_void_v<XT>;
@@ -399,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  // --- Consumers ---
+  // --- Consumers (and, fused, the helper warps until the rows are quantized) ---
   grid_dependency_wait();  // sa, azp and the counters come from the quantize kernel
   FusedAux* const aux = reinterpret_cast<FusedAux*>(ring_ptr + p.aux_off);
   const uint4* const raw = reinterpret_cast<const uint4*>(ring_ptr + p.raw_off);
@@ -410,6 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fused_row_params<XT>(p, raw, aux);
     fused_quantize_rows<XT>(p, raw, xs, aux);
     if (threadIdx.x == 0) trace_point(a, 5);
+    if (warp > kConsumerWarps) return;  // a helper: done
   }
   const int gq = lane / 4, tq = lane % 4;
   // ldmatrix row addresses. Weights: matrices rows 0-7 / 8-15 at k 0-15, then at k 16-31; row r
@@ -702,7 +715,7 @@ cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
   const int64_t grid = a.grid < kp.units ? a.grid : kp.units;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(kFuse ? kFusedThreads : kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];

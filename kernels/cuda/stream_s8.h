@@ -9,12 +9,13 @@
 // and its weight stream waits behind that.
 //
 // How (stream_s8.cu):
-//   - A few short rows of 16-bit activations (M <= 8, M * K <= 16384: decode on every layer with
-//     K <= 16384) are quantized inside the one launch: each block's producer warp copies the raw
-//     rows into shared memory and then streams the weights, while the consumer warps gather the
-//     rows' statistics and quantize them there with the quantize kernel's device code (block 0
-//     writes sa and azp for the caller). No quantize kernel and no grid dependency: 0.4-1.6 us
-//     less than the two launches at M = 1 on the H200 benchmark's layers with such rows.
+//   - A few short rows of 16-bit activations (M <= 8, M * K <= 32768: decode on every layer with
+//     K <= 32768) are quantized inside the one launch: each block's producer warp copies the raw
+//     rows into shared memory and then streams the weights, while the consumer warps and four
+//     helper warps gather the rows' statistics and quantize them there with the quantize
+//     kernel's device code (block 0 writes sa and azp for the caller). No quantize kernel and no
+//     grid dependency: up to 1.6 us less than the two launches at M = 1 on the H200 benchmark's
+//     layers, and the ring depth of this form (2 or 3 slots) is timed per layer at load.
 //   - Otherwise two launches: the quantize kernel (cuda.quantize, which also zeroes this call's
 //     counters), then this kernel as its programmatic dependent. Each block's producer warp
 //     issues its first ring of weight copies before griddepcontrol.wait, so the weights stream

@@ -49,13 +49,14 @@ inline size_t stream_xq_bytes(int64_t m, int64_t k) {
 // Quantizing inside the kernel (StreamS8Args::fuse): up to kStreamFuseMaxM rows of 16-bit
 // activations with m * k <= kStreamFuseMaxElems. Every block holds the raw rows and their
 // quantized form in shared memory next to the ring, and quantizes them all before its first
-// unit: measured on the H200 (bench --diagnose, M = 1, us, fused / the quantize kernel first),
-// 6144 x 4096 15.1 / 16.2, 4096 x 4096 13.2 / 14.2, 28672 x 4096 36.3 / 38.0, 4096 x 14336
-// 23.5 / 24.8, 8192 x 8192 24.9 / 26.5, 57344 x 8192 122.4 / 121.5, but 8192 x 28672 67.5 /
-// 66.6: a row of 28672 took its blocks 5.4 us from the launch's start, against 2.1-3.5 us for
-// rows of 4096-14336.
+// unit, with four helper warps beside the consumers. Measured on the H200 (bench --diagnose,
+// M = 1, us, fused with three ring slots / the quantize kernel first): 6144 x 4096 15.1 / 16.3,
+// 4096 x 4096 13.7 / 14.4, 28672 x 4096 36.3 / 37.7, 4096 x 14336 23.6 / 24.6, 8192 x 8192
+// 25.3 / 26.2, 57344 x 8192 123.3 / 122.1 (two slots: 118.1), 8192 x 28672 66.8 / 66.9 (two
+// slots: 65.6). Without the helper warps a row of 28672 took its blocks 5.4 us from the
+// launch's start instead of 4.4, and the fused form lost on that layer (67.5 / 66.6).
 inline constexpr int64_t kStreamFuseMaxM = 8;
-inline constexpr int64_t kStreamFuseMaxElems = 16384;
+inline constexpr int64_t kStreamFuseMaxElems = 32768;
 
 // Device pointers and sizes of one launch. xq (stream_xq_layout), sa [m] and azp [m] (0 for
 // symmetric schemes) are the quantize kernel's outputs; w [n, k] int8 row-major; sb [n]; azp_adj
