@@ -232,18 +232,17 @@ class StreamS8Kernel final : public Kernel {
   // Decode and small batches (M = 1..16); up to 32 tokens when forced (the 17..64 bucket is
   // measured at M = 64, which it cannot take). Measured on the H200 (bench/gpu/gpu_bench.cc,
   // weights rotated past L2, bf16 in/out, bias), op time in us, this kernel / cuda.cutlass_sm90 /
-  // cuda.cublaslt / cuda.gemv_s8 (M = 1 quantizing inside the launch on every layer but
-  // 8192 x 28672):
+  // cuda.cublaslt / cuda.gemv_s8 (M = 1 quantizing inside the launch):
   //   (N, K)          M=1                          M=16
-  //   6144 x 4096     15.5 / 17.4 / 19.9 / 20.5     17.8 / 17.2 / 19.4 / 30.3
-  //   4096 x 4096     13.8 / 15.7 / 19.6 / 19.7     15.7 / 14.7 / 17.8 / 29.2
-  //   28672 x 4096    36.7 / 38.8 / 42.4 / 46.3     41.2 / 39.2 / 44.1 / 69.1
-  //   4096 x 14336    24.1 / 34.0 / 39.9 / 32.4     26.0 / 30.2 / 30.0 / 51.5
-  //   8192 x 8192     24.6 / 30.9 / 30.6 / 39.5     27.1 / 28.8 / 33.2 / 59.2
-  //   57344 x 8192   122.8 / 122.3 / 175.0 / 142.8  121.9 / 124.5 / 175.9 / 181.6
-  //   8192 x 28672    68.6 / 79.6 / 77.8 / 85.2     69.0 / 86.2 / 77.8 / 123.8
-  // At M = 1 it wins on every layer but 57344 x 8192 (a tie); at M = 16 where K is long or the
-  // layer wide (one share per SM whatever the tile grid), within 7% elsewhere. The server's
+  //   6144 x 4096     15.2 / 18.0 / 19.9 / 20.6     17.8 / 16.6 / 19.2 / 30.3
+  //   4096 x 4096     13.7 / 15.8 / 19.4 / 19.8     15.6 / 15.0 / 17.5 / 29.0
+  //   28672 x 4096    36.1 / 38.2 / 41.1 / 45.1     40.8 / 38.3 / 42.8 / 67.4
+  //   4096 x 14336    23.9 / 36.4 / 40.2 / 32.4     26.1 / 30.7 / 29.9 / 51.5
+  //   8192 x 8192     25.2 / 30.2 / 30.0 / 39.2     27.1 / 31.9 / 32.9 / 58.8
+  //   57344 x 8192   118.4 / 121.9 / 170.3 / 138.0  121.4 / 121.9 / 172.0 / 181.2
+  //   8192 x 28672    68.4 / 79.9 / 76.7 / 85.3     69.0 / 88.1 / 78.0 / 123.4
+  // At M = 1 it wins on every layer; at M = 16 where K is long or the layer wide (one share per
+  // SM whatever the tile grid), within 7% elsewhere. The server's
   // autotune measures each layer and keeps the fastest. Not
   // beyond 32 tokens: with 8 n-blocks (M = 64) the mma.sync work outran the stream, 1.3-1.7x
   // cuda.cutlass_sm90's time on every benchmark layer (57344 x 8192: 179.7 against 123.1 us).
