@@ -82,32 +82,15 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // 24.2-24.6 / 23.3-23.9, 8192 x 8192 25.1-25.5 / 24.7-24.9. The unfused form keeps three (two
 // measured slower at M = 16 on every benchmark layer, by up to 9 us on 57344 x 8192).
 absl::Status StreamS8Prepared::tune_fused_stages() {
-  constexpr int kCandidates[] = {2, 3};
-  constexpr int kTimedCalls = 7;
   const LayerConfig& c = weights_.config;
-  const int64_t m = 1;
-  // Declared before the timer, so freed after its stream has been synchronised.
-  DeviceBuffer x, y, scratch;
-  RETURN_IF_ERROR(x.allocate(static_cast<size_t>(m * c.k) * 2, "the ring tuning's activations"));
-  if (!stream_s8_can_fuse(m, c.k, ElemType::kBF16, x.get())) return absl::OkStatus();
-  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(m * c.n) * 2, "the ring tuning's outputs"));
-  RETURN_IF_ERROR(scratch.allocate(device_scratch_bytes(m), "the ring tuning's scratch"));
-  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-  RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16, static_cast<size_t>(m * c.k),
-                                           timer->stream()));
-  DeviceRunArgs args;
-  args.x = x.get();
-  args.x_dtype = DType::kBF16;
-  args.m = m;
-  args.y = y.get();
-  args.y_dtype = DType::kBF16;
-  auto call = [&](cudaStream_t s) { return enqueue(args, scratch.get(), s, nullptr, nullptr); };
+  if (!stream_s8_fuses_rows(1, c.k)) return absl::OkStatus();
   int best = 0;
   double best_us = 0;
-  for (int stages : kCandidates) {
+  for (int stages : {2, 3}) {
     fused_stages_ = stages;
-    RETURN_IF_ERROR(call(timer->stream()));  // warm-up
-    ASSIGN_OR_RETURN(const double us, timer->median_us(kTimedCalls, /*cold=*/true, call));
+    // The autotune's own measurement (made-up bf16 activations, cold L2), with these slots.
+    ASSIGN_OR_RETURN(const double us,
+                     measure_us(ProblemShape{1, c.n, c.k, DType::kBF16, DType::kBF16}));
     if (best == 0 || us < best_us) {
       best = stages;
       best_us = us;
@@ -120,7 +103,7 @@ absl::Status StreamS8Prepared::tune_fused_stages() {
 std::string StreamS8Prepared::variant(int64_t m) const {
   const LayerConfig& c = weights_.config;
   // (16-bit activations at 16-byte aligned addresses, as the serving path holds them.)
-  if (m * c.k <= kStreamFuseMaxElems && m <= kStreamFuseMaxM) {
+  if (stream_s8_fuses_rows(m, c.k)) {
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ",
                         fused_stages_ > 0 ? absl::StrCat(fused_stages_,
                                                          " slots (timed fastest at "

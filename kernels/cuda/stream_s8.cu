@@ -181,6 +181,17 @@ __device__ __forceinline__ void quant_barrier() {
 // chunks at a time, measured slower on the H200 (bench --diagnose, M = 1, us; up front / one /
 // eight): 8192 x 8192 24.9 / 29.1 / 26.4, 8192 x 28672 67.4 / 74.4 / 70.8: each step's code and
 // barrier cost more than the wait for the whole rows, which the ring's first slots cover.
+// kLoads vectors of a row in shared memory, i0, i0 + stride, ... (those before `vecs`), loaded
+// before any is used, so that their latencies overlap.
+template <int kLoads>
+__device__ __forceinline__ void load_vectors(const uint4* row, int64_t i0, int64_t stride,
+                                             int64_t vecs, uint4 (&u)[kLoads]) {
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    if (i0 + j * stride < vecs) u[j] = row[i0 + j * stride];
+  }
+}
+
 template <typename XT, QuantScheme S>
 __device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedAux* aux) {
   const StreamS8Args& a = p.a;
@@ -188,17 +199,12 @@ __device__ void fused_row_params(const KernelParams& p, const uint4* raw, FusedA
   const int M = static_cast<int>(a.m);
   const int64_t vecs = a.k / 8;
   constexpr int kThreadsQ = kQuantWarps * 32;
-  // kLoads vectors loaded before any is used: one warp per SM sub-partition has no other warp to
-  // hide its shared-memory latency behind.
   constexpr int kLoads = 8;
   for (int r = 0; r < M; ++r) {
     device::WarpRowStats<XT, S> ws;
     for (int64_t i0 = tid; i0 < vecs; i0 += kLoads * kThreadsQ) {
       uint4 u[kLoads];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) {
-        if (i0 + j * kThreadsQ < vecs) u[j] = raw[r * vecs + i0 + j * kThreadsQ];
-      }
+      load_vectors(raw + r * vecs, i0, kThreadsQ, vecs, u);
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         if (i0 + j * kThreadsQ < vecs) ws.visit8(u[j]);
@@ -237,10 +243,7 @@ __device__ void fused_quantize_rows(const KernelParams& p, const uint4* raw, int
     const device::RowParams rp = aux->rp[r];
     for (int64_t i0 = tid; i0 < vecs; i0 += kLoads * kThreadsQ) {
       uint4 u[kLoads];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) {
-        if (i0 + j * kThreadsQ < vecs) u[j] = raw[r * vecs + i0 + j * kThreadsQ];
-      }
+      load_vectors(raw + r * vecs, i0, kThreadsQ, vecs, u);
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         const int64_t i = i0 + j * kThreadsQ;
@@ -459,7 +462,6 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
       if (n >= N) continue;
       const float sb = a.sb[n];
       const int32_t adj = a.azp_adj != nullptr ? a.azp_adj[n] : 0;
-      // (fused: the rows' sa and zero points from shared memory)
       const float bias_f = has_bias ? device::round_to_y(a.y_type, a.bias[n]) : 0.f;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {

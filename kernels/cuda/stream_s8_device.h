@@ -145,10 +145,13 @@ inline size_t stream_s8_flags_bytes(int grid) {
   return static_cast<size_t>(grid) * (kStreamRows / 16) * sizeof(uint64_t);
 }
 
-// Whether a launch of m rows of k values of x_type at x can quantize inside the kernel.
+// Whether m rows of k values are few and short enough to quantize inside the kernel, and whether
+// a launch of them, of x_type at x, can.
+inline bool stream_s8_fuses_rows(int64_t m, int64_t k) {
+  return m >= 1 && m <= kStreamFuseMaxM && m * k <= kStreamFuseMaxElems;
+}
 inline bool stream_s8_can_fuse(int64_t m, int64_t k, ElemType x_type, const void* x) {
-  return m >= 1 && m <= kStreamFuseMaxM && m * k <= kStreamFuseMaxElems &&
-         (x_type == ElemType::kBF16 || x_type == ElemType::kF16) &&
+  return stream_s8_fuses_rows(m, k) && (x_type == ElemType::kBF16 || x_type == ElemType::kF16) &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 

@@ -56,6 +56,47 @@ TEST_F(StreamS8Test, AwkwardShapesMatchTheReference) {
   }
 }
 
+// The int32 sums of xq [m, k] times w [n, k] transposed, on the host.
+std::vector<int32_t> host_gemm(const std::vector<int8_t>& xq, const std::vector<int8_t>& w,
+                               int64_t m, int64_t n, int64_t k) {
+  std::vector<int32_t> sums(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t s = 0;
+      for (int64_t e = 0; e < k; ++e) s += int32_t{xq[i * k + e]} * int32_t{w[j * k + e]};
+      sums[static_cast<size_t>(i * n + j)] = s;
+    }
+  }
+  return sums;
+}
+
+// Where row i's element e of m rows lies in the kernel's activation layout (stream_xq_layout).
+size_t blocked_at(int64_t m, int64_t i, int64_t e) {
+  const XqLayout lay = stream_xq_layout(m);
+  return static_cast<size_t>((e / lay.chunk) * lay.chunk_stride + i * lay.row_stride +
+                             e % lay.chunk);
+}
+
+// A launch on m x n x k whose y is fp32 and whose int32 accumulators land in acc, for checking
+// them exactly; the activations' side (xq and sa, or fused x) is the caller's.
+StreamS8Args acc_launch(const DeviceBuffer& w, const DeviceBuffer& sb, const DeviceBuffer& y,
+                        const DeviceBuffer& acc, const DeviceBuffer& partials, int64_t m, int64_t n,
+                        int64_t k, int grid) {
+  StreamS8Args a;
+  EXPECT_EQ(stream_s8_weights_map(w.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.w = w.as<int8_t>();
+  a.sb = sb.as<float>();
+  a.y = y.get();
+  a.y_type = ElemType::kF32;
+  a.acc = acc.as<int32_t>();
+  a.partials = partials.as<int32_t>();
+  a.grid = grid;
+  return a;
+}
+
 // The launch entry point with every kind of grid: the row blocks split among blocks however the
 // ranges fall (whole, in two, among dozens), the partial sums reduced exactly (acc against a host
 // int32 GEMM of the same xq).
@@ -86,44 +127,23 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
     std::vector<int8_t> xq(static_cast<size_t>(m * k));
     for (int8_t& v : xq) v = static_cast<int8_t>(rng.range(-128, 127));
     // The kernel reads xq chunk by chunk (stream_xq_layout).
-    const XqLayout lay = stream_xq_layout(m);
     std::vector<int8_t> blocked(stream_xq_bytes(m, k), 0);
     for (int64_t i = 0; i < m; ++i) {
-      for (int64_t e = 0; e < k; ++e) {
-        blocked[static_cast<size_t>((e / lay.chunk) * lay.chunk_stride + i * lay.row_stride +
-                                    e % lay.chunk)] = xq[static_cast<size_t>(i * k + e)];
-      }
+      for (int64_t e = 0; e < k; ++e)
+        blocked[blocked_at(m, i, e)] = xq[static_cast<size_t>(i * k + e)];
     }
     ASSERT_EQ(cudaMemcpy(dxq.get(), blocked.data(), blocked.size(), cudaMemcpyHostToDevice),
               cudaSuccess);
-    std::vector<int32_t> want(static_cast<size_t>(m * n));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        int32_t s = 0;
-        for (int64_t e = 0; e < k; ++e) s += int32_t{xq[i * k + e]} * int32_t{w[j * k + e]};
-        want[static_cast<size_t>(i * n + j)] = s;
-      }
-    }
+    const std::vector<int32_t> want = host_gemm(xq, w, m, n, k);
     for (int grid :
          {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units), max_grid}) {
       ASSERT_EQ(cudaMemset(dcnt.get(), 0, static_cast<size_t>(stream_s8_counters(n)) * 4),
                 cudaSuccess);
       ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
-      StreamS8Args a;
-      ASSERT_EQ(stream_s8_weights_map(dw.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
+      StreamS8Args a = acc_launch(dw, dsb, dy, dacc, dpart, m, n, k, grid);
       a.xq = dxq.as<int8_t>();
       a.sa = dsa.as<float>();
-      a.m = m;
-      a.n = n;
-      a.k = k;
-      a.w = dw.as<int8_t>();
-      a.sb = dsb.as<float>();
-      a.y = dy.get();
-      a.y_type = ElemType::kF32;
-      a.acc = dacc.as<int32_t>();
       a.counters = dcnt.as<int32_t>();
-      a.partials = dpart.as<int32_t>();
-      a.grid = grid;
       ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> got(want.size());
@@ -175,32 +195,14 @@ TEST_F(StreamS8Test, FusedLaunchesReuseTheirFlagsAtEveryGrid) {
       x[i] = static_cast<uint16_t>(bits >> 16);
     }
     ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    std::vector<int32_t> want(static_cast<size_t>(m * n));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        int32_t s = 0;
-        for (int64_t e = 0; e < k; ++e) s += int32_t{xq[i * k + e]} * int32_t{w[j * k + e]};
-        want[static_cast<size_t>(i * n + j)] = s;
-      }
-    }
+    const std::vector<int32_t> want = host_gemm(xq, w, m, n, k);
     for (int grid :
          {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units), max_grid}) {
       for (int stages : {0, 2}) {
         ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(dsa.get(), 0, kStreamFuseMaxM * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(dxq.get(), 0x55, stream_xq_bytes(m, k)), cudaSuccess);
-        StreamS8Args a;
-        ASSERT_EQ(stream_s8_weights_map(dw.as<int8_t>(), n, k, &a.w_map), cudaSuccess);
-        a.m = m;
-        a.n = n;
-        a.k = k;
-        a.w = dw.as<int8_t>();
-        a.sb = dsb.as<float>();
-        a.y = dy.get();
-        a.y_type = ElemType::kF32;
-        a.acc = dacc.as<int32_t>();
-        a.partials = dpart.as<int32_t>();
-        a.grid = grid;
+        StreamS8Args a = acc_launch(dw, dsb, dy, dacc, dpart, m, n, k, grid);
         a.stages = stages;
         a.fuse = true;
         a.x = dx.get();
@@ -220,17 +222,13 @@ TEST_F(StreamS8Test, FusedLaunchesReuseTheirFlagsAtEveryGrid) {
         ASSERT_EQ(cudaMemcpy(sa.data(), dsa.get(), sa.size() * 4, cudaMemcpyDeviceToHost),
                   cudaSuccess);
         for (float v : sa) EXPECT_EQ(v, 1.f) << "M=" << m << " grid=" << grid;  // 127 / 127
-        const XqLayout lay = stream_xq_layout(m);
         std::vector<int8_t> blocked(stream_xq_bytes(m, k));
         ASSERT_EQ(cudaMemcpy(blocked.data(), dxq.get(), blocked.size(), cudaMemcpyDeviceToHost),
                   cudaSuccess);
         int64_t bad = -1;
         for (int64_t i = 0; i < m * k && bad < 0; ++i) {
           const int64_t r = i / k, e = i % k;
-          if (blocked[static_cast<size_t>((e / lay.chunk) * lay.chunk_stride + r * lay.row_stride +
-                                          e % lay.chunk)] != xq[static_cast<size_t>(i)]) {
-            bad = i;
-          }
+          if (blocked[blocked_at(m, r, e)] != xq[static_cast<size_t>(i)]) bad = i;
         }
         EXPECT_EQ(bad, -1) << "xq, M=" << m << " grid=" << grid;
       }
