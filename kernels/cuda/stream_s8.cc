@@ -56,6 +56,7 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   // The fused form's ring slots (StreamS8Args::stages), timed at load (tune_fused_stages); 0:
   // the kernel's default.
   int fused_stages_ = 0;
+  std::string tune_error_;  // why tune_fused_stages failed, if it did
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
   uint64_t token_ = 0;
@@ -71,7 +72,13 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   std::random_device rd;
   p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
-  RETURN_IF_ERROR(p->tune_fused_stages());
+  // Like the autotune's measurements, a failed timing (out of memory for the timer's buffers)
+  // never fails the load: the default depth stays, and the explanation says why.
+  if (const absl::Status s = p->tune_fused_stages(); !s.ok()) {
+    cudaGetLastError();
+    p->fused_stages_ = 0;
+    p->tune_error_ = std::string(s.message());
+  }
   return p;
 }
 
@@ -104,11 +111,11 @@ std::string StreamS8Prepared::variant(int64_t m) const {
   const LayerConfig& c = weights_.config;
   // (16-bit activations at 16-byte aligned addresses, as the serving path holds them.)
   if (stream_s8_fuses_rows(m, c.k)) {
-    return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ",
-                        fused_stages_ > 0 ? absl::StrCat(fused_stages_,
-                                                         " slots (timed fastest at "
-                                                         "load, M=1)")
-                                          : std::string("the default slots"));
+    const std::string ring =
+        fused_stages_ > 0
+            ? absl::StrCat(fused_stages_, " slots (timed fastest at load, M=1)")
+            : absl::StrCat("the default slots (timing them at load failed: ", tune_error_, ")");
+    return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
   return "the quantize kernel first, this kernel as its programmatic dependent";
 }
