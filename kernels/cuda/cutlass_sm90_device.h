@@ -134,6 +134,9 @@ struct TileOps {
   cudaError_t (*launch)(const CutlassSm90Args&, void* workspace, cudaStream_t);
   // CTAs per cluster (2: the two CTAs of a cluster share each weight tile by multicast).
   int cluster_ctas;
+  // The configuration as a request's explanation names it, from its CUTLASS types (e.g.
+  // "128x128x128 pingpong, 2x1 cluster").
+  const char* (*name)();
 };
 
 // The entry points of one configuration for output type y (null for an unknown type).

@@ -166,29 +166,6 @@ constexpr int64_t kQuantizingMinM = 512;
 // picked; noise could pick them where they lose. They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
-// A tile configuration as a request's explanation names it.
-[[maybe_unused]] const char* tile_name(CutlassSm90Tile t) {
-  switch (t) {
-    case CutlassSm90Tile::k64x128x128Pingpong:
-      return "64x128x128 pingpong";
-    case CutlassSm90Tile::k128x128x128Pingpong:
-      return "128x128x128 pingpong, 2x1 cluster";
-    case CutlassSm90Tile::k128x256x128Coop:
-      return "128x256x128 cooperative, 2x1 cluster";
-    case CutlassSm90Tile::k64x64x128Pingpong:
-      return "64x64x128 pingpong";
-    case CutlassSm90Tile::k64x256x128Pingpong:
-      return "64x256x128 pingpong";
-    case CutlassSm90Tile::k128x128x128PingpongQ:
-      return "128x128x128 pingpong quantizing, 2x1 cluster";
-    case CutlassSm90Tile::k64x256x128PingpongQ:
-      return "64x256x128 pingpong quantizing";
-    case CutlassSm90Tile::k64x128x128PingpongC2:
-      return "64x128x128 pingpong, 2x1 cluster";
-  }
-  return "unknown";
-}
-
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
 CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
@@ -326,14 +303,13 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
 std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
   const size_t i = tune_index(m);
-  const CutlassSm90Tile t = tile_for_call(m);
-  return absl::StrCat("tile ", tile_name(t),
-                      tuned_[i] >= 0
-                          ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                          : std::string(" (by rule: operands too large to time at load)"),
-                      served_with_pdl(m, *cutlass_sm90::tile_ops(t, ElemType::kBF16))
-                          ? "; GEMM launched as the quantize kernel's programmatic dependent"
-                          : "");
+  const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
+  return absl::StrCat(
+      "tile ", ops.name(),
+      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                     : std::string(" (by rule: operands too large to time at load)"),
+      served_with_pdl(m, ops) ? "; GEMM launched as the quantize kernel's programmatic dependent"
+                              : "");
 #else
   (void)m;
   return "";

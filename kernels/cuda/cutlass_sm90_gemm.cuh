@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -309,11 +310,39 @@ struct FusedGemm {
   }
 };
 
+// TileOps::name of a configuration: tile (tokens x channels x K), schedule, whether it quantizes
+// inside its launch, and its cluster when it has one.
+template <class Config>
+const char* tile_name() {
+  static const std::string name = [] {
+    using T = typename Config::TileShape;
+    using C = typename Config::ClusterShape;
+    using Schedule = typename Config::KernelSchedule;
+    static_assert(std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> ||
+                  std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>);
+    std::string s = std::to_string(cute::size<0>(T{})) + "x" + std::to_string(cute::size<1>(T{})) +
+                    "x" + std::to_string(cute::size<2>(T{}));
+    s += std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> ? " pingpong"
+                                                                                   : " cooperative";
+    if (Config::kQuantize) s += " quantizing";
+    if (cute::size(C{}) > 1) {
+      s += ", " + std::to_string(cute::size<0>(C{})) + "x" + std::to_string(cute::size<1>(C{})) +
+           " cluster";
+    }
+    return s;
+  }();
+  return name.c_str();
+}
+
 template <class Config, class ElementD>
 constexpr TileOps tile_ops() {
   using G = FusedGemm<Config, ElementD>;
-  return TileOps{&G::prepare, &G::workspace_bytes, &G::can_implement, &G::launch,
-                 static_cast<int>(cute::size(typename Config::ClusterShape{}))};
+  return TileOps{&G::prepare,
+                 &G::workspace_bytes,
+                 &G::can_implement,
+                 &G::launch,
+                 static_cast<int>(cute::size(typename Config::ClusterShape{})),
+                 &tile_name<Config>};
 }
 
 // The table of one configuration, for each output type.
