@@ -484,12 +484,12 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 // --diagnose, cuda.stream_s8 at M = 1 and 16: the op as served (quantizing inside the kernel
 // where it can, "fused"; otherwise the quantize kernel then the GEMM as its programmatic
 // dependent), the quantize kernel first (with and without the programmatic launch), the served
-// form with other ring depths, and one slot filled before the grid dependency, next to the phases
-// of the served launch from the kernel's %globaltimer stamps (medians over traced launches, us
-// from the first block's start): the spread of block starts, when the producers got past the grid
-// dependency (the quantize kernel's end; fused: at once), when the first ring slot was full,
-// when the blocks finished (first, median, last, and the last four's start and end), and the
-// time outside the kernel.
+// form with other ring depths, and the quantize kernel first with one or no slot filled before
+// the grid dependency, next to the phases of the served launch from the kernel's %globaltimer
+// stamps (medians over traced launches, us from the first block's start): the spread of block
+// starts, when the producers got past the grid dependency (the quantize kernel's end; fused: at
+// once), when the first ring slot was full, when the blocks finished (first, median, last, and the
+// last four's start and end), and the time outside the kernel.
 absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
   int grid = 0;
@@ -574,10 +574,10 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
                        return op(s, true, 8, nullptr, 0, served_fuse);
                      }));
     ASSIGN_OR_RETURN(const double pre1_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 0, nullptr, 1, served_fuse);
+                       return op(s, true, 0, nullptr, 1);
                      }));
     ASSIGN_OR_RETURN(const double pre0_us, median_us(stream, b.copies, o, [&](int s) {
-                       return op(s, true, 0, nullptr, -1, served_fuse);
+                       return op(s, true, 0, nullptr, -1);
                      }));
     const int launches = 4 * b.copies;
     DeviceBuffer trace;
@@ -704,11 +704,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
         "the kernel %5.1f\n",
         shape_name(sc).c_str(), static_cast<long long>(m), grid, served_fuse ? " (fused)" : "",
         served_us, w_bytes / (served_us * 1e-6) / 1e12, quant_first_us, no_pdl_us, ring2_us, 4,
-        ring4_us, ring8_us,
-        served_fuse ? "weight slots before the rows are in:" : "slots before the dependency:",
-        pre1_us, pre0_us, median(spread), median(waited), fused_note.c_str(), median(first_full),
-        median(done_min), median(done_med), median(done_max), slowest.c_str(),
-        served_us - median(done_max));
+        ring4_us, ring8_us, "quantize kernel first, slots before the dependency:", pre1_us, pre0_us,
+        median(spread), median(waited), fused_note.c_str(), median(first_full), median(done_min),
+        median(done_med), median(done_max), slowest.c_str(), served_us - median(done_max));
     std::printf(
         "diagnose-stream %-22s M=%-3lld late SMs (us after their launch's median block)%s | "
         "correlation of even and odd launches (odd ranges shifted by half the grid): per SM "

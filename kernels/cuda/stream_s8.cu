@@ -389,12 +389,8 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         mbar_expect_tx(xbar, bytes);
         bulk_copy(ring + p.raw_off, a.x, bytes, xbar, evict_last);
       }
-      // p.prefetch slots go out before the rows are in (benchmarks; by default all of them).
-      const int64_t pre_max = p.prefetch < 0 ? 0 : p.prefetch < S ? p.prefetch : S;
-      const int64_t pre = count < pre_max ? count : pre_max;
       for (int64_t li = 0; li < count; ++li) {
         const int s = static_cast<int>(li % S);
-        if (li == pre) mbar_wait(xbar, 0);
         if (li >= S) mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((li / S - 1) & 1));
         issue(li, true, true, false);
       }

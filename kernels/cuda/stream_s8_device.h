@@ -86,8 +86,8 @@ struct StreamS8Args {
   // Blocks (one per SM at most: each holds a ring of nearly all of the SM's shared memory).
   int grid = 0;
   // Benchmarks: ring slots (0: the default, stream_s8.cu; at most what shared memory holds) and
-  // how many are filled before the grid dependency (fused: before the raw rows are in; 0: all,
-  // -1: none).
+  // how many are filled before the grid dependency (0: all, -1: none; a fused launch has no
+  // dependency and fills them all at once).
   int stages = 0;
   int prefetch = 0;
   // Benchmarks only: block b takes the range of block (b + range_shift) % grid (every block must
