@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -274,6 +275,48 @@ TEST_F(StreamS8Test, FusedAndUnfusedCallsAlternateOnOneLayer) {
         const DType xt = round == 1 ? DType::kF16 : DType::kBF16;
         EXPECT_TRUE(check_call(p, make_x(rng, m, 5136, xt), xt, m, DType::kBF16))
             << "round " << round << " M=" << m;
+      }
+    }
+  }
+}
+
+// The fused form's non-finite rows (the shared test in gemv_s8_test.cc runs 12 rows, which it
+// never takes): NaN or +-Inf in any row, first or last value included, at M = 1..3 on 16-bit
+// rows of 64 and 8208 values, is INVALID_ARGUMENT with the reference's exact message (block 0's
+// sa flags the row), and y is left untouched.
+TEST_F(StreamS8Test, FusedRejectsNonFiniteRowsLikeTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t k : {int64_t{64}, int64_t{8208}}) {
+    struct Bad {
+      int64_t m, row, col;
+      float v;
+    };
+    const Bad cases[] = {{1, 0, 0, nan}, {1, 0, k - 1, inf}, {2, 1, k / 2, -inf}, {3, 2, 7, nan}};
+    for (Scheme scheme : kSchemes) {
+      const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 80, k, true));
+      if (p.kernel == nullptr) return;
+      for (DType xt : {DType::kBF16, DType::kF16}) {
+        for (const Bad& b : cases) {
+          ASSERT_TRUE(stream_s8_fuses_rows(b.m, k));
+          std::vector<uint8_t> x = make_x(rng, b.m, k, xt);
+          store_from_f32(x.data(), xt, b.row * k + b.col, b.v);
+          const Expected want = reference_run(*p.weights, x.data(), xt, b.m, DType::kBF16);
+          ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
+          std::vector<uint16_t> y(static_cast<size_t>(b.m * 80), 0xBEEF);
+          RunArgs args;
+          args.x = x.data();
+          args.x_dtype = xt;
+          args.m = b.m;
+          args.y = y.data();
+          args.y_dtype = DType::kBF16;
+          const absl::Status st = p.kernel->run(args, nullptr);
+          EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st << " K=" << k;
+          EXPECT_EQ(st.message(), want.status.message()) << "K=" << k;
+          EXPECT_EQ(y, std::vector<uint16_t>(y.size(), 0xBEEF)) << "y was written on error";
+        }
       }
     }
   }
