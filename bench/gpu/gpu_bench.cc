@@ -738,12 +738,13 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
 
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
 // and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
-// stream order and as its programmatic dependent ("pdl"), with the producers' %globaltimer stamps
-// (medians over traced launches, us from the first CTA's start): the spread of CTA starts, when the
-// last producer got past the grid dependency, how many CTAs started only after it, and the fastest,
-// median and slowest CTA's time from then to its last loads issued; with the SMs the CTAs ran on
-// (distinct SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest CTAs with
-// their times.
+// stream order, as its programmatic dependent ("pdl") and as that issuing its first stages'
+// weights before the wait ("pdl ahead", tiles without a cluster), with the producers' %globaltimer
+// stamps (medians over traced launches, us from the first CTA's start): the spread of CTA starts,
+// when the last producer got past the grid dependency, how many CTAs started only after it, and the
+// fastest, median and slowest CTA's time from then to its last loads issued; with the SMs the CTAs
+// ran on (distinct SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest
+// CTAs with their times.
 absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                               cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -757,7 +758,9 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       if (ops->cluster_ctas > 1 && m < 128) continue;
       RETURN_IF_CUDA_ERROR(ops->prepare());
-      for (bool pdl : {false, true}) {
+      for (int form : {0, 1, 2}) {  // stream order; dependent; dependent, weights ahead
+        if (form == 2 && ops->cluster_ctas > 1) continue;  // (no such form with a cluster)
+        const bool pdl = form > 0;
         auto op = [&](int s, uint64_t* trace) -> absl::Status {
           RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
                                                   b.xq.as<int8_t>(), b.sa.as<float>(),
@@ -765,6 +768,7 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
           CutlassSm90Args g = tile_args(sc, b, m);
           g.w = b.w[s].as<int8_t>();
           g.pdl = pdl;
+          g.weights_ahead = form == 2;
           g.trace = trace;
           if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
           RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
@@ -826,14 +830,16 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
           most.push_back(most_on_one);
         }
         std::printf(
-            "diagnose-cutlass %-22s M=%-3lld tile%d %-3s | op %6.1f us | %3d CTAs on %3.0f SMs, "
+            "diagnose-cutlass %-22s M=%-3lld tile%d %-9s | op %6.1f us | %3d CTAs on %3.0f SMs, "
             "at most %.0f on one | start spread %5.1f, past the dependency %5.1f, started after "
             "it %3.0f | loads done after it %6.1f / %6.1f / %6.1f (min/median/max), slowest "
             "SM:us%s\n",
             shape_name(sc).c_str(), static_cast<long long>(m), static_cast<int>(tile),
-            pdl ? "pdl" : "", us, ctas, median(n_sms), median(most), median(spread),
-            median(released), median(late), median(d_min), median(d_med), median(d_max),
-            slowest.c_str());
+            form == 2 ? "pdl ahead"
+            : pdl     ? "pdl"
+                      : "",
+            us, ctas, median(n_sms), median(most), median(spread), median(released), median(late),
+            median(d_min), median(d_med), median(d_max), slowest.c_str());
         std::fflush(stdout);
       }
     }
@@ -853,7 +859,8 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 // with the GEMM as its programmatic dependent, "pdl"). Up to M = 256 also the whole ops of the
 // tiles without a cluster: in stream order, as the programmatic dependent, and as that with each
 // CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA), and
-// from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
+// as that issuing its first stages' weights into shared memory before it waits too ("ahead"),
+// and from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
 // M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
 // 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
 // after the quantize kernel writing another xq buffer than the GEMM reads ("quant'+").
@@ -921,6 +928,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       bool pdl = false;         // ... the GEMM as the quantize kernel's programmatic dependent
       int64_t prefetch = 0;     // ... prefetching this many bytes of weights per CTA first
       int before = 0;           // 1: the L2 flush read first; 2: the quantize kernel, other xq
+      bool ahead = false;       // ... issuing the first stages' weights before the wait too
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
@@ -933,6 +941,9 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         variants.push_back({static_cast<int>(t), -1, true, false});
         for (int64_t pf : {0, 64 << 10, 128 << 10}) {
           variants.push_back({static_cast<int>(t), -1, true, true, pf});
+        }
+        for (int64_t pf : {0, 64 << 10}) {
+          variants.push_back({static_cast<int>(t), -1, true, true, pf, 0, true});
         }
       }
       if (m >= 128) {
@@ -962,6 +973,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       CutlassSm90Args g = tile_args(sc, b, m);
       g.pdl = v.pdl;
       g.weight_prefetch_bytes = v.prefetch;
+      g.weights_ahead = v.ahead;
       if (quantizes) {
         g.x = b.x.get();
         g.x_type = ElemType::kBF16;
@@ -985,12 +997,12 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
                             v.with_quant ? "quant+" : "",
                             v.before == 1   ? "flush+"
                             : v.before == 2 ? "quant'+"
                                             : "",
-                            t, v.pdl ? " pdl" : "",
+                            t, v.pdl ? " pdl" : "", v.ahead ? " ahead" : "",
                             v.prefetch > 0 ? absl::StrFormat(" pf%lldK", v.prefetch >> 10) : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);

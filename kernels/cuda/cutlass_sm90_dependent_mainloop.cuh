@@ -11,6 +11,14 @@
 // kWeightPrefetchBytes in cutlass_sm90_gemm.cc): a CTA cannot share an SM with a quantize block,
 // so only the CTAs on the other SMs prefetch early.
 //
+// With weights_ahead (tiles without a cluster) the producer also starts the first tile's
+// pipeline before the wait: it
+// takes every stage (as many k-tiles as the pipeline holds, at most the tile's) and issues the
+// TMA loads of their weights into shared memory, then waits, then issues the activations' loads
+// into the same stages (each stage's barrier expects both, so the consumers see a stage only when
+// its activations are in too), and the stock loads go on from the next k-tile. The weights then
+// stream into the SM while the quantize kernel runs, not only into L2.
+//
 // The wait lives here, not in the kernel: the library is built without CUTLASS's own grid
 // dependency control (CUTLASS_ENABLE_GDC_FOR_SM90), which would wait before the mainloop's first
 // call. Every read of the quantize kernel's results follows this wait: the producer's TMA loads of
@@ -44,17 +52,19 @@ struct DependentMainloop : Base {
   struct Arguments : Base::Arguments {
     int weight_prefetch_bytes = 0;  // per CTA, before the grid dependency wait; 0: none
     uint64_t* trace = nullptr;      // CutlassSm90Args::trace
+    bool weights_ahead = false;     // the first stages' weights into shared memory before it
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
     uint64_t* trace = nullptr;
+    bool weights_ahead = false;
   };
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
     return Params{Base::to_underlying_arguments(problem_shape, args, workspace),
-                  args.weight_prefetch_bytes, args.trace};
+                  args.weight_prefetch_bytes, args.trace, args.weights_ahead};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -67,11 +77,27 @@ struct DependentMainloop : Base {
     if (!waited_) {
       waited_ = true;
       trace(params, 0);
+      int ahead = 0;
       if constexpr (kCanPrefetch) {
-        prefetch_weights(params, cute::get<1>(load_inputs), blk_coord, k_tile_iter, k_tile_count);
+        if (params.weights_ahead) ahead = min(k_tile_count, Base::DispatchPolicy::Stages);
+        if (ahead > 0) {
+          load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
+                      shared_tensors, /*weights=*/true);
+        }
+        KTileIterator rest = k_tile_iter;
+        for (int i = 0; i < ahead; ++i) ++rest;
+        prefetch_weights(params, cute::get<1>(load_inputs), blk_coord, rest, k_tile_count - ahead);
       }
       device::grid_dependency_wait();
       trace(params, 1);
+      if constexpr (kCanPrefetch) {
+        if (ahead > 0) {
+          load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
+                      shared_tensors, /*weights=*/false);
+          for (int i = 0; i < ahead; ++i, ++k_tile_iter) ++smem_pipe_write;
+          k_tile_count -= ahead;
+        }
+      }
     }
     ++tiles_;
     Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count,
@@ -94,6 +120,48 @@ struct DependentMainloop : Base {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;
+  }
+
+  // One half of the stock load's work for the `count` k-tiles from k_tile_iter, into the stages
+  // from `state` on: with `weights`, acquiring each stage (its barrier then expects the whole
+  // stage's bytes) and issuing the weights' TMA load; without, issuing the activations' TMA load
+  // into the stage acquired before. Tiles without a cluster only (no multicast).
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  static CUTLASS_DEVICE void load_stages(Params const& params,
+                                         typename Base::MainloopPipeline pipeline,
+                                         typename Base::PipelineState state,
+                                         cute::tuple<TensorA, TensorB> const& load_inputs,
+                                         BlockCoord const& blk_coord, KTileIterator k_tile_iter,
+                                         int count, typename Base::TensorStorage& shared_tensors,
+                                         bool weights) {
+    using namespace cute;
+    static_assert(std::is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD> &&
+                  std::is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD>);
+    if (!elect_one_sync()) return;
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    (void)k_coord;
+    if (weights) {
+      Tensor sB =
+          make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
+      auto tma = params.tma_load_b.get_slice(0);
+      Tensor tBgB = tma.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
+      Tensor tBsB = tma.partition_D(sB);
+      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
+        pipeline.producer_acquire(state);
+        copy(params.tma_load_b.with(*pipeline.producer_get_barrier(state), 0),
+             tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, state.index()));
+      }
+    } else {
+      Tensor sA =
+          make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
+      auto tma = params.tma_load_a.get_slice(0);
+      Tensor tAgA = tma.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
+      Tensor tAsA = tma.partition_D(sA);
+      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
+        copy(params.tma_load_a.with(*pipeline.producer_get_barrier(state), 0),
+             tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, state.index()));
+      }
+    }
   }
 
   template <class TensorB, class BlockCoord, class KTileIterator>

@@ -92,6 +92,10 @@ struct CutlassSm90Args {
   // With pdl, the bytes of weights each CTA prefetches into L2 before it waits for that kernel
   // (cutlass_sm90_dependent_mainloop.cuh; tiles without a cluster); 0: none.
   int64_t weight_prefetch_bytes = 0;
+  // With pdl, each CTA also issues its first tile's weights into every pipeline stage before it
+  // waits, the activations' loads following the wait (cutlass_sm90_dependent_mainloop.cuh; tiles
+  // without a cluster, not the quantizing tiles).
+  bool weights_ahead = false;
   // The tile scheduler: how many tiles along the minor direction it walks before moving on
   // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
   // 2: along N). The quantizing tiles always walk along N.

@@ -244,7 +244,8 @@ struct FusedGemm {
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
     typename DependentMainloop<StockMainloop>::Arguments dependent{
-        stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace};
+        stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace,
+        a.pdl && a.weights_ahead && !Config::kQuantize};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {

@@ -179,10 +179,12 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 }
 
 // Every plain tile launched as the quantize kernel's programmatic dependent, as served (up to
-// M = 64, and up to 128 for the tiles with a cluster), prefetching weights before it waits: the
-// GEMM must read the xq, sa and azp that the quantize kernel writes, not what was there before.
-// y bit-exact for every scheme, at one token block and at 130 tokens (a cluster's second CTA
-// past the last token block).
+// M = 64, and up to 128 for the tiles with a cluster), prefetching weights before it waits, with
+// and without its first stages' weights issued before the wait: the GEMM must read the xq, sa
+// and azp that the quantize kernel writes, not what was there before. y bit-exact for every
+// scheme, at one token block and at 130 tokens (a cluster's second CTA past the last token
+// block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
+// the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -192,8 +194,12 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
     cudaStream_t s;
     ~StreamGuard() { cudaStreamDestroy(s); }
   } guard{stream};
-  const int64_t n = 400, k = 4160;
-  for (int64_t m : {int64_t{64}, int64_t{130}}) {
+  const int64_t n = 400;
+  struct Case {
+    int64_t m, k;
+  };
+  for (const Case c : {Case{64, 4160}, Case{130, 4160}, Case{130, 256}}) {
+    const int64_t m = c.m, k = c.k;
     for (Scheme scheme : kSchemes) {
       const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
       ASSERT_NE(w, nullptr);
@@ -206,11 +212,17 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
       DeviceBuffer dx;
       ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
       ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      for (int run = 0; run < 4 * kCutlassSm90Tiles; ++run) {
+        const int t = run / 4;
+        const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
+        SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
+                                  ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
+        g.weights_ahead = ahead;
+        if (few_ctas) g.sm_count = 4;
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
         ASSERT_NE(ops, nullptr);
