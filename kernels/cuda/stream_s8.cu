@@ -21,6 +21,12 @@
 // The blocks still finish 4-11 us apart: SMs stream at different rates. Ranges claimed from a
 // counter as blocks finish (a fifth of the units in small ranges) measured slower on every shape
 // (28672 x 4096: 52 us), the claimed ranges' units arriving at a third of the static ones' rate.
+// So did more blocks than SMs (2-4 times the grid, rings of 2 slots so that two blocks share an SM
+// where their shared memory allows), which let the blocks of later waves start on whichever SM
+// frees first: at M = 1, us, served / 2x / 4x the grid (quantize kernel first; fused): 4096 x
+// 4096 13.3 / 17.6 / 21.9; 18.6 / 26.4, 8192 x 28672 66.5 / 70.0 / 76.3; 72.5 / 84.4, 57344 x
+// 8192 123.3 / 124.0 / 131.2; 122.9 / 132.2. Each block's start (its ring's first loads, and
+// fused its own quantization of the rows) costs more than the balance gains.
 // Which blocks are late follows the SM more than the range (bench --diagnose, ranges shifted by
 // half the grid on alternate launches: the correlation of a block's lateness between the two
 // halves is 0.79-0.90 per SM and -0.01-0.60 per range on the layers with K = 8192 and 28672), but
