@@ -116,6 +116,13 @@ constexpr int64_t kPdlMaxM = 64;
 // stream order by 0.3 and 0.9 us on 6144 x 4096 and 8192 x 8192, behind it by 3.7-12.4 us on
 // the other five shapes.
 constexpr int64_t kPdlClusterMaxM = 128;
+// From M = 1024 (the quantize kernel then runs a warp per row on at most two blocks per SM, whose
+// blocks all end together) the dependent launch measured 1-2.5 us faster for the 128 x 256 tile
+// and mixed for the 128 x 128 tile (bench tile sweep, 8192 x 8192 at M = 2048, four runs). Timing
+// both launches per tile at load and keeping the faster measured no better served: 8192 x 8192
+// at M = 2048 218.8 us (193.9-227.9 in stream order over four runs), 4096 x 4096 at M = 4096
+// 106.6 (105.3-106.8), and twice the candidates let the load's noisy timing pick a slower tile
+// at 4096 x 4096, M = 1024 (38.2 us against 33.5-34.8). Large M keep the stream order.
 
 // Whether a call of m tokens on a tile launches the GEMM as the quantize kernel's programmatic
 // dependent (a quantizing tile always does, inside its own launch).

@@ -253,7 +253,12 @@ __global__ void __launch_bounds__(1024)
 //   8192 x 8192  104.2 / 92.5 / 67-77         1024 x 14336   24.3 / 20.7 / 15.1-15.9
 // Still short of the copy bandwidth (8192 x 8192 moves 192 MB: 45 us at 4.3 TB/s). Bringing each
 // row into shared memory with one bulk copy instead (the row read from DRAM once) measured no
-// faster: 21.9 us at 2048 x 8192, 67.1 at 8192 x 8192.
+// faster: 21.9 us at 2048 x 8192, 67.1 at 8192 x 8192. Nor did holding each row in registers
+// between the passes (a lane's share of the row loaded at once with evict-first loads, read from
+// DRAM once), with one or two blocks per SM, or this kernel with four (us, this kernel / in
+// registers, 1 and 2 blocks per SM / four blocks per SM): 4096 x 4096 16.5-18.6 / 19.1-22.0,
+// 15.4-16.8 / 14.3-15.7; 2048 x 8192 16.1 / 20.5, 21.8 / 16.1; 8192 x 8192 71.2 / 80.6, 83.7 /
+// 87.8.
 constexpr int kRowsPerWarpBlock = 8;
 constexpr int kWarpLoads = 8;
 constexpr int kWarpBlocksPerSm = 2;
