@@ -255,10 +255,11 @@ __global__ void __launch_bounds__(1024)
 // row into shared memory with one bulk copy instead (the row read from DRAM once) measured no
 // faster: 21.9 us at 2048 x 8192, 67.1 at 8192 x 8192. Nor did holding each row in registers
 // between the passes (a lane's share of the row loaded at once with evict-first loads, read from
-// DRAM once), with one or two blocks per SM, or this kernel with four (us, this kernel / in
-// registers, 1 and 2 blocks per SM / four blocks per SM): 4096 x 4096 16.5-18.6 / 19.1-22.0,
-// 15.4-16.8 / 14.3-15.7; 2048 x 8192 16.1 / 20.5, 21.8 / 16.1; 8192 x 8192 71.2 / 80.6, 83.7 /
-// 87.8.
+// DRAM once), with one or two blocks per SM: 4096 x 4096 19.1-22.0 / 15.4-16.8, 2048 x 8192
+// 20.5 / 21.8, 8192 x 8192 80.6 / 83.7 (this kernel 16.5-18.6, 16.1, 71.2 in the same run). Four
+// blocks per SM made this kernel alone faster on rows of 4096 values (4096 x 4096 16.5-16.9 ->
+// 14.3-14.8) but not the op it starts (the quantize kernel then the GEMM, 4096 x 4096 at M = 4096:
+// 105.3-106.8 -> 106.9 us served), and slower on longer rows (8192 x 8192 71.2 -> 87.8).
 constexpr int kRowsPerWarpBlock = 8;
 constexpr int kWarpLoads = 8;
 constexpr int kWarpBlocksPerSm = 2;
