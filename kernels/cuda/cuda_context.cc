@@ -285,8 +285,25 @@ absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
     RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, start_, end_));
     us.push_back(1000.0 * ms);
   }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
+  return median_of(us);
+}
+
+double median_of(std::vector<double>& samples) {
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
+
+size_t lowest_median(std::vector<std::vector<double>>& samples) {
+  size_t best = 0;
+  double best_us = 0;
+  for (size_t j = 0; j < samples.size(); ++j) {
+    const double m = median_of(samples[j]);
+    if (j == 0 || m < best_us) {
+      best = j;
+      best_us = m;
+    }
+  }
+  return best;
 }
 
 absl::Status fill_made_up_activations(void* x, DType type, size_t count, cudaStream_t stream) {

@@ -126,6 +126,14 @@ T* at(void* base, size_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
 }
 
+// The median of `samples` (of an even count, the upper middle one), which it reorders; at least
+// one sample.
+double median_of(std::vector<double>& samples);
+
+// Of several candidates' timings, the index of the one whose median is lowest (the first of
+// equal ones); each candidate's samples are reordered, and each holds at least one.
+size_t lowest_median(std::vector<std::vector<double>>& samples);
+
 // Times calls for load-time choices (autotune, tile tuning): a private stream, two events and a
 // buffer of 4x the L2 (at least 128 MiB) whose read-only pass before a timed call leaves the L2
 // cold, as a served layer finds it (its weights were read a layer ago; reading rather than

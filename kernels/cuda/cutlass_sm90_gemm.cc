@@ -472,18 +472,10 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
         rounds[j].push_back(us);
       }
     }
-    size_t best = 0;
-    double best_us = 0;
     for (size_t j = 0; j < candidates.size(); ++j) {
-      std::vector<double>& v = rounds[j];
-      if (v.empty()) v.push_back(candidates[j].us);
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      if (j == 0 || v[v.size() / 2] < best_us) {
-        best = j;
-        best_us = v[v.size() / 2];
-      }
+      if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
-    tuned_[i] = candidates[best].tile;
+    tuned_[i] = candidates[lowest_median(rounds)].tile;
   }
   return absl::OkStatus();
 #else

@@ -100,7 +100,7 @@ absl::Status StreamS8Prepared::tune_fused_stages() {
   constexpr int kRingRounds = 5;
   const LayerConfig& c = weights_.config;
   if (!stream_s8_fuses_rows(1, c.k)) return absl::OkStatus();
-  std::vector<double> us[std::size(kStages)];
+  std::vector<std::vector<double>> us(std::size(kStages));
   for (int r = 0; r < kRingRounds; ++r) {
     for (size_t j = 0; j < std::size(kStages); ++j) {
       fused_stages_ = kStages[j];
@@ -110,17 +110,7 @@ absl::Status StreamS8Prepared::tune_fused_stages() {
       us[j].push_back(t);
     }
   }
-  size_t best = 0;
-  double best_us = 0;
-  for (size_t j = 0; j < std::size(kStages); ++j) {
-    std::nth_element(us[j].begin(), us[j].begin() + us[j].size() / 2, us[j].end());
-    const double median = us[j][us[j].size() / 2];
-    if (j == 0 || median < best_us) {
-      best = j;
-      best_us = median;
-    }
-  }
-  fused_stages_ = kStages[best];
+  fused_stages_ = kStages[lowest_median(us)];
   return absl::OkStatus();
 }
 

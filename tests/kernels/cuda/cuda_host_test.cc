@@ -2,11 +2,33 @@
 // compute capability and what was compiled in). Runs with or without a GPU.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "kernels/core/host_info.h"
 #include "kernels/cuda/cuda_context.h"
 
 namespace qlinear::gpu {
 namespace {
+
+// What the load-time tunes keep of their timings (run anywhere).
+TEST(LoadTiming, MedianIsTheMiddleSampleAndTheUpperOfTwo) {
+  std::vector<double> odd = {9, 1, 5, 7, 3};
+  EXPECT_EQ(median_of(odd), 5);
+  std::vector<double> even = {4, 1, 3, 2};
+  EXPECT_EQ(median_of(even), 3);
+  std::vector<double> one = {2.5};
+  EXPECT_EQ(median_of(one), 2.5);
+}
+
+TEST(LoadTiming, LowestMedianPicksTheFirstOfEqualsAndIgnoresOutliers) {
+  // The second candidate's fastest sample is the lowest of all, but its median is not.
+  std::vector<std::vector<double>> samples = {{10, 11, 12}, {1, 20, 21}, {9, 10, 30}};
+  EXPECT_EQ(lowest_median(samples), 2u);
+  std::vector<std::vector<double>> ties = {{5, 6, 7}, {6, 6, 6}, {4}};
+  EXPECT_EQ(lowest_median(ties), 2u);
+  std::vector<std::vector<double>> equal = {{6, 6}, {6, 6}};
+  EXPECT_EQ(lowest_median(equal), 0u);
+}
 
 TEST(CudaArch, MachineCodeRunsOnItsMajorVersionAndArchSpecificOnlyOnItsOwn) {
   EXPECT_TRUE(check_cuda_arch("90a", 9, 0).ok());
