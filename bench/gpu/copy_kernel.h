@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace qlinear::gpu {
 
@@ -19,6 +20,12 @@ cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* s
                             cudaStream_t stream);
 
 // One block that does nothing: what a launch costs in the benchmark's timing harness.
+// Reads an n x k int8 matrix in cuda.stream_s8's order: units of `rows` rows x (32 KB / rows)
+// bytes of K, one contiguous range of units per block (sm_count blocks), `depth` (2, 3 or 4)
+// units in flight per block. sink holds sm_count * 1024 words.
+cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,
+                             void* sink, cudaStream_t stream);
+
 cudaError_t launch_empty(cudaStream_t stream);
 
 }  // namespace qlinear::gpu

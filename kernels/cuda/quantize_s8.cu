@@ -425,7 +425,9 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
                          const XqLayout& lay, cudaStream_t stream) {
   // Enough threads that each handles a few vectors (four in flight at once); a block per row
   // keeps the row's reduction in one block (no second launch, no atomics), and small blocks let
-  // many rows share an SM.
+  // many rows share an SM. Up to 1024 threads for rows of over 16384 values measured slower on
+  // the H200 (bench tile sweep, this kernel alone, K = 28672, us): M = 64 8.0-8.2 -> 8.4,
+  // M = 128 8.4-8.5 -> 8.8, M = 256 11.4-11.7 -> 15.9.
   int threads = 32;
   while (threads < 512 && threads * 32 < k) threads *= 2;
   auto aligned = [](const void* ptr, size_t bytes) {
@@ -436,12 +438,20 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   // The SM keeps its shared memory configured at the maximum while this kernel runs: the GEMM
   // launched as its programmatic dependent needs nearly all of it, and an SM configured for this
   // kernel's few bytes would take the GEMM's block only after draining (measured: the block of
-  // cuda.stream_s8 on the quantize kernel's SM started up to 8 us late).
+  // cuda.stream_s8 on the quantize kernel's SM started up to 8 us late). The same for the split
+  // kernel (M <= 16): without it cuda.stream_s8's blocks at M = 16 started 2.2-3.6 us apart on
+  // the H200 benchmark's layers, with it 0.2-0.6 us (bench --diagnose, "start spread"); the op
+  // itself was no faster, its blocks waiting for this kernel's end before their first multiply.
   static const bool carveout_set = [] {
     for (const void* f : {reinterpret_cast<const void*>(quantize_rows_s8<T, S, 8>),
                           reinterpret_cast<const void*>(quantize_rows_s8<T, S, 4>),
                           reinterpret_cast<const void*>(quantize_rows_s8<T, S, 1>)}) {
       cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+    }
+    if constexpr (sizeof(T) == 2) {
+      cudaFuncSetAttribute(quantize_rows_split_s8<T, S>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
     }
     cudaGetLastError();  // a hint: a device that refuses it runs the kernel all the same

@@ -33,6 +33,13 @@
 // not steadily enough to size the ranges by it: shares sized to each block's measured speed
 // made the op 0.8-4.4 us slower at M = 1 and 16 on every benchmark layer but one (57344 x 8192
 // at M = 1: 1.3 us faster).
+// The order itself costs little: the weights read alone in it (bench --diagnose,
+// "diagnose-read": plain 16-byte loads, units of 64 or 16 rows x 32 KB, one range per SM, 2-4
+// units in flight) took 3-8% longer than a plain read stream of the same bytes, whatever the
+// rows per unit and the depth, us, plain / this order: 28672 x 4096 30.1 / 31.8-33.0, 8192 x 28672
+// 58.0 / 60.4-61.2, 57344 x 8192 109.6 / 112.7-113.8. The op at M = 1 took 4-7 us more than that
+// (36.6-37.3, 66.2-66.8, 120.5-122.6): the first ring slot full 3.4-5.2 us after the start and
+// the blocks' uneven ends.
 //
 // Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
 // swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's
@@ -79,7 +86,11 @@ constexpr int kConsumerWarps = kStreamRows / 16;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;
 // A fused launch's block has kHelperWarps more warps, after the producer, that only help the
 // consumers quantize the rows and then exit: the quantization runs on twice the warps (one warp
-// per SM sub-partition left most of its conversion latency exposed).
+// per SM sub-partition left most of its conversion latency exposed). Twelve (four quantizing
+// warps per sub-partition) measured no better on the H200 (bench --diagnose, M = 1): the
+// quantization ended 0.4 us sooner on 8192 x 28672 (4.4 -> 4.0 us from the block's start), but
+// the statistics step, merging twice the warps' partial statistics, took 0.3-0.4 us longer on
+// every layer, and the op was within +-0.6 us (bench: 1.2-1.4 us slower on the 4096-wide layers).
 constexpr int kHelperWarps = 4;
 constexpr int kFusedThreads = kThreads + kHelperWarps * 32;
 // The warps that quantize in a fused launch (consumers and helpers), and a thread's index among
