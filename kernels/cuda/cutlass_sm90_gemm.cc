@@ -157,6 +157,18 @@ constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 // 74.4 -> 75.1), its CTAs mostly starting only as the quantize kernel's blocks leave the SMs.
 constexpr bool kWeightsAhead = true;
 
+// Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
+// the GEMM launched as served), not the GEMM alone: here the GEMM overlaps the quantize kernel
+// (kPdlMaxM, kPdlClusterMaxM), and how much depends on the tile, not only on its GEMM's time. A
+// CTA cannot share an SM with a quantize block (one block per row), so a tile with few CTAs
+// starts them all at once beside the quantize kernel where a tile with more waits for its
+// blocks to end. Measured on the H200 (bench tile sweep, three runs, us, M = 64): 8192 x 28672,
+// GEMM alone 64 x 64 tile 62.0-62.5 / 64 x 128 tile 62.1-63.0 (the GEMM alone picks 64 x 64),
+// op as served 68.3-68.6 / 66.8-67.8; 57344 x 8192, GEMM alone 64 x 256 118.3-122.7 / 64 x 128
+// 121.5-124.7, op as served 121.7-126.3 / 121.2-123.2. Before, only the M between kPdlMaxM and
+// kPdlClusterMaxM (where some tiles are launched as the dependent and others are not) were.
+constexpr int64_t kWholeOpMaxM = kPdlClusterMaxM;
+
 // The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
 // takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
@@ -385,12 +397,9 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
-  // The M timed as whole ops: from kQuantizingMinM (see there), and where a tile's op is served
-  // with the programmatic launch and another's is not (the GEMM alone would not show the
-  // overlap).
-  auto whole_op_m = [](int64_t m) {
-    return m >= kQuantizingMinM || (m > kPdlMaxM && m <= kPdlClusterMaxM);
-  };
+  // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
+  // served as the quantize kernel's programmatic dependent (see kWholeOpMaxM).
+  auto whole_op_m = [](int64_t m) { return m >= kQuantizingMinM || m <= kWholeOpMaxM; };
   bool whole_ops_from_x = false;
   for (int64_t m : kTuneMs) whole_ops_from_x |= m <= max_m && whole_op_m(m);
   if (whole_ops_from_x) {
