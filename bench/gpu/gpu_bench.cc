@@ -10,7 +10,9 @@
 // per-channel scales with bias. Each timed repetition is one CUDA graph replay (the launches of
 // one op) between two CUDA events; the median of the repetitions is reported after warm-up. For
 // M <= 64, where the op streams its weights, repetitions rotate over enough weight copies (>= 256
-// MB together, over 4x the 60 MB L2) that weights come from HBM as they do in a served model.
+// MB together, over 4x the 60 MB L2) that weights come from HBM as they do in a served model;
+// from M = 128 the bare GEMM and the ops are timed in turns of ten calls each, so that the
+// GPU's power-capped clock weighs on all of them alike (see run_shape).
 // Floor = max(bytes / 4.3 TB/s, 2*M*N*K / 1979 TOPS) with bytes = weights + x + y (the GPU's
 // measured copy bandwidth and the datasheet's dense int8 peak); an SM copy and an SM read stream
 // measured in this run are printed too. Per shape, the same read stream over the same rotated
@@ -98,62 +100,81 @@ struct Options {
   int64_t warmup = 10;
 };
 
-// Times `enqueue(slot)` (which queues one repetition's work on `stream`) as CUDA graph replays,
-// slot rotating over [0, slots). Returns the median in microseconds.
-absl::StatusOr<double> median_us(cudaStream_t stream, int slots, const Options& o,
-                                 const std::function<absl::Status(int)>& enqueue) {
+// Times each of `enqueues` (each queues one repetition's work on `stream`, its slot rotating over
+// [0, slots)) as CUDA graph replays, in turns of kTurnReps repetitions of one candidate: the GPU's
+// clock, which a sustained load lowers (see run_shape), then weighs on every candidate alike,
+// while within a turn a candidate finds the cache as its own previous call left it, as timed
+// alone (one turn's first repetition follows another candidate; the median leaves it out).
+// Returns each candidate's median in microseconds.
+constexpr int64_t kTurnReps = 10;
+
+absl::StatusOr<std::vector<double>> medians_in_turns(
+    cudaStream_t stream, int slots, const Options& o,
+    const std::vector<std::function<absl::Status(int)>>& enqueues) {
+  const size_t n = enqueues.size();
   // Eager first: module loading and cuBLASLt's first-call set-up stay out of the capture.
-  for (int s = 0; s < slots; ++s) RETURN_IF_ERROR(enqueue(s));
+  for (const auto& enqueue : enqueues) {
+    for (int s = 0; s < slots; ++s) RETURN_IF_ERROR(enqueue(s));
+  }
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-  std::vector<cudaGraphExec_t> graphs(slots, nullptr);
+  std::vector<cudaGraphExec_t> graphs(n * slots, nullptr);
   absl::Status status = absl::OkStatus();
-  for (int s = 0; s < slots && status.ok(); ++s) {
+  for (size_t g = 0; g < graphs.size() && status.ok(); ++g) {
     RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    absl::Status st = enqueue(s);
-    cudaGraph_t g = nullptr;
-    const cudaError_t e = cudaStreamEndCapture(stream, &g);
+    absl::Status st = enqueues[g / slots](static_cast<int>(g % slots));
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(stream, &graph);
     if (!st.ok()) status = st;
     if (status.ok() && e != cudaSuccess) {
       status = cuda_error_status(e, "cudaStreamEndCapture", __FILE__, __LINE__);
     }
     if (status.ok()) {
-      const cudaError_t ie = cudaGraphInstantiate(&graphs[s], g, 0);
+      const cudaError_t ie = cudaGraphInstantiate(&graphs[g], graph, 0);
       if (ie != cudaSuccess)
         status = cuda_error_status(ie, "cudaGraphInstantiate", __FILE__, __LINE__);
     }
-    if (g != nullptr) cudaGraphDestroy(g);
+    if (graph != nullptr) cudaGraphDestroy(graph);
   }
-  std::vector<cudaEvent_t> ev(2 * o.reps, nullptr);
+  std::vector<cudaEvent_t> ev(2 * o.reps * n, nullptr);
   for (cudaEvent_t& e : ev) {
     if (status.ok()) {
       const cudaError_t ce = cudaEventCreate(&e);
       if (ce != cudaSuccess) status = cuda_error_status(ce, "cudaEventCreate", __FILE__, __LINE__);
     }
   }
-  std::vector<float> ms(o.reps, 0.f);
+  std::vector<std::vector<float>> ms(n, std::vector<float>(o.reps, 0.f));
   if (status.ok()) {
-    auto launch = [&](int i) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(cudaGraphLaunch(graphs[i % slots], stream));
+    auto launch = [&](size_t c, int64_t i) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(cudaGraphLaunch(graphs[c * slots + i % slots], stream));
       return absl::OkStatus();
     };
-    for (int i = 0; i < o.warmup && status.ok(); ++i) status = launch(i);
-    for (int i = 0; i < o.reps && status.ok(); ++i) {
-      status = [&]() -> absl::Status {
-        RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[2 * i], stream));
-        RETURN_IF_ERROR(launch(i));
-        RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[2 * i + 1], stream));
-        return absl::OkStatus();
-      }();
+    for (size_t c = 0; c < n && status.ok(); ++c) {
+      for (int64_t i = 0; i < o.warmup && status.ok(); ++i) status = launch(c, i);
+    }
+    for (int64_t i0 = 0; i0 < o.reps && status.ok(); i0 += kTurnReps) {
+      for (size_t c = 0; c < n && status.ok(); ++c) {
+        for (int64_t i = i0; i < std::min(i0 + kTurnReps, o.reps) && status.ok(); ++i) {
+          status = [&]() -> absl::Status {
+            RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[2 * (i * n + c)], stream));
+            RETURN_IF_ERROR(launch(c, i));
+            RETURN_IF_CUDA_ERROR(cudaEventRecord(ev[2 * (i * n + c) + 1], stream));
+            return absl::OkStatus();
+          }();
+        }
+      }
     }
     if (status.ok()) {
       const cudaError_t se = cudaStreamSynchronize(stream);
       if (se != cudaSuccess)
         status = cuda_error_status(se, "cudaStreamSynchronize", __FILE__, __LINE__);
     }
-    for (int i = 0; i < o.reps && status.ok(); ++i) {
-      const cudaError_t ee = cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]);
-      if (ee != cudaSuccess)
-        status = cuda_error_status(ee, "cudaEventElapsedTime", __FILE__, __LINE__);
+    for (int64_t i = 0; i < o.reps && status.ok(); ++i) {
+      for (size_t c = 0; c < n && status.ok(); ++c) {
+        const cudaError_t ee =
+            cudaEventElapsedTime(&ms[c][i], ev[2 * (i * n + c)], ev[2 * (i * n + c) + 1]);
+        if (ee != cudaSuccess)
+          status = cuda_error_status(ee, "cudaEventElapsedTime", __FILE__, __LINE__);
+      }
     }
   }
   for (cudaEvent_t e : ev) {
@@ -163,8 +184,20 @@ absl::StatusOr<double> median_us(cudaStream_t stream, int slots, const Options& 
     if (g != nullptr) cudaGraphExecDestroy(g);
   }
   RETURN_IF_ERROR(status);
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
+  std::vector<double> out;
+  for (std::vector<float>& v : ms) {
+    std::sort(v.begin(), v.end());
+    out.push_back(1e3 * v[v.size() / 2]);
+  }
+  return out;
+}
+
+// Times `enqueue(slot)` (which queues one repetition's work on `stream`) as CUDA graph replays,
+// slot rotating over [0, slots). Returns the median in microseconds.
+absl::StatusOr<double> median_us(cudaStream_t stream, int slots, const Options& o,
+                                 const std::function<absl::Status(int)>& enqueue) {
+  ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, {enqueue}));
+  return us[0];
 }
 
 // A bare cuBLASLt int8 TN GEMM with int32 output, the anchor: same layouts as cuda.cublaslt,
@@ -1043,7 +1076,12 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
   return absl::OkStatus();
 }
 
-// (3) Every CUDA kernel's op on one shape, for each M.
+// (3) Every CUDA kernel's op on one shape, for each M. Where the weights do not rotate (M > 64)
+// the bare GEMM and the ops are timed in turns (medians_in_turns): under a sustained int8 GEMM
+// load the H200 reaches its power cap within a second and its SM clock drops from 1980 MHz to
+// 1260-1620 MHz (nvidia-smi: software power cap), so whichever is timed first runs at the
+// highest clock. Measured: one after the other, the bare GEMM timed first on 8192 x 8192 at
+// M = 2048 read 176.8 us, and 192.6-222.1 us timed again after the other candidates.
 absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Options& o,
                        cudaStream_t stream, cublasLtHandle_t lt, std::vector<Point>* points) {
   const int64_t n = sc.n, k = sc.k;
@@ -1170,26 +1208,45 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     pt.m = m;
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, n, k));
-    ASSIGN_OR_RETURN(pt.gemm_us, median_us(stream, slots, o, [&](int s) {
-                       return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(),
-                                           b.acc.as<int32_t>(), b.workspace.get(), stream);
-                     }));
+    const std::function<absl::Status(int)> bare_call = [&](int s) {
+      return bare.enqueue(b.w[s].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                          b.workspace.get(), stream);
+    };
     const ProblemShape shape{m, n, k, DType::kBF16, DType::kBF16};
+    std::vector<const KernelCopies*> able;
     for (const auto& kc : kernels) {
-      if (!kc.kernel->can_implement(weights->config, shape).ok()) continue;
-      ASSIGN_OR_RETURN(const double op_us,
-                       median_us(stream, std::min<int>(slots, kc.prepared.size()), o, [&](int s) {
-                         const auto* p =
-                             static_cast<const CudaPreparedKernel*>(kc.prepared[s].get());
-                         DeviceRunArgs a;
-                         a.x = b.x.get();
-                         a.x_dtype = DType::kBF16;
-                         a.m = m;
-                         a.y = b.y.get();
-                         a.y_dtype = DType::kBF16;
-                         return p->run_device(a, b.scratch.get(), stream, nullptr);
-                       }));
-      pt.op_us[std::string(kc.kernel->name())] = op_us;
+      if (kc.kernel->can_implement(weights->config, shape).ok()) able.push_back(&kc);
+    }
+    auto op_call = [&](const KernelCopies& kc) -> std::function<absl::Status(int)> {
+      return [&, prepared = &kc.prepared](int s) {
+        const auto* p = static_cast<const CudaPreparedKernel*>((*prepared)[s].get());
+        DeviceRunArgs a;
+        a.x = b.x.get();
+        a.x_dtype = DType::kBF16;
+        a.m = m;
+        a.y = b.y.get();
+        a.y_dtype = DType::kBF16;
+        return p->run_device(a, b.scratch.get(), stream, nullptr);
+      };
+    };
+    if (slots == 1) {
+      // The bare GEMM and every op in turns (see above).
+      std::vector<std::function<absl::Status(int)>> calls = {bare_call};
+      for (const KernelCopies* kc : able) calls.push_back(op_call(*kc));
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, o, calls));
+      pt.gemm_us = us[0];
+      for (size_t j = 0; j < able.size(); ++j) {
+        pt.op_us[std::string(able[j]->kernel->name())] = us[j + 1];
+      }
+    } else {
+      // Rotating weights: each alone, so that no op finds another's weights in L2.
+      ASSIGN_OR_RETURN(pt.gemm_us, median_us(stream, slots, o, bare_call));
+      for (const KernelCopies* kc : able) {
+        ASSIGN_OR_RETURN(
+            const double op_us,
+            median_us(stream, std::min<int>(slots, kc->prepared.size()), o, op_call(*kc)));
+        pt.op_us[std::string(kc->kernel->name())] = op_us;
+      }
     }
     const MBucket& bucket = m_buckets()[m_bucket_index(m)];
     // What the server runs: its autotune keeps, per M bucket, the fastest of the GPU kernels that
