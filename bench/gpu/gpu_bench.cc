@@ -16,9 +16,9 @@
 // Floor = max(bytes / 4.3 TB/s, 2*M*N*K / 1979 TOPS) with bytes = weights + x + y (the GPU's
 // measured copy bandwidth and the datasheet's dense int8 peak); an SM copy and an SM read stream
 // measured in this run are printed too. Per shape, the same read stream over the same rotated
-// weight copies ("weights read alone") is the least time any op of that shape can take in this
-// harness (its launch and the events included): "x read" is an op's time over it, and a missed
-// target that asks for less is marked as such.
+// weight copies ("weights read alone", its launch and the events included) is what an op of
+// that shape, which reads every weight byte, can only beat by reading faster than that stream:
+// "x read" is an op's time over it, and a missed target that asks for less is marked as such.
 //
 // Sections: (1) cuda.gemv_s8's launch plans swept against its planner's choice, (2)
 // cuda.cutlass_sm90's tile configurations (GEMM + fused epilogue, no quantize) against the bare
@@ -304,8 +304,8 @@ struct Point {
   int64_t n = 0, k = 0, m = 0;
   double gemm_us = 0;
   // Where the weights rotate (M <= 64): a plain SM read stream of the same weight bytes over the
-  // same number of rotated copies, timed the same way: the least time any op of this shape can
-  // take in this harness (0 elsewhere).
+  // same number of rotated copies, timed the same way: what an op of this shape can only beat by
+  // reading the weights faster than that stream (0 elsewhere).
   double read_us = 0;
   std::map<std::string, double> op_us;  // kernel name -> op time
   std::string dispatched;               // what the server runs at this M (see run_shape)
