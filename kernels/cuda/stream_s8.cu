@@ -35,7 +35,7 @@
 // at M = 1: 1.3 us faster).
 // The order itself costs little: the weights read alone in it (bench --diagnose,
 // "diagnose-read": plain 16-byte loads, units of 64 or 16 rows x 32 KB, one range per SM, 2-4
-// units in flight) took 3-8% longer than a plain read stream of the same bytes, whatever the
+// units in flight) took 3-10% longer than a plain read stream of the same bytes, whatever the
 // rows per unit and the depth, us, plain / this order: 28672 x 4096 30.1 / 31.8-33.0, 8192 x 28672
 // 58.0 / 60.4-61.2, 57344 x 8192 109.6 / 112.7-113.8. The op at M = 1 took 4-7 us more than that
 // (36.6-37.3, 66.2-66.8, 120.5-122.6): the first ring slot full 3.4-5.2 us after the start and
