@@ -14,15 +14,18 @@ namespace qlinear::gpu {
 cudaError_t launch_copy_16b(const void* src, void* dst, size_t bytes, int sm_count,
                             cudaStream_t stream);
 
+// The device memory the read kernels below write their sink into, for sm_count SMs.
+inline size_t read_sink_bytes(int sm_count) { return static_cast<size_t>(sm_count) * 4 * 512 * 4; }
+
 // Reads `bytes` once with 16-byte streaming loads from every SM: the read-bandwidth ceiling a
-// weight-streaming kernel is measured against. sink: sm_count * 4 * 512 words of device memory.
+// weight-streaming kernel is measured against. sink: read_sink_bytes(sm_count).
 cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* sink,
                             cudaStream_t stream);
 
 // One block that does nothing: what a launch costs in the benchmark's timing harness.
 // Reads an n x k int8 matrix in cuda.stream_s8's order: units of `rows` rows x (32 KB / rows)
 // bytes of K, one contiguous range of units per block (sm_count blocks), `depth` (2, 3 or 4)
-// units in flight per block. sink holds sm_count * 1024 words.
+// units in flight per block. sink: read_sink_bytes(sm_count).
 cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,
                              void* sink, cudaStream_t stream);
 

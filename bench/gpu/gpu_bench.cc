@@ -261,7 +261,7 @@ absl::StatusOr<Ceilings> measure_ceilings(cudaStream_t s) {
   DeviceBuffer a, b, sink;
   RETURN_IF_ERROR(a.allocate(bytes, "the copy benchmark"));
   RETURN_IF_ERROR(b.allocate(bytes, "the copy benchmark"));
-  RETURN_IF_ERROR(sink.allocate(static_cast<size_t>(sms) * 4 * 512 * 4, "the read benchmark"));
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read benchmark"));
   RETURN_IF_CUDA_ERROR(cudaMemsetAsync(a.get(), 1, bytes, s));
   Options o;
   o.reps = 10;
@@ -438,6 +438,18 @@ absl::StatusOr<std::vector<uint64_t>> trace_to_host(const DeviceBuffer& trace,
   return t;
 }
 
+// The shape's weights read alone: the SM read stream over its rotated weight copies, timed as the
+// ops are (launch and events included). sink: read_sink_bytes(SM count).
+absl::StatusOr<double> weights_read_us(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                       void* sink, cudaStream_t stream) {
+  const int sms = host_info().gpus[0].sm_count;
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  return median_us(stream, b.copies, o, [&](int s) -> absl::Status {
+    RETURN_IF_CUDA_ERROR(launch_read_16b(b.w[s].get(), w_bytes, sms, sink, stream));
+    return absl::OkStatus();
+  });
+}
+
 // --diagnose: where cuda.gemv_s8's time goes at M = 1 and 16. Next to the op's time it prints
 // what the harness itself costs (an empty launch), how fast the weights alone can be read (an SM
 // read stream over the same rotated copies), the bare cuBLASLt GEMM, and the phases of the tuned
@@ -448,17 +460,13 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                            cudaStream_t stream, cublasLtHandle_t lt) {
   const int sms = host_info().gpus[0].sm_count;
   DeviceBuffer sink;
-  RETURN_IF_ERROR(sink.allocate(static_cast<size_t>(sms) * 4 * 512 * 4, "the read stream"));
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
   ASSIGN_OR_RETURN(const double empty_us, median_us(stream, 1, o, [&](int) -> absl::Status {
                      RETURN_IF_CUDA_ERROR(launch_empty(stream));
                      return absl::OkStatus();
                    }));
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
-  ASSIGN_OR_RETURN(
-      const double read_us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
-        RETURN_IF_CUDA_ERROR(launch_read_16b(b.w[s].get(), w_bytes, sms, sink.get(), stream));
-        return absl::OkStatus();
-      }));
+  ASSIGN_OR_RETURN(const double read_us, weights_read_us(sc, b, o, sink.get(), stream));
   // The same bytes read in cuda.stream_s8's order (units of R rows, one range per SM, D units of
   // 32 KB in flight): what the order itself costs against the read stream above.
   {
@@ -1185,14 +1193,10 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   // The weights read alone (see Point::read_us), once per shape.
   double read_us = 0;
   {
-    const int sms = host_info().gpus[0].sm_count;
     DeviceBuffer sink;
-    RETURN_IF_ERROR(sink.allocate(static_cast<size_t>(sms) * 4 * 512 * 4, "the read stream"));
-    ASSIGN_OR_RETURN(
-        read_us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
-          RETURN_IF_CUDA_ERROR(launch_read_16b(b.w[s].get(), w_bytes, sms, sink.get(), stream));
-          return absl::OkStatus();
-        }));
+    RETURN_IF_ERROR(
+        sink.allocate(read_sink_bytes(host_info().gpus[0].sm_count), "the read stream"));
+    ASSIGN_OR_RETURN(read_us, weights_read_us(sc, b, o, sink.get(), stream));
     std::printf(
         "%-22s weights read alone (SM read stream, %d rotated copies) %9.1f us %6.2f TB/s\n",
         shape_name(sc).c_str(), b.copies, read_us, w_bytes / (read_us * 1e-6) / 1e12);

@@ -140,27 +140,25 @@ struct DependentMainloop : Base {
     if (!elect_one_sync()) return;
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
     (void)k_coord;
+    // The k-tiles' loads of one operand (g: its tiles in global memory, s: its stages).
+    auto issue = [&](auto const& tma_load, auto const& g, auto const& s, bool acquire) {
+      auto tma = tma_load.get_slice(0);
+      Tensor tg = tma.partition_S(g);
+      Tensor ts = tma.partition_D(s);
+      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
+        if (acquire) pipeline.producer_acquire(state);
+        copy(tma_load.with(*pipeline.producer_get_barrier(state), 0), tg(_, _, _, *k_tile_iter),
+             ts(_, _, _, state.index()));
+      }
+    };
     if (weights) {
-      Tensor sB =
-          make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{});
-      auto tma = params.tma_load_b.get_slice(0);
-      Tensor tBgB = tma.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
-      Tensor tBsB = tma.partition_D(sB);
-      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
-        pipeline.producer_acquire(state);
-        copy(params.tma_load_b.with(*pipeline.producer_get_barrier(state), 0),
-             tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, state.index()));
-      }
+      issue(params.tma_load_b, get<1>(load_inputs)(_, _, n_coord, _, l_coord),
+            make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}),
+            true);
     } else {
-      Tensor sA =
-          make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{});
-      auto tma = params.tma_load_a.get_slice(0);
-      Tensor tAgA = tma.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
-      Tensor tAsA = tma.partition_D(sA);
-      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
-        copy(params.tma_load_a.with(*pipeline.producer_get_barrier(state), 0),
-             tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, state.index()));
-      }
+      issue(params.tma_load_a, get<0>(load_inputs)(_, _, m_coord, _, l_coord),
+            make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}),
+            false);
     }
   }
 
