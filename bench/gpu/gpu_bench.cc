@@ -30,7 +30,7 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false]
-// (--small_m: every shape at M = 1, 4, 8 and 16 only, with cuda.gemv_s8's plan sweep;
+// (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
 //  diagnose_cutlass)
@@ -1095,7 +1095,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   const int64_t n = sc.n, k = sc.k;
   std::vector<int64_t> ms(std::begin(kSmallMs), std::end(kSmallMs));
   ms.insert(ms.end(), sc.large_ms.begin(), sc.large_ms.end());
-  if (o.small_m) ms = {1, 4, 8, 16};
+  if (o.small_m) ms = {1, 2, 4, 8, 16, 32};
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   SplitMix64 rng(0x5eed0000ull + static_cast<uint64_t>(n * 131 + k));
   LayerSpec spec;
@@ -1426,7 +1426,8 @@ int bench_main(int argc, char** argv) {
       "[--sweep=true|false]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
-  args.add("small_m", &o.small_m, "Only M = 1, 4, 8 and 16 on every shape, gemv plans swept");
+  args.add("small_m", &o.small_m,
+           "Only M = 1, 2, 4, 8, 16 and 32 on every shape, gemv plans swept");
   args.add(
       "diagnose", &o.diagnose,
       "Only where the time goes, from in-kernel stamps: cuda.gemv_s8 and cuda.stream_s8 at M = 1 "

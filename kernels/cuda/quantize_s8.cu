@@ -12,6 +12,7 @@
 #include "kernels/cuda/cluster_launch.h"
 #include "kernels/cuda/quantize_s8.h"
 #include "kernels/cuda/quantize_s8_device.cuh"
+#include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
@@ -391,6 +392,93 @@ __global__ void __launch_bounds__(kSplitThreads)
 #endif
 }
 
+// Long rows of 16-bit values for 17..256 tokens: one block per row, as quantize_rows_s8, but the
+// row brought into shared memory by bulk copies that one thread issues at once, both passes
+// reading it there. Measured on the H200 (bench tile sweep, this kernel alone, launch included,
+// us, quantize_rows_s8 -> this kernel; one run, both binaries on one GPU):
+//   K = 4096 (6144 x 4096)   M = 64 5.0 -> 4.6, M = 128 5.1 -> 4.5, M = 256 5.5 -> 4.9
+//   K = 8192 (8192 x 8192)   M = 64 5.6 -> 5.3, M = 128 5.8 -> 5.5, M = 256 6.7 -> 6.2
+//   K = 14336                M = 64 6.6 -> 6.2, M = 128 6.6 -> 6.6, M = 256 8.1 -> 7.7
+//   K = 28672                M = 64 8.0 -> 7.6, M = 128 8.4 -> 8.0, M = 256 11.6 -> 12.4
+// and the op it starts 0.2-1.2 us faster at M = 64-256 on every benchmark layer but 57344 x
+// 8192 at M = 64 and 128 (within 0.1 us), e.g. 6144 x 4096 at M = 256 21.6 -> 20.4, 8192 x
+// 28672 at M = 64 66.6 -> 65.5. With more than kBulkMaxBytes of rows (K = 28672 at M = 256) the
+// copies of every resident block in flight at once made it slower, so those keep
+// quantize_rows_s8. Measured and dropped (the op, us, one row per block -> the variant):
+//   - 2 or 4 rows per block (fewer SMs quantizing, more left for the GEMM launched as the
+//     dependent): slower on every layer, 4096 x 14336 at M = 64 25.1 -> 27.1 / 31.4, 8192 x 28672
+//     at M = 64 67.2 -> 70.1 / 72.6, 8192 x 8192 at M = 128 29.0 -> 30.0 / 33.1;
+//   - each row of 14336 values or more split among a cluster of 2 or 4 blocks up to M = 64 (the
+//     statistics meeting through distributed shared memory, as quantize_rows_split_s8): the
+//     kernel alone 1 us faster on 8192 x 28672 at M = 64 (8.6 -> 7.6 / 7.7), but the op no
+//     faster there (69.3 -> 69.3 / 69.1) and slower on 4096 x 14336 (26.8 -> 31.4 / 29.2); and
+//     the launch with a cluster attribute, even of one block, made every call about 1 us slower
+//     (6144 x 4096 at M = 64, the kernel alone 4.6 -> 5.7), so this kernel is launched plainly.
+constexpr int kBulkPiece = 16384;  // bytes per bulk copy
+template <typename T, QuantScheme S>
+__global__ void __launch_bounds__(512)
+    quantize_rows_bulk_s8(const T* __restrict__ x, int64_t k, QuantizeParams p,
+                          int8_t* __restrict__ xq, float* __restrict__ sa,
+                          int32_t* __restrict__ azp, int32_t* __restrict__ zero, int64_t zero_count,
+                          XqLayout lay) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char row_smem[];
+  __shared__ __align__(8) uint64_t bar;
+  start_quantize(zero, zero_count);
+  const int64_t row = blockIdx.x;
+  const uint32_t bytes = static_cast<uint32_t>(k * 2);
+  const uint32_t b = device::smem_addr(&bar), dst = device::smem_addr(row_smem);
+  if (threadIdx.x == 0) {
+    device::mbar_init(b, 1);
+    device::mbar_init_fence();
+    device::mbar_expect_tx(b, bytes);
+    const uint64_t policy = device::l2_evict_first();
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(x + row * k);
+    for (uint32_t off = 0; off < bytes; off += kBulkPiece) {
+      const uint32_t n = bytes - off < kBulkPiece ? bytes - off : kBulkPiece;
+      device::bulk_copy(dst + off, src + off, n, b, policy);
+    }
+  }
+  __syncthreads();  // the barrier initialised before anyone waits on it
+  device::mbar_wait(b, 0);
+  const uint4* r = reinterpret_cast<const uint4*>(row_smem);
+  const int64_t vecs = k / 8;
+  device::WarpRowStats<T, S> ws;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) ws.visit8(r[i]);
+  const device::RowStats st = ws.reduce();
+  __shared__ device::RowStats s_warp[kMaxWarps / 2];
+  __shared__ device::RowParams s_rp;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s_warp[warp] = st;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    device::RowStats all = s_warp[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) all.merge(s_warp[w]);
+    const device::RowParams rp = device::row_params<S>(all, p);
+    sa[row] = rp.sa;
+    if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+    s_rp = rp;
+  }
+  __syncthreads();
+  const device::RowParams rp = s_rp;
+  if (rp.mode == kBadRow) return;
+  int8_t* qr = xq + row * lay.row_stride;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const int64_t e = 8 * i;  // a vector never straddles a chunk (chunk % 8 == 0)
+    *reinterpret_cast<uint2*>(qr + (e / lay.chunk) * lay.chunk_stride + e % lay.chunk) =
+        rp.mode == kQuantize ? device::quantize8<T, S>(r[i], rp) : make_uint2(0, 0);
+  }
+#endif
+}
+
+// Which rows take quantize_rows_bulk_s8: 16-bit, kBulkMinK..kBulkMaxK values (one row in shared
+// memory), more than kSplitMaxM and at most kBulkMaxM of them (as measured), and at most
+// kBulkMaxBytes of them in all.
+constexpr int64_t kBulkMinK = 4096;
+constexpr int64_t kBulkMaxK = 32768;
+constexpr int64_t kBulkMaxM = 256;
+constexpr int64_t kBulkMaxBytes = int64_t{8} << 20;
+
 // How many blocks share one row of k 16-bit values in quantize_rows_split_s8 (1: the row is
 // not split): enough for kSplitCached vectors per thread, a power of two.
 constexpr int64_t kSplitMinK = 4096;
@@ -470,6 +558,26 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       return cudaGetLastError();
     }
     static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
+    // (A device that refuses the shared-memory size keeps the form below.)
+    static const bool bulk_ok = [] {
+      const bool ok = cudaFuncSetAttribute(quantize_rows_bulk_s8<T, S>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kBulkMaxK * 2)) == cudaSuccess;
+      cudaFuncSetAttribute(quantize_rows_bulk_s8<T, S>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+      cudaGetLastError();
+      return ok;
+    }();
+    if (m > kSplitMaxM && m <= kBulkMaxM && m * k * 2 <= kBulkMaxBytes && k >= kBulkMinK &&
+        k <= kBulkMaxK && k % 8 == 0 && lay.chunk % 8 == 0 && lay.row_stride % 8 == 0 &&
+        lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) && major >= 9 && bulk_ok) {
+      const size_t smem = static_cast<size_t>(k) * 2;
+      const unsigned bulk_threads = k >= 16384 ? 512 : 256;
+      quantize_rows_bulk_s8<T, S>
+          <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+      return cudaGetLastError();
+    }
     const int parts = split_blocks(k);
     if (parts > 1 && m <= kSplitMaxM && k % 8 == 0 && lay.chunk % 8 == 0 &&
         lay.row_stride % 8 == 0 && lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&

@@ -42,9 +42,9 @@ struct XqLayout {
 
 // Quantizes x [m, k] (row-major, x_type, device memory) into xq [m, k] int8, sa [m] and, when
 // azp is not null, azp [m] (0 for symmetric schemes). One block per row (a cluster of blocks per
-// row for up to 16 long rows of 16-bit values, a warp per row from 1024): the row's absmax or
-// min/max reduction also detects non-finite values, then a second pass over the row (from L2)
-// writes xq. A row holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows
+// row for up to 16 long rows of 16-bit values, the row in shared memory for 17-256 long rows of
+// them, a warp per row from 1024): the row's absmax or min/max reduction also detects non-finite
+// values, then a second pass over the row (from registers, shared memory or L2) writes xq. A row holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows
 // give finite or +Inf scales), and unspecified xq/azp: the caller finds the first bad row by
 // scanning sa, which it copies back anyway, so the check needs no flag, memset or atomic.
 // Requires 1 <= m < 2^31 and k >= 1; any alignment (8 elements per vector access when x is

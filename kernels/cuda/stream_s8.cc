@@ -243,6 +243,19 @@ class StreamS8Kernel final : public Kernel {
   // autotune measures each layer and keeps the fastest. Not
   // beyond 32 tokens: with 8 n-blocks (M = 64) the mma.sync work outran the stream, 1.3-1.7x
   // cuda.cutlass_sm90's time on every benchmark layer (57344 x 8192: 179.7 against 123.1 us).
+  // Between those M (bench --small_m, one run, this kernel / cuda.cutlass_sm90, us):
+  //   (N, K)          M=2            M=4            M=8            M=32
+  //   6144 x 4096     16.3 / 17.9    17.4 / 17.6    20.4 / 17.2    20.1 / 18.4
+  //   4096 x 4096     14.3 / 15.6    15.8 / 14.9    18.8 / 14.9    18.2 / 14.9
+  //   28672 x 4096    37.2 / 39.0    38.5 / 38.9    41.4 / 38.2    48.6 / 41.3
+  //   4096 x 14336    25.2 / 31.3    25.5 / 31.2    25.5 / 29.8    29.1 / 28.7
+  //   8192 x 8192     25.2 / 30.6    27.8 / 30.4    26.5 / 28.9    29.5 / 28.6
+  //   57344 x 8192   121.1 / 132.5  123.2 / 131.6  120.8 / 125.4  132.7 / 154.2 (a 64 x 64 tile)
+  //   8192 x 28672    69.3 / 93.1    69.1 / 93.4    68.7 / 97.3    69.7 / 70.1
+  // so the 2..16 bucket, measured at M = 16, picks what wins at M = 8 on every layer but 57344 x
+  // 8192 (the two within 0.5 us at M = 16); only M = 2-3 on the 4096-wide layers (the one-launch
+  // form) would gain from a bucket of their own (1.3-1.8 us). At M = 32 this kernel wins only
+  // where the layer's load picked a poor tile for M = 64.
   MRange preferred_m() const override { return MRange{1, 16}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {

@@ -61,6 +61,31 @@ TEST_F(CublasLtTest, MatchesReferenceForLargeM) {
   }
 }
 
+// Long rows of 16-bit activations for 17..256 tokens, where the quantize kernel brings each row
+// into shared memory (quantize_rows_bulk_s8), and beside it (300 rows; 200 rows of 28672 values,
+// over its 8 MB): every scheme, both 16-bit types, awkward rows.
+TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  struct Rows {
+    int64_t m, k;
+  };
+  const Rows sizes[] = {{17, 28672}, {100, 8208},  {256, 4096},
+                        {300, 4096}, {200, 28672}, {64, 4096 + 8 * rng.range(1, 3000)}};
+  int combo = 0;
+  for (Scheme scheme : kSchemes) {
+    for (const Rows& r : sizes) {
+      const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, r.k, combo % 2 == 0));
+      if (p.kernel == nullptr) return;
+      const DType xt = combo % 2 == 0 ? DType::kBF16 : DType::kF16;
+      const DType yt = kDTypes[combo % 3];
+      ++combo;
+      EXPECT_TRUE(check_call(p, make_x(rng, r.m, r.k, xt), xt, r.m, yt))
+          << "M=" << r.m << " K=" << r.k;
+    }
+  }
+}
+
 // A Llama-sized projection at decode and small-batch M (the cuBLASLt algorithms differ there:
 // split-K and stream-K for the weight-bound sizes).
 TEST_F(CublasLtTest, MatchesReferenceOnModelShape) {
@@ -100,15 +125,21 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
   };
   const std::vector<std::vector<Bad>> plans = {
       {{5, 3, nan}, {9, 0, inf}}, {{0, 63, -inf}}, {{11, 17, inf}, {11, 18, nan}}, {{7, 0, nan}}};
+  struct Rows {
+    int64_t m, k;
+  };
+  // 12 rows: a block per row; 1100 rows: the quantize kernel's warp-per-row form; 40 rows of
+  // 8208 values: a block per row, each row in shared memory (16-bit x).
+  const Rows sizes[] = {{12, 64}, {1100, 64}, {40, 8208}};
   for (Scheme scheme : kSchemes) {
-    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, 64, true));
-    if (p.kernel == nullptr) return;
-    for (DType xt : kDTypes) {
-      // 12 rows: a block per row; 1100 rows: the quantize kernel's warp-per-row form.
-      for (const int64_t m : {int64_t{12}, int64_t{1100}}) {
+    for (const Rows& rows : sizes) {
+      const int64_t m = rows.m, k = rows.k;
+      const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 16, k, true));
+      if (p.kernel == nullptr) return;
+      for (DType xt : kDTypes) {
         for (const auto& plan : plans) {
-          std::vector<uint8_t> x = make_x(rng, m, 64, xt);
-          for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * 64 + b.col, b.v);
+          std::vector<uint8_t> x = make_x(rng, m, k, xt);
+          for (const Bad& b : plan) store_from_f32(x.data(), xt, b.row * k + b.col, b.v);
           const Expected want = reference_run(*p.weights, x.data(), xt, m, DType::kBF16);
           ASSERT_EQ(want.status.code(), absl::StatusCode::kInvalidArgument);
           std::vector<uint16_t> y(m * 16, 0xBEEF);
