@@ -4,6 +4,7 @@
 //   x: host -> pinned -> device in chunks (the host memcpy of one chunk overlaps the DMA of the
 //   previous one); the kernel family's device half; sa/azp back first, then y in chunks, each
 //   copied out of pinned memory as soon as its event fires; one stream synchronisation at the end.
+//   Host copies of 512 KB or more are split among a pool of four copy threads.
 //   A non-finite row (sa = NaN from the GPU) becomes INVALID_ARGUMENT with the reference's exact
 //   message and leaves y untouched.
 //
