@@ -59,10 +59,12 @@ size_t chunk_bytes(size_t total) {
 // memcpy moves far less than PCIe does. Its own pool, not the CPU kernels' one: a copy waits for
 // its last piece, and the fewer threads share it, the less a piece can wait for a descheduled
 // worker. Measured on the H200 host (bench serving path: 4096 x 4096 at M = 2048, bf16 x and y,
-// 16 MB each way; median / p90, us, cuda.cutlass_sm90 and cuda.cublaslt, one run each):
+// 16 MB each way; median / p90, us, cuda.cutlass_sm90 and cuda.cublaslt; each form in two runs
+// on one machine, the one-thread form once there):
 //   one thread (memcpy)                  3266-3290 / 3385-3400
-//   four threads (this pool), two runs   1250-1315 / 1286-1368
-//   the process-wide pool (16 threads)   1283-1803 / 2912-7546
+//   four threads (this pool)             1250-1315 / 1286-1368
+//   the process-wide pool (16 threads)   1259-1803 / 2912-7546 (another machine: one thread
+//                                        5503-5585 / 5892-5986 there)
 constexpr size_t kCopyTaskBytes = size_t{128} << 10;
 constexpr size_t kParallelCopyBytes = 4 * kCopyTaskBytes;
 constexpr unsigned kCopyThreads = 4;
