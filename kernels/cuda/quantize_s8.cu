@@ -315,6 +315,30 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
   }
 }
 
+// The block's statistics of its row (or slice of it) from each warp's own `st` (every lane
+// holding its warp's), merged in thread 0 through `s_warp` (one entry per warp); the other
+// threads get their warp's. Ends with the block's barrier.
+__device__ __forceinline__ device::RowStats block_stats(const device::RowStats& st,
+                                                        device::RowStats* s_warp) {
+  if (threadIdx.x % 32 == 0) s_warp[threadIdx.x / 32] = st;
+  __syncthreads();
+  device::RowStats all = st;
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) all.merge(s_warp[w]);
+  }
+  return all;
+}
+
+// The 8 values of a row at element e (a multiple of 8; a vector never straddles a chunk, chunk %
+// 8 == 0), quantized with the row's parameters (zeros for a zero row), into the row's xq `qr` in
+// layout `lay`.
+template <typename T, QuantScheme S>
+__device__ __forceinline__ void store_quantized8(int8_t* qr, int64_t e, const XqLayout& lay,
+                                                 const uint4& v, const device::RowParams& rp) {
+  *reinterpret_cast<uint2*>(qr + (e / lay.chunk) * lay.chunk_stride + e % lay.chunk) =
+      rp.mode == kQuantize ? device::quantize8<T, S>(v, rp) : make_uint2(0, 0);
+}
+
 // A few long rows of 16-bit values (decode, M <= kSplitMaxM, K >= kSplitMinK): each row split
 // among the blocks of a cluster, so that more SMs read and convert it. Each block takes a
 // contiguous slice (every value in registers between the passes), the blocks' statistics meet
@@ -353,18 +377,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   for (int c = 0; c < kSplitCached; ++c) {
     if (v0 + threadIdx.x + c * kSplitThreads < v1) ws.visit8(raw[c]);
   }
-  const device::RowStats st = ws.reduce();
   __shared__ device::RowStats s_warp[kSplitThreads / 32];
   __shared__ device::RowStats s_block;
   __shared__ device::RowParams s_rp;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) s_warp[warp] = st;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    device::RowStats b = s_warp[0];
-    for (int w = 1; w < kSplitThreads / 32; ++w) b.merge(s_warp[w]);
-    s_block = b;
-  }
+  const device::RowStats b = block_stats(ws.reduce(), s_warp);
+  if (threadIdx.x == 0) s_block = b;
   cluster.sync();  // every block's statistics, visible to the cluster
   if (threadIdx.x == 0) {
     device::RowStats all;
@@ -383,11 +400,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
   for (int c = 0; c < kSplitCached; ++c) {
     const int64_t i = v0 + threadIdx.x + c * kSplitThreads;
-    if (i < v1) {
-      const int64_t e = 8 * i;  // a vector never straddles a chunk (chunk % 8 == 0)
-      *reinterpret_cast<uint2*>(qr + (e / lay.chunk) * lay.chunk_stride + e % lay.chunk) =
-          rp.mode == kQuantize ? device::quantize8<T, S>(raw[c], rp) : make_uint2(0, 0);
-    }
+    if (i < v1) store_quantized8<T, S>(qr, 8 * i, lay, raw[c], rp);
   }
 #endif
 }
@@ -416,8 +429,9 @@ __global__ void __launch_bounds__(kSplitThreads)
 //     was itself about 1 us slower than this kernel launched plainly (6144 x 4096 at M = 64, the
 //     kernel alone 4.5-4.6 in two runs -> 5.7).
 constexpr int kBulkPiece = 16384;  // bytes per bulk copy
+constexpr int kBulkMaxThreads = 512;
 template <typename T, QuantScheme S>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(kBulkMaxThreads)
     quantize_rows_bulk_s8(const T* __restrict__ x, int64_t k, QuantizeParams p,
                           int8_t* __restrict__ xq, float* __restrict__ sa,
                           int32_t* __restrict__ azp, int32_t* __restrict__ zero, int64_t zero_count,
@@ -446,15 +460,10 @@ __global__ void __launch_bounds__(512)
   const int64_t vecs = k / 8;
   device::WarpRowStats<T, S> ws;
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) ws.visit8(r[i]);
-  const device::RowStats st = ws.reduce();
-  __shared__ device::RowStats s_warp[kMaxWarps / 2];
+  __shared__ device::RowStats s_warp[kBulkMaxThreads / 32];
   __shared__ device::RowParams s_rp;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) s_warp[warp] = st;
-  __syncthreads();
+  const device::RowStats all = block_stats(ws.reduce(), s_warp);
   if (threadIdx.x == 0) {
-    device::RowStats all = s_warp[0];
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) all.merge(s_warp[w]);
     const device::RowParams rp = device::row_params<S>(all, p);
     sa[row] = rp.sa;
     if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
@@ -465,9 +474,7 @@ __global__ void __launch_bounds__(512)
   if (rp.mode == kBadRow) return;
   int8_t* qr = xq + row * lay.row_stride;
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
-    const int64_t e = 8 * i;  // a vector never straddles a chunk (chunk % 8 == 0)
-    *reinterpret_cast<uint2*>(qr + (e / lay.chunk) * lay.chunk_stride + e % lay.chunk) =
-        rp.mode == kQuantize ? device::quantize8<T, S>(r[i], rp) : make_uint2(0, 0);
+    store_quantized8<T, S>(qr, 8 * i, lay, r[i], rp);
   }
 #endif
 }
@@ -573,19 +580,20 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       cudaGetLastError();
       return ok;
     }();
-    if (m > kSplitMaxM && m <= kBulkMaxM && m * k * 2 <= kBulkMaxBytes && k >= kBulkMinK &&
-        k <= kBulkMaxK && k % 8 == 0 && lay.chunk % 8 == 0 && lay.row_stride % 8 == 0 &&
-        lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) && major >= 9 && bulk_ok) {
+    // What the bulk and split forms share: whole 16-byte vectors of x, 8-byte stores of xq, sm_90.
+    const bool vectors = k % 8 == 0 && lay.chunk % 8 == 0 && lay.row_stride % 8 == 0 &&
+                         lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
+                         major >= 9;
+    if (vectors && bulk_ok && m > kSplitMaxM && m <= kBulkMaxM && m * k * 2 <= kBulkMaxBytes &&
+        k >= kBulkMinK && k <= kBulkMaxK) {
       const size_t smem = static_cast<size_t>(k) * 2;
-      const unsigned bulk_threads = k >= 16384 ? 512 : 256;
+      const unsigned bulk_threads = k >= 16384 ? kBulkMaxThreads : kBulkMaxThreads / 2;
       quantize_rows_bulk_s8<T, S>
           <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
       return cudaGetLastError();
     }
     const int parts = split_blocks(k);
-    if (parts > 1 && m <= kSplitMaxM && k % 8 == 0 && lay.chunk % 8 == 0 &&
-        lay.row_stride % 8 == 0 && lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
-        major >= 9) {
+    if (vectors && parts > 1 && m <= kSplitMaxM) {
       const ClusterLaunch launch(static_cast<unsigned>(m * parts), kSplitThreads,
                                  static_cast<unsigned>(parts), 0, stream);
       return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp,
