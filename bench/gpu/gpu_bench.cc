@@ -36,6 +36,7 @@
 //  diagnose_cutlass)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/debugging/failure_signal_handler.h"
@@ -95,6 +97,7 @@ struct Options {
   bool quick = false;
   bool small_m = false;
   bool diagnose = false;
+  bool serving = false;
   bool sweep = true;
   int64_t reps = 100;
   int64_t warmup = 10;
@@ -1287,6 +1290,199 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   return absl::OkStatus();
 }
 
+// A CUDA runtime result as a status.
+absl::Status cuda_status(cudaError_t e) {
+  RETURN_IF_CUDA_ERROR(e);
+  return absl::OkStatus();
+}
+
+// The process's resident memory in bytes (0 where /proc cannot tell).
+int64_t rss_bytes() {
+  long pages_total = 0, pages_resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  const int got = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  return got == 2 ? static_cast<int64_t>(pages_resident) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+// Median and p90 in us of `reps` calls of `call`, timed with a host clock (after 3 untimed).
+absl::StatusOr<std::pair<double, double>> host_timed(int reps,
+                                                     const std::function<absl::Status()>& call) {
+  for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(call());
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(call());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return std::make_pair(us[us.size() / 2], us[us.size() * 9 / 10]);
+}
+
+// Where a small call's time goes: the parts of `run` measured one by one with a host clock, on a
+// stream and buffers of the bench's own (x at 0, then y, sa and azp back to back, as `run` lays
+// them out).
+absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
+                               const std::vector<uint16_t>& xh, std::vector<uint16_t>& yh,
+                               int reps) {
+  const size_t x_bytes = xh.size() * 2, y_bytes = yh.size() * 2, row_bytes = m * 4;
+  const size_t d_y = align_up(x_bytes), d_sa = d_y + align_up(y_bytes);
+  const size_t d_azp = d_sa + align_up(row_bytes), total = d_azp + align_up(row_bytes);
+  const size_t out_bytes = total - d_y;  // y | sa | azp
+  DeviceBuffer dev, scratch;
+  PinnedBuffer host;
+  RETURN_IF_ERROR(dev.allocate(total, "breakdown buffers"));
+  RETURN_IF_ERROR(scratch.allocate(std::max<size_t>(256, p.device_scratch_bytes(m)), "scratch"));
+  RETURN_IF_ERROR(host.reserve(total, "breakdown staging"));
+  cudaStream_t s = nullptr;
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  StageEvents ev;
+  for (cudaEvent_t& e : ev.e) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
+  char* d = dev.as<char>();
+  char* h = static_cast<char*>(host.get());
+  DeviceRunArgs a;
+  a.x = d;
+  a.m = m;
+  a.y = d + d_y;
+  a.sa = at<float>(d, d_sa);
+  a.azp = at<int32_t>(d, d_azp);
+  auto copies_in = [&]() -> absl::Status {
+    std::memcpy(h, xh.data(), x_bytes);
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(d, h, x_bytes, cudaMemcpyHostToDevice, s));
+    return absl::OkStatus();
+  };
+  auto copies_out = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(h + d_y, d + d_y, out_bytes, cudaMemcpyDeviceToHost, s));
+    return absl::OkStatus();
+  };
+  auto sync_out = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
+    std::memcpy(yh.data(), h + d_y, y_bytes);
+    return absl::OkStatus();
+  };
+  struct Row {
+    const char* what;
+    std::function<absl::Status()> call;
+  };
+  // How a graph of copies + op is timed: stage events as nodes between its parts, none, events
+  // recorded on the stream around the graph's launch, or event nodes at its two ends only.
+  enum class Timed { kStages, kNone, kAround, kEnds };
+  // Captures copies + op into *exec on first use (keeping the graph in *keep when given), then
+  // replays it.
+  auto graph_call = [&](cudaGraphExec_t* exec, cudaGraph_t* keep, Timed timed) -> absl::Status {
+    StageEvents graph_ev = ev;
+    graph_ev.in_graph = true;
+    if (*exec == nullptr) {
+      RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      absl::Status st = absl::OkStatus();
+      if (timed == Timed::kEnds) st = cuda_status(record_stage(&graph_ev, 0, s));
+      if (st.ok()) st = copies_in();
+      if (st.ok()) {
+        st = p.run_device(a, scratch.get(), s, timed == Timed::kStages ? &graph_ev : nullptr);
+      }
+      if (st.ok()) st = copies_out();
+      if (st.ok() && timed == Timed::kEnds) st = cuda_status(record_stage(&graph_ev, 2, s));
+      cudaGraph_t g = nullptr;
+      const cudaError_t e = cudaStreamEndCapture(s, &g);
+      RETURN_IF_ERROR(st);
+      RETURN_IF_CUDA_ERROR(e);
+      const cudaError_t inst = cudaGraphInstantiate(exec, g, 0);
+      if (keep != nullptr && inst == cudaSuccess) {
+        *keep = g;
+      } else {
+        cudaGraphDestroy(g);
+      }
+      RETURN_IF_CUDA_ERROR(inst);
+    }
+    std::memcpy(h, xh.data(), x_bytes);
+    if (timed == Timed::kAround) RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[0], s));
+    RETURN_IF_CUDA_ERROR(cudaGraphLaunch(*exec, s));
+    if (timed == Timed::kAround) RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[2], s));
+    RETURN_IF_ERROR(sync_out());
+    if (timed != Timed::kNone) {
+      float ms = 0;
+      RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, ev.e[0], ev.e[2]));
+    }
+    return absl::OkStatus();
+  };
+  cudaGraphExec_t graph = nullptr, plain_graph = nullptr, around_graph = nullptr,
+                  ends_graph = nullptr;
+  cudaGraph_t captured = nullptr;
+  const std::vector<Row> rows = {
+      {"the op alone + sync",
+       [&]() -> absl::Status {
+         RETURN_IF_ERROR(p.run_device(a, scratch.get(), s, nullptr));
+         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
+         return absl::OkStatus();
+       }},
+      {"the op with stage events + sync",
+       [&]() -> absl::Status {
+         RETURN_IF_ERROR(p.run_device(a, scratch.get(), s, &ev));
+         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
+         return absl::OkStatus();
+       }},
+      {"copies alone (x in, y|sa|azp out)",
+       [&]() -> absl::Status {
+         RETURN_IF_ERROR(copies_in());
+         RETURN_IF_ERROR(copies_out());
+         return sync_out();
+       }},
+      {"copies + op, one copy out",
+       [&]() -> absl::Status {
+         RETURN_IF_ERROR(copies_in());
+         RETURN_IF_ERROR(p.run_device(a, scratch.get(), s, &ev));
+         RETURN_IF_ERROR(copies_out());
+         return sync_out();
+       }},
+      {"the same as one CUDA graph",
+       [&]() -> absl::Status { return graph_call(&graph, &captured, Timed::kStages); }},
+      {"  without stage events",
+       [&]() -> absl::Status { return graph_call(&plain_graph, nullptr, Timed::kNone); }},
+      {"  two events around its launch",
+       [&]() -> absl::Status { return graph_call(&around_graph, nullptr, Timed::kAround); }},
+      {"  two event nodes at its ends",
+       [&]() -> absl::Status { return graph_call(&ends_graph, nullptr, Timed::kEnds); }},
+  };
+  absl::Status status;
+  for (const Row& r : rows) {
+    absl::StatusOr<std::pair<double, double>> t = host_timed(reps, r.call);
+    if (!t.ok()) {
+      status = t.status();
+      break;
+    }
+    std::printf("  %-36s %10.1f %10.1f\n", r.what, t->first, t->second);
+  }
+  if (status.ok() && captured != nullptr) {
+    // What keeping such a graph costs: 64 more instances of it.
+    constexpr int kCopies = 64;
+    size_t free0 = 0, free1 = 0, total_mem = 0;
+    cudaMemGetInfo(&free0, &total_mem);
+    const int64_t rss0 = rss_bytes();
+    std::vector<cudaGraphExec_t> execs(kCopies, nullptr);
+    for (cudaGraphExec_t& e : execs) {
+      if (cudaGraphInstantiate(&e, captured, 0) != cudaSuccess) e = nullptr;
+    }
+    cudaMemGetInfo(&free1, &total_mem);
+    const int64_t rss1 = rss_bytes();
+    std::printf("  one more instance of the graph: %.1f KB of device memory, %.1f KB of host\n",
+                (static_cast<double>(free0) - static_cast<double>(free1)) / kCopies / 1024,
+                static_cast<double>(rss1 - rss0) / kCopies / 1024);
+    for (cudaGraphExec_t e : execs) {
+      if (e != nullptr) cudaGraphExecDestroy(e);
+    }
+  }
+  if (captured != nullptr) cudaGraphDestroy(captured);
+  if (graph != nullptr) cudaGraphExecDestroy(graph);
+  for (cudaGraphExec_t e : {plain_graph, around_graph, ends_graph}) {
+    if (e != nullptr) cudaGraphExecDestroy(e);
+  }
+  for (cudaEvent_t e : ev.e) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  return status;
+}
+
 // (4) The serving path: host x in, host y out, through `run` (pinned staging, H2D, the op, D2H,
 // one synchronisation), timed with a host clock around each call.
 absl::Status run_host_path(const Registry& registry, const Options& o) {
@@ -1336,6 +1532,11 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
       std::printf("%-18s %6lld %10.1f %10.1f %12.1f %12.1f\n", std::string(kern->name()).c_str(),
                   static_cast<long long>(m), us[us.size() / 2], us[us.size() * 9 / 10],
                   t.quantize_ns / 1e3, t.gemm_ns / 1e3);
+      if (m == 1) {
+        if (const auto* cp = dynamic_cast<const CudaPreparedKernel*>(p.get()); cp != nullptr) {
+          RETURN_IF_ERROR(serving_breakdown(*cp, m, xh, yh, reps));
+        }
+      }
     }
   }
   return absl::OkStatus();
@@ -1422,7 +1623,7 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
 int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
-      "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N] "
+      "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
       "[--sweep=true|false]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
@@ -1432,6 +1633,8 @@ int bench_main(int argc, char** argv) {
       "diagnose", &o.diagnose,
       "Only where the time goes, from in-kernel stamps: cuda.gemv_s8 and cuda.stream_s8 at M = 1 "
       "and 16, cuda.cutlass_sm90 at M = 64-256");
+  args.add("serving", &o.serving,
+           "Only the serving path (run() on host buffers) and where its time goes at M = 1");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
@@ -1483,6 +1686,7 @@ int bench_main(int argc, char** argv) {
   std::vector<Point> points;
   int failures = 0;
   for (const ShapeCase& sc : kShapes) {
+    if (o.serving) break;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
       continue;
@@ -1497,7 +1701,7 @@ int bench_main(int argc, char** argv) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;
     }
-    print_summary(points, ceil);
+    if (!o.serving) print_summary(points, ceil);
   }
   cublasLtDestroy(lt);
   cudaStreamDestroy(stream);

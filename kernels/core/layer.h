@@ -77,7 +77,10 @@ struct RunArgs {
   int32_t* azp = nullptr;  // [M] (dynamic asymmetric) or [1] (static asymmetric); may be null
 };
 
-// Time spent by one kernel call, split the way the response metadata reports it.
+// Time spent by one kernel call, split the way the response metadata reports it. A CUDA call of
+// up to 16 rows replayed from a CUDA graph is timed as a whole on the host clock (from the graph's
+// launch to the end of its synchronisation): gemm_ns then also holds its quantization and its
+// copies to and from the GPU, and quantize_ns is 0.
 struct RunTimings {
   int64_t quantize_ns = 0;
   int64_t gemm_ns = 0;  // GEMM and epilogue

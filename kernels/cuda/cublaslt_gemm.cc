@@ -196,11 +196,11 @@ absl::Status CublasLtPrepared::enqueue(const DeviceRunArgs& args, void* scratch,
   float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
 
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   const QuantizeParams qp = quantize_params(c);
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
                                           xq, sa, azp, stream));
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
   RETURN_IF_ERROR(matmul(xq, m, acc, at<void>(scratch, L.workspace), stream));
   EpilogueArgs ep;
   ep.acc = acc;
@@ -215,7 +215,7 @@ absl::Status CublasLtPrepared::enqueue(const DeviceRunArgs& args, void* scratch,
   ep.y = args.y;
   ep.y_type = static_cast<ElemType>(args.y_dtype);
   RETURN_IF_CUDA_ERROR(launch_epilogue_s32(ep, stream));
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 2, stream));
   if (debug != nullptr) {
     RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(debug->xq, xq, static_cast<size_t>(m * c.k),
                                          cudaMemcpyDeviceToDevice, stream));

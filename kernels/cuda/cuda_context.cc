@@ -212,6 +212,7 @@ absl::StatusOr<StreamPool*> StreamPool::get() {
     auto* p = new StreamPool();  // never freed: see the class comment
     for (int i = 0; i < kContexts; ++i) {
       auto ctx = std::make_unique<StreamContext>();
+      ctx->index = i;
       RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
       for (cudaEvent_t& e : ctx->events) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
       for (cudaEvent_t& e : ctx->copy_events) {

@@ -163,6 +163,7 @@ class CallTimer {
 struct StreamContext {
   static constexpr int kCopyEvents = 8;
   std::mutex mu;
+  int index = 0;  // in the pool, 0 .. StreamPool::kContexts - 1
   cudaStream_t stream = nullptr;
   cudaEvent_t events[3] = {nullptr, nullptr, nullptr};  // quantize start, GEMM start, end
   cudaEvent_t copy_events[kCopyEvents] = {};            // arrival of chunked copies (no timing)
@@ -218,10 +219,20 @@ struct DeviceRunArgs {
 };
 
 // Optional events recorded around the stages of run_device: [0] before quantization, [1] before
-// the GEMM, [2] after the epilogue.
+// the GEMM, [2] after the epilogue. in_graph: the call is being captured into a CUDA graph, whose
+// replays are to record the events (a plain record under capture only orders the capture).
 struct StageEvents {
   cudaEvent_t e[3] = {nullptr, nullptr, nullptr};
+  bool in_graph = false;
 };
+
+// Records stage event i of `events` (none: nothing) on `stream`, as an event node of the graph
+// when the call is being captured.
+inline cudaError_t record_stage(const StageEvents* events, int i, cudaStream_t stream) {
+  if (events == nullptr || events->e[i] == nullptr) return cudaSuccess;
+  return cudaEventRecordWithFlags(events->e[i], stream,
+                                  events->in_graph ? cudaEventRecordExternal : 0u);
+}
 
 // Every intermediate of one call, for differential tests against the reference.
 struct DebugOutputs {

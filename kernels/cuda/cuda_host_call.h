@@ -4,7 +4,10 @@
 //   x: host -> pinned -> device in chunks (the host memcpy of one chunk overlaps the DMA of the
 //   previous one); the kernel family's device half; sa/azp back first, then y in chunks, each
 //   copied out of pinned memory as soon as its event fires; one stream synchronisation at the end.
+//   An output of up to 2 MB comes back in one copy (y, sa and azp together).
 //   Host copies of 512 KB or more are split among a pool of four copy threads.
+//   Calls of up to kMaxGraphRows rows replay a CUDA graph of the input copy, the device half and
+//   the output copy (CallGraphs), captured on the second call of that size on a stream context.
 //   A non-finite row (sa = NaN from the GPU) becomes INVALID_ARGUMENT with the reference's exact
 //   message and leaves y untouched.
 //
@@ -45,12 +48,64 @@ using DeviceEnqueue =
     absl::FunctionRef<absl::Status(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                                    const StageEvents* events, const DeviceDebugOutputs* debug)>;
 
+// The most rows a call may have for its GPU work to be replayed from a CUDA graph.
+constexpr int64_t kMaxGraphRows = 16;
+// The most graphs the process keeps (over every layer, kernel and stream context); calls beyond
+// it run without one.
+constexpr int kMaxGraphs = 4096;
+
+// The CUDA graphs of one prepared kernel's small calls: per stream context, one per (M, dtypes)
+// of up to kMaxGraphRows rows. A call of a given size on a context runs eagerly the first time
+// (so that whatever CUDA loads lazily is loaded outside a capture) and is captured the second;
+// later ones replay the graph: one submission for the input copy, the kernels and the output
+// copy instead of one each. The graph holds no timing event: a replay is timed on the host clock
+// (RunTimings). Measured on the H200 (bench --serving: 4096 x 4096 at M = 1, x in, op, y | sa |
+// azp out, synchronised; host clock, median us, two runs):
+//                                            cuda.stream_s8   cuda.cutlass_sm90
+//   queued one by one, stage events          34.7 / 31.6      39.2 / 45.0
+//   one graph, no event                      27.6 / 29.6      28.6 / 28.6
+//   one graph, stage events as its nodes     30.7 / 32.8      32.4 / 33.7
+//   one graph, two events around its launch  36.9 / 38.8      36.8 / 38.9
+//   one graph, event nodes at its two ends   45.0 / 38.8      45.0 / 38.9
+// An instantiated graph of such a call holds 5-38 KB of host memory (and 96 KB of device memory
+// for cuda.gemv_s8), so kMaxGraphs of them at most about 160 MB. A call whose capture fails runs
+// eagerly, as do later calls of that size. A context's graphs are only touched while its lease is
+// held. Destroying the object destroys its graphs.
+class CallGraphs {
+ public:
+  CallGraphs() = default;
+  ~CallGraphs();
+  CallGraphs(const CallGraphs&) = delete;
+  CallGraphs& operator=(const CallGraphs&) = delete;
+
+  // The live graphs of the whole process.
+  static int live();
+
+  struct Entry {
+    int64_t m = 0;
+    DType x_dtype = DType::kBF16, y_dtype = DType::kBF16;
+    const void* device = nullptr;  // the context's buffers the graph was captured on
+    const void* host = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool eager_only = false;  // its capture failed, or the process holds kMaxGraphs
+  };
+  // The entry of a call of `m` rows on context `ctx` with these buffers; null the first time
+  // (the call runs eagerly and the entry is made). An entry captured on other buffers (the
+  // context's grew) is reset.
+  Entry* find(int ctx, int64_t m, DType x_dtype, DType y_dtype, const void* device,
+              const void* host);
+
+ private:
+  std::vector<Entry> by_context_[StreamPool::kContexts];
+};
+
 // Runs one call of a layer with config `c` on host buffers (see the top of this file). timings:
 // quantize_ns from event 0 to 1, gemm_ns from 1 to 2 (a fused kernel records 0 and 1 together).
-// debug: every intermediate, for the differential tests.
+// debug: every intermediate, for the differential tests. graphs: where small calls keep their
+// graphs (null: none).
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
-                                 DebugOutputs* debug);
+                                 DebugOutputs* debug, CallGraphs* graphs = nullptr);
 
 // A CUDA kernel family's prepared layer, on top of its device half (`enqueue`): `run` and
 // `run_debug` go through run_on_host_buffers on the process's stream pool, `run_device` enqueues
@@ -91,6 +146,7 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
   StreamPool* pool_ = nullptr;
   std::shared_ptr<const DeviceLayer> dev_;
   bool owns_dev_ = false;
+  mutable CallGraphs graphs_;
 
  private:
   absl::Status run_host(const RunArgs& args, RunTimings* timings, DebugOutputs* debug) const;

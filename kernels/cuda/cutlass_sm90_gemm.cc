@@ -525,15 +525,15 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
   g.pdl = served_with_pdl(m, *ops);
 
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
                                             g.qp, xq, sa, azp, stream));
   }
   // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
   RETURN_IF_CUDA_ERROR(ops->launch(g, at<void>(scratch, L.workspace), stream));
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 2, stream));
 
   if (debug != nullptr) {
     // The fused epilogue never writes acc: a debug call gets it from an exact GEMM on the same

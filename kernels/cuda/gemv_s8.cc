@@ -132,12 +132,10 @@ absl::Status GemvS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch, c
     a.acc = debug->acc;
   }
   // Quantization happens inside the launch: the quantize stage takes no time of its own.
-  if (events != nullptr) {
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
-    RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
-  }
+  RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
   RETURN_IF_CUDA_ERROR(launch_gemv_s8(a, plan.plan, stream));
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 2, stream));
   return absl::OkStatus();
 }
 

@@ -44,13 +44,14 @@ struct XqLayout {
 // azp is not null, azp [m] (0 for symmetric schemes). One block per row (a cluster of blocks per
 // row for up to 16 long rows of 16-bit values, the row in shared memory for 17-256 long rows of
 // them, a warp per row from 1024): the row's absmax or min/max reduction also detects non-finite
-// values, then a second pass over the row (from registers, shared memory or L2) writes xq. A row holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows
-// give finite or +Inf scales), and unspecified xq/azp: the caller finds the first bad row by
-// scanning sa, which it copies back anyway, so the check needs no flag, memset or atomic.
-// Requires 1 <= m < 2^31 and k >= 1; any alignment (8 elements per vector access when x is
-// 16-byte aligned and k % 8 == 0, 4 when k % 4 == 0). When `zero` is given, the launch also sets
-// zero[0, zero_count) to 0 (the counters of cuda.stream_s8, its programmatic dependent); with
-// `layout`, xq is written in that layout instead of row-major. Returns the launch error, if any.
+// values, then a second pass over the row (from registers, shared memory or L2) writes xq. A row
+// holding NaN/Inf gets sa[row] = NaN, which a real scale never is (finite rows give finite or +Inf
+// scales), and unspecified xq/azp: the caller finds the first bad row by scanning sa, which it
+// copies back anyway, so the check needs no flag, memset or atomic. Requires 1 <= m < 2^31 and k >=
+// 1; any alignment (8 elements per vector access when x is 16-byte aligned and k % 8 == 0, 4 when k
+// % 4 == 0). When `zero` is given, the launch also sets zero[0, zero_count) to 0 (the counters of
+// cuda.stream_s8, its programmatic dependent); with `layout`, xq is written in that layout instead
+// of row-major. Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero = nullptr, int64_t zero_count = 0,

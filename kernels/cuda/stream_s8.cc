@@ -169,7 +169,7 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   // weights stream from the launch's first microsecond (see stream_s8.h).
   g.fuse = stream_s8_can_fuse(m, c.k, x_type, args.x);
 
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[0], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (g.fuse) {
     g.pdl = false;
     g.stages = fused_stages_;
@@ -189,9 +189,9 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   // here or before the quantize kernel gives the same serving time): the quantize stage is the
   // quantize kernel (empty when the GEMM quantizes), and the GEMM stage the rest of the GEMM
   // after it.
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[1], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
   RETURN_IF_CUDA_ERROR(launch_stream_s8(g, stream));
-  if (events != nullptr) RETURN_IF_CUDA_ERROR(cudaEventRecord(events->e[2], stream));
+  RETURN_IF_CUDA_ERROR(record_stage(events, 2, stream));
   if (debug != nullptr) {
     // xq back to row-major, chunk by chunk.
     for (int64_t k0 = 0; k0 < c.k; k0 += kStreamChunk) {

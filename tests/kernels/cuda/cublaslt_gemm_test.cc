@@ -162,6 +162,14 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
   }
 }
 
+// Small calls replayed from the serving path's CUDA graphs stay exact (check_replayed_calls).
+TEST_F(CublasLtTest, ReplayedSmallCallsMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  check_replayed_calls(*kernel_, rng,
+                       [](const LayerConfig&, int64_t, DType, DType) { return true; });
+}
+
 // The serving entry point (`run`): y, sa and azp in the caller's buffers, timings filled.
 TEST_F(CublasLtTest, RunFillsOutputsAndTimings) {
   SCOPED_TRACE(seed_note());

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@
 #include "kernels/core/layer.h"
 #include "kernels/core/weights.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
 #include "kernels/reference/reference_w8a8.h"
 
 namespace qlinear::gpu::testing {
@@ -276,6 +278,115 @@ inline bool check_call(const Prepared& p, const std::vector<uint8_t>& x, DType x
     return false;
   }
   return true;
+}
+
+// One `run` call (the serving path, no debug outputs) checked against the reference: y, sa and
+// azp bit for bit, the timings filled, or the reference's error with y untouched.
+inline bool check_run(const Prepared& p, const std::vector<uint8_t>& x, DType xt, int64_t m,
+                      DType yt) {
+  const LayerConfig& c = p.weights->config;
+  const std::string what = describe(c, m, xt, yt);
+  const Expected want = reference_run(*p.weights, x.data(), xt, m, yt);
+  std::vector<uint8_t> y(static_cast<size_t>(m * c.n) * dtype_size(yt), 0xA5);
+  const std::vector<uint8_t> poisoned = y;
+  std::vector<float> sa(static_cast<size_t>(m), -1.f);
+  std::vector<int32_t> azp(static_cast<size_t>(m), -7);
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = xt;
+  args.m = m;
+  args.y = y.data();
+  args.y_dtype = yt;
+  args.sa = sa.data();
+  args.azp = azp.data();
+  RunTimings t;
+  const absl::Status st = p.kernel->run(args, &t);
+  if (!want.status.ok()) {
+    EXPECT_EQ(st.code(), want.status.code()) << what << ": " << st;
+    EXPECT_EQ(st.message(), want.status.message()) << what;
+    EXPECT_TRUE(y == poisoned) << what << ": y was written on error";
+    return st.code() == want.status.code() && st.message() == want.status.message() &&
+           y == poisoned;
+  }
+  if (!st.ok()) {
+    ADD_FAILURE() << what << ": " << st;
+    return false;
+  }
+  if (int64_t i = first_y_mismatch(want.y, y, yt); i >= 0) {
+    ADD_FAILURE() << what << ": y differs at row " << i / c.n << " col " << i % c.n;
+    return false;
+  }
+  if (int64_t i = first_mismatch(want.sa, sa); i >= 0) {
+    ADD_FAILURE() << what << ": sa differs at row " << i;
+    return false;
+  }
+  if (is_asymmetric(c.scheme)) {
+    if (int64_t i = first_mismatch(want.azp, azp); i >= 0) {
+      ADD_FAILURE() << what << ": azp differs at row " << i;
+      return false;
+    }
+  } else if (azp != std::vector<int32_t>(static_cast<size_t>(m), -7)) {
+    ADD_FAILURE() << what << ": azp written for a symmetric scheme";
+    return false;
+  }
+  if (t.gemm_ns <= 0 || t.quantize_ns < 0) {
+    ADD_FAILURE() << what << ": timings not filled (quantize " << t.quantize_ns << " ns, gemm "
+                  << t.gemm_ns << " ns)";
+    return false;
+  }
+  return true;
+}
+
+// The serving path's CUDA graphs (CallGraphs) on every scheme: `run` calls of three small sizes
+// (each with its own x and y dtypes), fresh x every time, enough of them that every stream
+// context captures and then replays a graph of each size; between them a call large enough to
+// grow a context's buffers (its graphs are captured again), and non-finite rows in replayed
+// calls. Every call bit-exact with the reference; graphs are made, and all of them are released
+// with the prepared kernel. `takes`: whether the kernel takes a call (layer, M, x and y dtypes).
+inline void check_replayed_calls(
+    const Kernel& kernel, SplitMix64& rng,
+    const std::function<bool(const LayerConfig&, int64_t, DType, DType)>& takes) {
+  const int64_t n = 16 * rng.range(2, 24), k = 16 * rng.range(2, 48);
+  const int64_t kMs[] = {1, 3, kMaxGraphRows};
+  for (Scheme scheme : kSchemes) {
+    const int live_before = CallGraphs::live();
+    {
+      const Prepared p = prepare(kernel, make_layer(rng, scheme, n, k, rng.range(0, 1) == 1));
+      if (p.kernel == nullptr) return;
+      const LayerConfig& c = p.weights->config;
+      constexpr int kRounds = 4 * StreamPool::kContexts * 3;
+      for (int r = 0; r < kRounds; ++r) {
+        const int i = r % 3;
+        const int64_t m = kMs[i];
+        const DType xt = kDTypes[i], yt = kDTypes[(i + 1) % 3];
+        if (!takes(c, m, xt, yt)) continue;
+        std::vector<uint8_t> x = make_x(rng, m, k, xt);
+        if (r % 7 == 6) {  // a non-finite value somewhere
+          const float bad = r % 2 == 0 ? std::nanf("") : -INFINITY;
+          store_from_f32(x.data(), xt, static_cast<size_t>(rng.range(0, m * k - 1)), bad);
+        }
+        if (!check_run(p, x, xt, m, yt)) {
+          ADD_FAILURE() << "round " << r;
+          return;
+        }
+        if (r == kRounds / 2) {
+          for (int64_t big : {int64_t{600}, int64_t{17}}) {
+            if (!takes(c, big, DType::kBF16, DType::kBF16)) continue;
+            for (int j = 0; j < StreamPool::kContexts; ++j) {
+              if (!check_run(p, make_x(rng, big, k, DType::kBF16), DType::kBF16, big,
+                             DType::kBF16)) {
+                return;
+              }
+            }
+            break;
+          }
+        }
+      }
+      EXPECT_GT(CallGraphs::live(), live_before) << scheme_name(scheme) << ": no call replayed";
+    }
+    EXPECT_EQ(CallGraphs::live(), live_before)
+        << scheme_name(scheme) << ": graphs outlived their kernel";
+  }
 }
 
 }  // namespace qlinear::gpu::testing

@@ -171,6 +171,15 @@ TEST_P(FusedKernelTest, RunFillsOutputsAndTimings) {
   }
 }
 
+// Small calls replayed from the serving path's CUDA graphs stay exact (check_replayed_calls).
+TEST_P(FusedKernelTest, ReplayedSmallCallsMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  check_replayed_calls(*kernel_, rng, [&](const LayerConfig& c, int64_t m, DType xt, DType yt) {
+    return takes(c, m, xt, yt);
+  });
+}
+
 // Requests on one layer from many threads at once share the stream pool; each must get its own
 // answer.
 TEST_P(FusedKernelTest, ConcurrentRequestsGetTheirOwnResults) {
