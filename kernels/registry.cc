@@ -172,6 +172,14 @@ void register_builtin_kernels(Registry* registry) {
   (void)registry->add(reference::make_reference_kernel());
 }
 
+void enable_cuda_graphs(bool enabled) {
+#if QLINEAR_HAVE_CUDA
+  set_cuda_graphs(enabled);
+#else
+  (void)enabled;
+#endif
+}
+
 std::vector<std::string> parse_kernel_list(absl::string_view csv) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(csv, ',')) {

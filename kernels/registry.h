@@ -79,6 +79,10 @@ class Registry {
 // Registers every kernel compiled into this binary.
 void register_builtin_kernels(Registry* registry);
 
+// Whether the CUDA kernels replay small calls from CUDA graphs (on by default; see
+// kernels/cuda/cuda_host_call.h). A no-op in a binary built without CUDA.
+void enable_cuda_graphs(bool enabled);
+
 // Parses "a,b , c" into names (empty entries dropped).
 std::vector<std::string> parse_kernel_list(absl::string_view csv);
 

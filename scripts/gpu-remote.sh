@@ -4,7 +4,8 @@
 #   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
 #   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
 #      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
-#      the demo layer and on a long-K 4096 x 14336 layer),
+#      the demo layer and on a long-K 4096 x 14336 layer), then `qlinear-cli bench` at M = 1 and
+#      16 on one stream against the Echo RPC (load.log),
 #   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
@@ -16,6 +17,7 @@
 #   QLINEAR_PORT         server port (default: 50551)
 #   QLINEAR_TEST_ARGS    extra arguments for qlinear_cuda_test (e.g. --gtest_filter=...)
 #   QLINEAR_SANITIZE=1   also run a subset of the tests under compute-sanitizer memcheck
+#   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -62,7 +64,8 @@ fi
 echo "=== qlinear-server + qlinear-cli"
 cli_rc=-
 if have qlinear-server; then
-  run qlinear-server --port="$PORT" >"$LOG/server.log" 2>&1 &
+  # shellcheck disable=SC2086
+  run qlinear-server --port="$PORT" --enable-echo ${QLINEAR_SERVER_ARGS:-} >"$LOG/server.log" 2>&1 &
   server_pid=$!
   if have qlinear-cli; then
     cli() { echo "\$ qlinear-cli $*"; run qlinear-cli --server="127.0.0.1:$PORT" "$@"; }
@@ -79,6 +82,12 @@ if have qlinear-server; then
     } >"$LOG/cli.log" 2>&1
     cli_rc=$?
     head -c 3000 "$LOG/cli.log"
+    # Serving under load: one stream on the demo layer, against the Echo RPC's transport floor.
+    for m in 1 16; do
+      cli bench --layer demo --m "$m" --streams 1 --warmup 1 --duration 3 --compare-echo
+    done >"$LOG/load.log" 2>&1
+    grep -E '^\$|^  (latency|throughput|server) |^server overhead|for reference' "$LOG/load.log" |
+      head -n 30
   else
     sleep 5
     echo "no qlinear-cli in the bundle"

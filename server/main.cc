@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
   bool demo_layer = true;
   bool autotune = o.autotune;
+  bool cuda_graphs = true;
   std::string disabled;
   int64_t max_batch_rows = o.batching.max_batch_rows;
   int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
   args.add("autotune", &autotune,
            "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
            "(--autotune=false: the priority order alone decides)");
+  args.add("cuda-graphs", &cuda_graphs,
+           "Replay GPU calls of up to 16 rows from CUDA graphs, timed as a whole on the host "
+           "clock (--cuda-graphs=false: queue each call's copies and kernels one by one, timed "
+           "stage by stage)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
   args.add("max-batch-rows", &max_batch_rows,
@@ -119,6 +124,7 @@ int main(int argc, char** argv) {
     for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
   }
 
+  qlinear::enable_cuda_graphs(cuda_graphs);
   auto server = qlinear::QLinearServer::start(o);
   if (!server.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", server.status().ToString().c_str());

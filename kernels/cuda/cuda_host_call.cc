@@ -12,6 +12,7 @@
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace qlinear::gpu {
 namespace {
@@ -143,6 +144,7 @@ absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, cons
 }
 
 std::atomic<int> g_live_graphs{0};
+std::atomic<bool> g_graphs_enabled{true};
 
 // Captures queue_single_copy_call (without stage events) into `entry`; on any failure the entry
 // is left eager-only (the call then runs eagerly, which reports a real error as such).
@@ -212,7 +214,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
 
   // A small call replays its graph (see CallGraphs).
   if (graphs != nullptr && debug == nullptr && args.m <= kMaxGraphRows && L.x_bytes <= x_chunk &&
-      L.y_bytes <= y_chunk) {
+      L.y_bytes <= y_chunk && g_graphs_enabled.load(std::memory_order_relaxed)) {
     CallGraphs::Entry* graph =
         graphs->find(ctx->index, args.m, args.x_dtype, args.y_dtype, dev, host);
     if (graph != nullptr && !graph->eager_only) {
@@ -303,6 +305,18 @@ CallGraphs::~CallGraphs() {
 }
 
 int CallGraphs::live() { return g_live_graphs.load(std::memory_order_relaxed); }
+
+}  // namespace qlinear::gpu
+
+namespace qlinear {
+
+void set_cuda_graphs(bool enabled) {
+  gpu::g_graphs_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+}  // namespace qlinear
+
+namespace qlinear::gpu {
 
 CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_dtype,
                                     const void* device, const void* host) {

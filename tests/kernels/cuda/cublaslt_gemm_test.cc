@@ -170,6 +170,28 @@ TEST_F(CublasLtTest, ReplayedSmallCallsMatchTheReference) {
                        [](const LayerConfig&, int64_t, DType, DType) { return true; });
 }
 
+// With CUDA graphs turned off (qlinear-server --cuda-graphs=false) calls stay exact, make no
+// graph and are timed stage by stage.
+TEST_F(CublasLtTest, GraphsTurnedOffMakeNone) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int live_before = CallGraphs::live();
+  enable_cuda_graphs(false);
+  {
+    const Prepared p =
+        prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, 64, 128, true));
+    if (p.kernel == nullptr) {
+      enable_cuda_graphs(true);
+      return;
+    }
+    for (int i = 0; i < 3 * StreamPool::kContexts; ++i) {
+      EXPECT_TRUE(check_run(p, make_x(rng, 1, 128, DType::kBF16), DType::kBF16, 1, DType::kBF16));
+    }
+    EXPECT_EQ(CallGraphs::live(), live_before);
+  }
+  enable_cuda_graphs(true);
+}
+
 // The serving entry point (`run`): y, sa and azp in the caller's buffers, timings filled.
 TEST_F(CublasLtTest, RunFillsOutputsAndTimings) {
   SCOPED_TRACE(seed_note());
