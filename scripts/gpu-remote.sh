@@ -4,8 +4,8 @@
 #   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
 #   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
 #      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
-#      the demo layer and on a long-K 4096 x 14336 layer), then `qlinear-cli bench` at M = 1 and
-#      16 on one stream against the Echo RPC (load.log),
+#      the demo layer and on a long-K 4096 x 14336 layer), then `qlinear-cli bench` at M = 1, 16
+#      and 64 on one stream against the Echo RPC (load.log),
 #   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
@@ -83,7 +83,7 @@ if have qlinear-server; then
     cli_rc=$?
     head -c 3000 "$LOG/cli.log"
     # Serving under load: one stream on the demo layer, against the Echo RPC's transport floor.
-    for m in 1 16; do
+    for m in 1 16 64; do
       cli bench --layer demo --m "$m" --streams 1 --warmup 1 --duration 3 --compare-echo
     done >"$LOG/load.log" 2>&1
     grep -E '^\$|^  (latency|throughput|server) |^server overhead|for reference' "$LOG/load.log" |

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
            "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
            "(--autotune=false: the priority order alone decides)");
   args.add("cuda-graphs", &cuda_graphs,
-           "Replay GPU calls of up to 16 rows from CUDA graphs, timed as a whole on the host "
+           "Replay GPU calls of up to 64 rows from CUDA graphs, timed as a whole on the host "
            "clock (--cuda-graphs=false: queue each call's copies and kernels one by one, timed "
            "stage by stage)");
   args.add("drain-timeout-ms", &drain_timeout_ms,

@@ -64,6 +64,7 @@
 #include "kernels/core/status.h"
 #include "kernels/core/weights.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/gemv_s8_device.h"
@@ -98,6 +99,7 @@ struct Options {
   bool small_m = false;
   bool diagnose = false;
   bool serving = false;
+  bool cuda_graphs = true;
   bool sweep = true;
   int64_t reps = 100;
   int64_t warmup = 10;
@@ -1497,14 +1499,17 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
   ASSIGN_OR_RETURN(std::shared_ptr<const LayerWeights> weights,
                    build_layer_weights(spec, random_int8(rng, static_cast<size_t>(n * k))));
   std::printf(
-      "\nserving path (run() on host buffers, copies and one sync included), 8B o %lldx%lld\n",
-      static_cast<long long>(n), static_cast<long long>(k));
+      "\nserving path (run() on host buffers, copies and one sync included), 8B o %lldx%lld, "
+      "CUDA graphs %s (calls of up to %lld rows; a replay's quantize_us is 0 and its gemm+ep_us "
+      "the whole call on the host clock)\n",
+      static_cast<long long>(n), static_cast<long long>(k), o.cuda_graphs ? "on" : "off",
+      static_cast<long long>(kMaxGraphRows));
   std::printf("%-18s %6s %10s %10s %12s %12s\n", "kernel", "M", "median_us", "p90_us",
               "quantize_us", "gemm+ep_us");
   for (const Kernel* kern : bench_kernels(registry)) {
     if (!registry.usable(*kern, host_info()).ok()) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
-    for (int64_t m : {int64_t{1}, int64_t{2048}}) {
+    for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{2048}}) {
       if (!kern->can_implement(weights->config, ProblemShape{m, n, k, DType::kBF16, DType::kBF16})
                .ok()) {
         continue;
@@ -1518,7 +1523,9 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
       a.y = yh.data();
       a.y_dtype = DType::kBF16;
       RunTimings t;
-      for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(p->run(a, &t));
+      // Untimed: every stream context's first call of this size, and its second, which captures
+      // the call's CUDA graph where it has one.
+      for (int i = 0; i < 2 * StreamPool::kContexts + 1; ++i) RETURN_IF_ERROR(p->run(a, &t));
       std::vector<double> us;
       const int reps = o.quick ? 10 : 50;
       for (int i = 0; i < reps; ++i) {
@@ -1635,6 +1642,9 @@ int bench_main(int argc, char** argv) {
       "and 16, cuda.cutlass_sm90 at M = 64-256");
   args.add("serving", &o.serving,
            "Only the serving path (run() on host buffers) and where its time goes at M = 1");
+  args.add(
+      "cuda_graphs", &o.cuda_graphs,
+      "Let the serving path replay small calls from CUDA graphs (qlinear-server --cuda-graphs)");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
@@ -1651,6 +1661,7 @@ int bench_main(int argc, char** argv) {
     o.warmup = std::min<int64_t>(o.warmup, 3);
   }
   o.reps = std::max<int64_t>(o.reps, 1);
+  enable_cuda_graphs(o.cuda_graphs);
 
   const HostInfo& host = host_info();
   if (absl::Status s = cuda_device_usable(host); !s.ok()) {

@@ -78,7 +78,7 @@ struct RunArgs {
 };
 
 // Time spent by one kernel call, split the way the response metadata reports it. A CUDA call of
-// up to 16 rows replayed from a CUDA graph is timed as a whole on the host clock (from the graph's
+// up to 64 rows replayed from a CUDA graph is timed as a whole on the host clock (from the graph's
 // launch to the end of its synchronisation): gemm_ns then also holds its quantization and its
 // copies to and from the GPU, and quantize_ns is 0.
 struct RunTimings {

@@ -9,7 +9,7 @@ class Registry;
 // Registers every CUDA kernel compiled into this binary.
 void register_cuda_kernels(Registry* registry);
 
-// Whether `run` replays calls of up to 16 rows from CUDA graphs (gpu::CallGraphs; on by default).
+// Whether `run` replays calls of up to 64 rows from CUDA graphs (gpu::CallGraphs; on by default).
 // Off, every call queues its copies and kernels one by one and is timed stage by stage.
 void set_cuda_graphs(bool enabled);
 
