@@ -221,6 +221,18 @@ inline std::string describe(const LayerConfig& c, int64_t m, DType xt, DType yt)
                       c.has_bias ? " bias" : " no-bias");
 }
 
+// The arguments of a call of m rows of x (dtype xt) into y (dtype yt), without sa or azp.
+inline RunArgs make_run_args(const std::vector<uint8_t>& x, DType xt, int64_t m,
+                             std::vector<uint8_t>* y, DType yt) {
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = xt;
+  args.m = m;
+  args.y = y->data();
+  args.y_dtype = yt;
+  return args;
+}
+
 // Runs one call through run_debug and compares every intermediate with the reference. Returns
 // false after the first mismatch (reported as a test failure).
 inline bool check_call(const Prepared& p, const std::vector<uint8_t>& x, DType xt, int64_t m,
@@ -231,12 +243,7 @@ inline bool check_call(const Prepared& p, const std::vector<uint8_t>& x, DType x
   const Expected want = reference_run(w, x.data(), xt, m, yt);
 
   std::vector<uint8_t> y(static_cast<size_t>(m * c.n) * dtype_size(yt), 0xA5);  // poisoned
-  RunArgs args;
-  args.x = x.data();
-  args.x_dtype = xt;
-  args.m = m;
-  args.y = y.data();
-  args.y_dtype = yt;
+  const RunArgs args = make_run_args(x, xt, m, &y, yt);
   DebugOutputs got;
   const absl::Status st = p.kernel->run_debug(args, &got);
   if (!want.status.ok()) {
@@ -291,12 +298,7 @@ inline bool check_run(const Prepared& p, const std::vector<uint8_t>& x, DType xt
   const std::vector<uint8_t> poisoned = y;
   std::vector<float> sa(static_cast<size_t>(m), -1.f);
   std::vector<int32_t> azp(static_cast<size_t>(m), -7);
-  RunArgs args;
-  args.x = x.data();
-  args.x_dtype = xt;
-  args.m = m;
-  args.y = y.data();
-  args.y_dtype = yt;
+  RunArgs args = make_run_args(x, xt, m, &y, yt);
   args.sa = sa.data();
   args.azp = azp.data();
   RunTimings t;
