@@ -57,7 +57,10 @@ strip --strip-debug "$BUNDLE"/bin/*
 tar -C "$BUNDLE" -czf "$BUNDLE/lib.tar.gz" lib
 rm -rf "$BUNDLE/lib"
 # The launcher unpacks them itself on first use, so `bundle-gpu/run BINARY` works on its own.
-sed -i '/^here=/a [ -d "$here/lib" ] || tar -C "$here" -xzf "$here/lib.tar.gz" || exit 1' \
-  "$BUNDLE/run"
+# Several launchers may start at once on a fresh host (a server and its client): each unpacks
+# into a folder of its own and renames it into place, so none runs on a half-written library.
+# shellcheck disable=SC2016
+unpack='[ -d "$here/lib" ] || { t=$(mktemp -d "$here/.lib.XXXXXX") \&\& tar -C "$t" -xzf "$here/lib.tar.gz" \&\& { mv -T "$t/lib" "$here/lib" 2>/dev/null || [ -d "$here/lib" ]; }; r=$?; rm -rf "$t"; [ "$r" -eq 0 ]; } || exit 1'
+sed -i "/^here=/a $unpack" "$BUNDLE/run"
 grep -q 'lib.tar.gz' "$BUNDLE/run" || { echo "gpu-bundle: could not patch $BUNDLE/run" >&2; exit 1; }
 du -sh "$BUNDLE" | awk '{print "gpu-bundle: "$1" in '"$BUNDLE"' (libraries in lib.tar.gz)"}'
