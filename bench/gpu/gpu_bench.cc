@@ -1308,10 +1308,12 @@ int64_t rss_bytes() {
   return got == 2 ? static_cast<int64_t>(pages_resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
-// Median and p90 in us of `reps` calls of `call`, timed with a host clock (after 3 untimed).
+// Median and p90 in us of `reps` calls of `call`, timed with a host clock (after `warmup`
+// untimed).
 absl::StatusOr<std::pair<double, double>> host_timed(int reps,
-                                                     const std::function<absl::Status()>& call) {
-  for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(call());
+                                                     const std::function<absl::Status()>& call,
+                                                     int warmup = 3) {
+  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(call());
   std::vector<double> us;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -1523,22 +1525,15 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
       a.y = yh.data();
       a.y_dtype = DType::kBF16;
       RunTimings t;
+      const int reps = o.quick ? 10 : 50;
       // Untimed: every stream context's first call of this size, and its second, which captures
       // the call's CUDA graph where it has one.
-      for (int i = 0; i < 2 * StreamPool::kContexts + 1; ++i) RETURN_IF_ERROR(p->run(a, &t));
-      std::vector<double> us;
-      const int reps = o.quick ? 10 : 50;
-      for (int i = 0; i < reps; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
-        RETURN_IF_ERROR(p->run(a, &t));
-        us.push_back(
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                .count());
-      }
-      std::sort(us.begin(), us.end());
+      ASSIGN_OR_RETURN(const auto us,
+                       host_timed(
+                           reps, [&]() { return p->run(a, &t); }, 2 * StreamPool::kContexts + 1));
       std::printf("%-18s %6lld %10.1f %10.1f %12.1f %12.1f\n", std::string(kern->name()).c_str(),
-                  static_cast<long long>(m), us[us.size() / 2], us[us.size() * 9 / 10],
-                  t.quantize_ns / 1e3, t.gemm_ns / 1e3);
+                  static_cast<long long>(m), us.first, us.second, t.quantize_ns / 1e3,
+                  t.gemm_ns / 1e3);
       if (m == 1) {
         if (const auto* cp = dynamic_cast<const CudaPreparedKernel*>(p.get()); cp != nullptr) {
           RETURN_IF_ERROR(serving_breakdown(*cp, m, xh, yh, reps));

@@ -133,6 +133,13 @@ absl::Status finish_call(const Layout& L, const RunArgs& args, const char* host,
   return absl::OkStatus();
 }
 
+// Queues the one copy that brings y, sa and (asymmetric schemes) azp back together.
+cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* host, bool asym,
+                                     cudaStream_t s) {
+  const size_t bytes = (asym ? L.d_azp : L.d_sa) + L.row_bytes - L.d_y;
+  return cudaMemcpyAsync(host + L.h_y, dev + L.d_y, bytes, cudaMemcpyDeviceToHost, s);
+}
+
 // The GPU work of a call whose x and output are each one copy: x in, the device half, y | sa |
 // azp out, queued on `s` (or captured from it).
 absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, const DeviceRunArgs& d,
@@ -141,8 +148,7 @@ absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, cons
   RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(dev + L.d_x, host + L.h_x, L.x_bytes, cudaMemcpyHostToDevice, s));
   RETURN_IF_ERROR(enqueue(d, dev + L.d_scratch, s, ev, nullptr));
-  const size_t out_bytes = (asym ? L.d_azp : L.d_sa) + L.row_bytes - L.d_y;
-  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host + L.h_y, d.y, out_bytes, cudaMemcpyDeviceToHost, s));
+  RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, asym, s));
   return absl::OkStatus();
 }
 
@@ -258,8 +264,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   // then y in chunks, each chunk's arrival marked by an event so that the host copies it out
   // while the next one is in flight.
   if (L.y_bytes <= y_chunk) {
-    const size_t out_bytes = (asym ? L.d_azp : L.d_sa) + L.row_bytes - L.d_y;
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(host + L.h_y, d.y, out_bytes, cudaMemcpyDeviceToHost, s));
+    RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, asym, s));
     if (debug != nullptr) RETURN_IF_ERROR(copy_debug_outputs(L, dbg, s, debug));
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
     return finish_single_copy_call(L, args, host, asym, debug, bad_row);
@@ -308,18 +313,6 @@ CallGraphs::~CallGraphs() {
 }
 
 int CallGraphs::live() { return g_live_graphs.load(std::memory_order_relaxed); }
-
-}  // namespace qlinear::gpu
-
-namespace qlinear {
-
-void set_cuda_graphs(bool enabled) {
-  gpu::g_graphs_enabled.store(enabled, std::memory_order_relaxed);
-}
-
-}  // namespace qlinear
-
-namespace qlinear::gpu {
 
 CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_dtype,
                                     const void* device, const void* host) {
@@ -439,3 +432,11 @@ absl::Status check_rows_of_16_bytes(const LayerConfig& config, absl::string_view
 }
 
 }  // namespace qlinear::gpu
+
+namespace qlinear {
+
+void set_cuda_graphs(bool enabled) {
+  gpu::g_graphs_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+}  // namespace qlinear
