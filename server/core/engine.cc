@@ -232,6 +232,8 @@ absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::stri
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
   note_prepared(layer, choice);
   try {
+    // y may still hold an earlier response's bytes (InferStream keeps them to spare the fill):
+    // every kernel writes all of y.
     y->resize(static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);
     out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);

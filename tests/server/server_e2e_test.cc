@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -234,6 +236,56 @@ TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
       EXPECT_TRUE(resp.y().empty());
       EXPECT_FALSE(resp.status_message().empty());
     }
+  }
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
+// A stream's response keeps y's bytes from one message to the next (no zero-fill when the size
+// repeats): every answer must still be exactly its own, whatever the previous one's size and
+// dtype, and a failed message in between must answer with an empty y.
+TEST_F(ServerTest, StreamAnswersAreExactWhenSizesAndDtypesChange) {
+  SEED_TRACE();
+  TestLayer t = load("sz", 40, 48, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(seed_ + 11);
+  auto stream = client_->open_stream();
+  struct Step {
+    int64_t m;
+    DType y_dtype;
+    bool non_finite;
+  };
+  const std::vector<Step> steps = {
+      {6, DType::kF32, false},  {6, DType::kF32, false},  {2, DType::kBF16, false},
+      {9, DType::kF32, false},  {9, DType::kF32, true},   {9, DType::kF32, false},
+      {3, DType::kF16, false},  {3, DType::kF32, false},  {1, DType::kBF16, false},
+      {9, DType::kBF16, false}, {9, DType::kBF16, false},
+  };
+  std::vector<std::string> xs;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::string x = random_x(rng, steps[i].m, 48, DType::kF32);
+    if (steps[i].non_finite) {
+      const float nan = std::nanf("");
+      std::memcpy(&x[(steps[i].m / 2 * 48 + 5) * sizeof(float)], &nan, sizeof(nan));
+    }
+    ASSERT_TRUE(stream->write(make_request("sz", x, DType::kF32, steps[i].m, steps[i].y_dtype,
+                                           "id" + std::to_string(i))));
+    xs.push_back(std::move(x));
+  }
+  stream->writes_done();
+  v1::InferResponse resp;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("message " + std::to_string(i));
+    ASSERT_TRUE(stream->read(&resp));
+    EXPECT_EQ(resp.request_id(), "id" + std::to_string(i));
+    if (steps[i].non_finite) {
+      EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+      EXPECT_NE(resp.status_message().find("non-finite"), std::string::npos)
+          << resp.status_message();
+      EXPECT_TRUE(resp.y().empty());
+      continue;
+    }
+    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+    EXPECT_EQ(resp.y(), reference_y(t, xs[i], DType::kF32, steps[i].m, steps[i].y_dtype));
   }
   EXPECT_FALSE(stream->read(&resp));
   EXPECT_TRUE(stream->finish().ok());
