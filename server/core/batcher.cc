@@ -32,7 +32,11 @@ struct BatchQueue::Pending {
 
 BatchQueue::BatchQueue(std::shared_ptr<const Layer> layer, const Engine* engine,
                        BatchOptions options, Metrics* metrics)
-    : layer_(std::move(layer)), engine_(engine), options_(options), metrics_(metrics) {
+    : layer_(std::move(layer)),
+      engine_(engine),
+      options_(options),
+      metrics_(metrics),
+      series_(metrics != nullptr ? metrics->layer_series(layer_->name()) : nullptr) {
   worker_ = std::thread([this] { worker(); });
 }
 
@@ -152,7 +156,7 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   std::vector<Pending*> live;
   for (Pending* p : batch) {
     p->out->queue_ns = start - p->enqueued_ns;
-    if (metrics_ != nullptr) metrics_->queued(layer_->name(), p->out->queue_ns * 1e-9);
+    if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
     if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
       p->status = absl::CancelledError("request cancelled while queued");
       p->done.Notify();
@@ -167,9 +171,9 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   if (live.empty()) return;
 
   auto record = [&](const InferOutput& o, int64_t requests, int64_t rows) {
-    if (metrics_ != nullptr) {
-      metrics_->batch_done(layer_->name(), o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
-                           o.timings.gemm_ns * 1e-9);
+    if (series_ != nullptr) {
+      series_->batch_done(o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
+                          o.timings.gemm_ns * 1e-9);
     }
   };
   auto run_alone = [&](Pending* p) {

@@ -21,13 +21,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/layer.h"
+#include "server/core/metrics.h"
 
 namespace qlinear {
 
 class Engine;
 struct InferInput;
 struct InferOutput;
-class Metrics;
 
 struct BatchOptions {
   int64_t max_batch_rows = 256;       // 1 turns batching off
@@ -60,6 +60,8 @@ class BatchQueue {
   int64_t depth() const;
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }
+  // The layer's metric series (null without metrics).
+  Metrics::LayerSeries* series() const { return series_.get(); }
 
  private:
   struct Pending;
@@ -71,6 +73,7 @@ class BatchQueue {
   const Engine* engine_;
   const BatchOptions options_;
   Metrics* metrics_;
+  const std::unique_ptr<Metrics::LayerSeries> series_;
 
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);

@@ -82,6 +82,53 @@ Metrics::Metrics()
   layers_loaded_.Add({}).Set(0);
 }
 
+Metrics::LayerSeries::LayerSeries(Metrics* metrics, const std::string& layer)
+    : metrics_(metrics),
+      layer_(layer),
+      rows_(metrics->rows_.Add({{"layer", layer}})),
+      request_seconds_(metrics->request_seconds_.Add({{"layer", layer}}, seconds_buckets())),
+      queue_seconds_(metrics->queue_seconds_.Add({{"layer", layer}}, seconds_buckets())),
+      batch_rows_(metrics->batch_rows_.Add({{"layer", layer}}, count_buckets())),
+      batch_requests_(metrics->batch_requests_.Add({{"layer", layer}}, count_buckets())) {}
+
+std::unique_ptr<Metrics::LayerSeries> Metrics::layer_series(const std::string& layer) {
+  return std::unique_ptr<LayerSeries>(new LayerSeries(this, layer));
+}
+
+const Metrics::LayerSeries::PerKernel& Metrics::LayerSeries::per_kernel(const std::string& kernel) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& k : kernels_) {
+    if (k->kernel == kernel) return *k;
+  }
+  auto k = std::make_unique<PerKernel>();
+  k->kernel = kernel;
+  k->requests_ok =
+      &metrics_->requests_.Add({{"layer", layer_}, {"kernel", kernel}, {"code", "OK"}});
+  k->quantize_seconds = &metrics_->compute_seconds_.Add(
+      {{"layer", layer_}, {"kernel", kernel}, {"phase", "quantize"}}, seconds_buckets());
+  k->gemm_seconds = &metrics_->compute_seconds_.Add(
+      {{"layer", layer_}, {"kernel", kernel}, {"phase", "gemm"}}, seconds_buckets());
+  kernels_.push_back(std::move(k));
+  return *kernels_.back();
+}
+
+void Metrics::LayerSeries::request_ok(const std::string& kernel, int64_t rows, double total_s) {
+  per_kernel(kernel).requests_ok->Increment();
+  rows_.Increment(static_cast<double>(rows));
+  request_seconds_.Observe(total_s);
+}
+
+void Metrics::LayerSeries::batch_done(const std::string& kernel, int64_t requests, int64_t rows,
+                                      double quantize_s, double gemm_s) {
+  batch_rows_.Observe(static_cast<double>(rows));
+  batch_requests_.Observe(static_cast<double>(requests));
+  const PerKernel& k = per_kernel(kernel);
+  k.quantize_seconds->Observe(quantize_s);
+  k.gemm_seconds->Observe(gemm_s);
+}
+
+void Metrics::LayerSeries::queued(double queue_s) { queue_seconds_.Observe(queue_s); }
+
 void Metrics::request_done(const std::string& layer, const std::string& kernel,
                            const absl::Status& status, int64_t rows, double total_s) {
   requests_.Add({{"layer", layer}, {"kernel", kernel}, {"code", code_name(status)}}).Increment();
@@ -91,21 +138,6 @@ void Metrics::request_done(const std::string& layer, const std::string& kernel,
   }
   rows_.Add({{"layer", layer}}).Increment(static_cast<double>(rows));
   request_seconds_.Add({{"layer", layer}}, seconds_buckets()).Observe(total_s);
-}
-
-void Metrics::batch_done(const std::string& layer, const std::string& kernel, int64_t requests,
-                         int64_t rows, double quantize_s, double gemm_s) {
-  batch_rows_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(rows));
-  batch_requests_.Add({{"layer", layer}}, count_buckets()).Observe(static_cast<double>(requests));
-  compute_seconds_
-      .Add({{"layer", layer}, {"kernel", kernel}, {"phase", "quantize"}}, seconds_buckets())
-      .Observe(quantize_s);
-  compute_seconds_.Add({{"layer", layer}, {"kernel", kernel}, {"phase", "gemm"}}, seconds_buckets())
-      .Observe(gemm_s);
-}
-
-void Metrics::queued(const std::string& layer, double queue_s) {
-  queue_seconds_.Add({{"layer", layer}}, seconds_buckets()).Observe(queue_s);
 }
 
 void Metrics::queue_depth(const std::string& layer, int64_t depth) {

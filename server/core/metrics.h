@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -22,13 +24,44 @@ class Metrics {
   Metrics();
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
+  // The series one layer's answered requests and batches update, found once: a lookup by labels
+  // builds a label map, hashes it and takes its family's lock, and a request made seven of them
+  // (2-5 us of a 36 us request at M = 1 on the H200 host). Thread-safe; valid as long as the
+  // Metrics object (these series are never removed).
+  class LayerSeries {
+   public:
+    // One request answered OK on `kernel` (Metrics::request_done's series for it).
+    void request_ok(const std::string& kernel, int64_t rows, double total_s);
+    void batch_done(const std::string& kernel, int64_t requests, int64_t rows, double quantize_s,
+                    double gemm_s);
+    void queued(double queue_s);
+
+   private:
+    friend class Metrics;
+    struct PerKernel {
+      std::string kernel;
+      prometheus::Counter* requests_ok;
+      prometheus::Histogram* quantize_seconds;
+      prometheus::Histogram* gemm_seconds;
+    };
+    LayerSeries(Metrics* metrics, const std::string& layer);
+    const PerKernel& per_kernel(const std::string& kernel);
+
+    Metrics* const metrics_;
+    const std::string layer_;
+    prometheus::Counter& rows_;
+    prometheus::Histogram& request_seconds_;
+    prometheus::Histogram& queue_seconds_;
+    prometheus::Histogram& batch_rows_;
+    prometheus::Histogram& batch_requests_;
+    absl::Mutex mu_;
+    std::vector<std::unique_ptr<PerKernel>> kernels_ ABSL_GUARDED_BY(mu_);  // a few per layer
+  };
+  std::unique_ptr<LayerSeries> layer_series(const std::string& layer);
+
   // One finished request: its status, rows, and server-side times in seconds.
   void request_done(const std::string& layer, const std::string& kernel, const absl::Status& status,
                     int64_t rows, double total_s);
-  // One executed batch on `kernel`.
-  void batch_done(const std::string& layer, const std::string& kernel, int64_t requests,
-                  int64_t rows, double quantize_s, double gemm_s);
-  void queued(const std::string& layer, double queue_s);
   void queue_depth(const std::string& layer, int64_t depth);
   void layer_loaded(const std::string& layer, const std::string& device, int64_t bytes);
   void layer_unloaded(const std::string& layer, const std::string& device);

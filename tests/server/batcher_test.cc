@@ -315,10 +315,40 @@ TEST_F(BatcherTest, MetricsRecordBatchesAndLayers) {
   EXPECT_NE(text.find("qlinear_layers_loaded 1"), std::string::npos) << text;
   EXPECT_NE(text.find("qlinear_layer_bytes{device=\"cpu\",layer=\"b\"}"), std::string::npos)
       << text;
+  // The layer's series, found once per layer, count every request; a failed one counts apart.
+  ASSERT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  const std::string kernel = out.kernel;
+  const InferInput bad = input_for(x.substr(1), 3, DType::kBF16, DType::kBF16);
+  EXPECT_FALSE(engine_->infer(bad, CallContext{}, &y, &out).ok());
+  const std::string ok_series =
+      "qlinear_requests_total{code=\"OK\",kernel=\"" + kernel + "\",layer=\"b\"} ";
+  const std::string twice = metrics_.serialize();
+  EXPECT_NE(twice.find(ok_series + "2"), std::string::npos) << twice;
+  EXPECT_NE(twice.find("qlinear_rows_total{layer=\"b\"} 6"), std::string::npos) << twice;
+  EXPECT_NE(twice.find("qlinear_request_duration_seconds_count{layer=\"b\"} 2"), std::string::npos)
+      << twice;
+  EXPECT_NE(twice.find("qlinear_queue_duration_seconds_count{layer=\"b\"} 2"), std::string::npos)
+      << twice;
+  EXPECT_NE(twice.find("qlinear_compute_duration_seconds_count{kernel=\"" + kernel +
+                       "\",layer=\"b\",phase=\"gemm\"} 2"),
+            std::string::npos)
+      << twice;
+  EXPECT_NE(twice.find("qlinear_request_failures_total{layer=\"b\",reason=\"INVALID_ARGUMENT\"} 1"),
+            std::string::npos)
+      << twice;
   ASSERT_TRUE(engine_->unload("b").ok());
   const std::string after = metrics_.serialize();
   EXPECT_NE(after.find("qlinear_layers_loaded 0"), std::string::npos) << after;
   EXPECT_EQ(after.find("qlinear_layer_bytes{"), std::string::npos) << after;
+  // A layer loaded again under the same name goes on counting in the same series.
+  LoadRequest r;
+  r.name = "b";
+  r.spec = layer_.spec;
+  ASSERT_TRUE(engine_->load(r, layer_.weights).ok());
+  ASSERT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  const std::string again = metrics_.serialize();
+  EXPECT_NE(again.find(ok_series + "3"), std::string::npos) << again;
+  EXPECT_NE(again.find("qlinear_rows_total{layer=\"b\"} 9"), std::string::npos) << again;
 }
 
 }  // namespace
