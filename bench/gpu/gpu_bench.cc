@@ -47,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -1506,8 +1507,11 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
       "the whole call on the host clock)\n",
       static_cast<long long>(n), static_cast<long long>(k), o.cuda_graphs ? "on" : "off",
       static_cast<long long>(kMaxGraphRows));
-  std::printf("%-18s %6s %10s %10s %12s %12s\n", "kernel", "M", "median_us", "p90_us",
-              "quantize_us", "gemm+ep_us");
+  std::printf(
+      "up to 64 rows also as a server sees calls (medians): idle = 500 us of sleep before each "
+      "call (a client's round trip), cold = x and y rotating over 64 buffers each\n");
+  std::printf("%-18s %6s %10s %10s %12s %12s %10s %10s %12s\n", "kernel", "M", "median_us",
+              "p90_us", "quantize_us", "gemm+ep_us", "idle_us", "cold_us", "idle+cold_us");
   for (const Kernel* kern : bench_kernels(registry)) {
     if (!registry.usable(*kern, host_info()).ok()) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
@@ -1531,9 +1535,36 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
       ASSIGN_OR_RETURN(const auto us,
                        host_timed(
                            reps, [&]() { return p->run(a, &t); }, 2 * StreamPool::kContexts + 1));
-      std::printf("%-18s %6lld %10.1f %10.1f %12.1f %12.1f\n", std::string(kern->name()).c_str(),
+      std::printf("%-18s %6lld %10.1f %10.1f %12.1f %12.1f", std::string(kern->name()).c_str(),
                   static_cast<long long>(m), us.first, us.second, t.quantize_ns / 1e3,
                   t.gemm_ns / 1e3);
+      if (m <= 64) {
+        // As a server sees calls: the thread idle between them (a client's round trip), and x
+        // and y in buffers that have left the core's caches.
+        constexpr int kRotate = 64;
+        std::vector<std::vector<uint16_t>> xs(kRotate, xh), ys(kRotate, yh);
+        auto timed_form = [&](bool idle, bool cold) {
+          std::vector<double> v;
+          for (int i = 0; i < reps; ++i) {
+            RunArgs b = a;
+            if (cold) {
+              b.x = xs[i % kRotate].data();
+              b.y = ys[i % kRotate].data();
+            }
+            if (idle) std::this_thread::sleep_for(std::chrono::microseconds(500));
+            const auto t0 = std::chrono::steady_clock::now();
+            if (!p->run(b, nullptr).ok()) return -1.0;
+            v.push_back(
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                    .count());
+          }
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        std::printf(" %10.1f %10.1f %12.1f", timed_form(true, false), timed_form(false, true),
+                    timed_form(true, true));
+      }
+      std::printf("\n");
       if (m == 1) {
         if (const auto* cp = dynamic_cast<const CudaPreparedKernel*>(p.get()); cp != nullptr) {
           RETURN_IF_ERROR(serving_breakdown(*cp, m, xh, yh, reps));
