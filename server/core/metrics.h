@@ -26,8 +26,8 @@ class Metrics {
 
   // The series one layer's answered requests and batches update, found once: a lookup by labels
   // builds a label map, hashes it and takes its family's lock, and a request made seven of them
-  // (2-5 us of a 36 us request at M = 1 on the H200 host). Thread-safe; valid as long as the
-  // Metrics object (these series are never removed).
+  // (with them a request at M = 1 on the H200 host took 36 us of server time, against 29 us
+  // now). Thread-safe; valid as long as the Metrics object (these series are never removed).
   class LayerSeries {
    public:
     // One request answered OK on `kernel` (Metrics::request_done's series for it).
