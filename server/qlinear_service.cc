@@ -327,6 +327,7 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   t->set_queue_us(out.queue_ns / 1000);
   t->set_quantize_us(out.timings.quantize_ns / 1000);
   t->set_gemm_us(out.timings.gemm_ns / 1000);
+  t->set_copy_us(out.timings.copy_ns / 1000);
   t->set_total_us(now_us() - t0);
   return absl::OkStatus();
 }

@@ -123,7 +123,7 @@ struct WorkerResult {
   int64_t ok = 0, rows = 0;
   std::vector<int64_t> latency_ns;
   std::map<int, ErrorTally> errors;  // by google.rpc code, or kBadResponse
-  std::vector<int64_t> queue_us, quantize_us, gemm_us, total_us;
+  std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
   std::map<std::string, int64_t> kernels;
   std::string device;
@@ -224,6 +224,7 @@ class Worker {
     r_->queue_us.push_back(md.timings().queue_us());
     r_->quantize_us.push_back(md.timings().quantize_us());
     r_->gemm_us.push_back(md.timings().gemm_us());
+    r_->copy_us.push_back(md.timings().copy_us());
     r_->total_us.push_back(md.timings().total_us());
     r_->batch_requests += md.batch_requests();
     r_->batch_rows += md.batch_rows();
@@ -370,7 +371,7 @@ struct PassResult {
   bool interrupted = false;
   std::vector<int64_t> latency_ns;
   std::map<int, ErrorTally> errors;
-  std::vector<int64_t> queue_us, quantize_us, gemm_us, total_us;
+  std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
   std::map<std::string, int64_t> kernels;
   std::string device;
@@ -487,6 +488,7 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
     pr.queue_us.insert(pr.queue_us.end(), r.queue_us.begin(), r.queue_us.end());
     pr.quantize_us.insert(pr.quantize_us.end(), r.quantize_us.begin(), r.quantize_us.end());
     pr.gemm_us.insert(pr.gemm_us.end(), r.gemm_us.begin(), r.gemm_us.end());
+    pr.copy_us.insert(pr.copy_us.end(), r.copy_us.begin(), r.copy_us.end());
     pr.total_us.insert(pr.total_us.end(), r.total_us.begin(), r.total_us.end());
     pr.batch_requests += r.batch_requests;
     pr.batch_rows += r.batch_rows;
@@ -496,7 +498,8 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
     if (r.last_done > last) last = r.last_done;
   }
   pr.measured_s = std::chrono::duration<double>(last - sh.measure_from).count();
-  for (auto* v : {&pr.latency_ns, &pr.queue_us, &pr.quantize_us, &pr.gemm_us, &pr.total_us}) {
+  for (auto* v :
+       {&pr.latency_ns, &pr.queue_us, &pr.quantize_us, &pr.gemm_us, &pr.copy_us, &pr.total_us}) {
     std::sort(v->begin(), v->end());
   }
   return pr;
@@ -575,12 +578,14 @@ void print_pass(const Config& c, const PassResult& r) {
     auto col50 = [&](const char* name, const std::vector<int64_t>& v) {
       return absl::StrFormat("%s %lld us", name, static_cast<long long>(percentile_sorted(v, 0.5)));
     };
-    row("server", absl::StrCat(col("queue", r.queue_us), "   ", col("quantize", r.quantize_us),
-                               "   ", col("gemm", r.gemm_us), "   ", col("total", r.total_us),
-                               "   (mean over ", r.total_us.size(), " responses)"));
+    row("server",
+        absl::StrCat(col("queue", r.queue_us), "   ", col("quantize", r.quantize_us), "   ",
+                     col("gemm", r.gemm_us), "   ", col("copies", r.copy_us), "   ",
+                     col("total", r.total_us), "   (mean over ", r.total_us.size(), " responses)"));
     row("server p50",
         absl::StrCat(col50("queue", r.queue_us), "   ", col50("quantize", r.quantize_us), "   ",
-                     col50("gemm", r.gemm_us), "   ", col50("total", r.total_us)));
+                     col50("gemm", r.gemm_us), "   ", col50("copies", r.copy_us), "   ",
+                     col50("total", r.total_us)));
     const double n = static_cast<double>(r.total_us.size());
     row("batch", absl::StrFormat("%.2f requests, %.2f rows per GEMM (mean over responses)",
                                  static_cast<double>(r.batch_requests) / n,

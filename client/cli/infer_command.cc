@@ -237,11 +237,11 @@ int cmd_infer(const CommandArgs& args) {
   std::printf("%-12s%s on %s\n", "kernel", md.kernel().c_str(), md.device().c_str());
   const v1::Timings& t = md.timings();
   std::printf(
-      "%-12squeue %lld us, quantize %lld us, gemm %lld us, server total %lld us; "
-      "client round trip %.2f ms (%s)\n",
+      "%-12squeue %lld us, quantize %lld us, gemm %lld us, host copies %lld us, server total "
+      "%lld us; client round trip %.2f ms (%s)\n",
       "timings", static_cast<long long>(t.queue_us()), static_cast<long long>(t.quantize_us()),
-      static_cast<long long>(t.gemm_us()), static_cast<long long>(t.total_us()), client_ms,
-      stream ? "stream" : "unary");
+      static_cast<long long>(t.gemm_us()), static_cast<long long>(t.copy_us()),
+      static_cast<long long>(t.total_us()), client_ms, stream ? "stream" : "unary");
   std::printf("%-12s%d request(s), %lld rows\n", "batch", md.batch_requests(),
               static_cast<long long>(md.batch_rows()));
   if (md.selection_size() > 0) {

@@ -84,6 +84,9 @@ struct RunArgs {
 struct RunTimings {
   int64_t quantize_ns = 0;
   int64_t gemm_ns = 0;  // GEMM and epilogue
+  // GPU kernels: the host copies of x into and of y out of pinned (page-locked) staging memory,
+  // on the host clock, in neither figure above; 0 for CPU kernels.
+  int64_t copy_ns = 0;
 };
 
 }  // namespace qlinear

@@ -133,9 +133,22 @@ void host_copy(void* dst, const void* src, size_t len, bool streaming = false) {
   });
 }
 
-// x from the caller's buffer into pinned memory.
-void copy_x_in(void* pinned, const void* x, size_t len, size_t x_bytes) {
-  host_copy(pinned, x, len, x_bytes >= kStreamingCopyBytes);
+int64_t ns_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// host_copy, its host-clock time added to *copy_ns (RunTimings::copy_ns).
+void timed_host_copy(void* dst, const void* src, size_t len, int64_t* copy_ns,
+                     bool streaming = false) {
+  const auto t0 = std::chrono::steady_clock::now();
+  host_copy(dst, src, len, streaming);
+  *copy_ns += ns_since(t0);
+}
+
+// x from the caller's buffer into pinned memory (`len` of its `x_bytes`).
+void copy_x_in(void* pinned, const void* x, size_t len, size_t x_bytes, int64_t* copy_ns) {
+  timed_host_copy(pinned, x, len, copy_ns, x_bytes >= kStreamingCopyBytes);
 }
 
 int64_t first_nan_row(const float* sa, int64_t m) {
@@ -228,19 +241,21 @@ void capture_call(const Layout& L, char* dev, char* host, const DeviceRunArgs& d
 
 // After the one synchronisation of a call whose output came back in one copy.
 absl::Status finish_single_copy_call(const Layout& L, const RunArgs& args, const char* host,
-                                     bool asym, DebugOutputs* debug, int64_t* bad_row) {
+                                     bool asym, DebugOutputs* debug, int64_t* bad_row,
+                                     int64_t* copy_ns) {
   *bad_row = first_nan_row(reinterpret_cast<const float*>(host + L.h_sa), args.m);
   if (*bad_row >= 0) return absl::OkStatus();
-  host_copy(args.y, host + L.h_y, L.y_bytes);
+  timed_host_copy(args.y, host + L.h_y, L.y_bytes, copy_ns);
   return finish_call(L, args, host, asym, debug);
 }
 
 // One call on `ctx` (see the top of cuda_host_call.h). timed: record the context's stage events;
-// a graph replay sets *replay_ns to its host-clock time instead (see RunTimings). bad_row: the
-// first non-finite row of x, or -1.
+// a graph replay sets *replay_ns to its host-clock time instead (see RunTimings). copy_ns: the
+// host copies' time is added to it. bad_row: the first non-finite row of x, or -1.
 absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArgs& args,
                           size_t scratch_bytes, DeviceEnqueue enqueue, DebugOutputs* debug,
-                          CallGraphs* graphs, bool timed, int64_t* replay_ns, int64_t* bad_row) {
+                          CallGraphs* graphs, bool timed, int64_t* replay_ns, int64_t* copy_ns,
+                          int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
   RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
   RETURN_IF_ERROR(
@@ -269,7 +284,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
     CallGraphs::Entry* graph =
         graphs->find(ctx->index, args.m, args.x_dtype, args.y_dtype, dev, host);
     if (graph != nullptr && !graph->eager_only) {
-      copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes);
+      copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes, copy_ns);
       if (graph->exec == nullptr) capture_call(L, dev, host, d, asym, enqueue, s, graph);
       if (graph->exec != nullptr) {
         // Timing events inside the graph or around its launch cost more than the graph saves
@@ -280,7 +295,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
         *replay_ns = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
                                               std::chrono::steady_clock::now() - t0)
                                               .count());
-        return finish_single_copy_call(L, args, host, asym, nullptr, bad_row);
+        return finish_single_copy_call(L, args, host, asym, nullptr, bad_row, copy_ns);
       }
     }
   }
@@ -289,7 +304,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   // memcpy never waits for an earlier chunk's DMA).
   for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
     const size_t len = std::min(x_chunk, L.x_bytes - off);
-    copy_x_in(host + L.h_x + off, static_cast<const char*>(args.x) + off, len, L.x_bytes);
+    copy_x_in(host + L.h_x + off, static_cast<const char*>(args.x) + off, len, L.x_bytes, copy_ns);
     RETURN_IF_CUDA_ERROR(
         cudaMemcpyAsync(dev + L.d_x + off, host + L.h_x + off, len, cudaMemcpyHostToDevice, s));
   }
@@ -309,7 +324,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
     RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, asym, s));
     if (debug != nullptr) RETURN_IF_ERROR(copy_debug_outputs(L, dbg, s, debug));
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
-    return finish_single_copy_call(L, args, host, asym, debug, bad_row);
+    return finish_single_copy_call(L, args, host, asym, debug, bad_row, copy_ns);
   }
   RETURN_IF_CUDA_ERROR(
       cudaMemcpyAsync(host + L.h_sa, d.sa, L.row_bytes, cudaMemcpyDeviceToHost, s));
@@ -334,8 +349,8 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
       if (*bad_row >= 0) break;  // the caller reports it; y stays untouched
     }
     const size_t off = static_cast<size_t>(i) * y_chunk;
-    host_copy(static_cast<char*>(args.y) + off, host + L.h_y + off,
-              std::min(y_chunk, L.y_bytes - off));
+    timed_host_copy(static_cast<char*>(args.y) + off, host + L.h_y + off,
+                    std::min(y_chunk, L.y_bytes - off), copy_ns);
   }
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
   if (*bad_row >= 0) return absl::OkStatus();
@@ -390,10 +405,11 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
   if (args.m < 1) return absl::InvalidArgumentError("M must be >= 1");
   int64_t bad_row = -1;
   int64_t replay_ns = 0;
+  int64_t copy_ns = 0;
   {
     StreamLease ctx(pool);
     absl::Status s = enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs,
-                                  timings != nullptr, &replay_ns, &bad_row);
+                                  timings != nullptr, &replay_ns, &copy_ns, &bad_row);
     if (!s.ok()) {
       // Work already queued may still read or write the context's buffers: drain it before the
       // next request can take them.
@@ -402,6 +418,7 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
       return s;
     }
     if (timings != nullptr && bad_row < 0) {
+      timings->copy_ns = copy_ns;
       if (replay_ns > 0) {
         // A graph replay, timed as a whole (see RunTimings).
         timings->quantize_ns = 0;

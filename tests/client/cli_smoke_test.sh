@@ -166,7 +166,7 @@ grep_out '4 InferStreams on their own channels, 2 s after 1 s warm-up'
 grep_out '^  throughput  [0-9.]* requests/s, [0-9.]* rows/s$'
 grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max '
 grep_out '^  errors      none$'
-grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* us   total '
+grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* us   copies [0-9.]* us   total '
 grep_out '^  batch       [0-9.]* requests, [0-9.]* rows per GEMM'
 grep_out '^  kernels     cpu\.'
 grep_err '^bench: .* req/s  0 errors$'  # the progress line, plain lines when not a terminal

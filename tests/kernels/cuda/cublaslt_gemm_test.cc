@@ -222,6 +222,7 @@ TEST_F(CublasLtTest, RunFillsOutputsAndTimings) {
     }
     EXPECT_GT(t.quantize_ns, 0);
     EXPECT_GT(t.gemm_ns, 0);
+    EXPECT_GT(t.copy_ns, 0);
     EXPECT_EQ(p.kernel->device(), "cuda:0");
     EXPECT_GE(p.kernel->extra_bytes(), 64 * 128);
   }

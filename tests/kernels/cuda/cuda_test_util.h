@@ -331,9 +331,9 @@ inline bool check_run(const Prepared& p, const std::vector<uint8_t>& x, DType xt
     ADD_FAILURE() << what << ": azp written for a symmetric scheme";
     return false;
   }
-  if (t.gemm_ns <= 0 || t.quantize_ns < 0) {
+  if (t.gemm_ns <= 0 || t.quantize_ns < 0 || t.copy_ns <= 0) {
     ADD_FAILURE() << what << ": timings not filled (quantize " << t.quantize_ns << " ns, gemm "
-                  << t.gemm_ns << " ns)";
+                  << t.gemm_ns << " ns, host copies " << t.copy_ns << " ns)";
     return false;
   }
   return true;
