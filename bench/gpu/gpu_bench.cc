@@ -1412,6 +1412,34 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
     }
     return absl::OkStatus();
   };
+  // Graphs of parts of the call, none with events: which part costs what in a replay.
+  enum Parts { kOp = 1, kIn = 2, kOut = 4, kMappedY = 8 };
+  DeviceRunArgs mapped = a;
+  {
+    void* hy = nullptr;
+    RETURN_IF_CUDA_ERROR(cudaHostGetDevicePointer(&hy, h + d_y, 0));
+    mapped.y = hy;
+  }
+  auto parts_call = [&](cudaGraphExec_t* exec, int parts) -> absl::Status {
+    if (*exec == nullptr) {
+      RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      absl::Status st = absl::OkStatus();
+      if (parts & kIn) st = copies_in();
+      if (st.ok()) st = p.run_device(parts & kMappedY ? mapped : a, scratch.get(), s, nullptr);
+      if (st.ok() && (parts & kOut)) st = copies_out();
+      cudaGraph_t g = nullptr;
+      const cudaError_t e = cudaStreamEndCapture(s, &g);
+      RETURN_IF_ERROR(st);
+      RETURN_IF_CUDA_ERROR(e);
+      const cudaError_t inst = cudaGraphInstantiate(exec, g, 0);
+      cudaGraphDestroy(g);
+      RETURN_IF_CUDA_ERROR(inst);
+    }
+    if (parts & kIn) std::memcpy(h, xh.data(), x_bytes);
+    RETURN_IF_CUDA_ERROR(cudaGraphLaunch(*exec, s));
+    return sync_out();
+  };
+  cudaGraphExec_t part_graphs[4] = {nullptr, nullptr, nullptr, nullptr};
   cudaGraphExec_t graph = nullptr, plain_graph = nullptr, around_graph = nullptr,
                   ends_graph = nullptr;
   cudaGraph_t captured = nullptr;
@@ -1449,6 +1477,13 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
        [&]() -> absl::Status { return graph_call(&around_graph, nullptr, Timed::kAround); }},
       {"  two event nodes at its ends",
        [&]() -> absl::Status { return graph_call(&ends_graph, nullptr, Timed::kEnds); }},
+      {"graph: the op alone", [&]() -> absl::Status { return parts_call(&part_graphs[0], kOp); }},
+      {"graph: x in + op",
+       [&]() -> absl::Status { return parts_call(&part_graphs[1], kIn | kOp); }},
+      {"graph: op + y|sa|azp out",
+       [&]() -> absl::Status { return parts_call(&part_graphs[2], kOp | kOut); }},
+      {"graph: x in + op, y to mapped pinned",
+       [&]() -> absl::Status { return parts_call(&part_graphs[3], kIn | kOp | kMappedY); }},
   };
   absl::Status status;
   for (const Row& r : rows) {
@@ -1458,6 +1493,14 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
       break;
     }
     std::printf("  %-36s %10.1f %10.1f\n", r.what, t->first, t->second);
+  }
+  if (status.ok() && part_graphs[3] != nullptr) {
+    // y written straight into mapped pinned memory must equal y copied back.
+    status = parts_call(&part_graphs[2], kOp | kOut);
+    const std::vector<uint16_t> copied = yh;
+    std::memset(h + d_y, 0, y_bytes);
+    if (status.ok()) status = parts_call(&part_graphs[3], kIn | kOp | kMappedY);
+    if (status.ok()) std::printf("  mapped y equals copied y: %s\n", yh == copied ? "yes" : "NO");
   }
   if (status.ok() && captured != nullptr) {
     // What keeping such a graph costs: 64 more instances of it.
@@ -1480,6 +1523,9 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
   }
   if (captured != nullptr) cudaGraphDestroy(captured);
   if (graph != nullptr) cudaGraphExecDestroy(graph);
+  for (cudaGraphExec_t e : part_graphs) {
+    if (e != nullptr) cudaGraphExecDestroy(e);
+  }
   for (cudaGraphExec_t e : {plain_graph, around_graph, ends_graph}) {
     if (e != nullptr) cudaGraphExecDestroy(e);
   }
@@ -1565,7 +1611,7 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
                     timed_form(true, true));
       }
       std::printf("\n");
-      if (m == 1) {
+      if (m == 1 || m == 16) {
         if (const auto* cp = dynamic_cast<const CudaPreparedKernel*>(p.get()); cp != nullptr) {
           RETURN_IF_ERROR(serving_breakdown(*cp, m, xh, yh, reps));
         }
