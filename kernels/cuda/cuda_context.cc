@@ -178,6 +178,7 @@ PinnedBuffer::~PinnedBuffer() { reset(); }
 void PinnedBuffer::reset() {
   if (ptr_ != nullptr) cudaFreeHost(ptr_);
   ptr_ = nullptr;
+  device_alias_ = nullptr;
   size_ = 0;
 }
 
@@ -186,11 +187,11 @@ absl::Status PinnedBuffer::reserve(size_t bytes, absl::string_view what) {
   size_t want = std::max(bytes, size_ + size_ / 2);
   reset();
   void* p = nullptr;
-  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocMapped);
   if (e != cudaSuccess && want > bytes) {
     cudaGetLastError();
     want = bytes;
-    e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+    e = cudaHostAlloc(&p, want, cudaHostAllocMapped);
   }
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -202,6 +203,10 @@ absl::Status PinnedBuffer::reserve(size_t bytes, absl::string_view what) {
   }
   ptr_ = p;
   size_ = want;
+  if (cudaHostGetDevicePointer(&device_alias_, p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    device_alias_ = nullptr;
+  }
   return absl::OkStatus();
 }
 

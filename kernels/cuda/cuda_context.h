@@ -98,7 +98,9 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
-// Page-locked host memory (cudaHostAlloc) for asynchronous copies; same contract as DeviceBuffer.
+// Page-locked host memory (cudaHostAlloc, mapped into the device's address space) for
+// asynchronous copies and for kernels that copy to and from it (mapped_copy.h); same contract as
+// DeviceBuffer.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -109,10 +111,13 @@ class PinnedBuffer {
   absl::Status reserve(size_t bytes, absl::string_view what);
   void reset();
   void* get() const { return ptr_; }
+  // The device's pointer to the same bytes (cudaHostGetDevicePointer); null if it has none.
+  void* device_alias() const { return device_alias_; }
   size_t size() const { return size_; }
 
  private:
   void* ptr_ = nullptr;
+  void* device_alias_ = nullptr;
   size_t size_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kernels/core/status.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/mapped_copy.h"
 
 namespace qlinear::gpu {
 namespace {
@@ -188,22 +190,50 @@ absl::Status finish_call(const Layout& L, const RunArgs& args, const char* host,
   return absl::OkStatus();
 }
 
-// Queues the one copy that brings y, sa and (asymmetric schemes) azp back together.
-cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* host, bool asym,
-                                     cudaStream_t s) {
+// Copies of up to kMappedCopyBytes between the context's pinned and device buffers are done by a
+// kernel (mapped_copy.h) rather than the copy engine: a copy-engine node adds several
+// microseconds of latency to a call whatever its size. Measured on the H200 host (bench
+// --serving, 4096 x 4096, bf16, run() median us; the copy engine both ways / a kernel for x in /
+// for y | sa | azp out / both):
+//   cuda.stream_s8     M = 1   30.5 / 27.6 / 22.2 / 22.5    M = 16  48.2 / 50.3 / 44.9 / 43.2
+//   cuda.cutlass_sm90  M = 1   31.5 / 27.7 / 24.8 / 23.8    M = 16  54.0 / 51.1 / 44.6 / 41.8
+//                      M = 64  83.1 / 81.8 / 68.8 / 65.4
+//   cuda.cublaslt      M = 1   32.0 / 29.0 / 27.0 / 27.4    M = 64  87.5 / 78.1 / 70.3 / 69.5
+// and through the server (one stream on the demo layer, server time per request, two runs):
+// M = 1 30.3-32.0 -> 26.1-27.6, M = 16 52.7-70.7 -> 48.9-50.4, M = 64 117.3-129.2 -> 99.8-108.8.
+// (M = 64 there moves 512 KB each way.) Copies above 1 MB keep the copy engine: not measured
+// this way, and past 2 MB a call's copies are chunked to overlap with the host's.
+constexpr size_t kMappedCopyBytes = size_t{1} << 20;
+
+// Queues x's copy from pinned to device memory: `len` bytes at `off`.
+cudaError_t queue_x_in(const Layout& L, char* dev, char* host, char* host_dev, size_t off,
+                       size_t len, cudaStream_t s) {
+  if (host_dev != nullptr && L.x_bytes <= kMappedCopyBytes) {
+    return launch_mapped_copy(dev + L.d_x + off, host_dev + L.h_x + off, len, s);
+  }
+  return cudaMemcpyAsync(dev + L.d_x + off, host + L.h_x + off, len, cudaMemcpyHostToDevice, s);
+}
+
+// Queues the one copy that brings y, sa and (asymmetric schemes) azp back together (a kernel's
+// when small, see kMappedCopyBytes; host_dev: the device's alias of `host`, or null).
+cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* host, char* host_dev,
+                                     bool asym, cudaStream_t s) {
   const size_t bytes = (asym ? L.d_azp : L.d_sa) + L.row_bytes - L.d_y;
+  if (host_dev != nullptr && bytes <= kMappedCopyBytes) {
+    return launch_mapped_copy(host_dev + L.h_y, dev + L.d_y, bytes, s);
+  }
   return cudaMemcpyAsync(host + L.h_y, dev + L.d_y, bytes, cudaMemcpyDeviceToHost, s);
 }
 
 // The GPU work of a call whose x and output are each one copy: x in, the device half, y | sa |
-// azp out, queued on `s` (or captured from it).
-absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, const DeviceRunArgs& d,
-                                    bool asym, DeviceEnqueue enqueue, const StageEvents* ev,
-                                    cudaStream_t s) {
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpyAsync(dev + L.d_x, host + L.h_x, L.x_bytes, cudaMemcpyHostToDevice, s));
+// azp out, queued on `s` (or captured from it). host_dev: the device's alias of `host` (mapped
+// page-locked memory), for the copies done by a kernel.
+absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, char* host_dev,
+                                    const DeviceRunArgs& d, bool asym, DeviceEnqueue enqueue,
+                                    const StageEvents* ev, cudaStream_t s) {
+  RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, 0, L.x_bytes, s));
   RETURN_IF_ERROR(enqueue(d, dev + L.d_scratch, s, ev, nullptr));
-  RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, asym, s));
+  RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
   return absl::OkStatus();
 }
 
@@ -212,8 +242,8 @@ std::atomic<bool> g_graphs_enabled{true};
 
 // Captures queue_single_copy_call (without stage events) into `entry`; on any failure the entry
 // is left eager-only (the call then runs eagerly, which reports a real error as such).
-void capture_call(const Layout& L, char* dev, char* host, const DeviceRunArgs& d, bool asym,
-                  DeviceEnqueue enqueue, cudaStream_t s, CallGraphs::Entry* entry) {
+void capture_call(const Layout& L, char* dev, char* host, char* host_dev, const DeviceRunArgs& d,
+                  bool asym, DeviceEnqueue enqueue, cudaStream_t s, CallGraphs::Entry* entry) {
   entry->eager_only = true;
   if (g_live_graphs.fetch_add(1, std::memory_order_relaxed) >= kMaxGraphs) {
     g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
@@ -222,7 +252,8 @@ void capture_call(const Layout& L, char* dev, char* host, const DeviceRunArgs& d
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    const absl::Status queued = queue_single_copy_call(L, dev, host, d, asym, enqueue, nullptr, s);
+    const absl::Status queued =
+        queue_single_copy_call(L, dev, host, host_dev, d, asym, enqueue, nullptr, s);
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
     if (queued.ok() && ended == cudaSuccess && graph != nullptr &&
         cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
@@ -262,6 +293,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
       ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows")));
   char* dev = static_cast<char*>(ctx->device.get());
   char* host = static_cast<char*>(ctx->host.get());
+  char* host_dev = static_cast<char*>(ctx->host.device_alias());
   const cudaStream_t s = ctx->stream;
   const bool asym = is_asymmetric(c.scheme);
   const size_t x_chunk = chunk_bytes(L.x_bytes);
@@ -285,7 +317,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
         graphs->find(ctx->index, args.m, args.x_dtype, args.y_dtype, dev, host);
     if (graph != nullptr && !graph->eager_only) {
       copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes, copy_ns);
-      if (graph->exec == nullptr) capture_call(L, dev, host, d, asym, enqueue, s, graph);
+      if (graph->exec == nullptr) capture_call(L, dev, host, host_dev, d, asym, enqueue, s, graph);
       if (graph->exec != nullptr) {
         // Timing events inside the graph or around its launch cost more than the graph saves
         // (see CallGraphs): the replay is timed on the host clock.
@@ -305,8 +337,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
     const size_t len = std::min(x_chunk, L.x_bytes - off);
     copy_x_in(host + L.h_x + off, static_cast<const char*>(args.x) + off, len, L.x_bytes, copy_ns);
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpyAsync(dev + L.d_x + off, host + L.h_x + off, len, cudaMemcpyHostToDevice, s));
+    RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, off, len, s));
   }
   DeviceDebugOutputs dbg;
   if (debug != nullptr) {
@@ -321,7 +352,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   // then y in chunks, each chunk's arrival marked by an event so that the host copies it out
   // while the next one is in flight.
   if (L.y_bytes <= y_chunk) {
-    RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, asym, s));
+    RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
     if (debug != nullptr) RETURN_IF_ERROR(copy_debug_outputs(L, dbg, s, debug));
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
     return finish_single_copy_call(L, args, host, asym, debug, bad_row, copy_ns);

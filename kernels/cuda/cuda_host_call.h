@@ -4,8 +4,11 @@
 //   x: host -> pinned -> device in chunks (the host memcpy of one chunk overlaps the DMA of the
 //   previous one); the kernel family's device half; sa/azp back first, then y in chunks, each
 //   copied out of pinned memory as soon as its event fires; one stream synchronisation at the end.
-//   An output of up to 2 MB comes back in one copy (y, sa and azp together).
-//   Host copies of 512 KB or more are split among a pool of four copy threads.
+//   An output of up to 2 MB comes back in one copy (y, sa and azp together). Copies of up to
+//   1 MB between the pinned and device buffers are done by a small kernel on the mapped pinned
+//   memory instead of the copy engine (lower latency). x copies of 256 KB or more into pinned
+//   memory use streaming stores. Host copies of 512 KB or more are split among a pool of four
+//   copy threads.
 //   Calls of up to kMaxGraphRows rows replay a CUDA graph of the input copy, the device half and
 //   the output copy (CallGraphs), captured on the second call of that size on a stream context.
 //   A non-finite row (sa = NaN from the GPU) becomes INVALID_ARGUMENT with the reference's exact

@@ -2,10 +2,13 @@
 // compute capability and what was compiled in). Runs with or without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "kernels/core/host_info.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/mapped_copy.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace qlinear::gpu {
 namespace {
@@ -77,6 +80,49 @@ TEST(CudaHost, DetectionNamesTheGpuOrTheReason) {
     EXPECT_GT(h.gpus[0].cc_major, 0);
     std::printf("GPU: %s\n", h.gpu_description().c_str());
   }
+}
+
+// The serving path's small copies by a kernel on mapped pinned memory (mapped_copy.h), both ways,
+// at lengths that are and are not multiples of 16: every byte arrives, and nothing past the length
+// rounded up to 16 is written.
+TEST(MappedCopy, CopiesEveryByteBothWaysAndStopsAtTheRoundedLength) {
+  QLINEAR_REQUIRE_GPU();
+  SplitMix64 rng = testing::test_rng();
+  constexpr size_t kCap = size_t{1} << 20;
+  PinnedBuffer host;
+  DeviceBuffer dev;
+  ASSERT_TRUE(host.reserve(kCap, "test").ok());
+  ASSERT_TRUE(dev.allocate(kCap, "test").ok());
+  ASSERT_NE(host.device_alias(), nullptr);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  char* h = static_cast<char*>(host.get());
+  char* hd = static_cast<char*>(host.device_alias());
+  char* d = static_cast<char*>(dev.get());
+  for (size_t len :
+       {size_t{4}, size_t{16}, size_t{100}, size_t{8192}, size_t{131072 + 36}, size_t{524288}}) {
+    SCOPED_TRACE("len " + std::to_string(len));
+    const size_t rounded = (len + 15) / 16 * 16;
+    std::vector<char> want(len);
+    for (char& c : want) c = static_cast<char>(rng.next() & 0xff);
+    // Host -> device: the device bytes past `rounded` keep their fill.
+    std::memcpy(h, want.data(), len);
+    ASSERT_EQ(cudaMemset(d, 0x5a, kCap), cudaSuccess);
+    ASSERT_EQ(launch_mapped_copy(d, hd, len, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    std::vector<char> got(rounded + 64);
+    ASSERT_EQ(cudaMemcpy(got.data(), d, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), len), 0);
+    for (size_t i = rounded; i < got.size(); ++i) ASSERT_EQ(got[i], 0x5a) << "byte " << i;
+    // Device -> host.
+    std::memset(h, 0x33, rounded + 64);
+    ASSERT_EQ(cudaMemcpy(d, want.data(), len, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(launch_mapped_copy(hd, d, len, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(std::memcmp(h, want.data(), len), 0);
+    for (size_t i = rounded; i < rounded + 64; ++i) ASSERT_EQ(h[i], 0x33) << "byte " << i;
+  }
+  cudaStreamDestroy(s);
 }
 
 }  // namespace
