@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -92,8 +91,9 @@ cpu::ThreadPool& copy_pool() {
 
 // x copies of at least kStreamingCopyBytes into pinned memory use non-temporal (streaming)
 // stores: the bytes go to memory without being read for ownership or left dirty in the CPU's
-// caches, where the input DMA would otherwise have to fetch them from. Measured on the H200 host
-// (4096 x 4096, bf16, M = 64: 512 KB of x; one request at a time):
+// caches, where the GPU's reads of them would otherwise have to fetch them from. Measured on the
+// H200 host with the copy engine reading x (4096 x 4096, bf16, M = 64: 512 KB of x; one request
+// at a time):
 //   bench --serving, run() median us        plain 99.7-103.5   streaming 89.5-91.3
 //     of which the replayed graph           69.2-73.8          61.9-63.9
 //   qlinear-server, InferStream, server us  156.7-160.8        140.8-145.1
@@ -108,7 +108,7 @@ void streaming_copy(void* dst, const void* src, size_t len) {
     const __m128i* s = static_cast<const __m128i*>(src);
     const size_t vecs = len / 16;
     for (size_t i = 0; i < vecs; ++i) _mm_stream_si128(d + i, _mm_loadu_si128(s + i));
-    _mm_sfence();  // the stores are visible before the DMA is queued
+    _mm_sfence();  // the stores are visible before the GPU is asked to read them
     std::memcpy(d + vecs, s + vecs, len - vecs * 16);
     return;
   }

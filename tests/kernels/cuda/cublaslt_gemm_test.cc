@@ -259,6 +259,36 @@ TEST_F(CublasLtTest, LargeRequestsCopyEveryChunk) {
       << "y was written on error";
 }
 
+// The serving path's copies at the sizes where their form changes: x of 256 KB or more written to
+// pinned memory with streaming stores; copies of up to 1 MB done by a kernel on the mapped pinned
+// memory, larger ones by the copy engine, in chunks past 2 MB; calls of up to 64 rows replayed from
+// a graph. Each size runs on every stream context, replays included, and is checked bit for bit.
+TEST_F(CublasLtTest, ServingPathCopiesOfEverySize) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 1024, k = 4096;
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, n, k, true));
+  if (p.kernel == nullptr) return;
+  struct Size {
+    int64_t m;
+    DType yt;
+    int calls;
+  };
+  // bf16 x: 512 KB (graph), 800 KB, 2.4 MB (chunked); y: 256 KB, 800 KB (bf16), 1.2 MB and
+  // 2.4 MB (f32, the latter chunked).
+  const Size sizes[] = {{64, DType::kF32, 2 * StreamPool::kContexts + 1},
+                        {100, DType::kBF16, StreamPool::kContexts},
+                        {300, DType::kF32, 2},
+                        {600, DType::kF32, 1}};
+  for (const Size& sz : sizes) {
+    SCOPED_TRACE(absl::StrCat("M=", sz.m));
+    for (int i = 0; i < sz.calls; ++i) {
+      ASSERT_TRUE(check_run(p, make_x(rng, sz.m, k, DType::kBF16), DType::kBF16, sz.m, sz.yt))
+          << "call " << i;
+    }
+  }
+}
+
 // Requests on one layer from many threads at once share the stream pool; each must get its own
 // answer.
 TEST_F(CublasLtTest, ConcurrentRequestsGetTheirOwnResults) {
