@@ -92,6 +92,8 @@ class CublasLtPrepared final : public HostCallPreparedKernel {
   // scratch.
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
+  // Only the quantize kernel reads x.
+  bool x_read_once(const RunArgs&) const override { return true; }
 
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr;

@@ -225,13 +225,14 @@ cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* hos
   return cudaMemcpyAsync(host + L.h_y, dev + L.d_y, bytes, cudaMemcpyDeviceToHost, s);
 }
 
-// The GPU work of a call whose x and output are each one copy: x in, the device half, y | sa |
-// azp out, queued on `s` (or captured from it). host_dev: the device's alias of `host` (mapped
-// page-locked memory), for the copies done by a kernel.
+// The GPU work of a call whose x and output are each one copy: x in (unless x_in_pinned: the
+// device half reads it there), the device half, y | sa | azp out, queued on `s` (or captured from
+// it). host_dev: the device's alias of `host` (mapped page-locked memory), for the copies done by
+// a kernel.
 absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, char* host_dev,
-                                    const DeviceRunArgs& d, bool asym, DeviceEnqueue enqueue,
-                                    const StageEvents* ev, cudaStream_t s) {
-  RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, 0, L.x_bytes, s));
+                                    bool x_in_pinned, const DeviceRunArgs& d, bool asym,
+                                    DeviceEnqueue enqueue, const StageEvents* ev, cudaStream_t s) {
+  if (!x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, 0, L.x_bytes, s));
   RETURN_IF_ERROR(enqueue(d, dev + L.d_scratch, s, ev, nullptr));
   RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
   return absl::OkStatus();
@@ -242,8 +243,9 @@ std::atomic<bool> g_graphs_enabled{true};
 
 // Captures queue_single_copy_call (without stage events) into `entry`; on any failure the entry
 // is left eager-only (the call then runs eagerly, which reports a real error as such).
-void capture_call(const Layout& L, char* dev, char* host, char* host_dev, const DeviceRunArgs& d,
-                  bool asym, DeviceEnqueue enqueue, cudaStream_t s, CallGraphs::Entry* entry) {
+void capture_call(const Layout& L, char* dev, char* host, char* host_dev, bool x_in_pinned,
+                  const DeviceRunArgs& d, bool asym, DeviceEnqueue enqueue, cudaStream_t s,
+                  CallGraphs::Entry* entry) {
   entry->eager_only = true;
   if (g_live_graphs.fetch_add(1, std::memory_order_relaxed) >= kMaxGraphs) {
     g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
@@ -253,7 +255,7 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, const 
   cudaGraphExec_t exec = nullptr;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
     const absl::Status queued =
-        queue_single_copy_call(L, dev, host, host_dev, d, asym, enqueue, nullptr, s);
+        queue_single_copy_call(L, dev, host, host_dev, x_in_pinned, d, asym, enqueue, nullptr, s);
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
     if (queued.ok() && ended == cudaSuccess && graph != nullptr &&
         cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
@@ -282,11 +284,12 @@ absl::Status finish_single_copy_call(const Layout& L, const RunArgs& args, const
 
 // One call on `ctx` (see the top of cuda_host_call.h). timed: record the context's stage events;
 // a graph replay sets *replay_ns to its host-clock time instead (see RunTimings). copy_ns: the
-// host copies' time is added to it. bad_row: the first non-finite row of x, or -1.
+// host copies' time is added to it. bad_row: the first non-finite row of x, or -1. x_read_once:
+// see run_on_host_buffers.
 absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArgs& args,
                           size_t scratch_bytes, DeviceEnqueue enqueue, DebugOutputs* debug,
-                          CallGraphs* graphs, bool timed, int64_t* replay_ns, int64_t* copy_ns,
-                          int64_t* bad_row) {
+                          CallGraphs* graphs, bool timed, bool x_read_once, int64_t* replay_ns,
+                          int64_t* copy_ns, int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
   RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
   RETURN_IF_ERROR(
@@ -299,8 +302,14 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   const size_t x_chunk = chunk_bytes(L.x_bytes);
   const size_t y_chunk = chunk_bytes(L.y_bytes);
 
+  // A small x that only the quantize kernel reads, once, is read by it from the mapped pinned
+  // buffer: no copy of x to the device before it. Measured on the H200 host (bench --serving
+  // --quick, 4096 x 4096, run() median us, four runs of each binary in turns): cuda.cutlass_sm90
+  // M = 1 23.3-25.2 -> 22.3-23.5, cuda.stream_s8 (two-launch form) M = 16 43.4-44.6 ->
+  // 41.8-43.3, cuda.cublaslt M = 1 27.1-27.9 -> 26.4-27.4; at M = 64 within the noise.
+  const bool x_in_pinned = x_read_once && host_dev != nullptr && L.x_bytes <= kMappedCopyBytes;
   DeviceRunArgs d;
-  d.x = dev + L.d_x;
+  d.x = x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
   d.x_dtype = args.x_dtype;
   d.m = args.m;
   d.y = dev + L.d_y;
@@ -317,7 +326,8 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
         graphs->find(ctx->index, args.m, args.x_dtype, args.y_dtype, dev, host);
     if (graph != nullptr && !graph->eager_only) {
       copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes, copy_ns);
-      if (graph->exec == nullptr) capture_call(L, dev, host, host_dev, d, asym, enqueue, s, graph);
+      if (graph->exec == nullptr)
+        capture_call(L, dev, host, host_dev, x_in_pinned, d, asym, enqueue, s, graph);
       if (graph->exec != nullptr) {
         // Timing events inside the graph or around its launch cost more than the graph saves
         // (see CallGraphs): the replay is timed on the host clock.
@@ -337,7 +347,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
     const size_t len = std::min(x_chunk, L.x_bytes - off);
     copy_x_in(host + L.h_x + off, static_cast<const char*>(args.x) + off, len, L.x_bytes, copy_ns);
-    RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, off, len, s));
+    if (!x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, off, len, s));
   }
   DeviceDebugOutputs dbg;
   if (debug != nullptr) {
@@ -432,7 +442,7 @@ CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_d
 
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
-                                 DebugOutputs* debug, CallGraphs* graphs) {
+                                 DebugOutputs* debug, CallGraphs* graphs, bool x_read_once) {
   if (args.m < 1) return absl::InvalidArgumentError("M must be >= 1");
   int64_t bad_row = -1;
   int64_t replay_ns = 0;
@@ -440,7 +450,7 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
   {
     StreamLease ctx(pool);
     absl::Status s = enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs,
-                                  timings != nullptr, &replay_ns, &copy_ns, &bad_row);
+                                  timings != nullptr, x_read_once, &replay_ns, &copy_ns, &bad_row);
     if (!s.ok()) {
       // Work already queued may still read or write the context's buffers: drain it before the
       // next request can take them.
@@ -492,7 +502,7 @@ absl::Status HostCallPreparedKernel::run_host(const RunArgs& args, RunTimings* t
     return enqueue(a, scratch, stream, events, dbg);
   };
   return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
-                             timings, debug, &graphs_);
+                             timings, debug, &graphs_, x_read_once(args));
 }
 
 absl::Status HostCallPreparedKernel::warm_up() const {

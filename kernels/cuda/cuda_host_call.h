@@ -106,10 +106,13 @@ class CallGraphs {
 // Runs one call of a layer with config `c` on host buffers (see the top of this file). timings:
 // quantize_ns from event 0 to 1, gemm_ns from 1 to 2 (a fused kernel records 0 and 1 together).
 // debug: every intermediate, for the differential tests. graphs: where small calls keep their
-// graphs (null: none).
+// graphs (null: none). x_read_once: the device half reads x in one pass of the quantize kernel
+// only, so a small x is handed to it in the mapped pinned buffer instead of being copied to the
+// device first.
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
-                                 DebugOutputs* debug, CallGraphs* graphs = nullptr);
+                                 DebugOutputs* debug, CallGraphs* graphs = nullptr,
+                                 bool x_read_once = false);
 
 // A CUDA kernel family's prepared layer, on top of its device half (`enqueue`): `run` and
 // `run_debug` go through run_on_host_buffers on the process's stream pool, `run_device` enqueues
@@ -145,6 +148,12 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
   // One row of zeros through `run`: CUDA loads kernels lazily, which would otherwise make the
   // layer's first request slower.
   absl::Status warm_up() const;
+  // Whether this call's device half reads x only in one pass of the quantize kernel (which may
+  // then read it from mapped pinned memory; see run_on_host_buffers).
+  virtual bool x_read_once(const RunArgs& args) const {
+    (void)args;
+    return false;
+  }
 
   const LayerWeights& weights_;
   StreamPool* pool_ = nullptr;

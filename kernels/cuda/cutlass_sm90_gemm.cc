@@ -271,6 +271,10 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
 #endif
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
+  // Only the quantize kernel reads x, unless the call's tile quantizes inside the GEMM.
+  bool x_read_once(const RunArgs& args) const override {
+    return !tile_quantizes(tile_for_call(args.m));
+  }
 
   int sm_count_ = 0;
   DeviceBuffer adj_;

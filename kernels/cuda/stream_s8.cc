@@ -52,6 +52,13 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   explicit StreamS8Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {}
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
+  // The quantize kernel reads x once; the form that quantizes inside the launch reads it in
+  // every block. (The call's x is in a 256-byte aligned buffer of the serving path by then, as
+  // the alignment half of stream_s8_can_fuse asks.)
+  bool x_read_once(const RunArgs& args) const override {
+    return !(stream_s8_fuses_rows(args.m, weights_.config.k) &&
+             (args.x_dtype == DType::kBF16 || args.x_dtype == DType::kF16));
+  }
   absl::Status tune_fused_stages();
 
   int grid_ = 0;
