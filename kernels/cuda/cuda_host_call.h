@@ -6,7 +6,8 @@
 //   copied out of pinned memory as soon as its event fires; one stream synchronisation at the end.
 //   An output of up to 2 MB comes back in one copy (y, sa and azp together). Copies of up to
 //   1 MB between the pinned and device buffers are done by a small kernel on the mapped pinned
-//   memory instead of the copy engine (lower latency). x copies of 256 KB or more into pinned
+//   memory instead of the copy engine (lower latency), and a quantize kernel that alone reads x
+//   takes a small x from the pinned buffer directly. x copies of 256 KB or more into pinned
 //   memory use streaming stores. Host copies of 512 KB or more are split among a pool of four
 //   copy threads.
 //   Calls of up to kMaxGraphRows rows replay a CUDA graph of the input copy, the device half and
