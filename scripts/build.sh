@@ -8,6 +8,9 @@
 #   QLINEAR_SKIP_DEPS=1 do not run scripts/install-deps.sh first
 #   QLINEAR_CUDA        AUTO (default: CUDA kernels if nvcc is found), ON or OFF
 #   QLINEAR_CMAKE_ARGS  extra arguments for the CMake configure step
+#   QLINEAR_SANITIZE    host sanitizers to build with (-fsanitize=...), e.g. address,undefined;
+#                       for a check build of its own (QLINEAR_BUILD_DIR) without CUDA
+#                       (QLINEAR_CUDA=OFF): the CUDA runtime does not run under AddressSanitizer
 #   JOBS                parallel compile jobs (default: nproc)
 set -euo pipefail
 
@@ -28,6 +31,10 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
 fi
 if [ -n "${QLINEAR_CUDA:-}" ]; then
   args+=("-DQLINEAR_CUDA=${QLINEAR_CUDA}")
+fi
+if [ -n "${QLINEAR_SANITIZE:-}" ]; then
+  args+=("-DCMAKE_CXX_FLAGS=-fsanitize=${QLINEAR_SANITIZE} -fno-omit-frame-pointer"
+         "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${QLINEAR_SANITIZE}")
 fi
 if [ -n "${QLINEAR_CMAKE_ARGS:-}" ]; then
   # Word splitting is intended: several -D options in one variable.
