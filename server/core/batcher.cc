@@ -173,7 +173,7 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   auto record = [&](const InferOutput& o, int64_t requests, int64_t rows) {
     if (series_ != nullptr) {
       series_->batch_done(o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
-                          o.timings.gemm_ns * 1e-9);
+                          o.timings.gemm_ns * 1e-9, o.timings.copy_ns * 1e-9);
     }
   };
   auto run_alone = [&](Pending* p) {

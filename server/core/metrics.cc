@@ -56,7 +56,8 @@ Metrics::Metrics()
                          .Register(*registry_)),
       compute_seconds_(prometheus::BuildHistogram()
                            .Name("qlinear_compute_duration_seconds")
-                           .Help("Kernel time per batch, by phase (quantize, gemm)")
+                           .Help("Kernel time per batch, by phase (quantize, gemm, and copy: "
+                                 "a GPU's host staging copies, 0 on CPU kernels)")
                            .Register(*registry_)),
       batch_rows_(prometheus::BuildHistogram()
                       .Name("qlinear_batch_rows")
@@ -108,6 +109,8 @@ const Metrics::LayerSeries::PerKernel& Metrics::LayerSeries::per_kernel(const st
       {{"layer", layer_}, {"kernel", kernel}, {"phase", "quantize"}}, seconds_buckets());
   k->gemm_seconds = &metrics_->compute_seconds_.Add(
       {{"layer", layer_}, {"kernel", kernel}, {"phase", "gemm"}}, seconds_buckets());
+  k->copy_seconds = &metrics_->compute_seconds_.Add(
+      {{"layer", layer_}, {"kernel", kernel}, {"phase", "copy"}}, seconds_buckets());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
 }
@@ -119,12 +122,13 @@ void Metrics::LayerSeries::request_ok(const std::string& kernel, int64_t rows, d
 }
 
 void Metrics::LayerSeries::batch_done(const std::string& kernel, int64_t requests, int64_t rows,
-                                      double quantize_s, double gemm_s) {
+                                      double quantize_s, double gemm_s, double copy_s) {
   batch_rows_.Observe(static_cast<double>(rows));
   batch_requests_.Observe(static_cast<double>(requests));
   const PerKernel& k = per_kernel(kernel);
   k.quantize_seconds->Observe(quantize_s);
   k.gemm_seconds->Observe(gemm_s);
+  k.copy_seconds->Observe(copy_s);
 }
 
 void Metrics::LayerSeries::queued(double queue_s) { queue_seconds_.Observe(queue_s); }

@@ -32,8 +32,10 @@ class Metrics {
    public:
     // One request answered OK on `kernel` (Metrics::request_done's series for it).
     void request_ok(const std::string& kernel, int64_t rows, double total_s);
+    // One executed batch on `kernel`; copy_s: its host copies to and from a GPU's staging memory
+    // (RunTimings::copy_ns; 0 on CPU kernels).
     void batch_done(const std::string& kernel, int64_t requests, int64_t rows, double quantize_s,
-                    double gemm_s);
+                    double gemm_s, double copy_s);
     void queued(double queue_s);
 
    private:
@@ -43,6 +45,7 @@ class Metrics {
       prometheus::Counter* requests_ok;
       prometheus::Histogram* quantize_seconds;
       prometheus::Histogram* gemm_seconds;
+      prometheus::Histogram* copy_seconds;
     };
     LayerSeries(Metrics* metrics, const std::string& layer);
     const PerKernel& per_kernel(const std::string& kernel);

@@ -329,8 +329,16 @@ TEST_F(BatcherTest, MetricsRecordBatchesAndLayers) {
       << twice;
   EXPECT_NE(twice.find("qlinear_queue_duration_seconds_count{layer=\"b\"} 2"), std::string::npos)
       << twice;
-  EXPECT_NE(twice.find("qlinear_compute_duration_seconds_count{kernel=\"" + kernel +
-                       "\",layer=\"b\",phase=\"gemm\"} 2"),
+  for (const char* phase : {"quantize", "gemm", "copy"}) {
+    EXPECT_NE(twice.find("qlinear_compute_duration_seconds_count{kernel=\"" + kernel +
+                         "\",layer=\"b\",phase=\"" + phase + "\"} 2"),
+              std::string::npos)
+        << phase << "\n"
+        << twice;
+  }
+  // A CPU kernel stages no copies: its copy phase holds only zeros.
+  EXPECT_NE(twice.find("qlinear_compute_duration_seconds_sum{kernel=\"" + kernel +
+                       "\",layer=\"b\",phase=\"copy\"} 0\n"),
             std::string::npos)
       << twice;
   EXPECT_NE(twice.find("qlinear_request_failures_total{layer=\"b\",reason=\"INVALID_ARGUMENT\"} 1"),
