@@ -295,7 +295,7 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   }();
   if (!parsed.ok()) {
     // The engine counts what reaches it; count what is rejected before that here.
-    if (Metrics* m = engine_->metrics()) m->request_done("", "", parsed, 0, 0);
+    if (Metrics* m = engine_->metrics()) m->request_failed("", "", parsed);
     return parsed;
   }
   InferOutput out;

@@ -334,9 +334,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
         const auto t0 = std::chrono::steady_clock::now();
         RETURN_IF_CUDA_ERROR(cudaGraphLaunch(graph->exec, s));
         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
-        *replay_ns = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              std::chrono::steady_clock::now() - t0)
-                                              .count());
+        *replay_ns = std::max<int64_t>(1, ns_since(t0));
         return finish_single_copy_call(L, args, host, asym, nullptr, bad_row, copy_ns);
       }
     }

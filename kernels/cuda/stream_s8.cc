@@ -53,11 +53,10 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
   // The quantize kernel reads x once; the form that quantizes inside the launch reads it in
-  // every block. (The call's x is in a 256-byte aligned buffer of the serving path by then, as
-  // the alignment half of stream_s8_can_fuse asks.)
+  // every block. (The device half gets x in a 256-byte aligned buffer of the serving path, so
+  // stream_s8_can_fuse's alignment condition holds there.)
   bool x_read_once(const RunArgs& args) const override {
-    return !(stream_s8_fuses_rows(args.m, weights_.config.k) &&
-             (args.x_dtype == DType::kBF16 || args.x_dtype == DType::kF16));
+    return !stream_s8_fuses(args.m, weights_.config.k, static_cast<ElemType>(args.x_dtype));
   }
   absl::Status tune_fused_stages();
 

@@ -150,9 +150,11 @@ inline size_t stream_s8_flags_bytes(int grid) {
 inline bool stream_s8_fuses_rows(int64_t m, int64_t k) {
   return m >= 1 && m <= kStreamFuseMaxM && m * k <= kStreamFuseMaxElems;
 }
+inline bool stream_s8_fuses(int64_t m, int64_t k, ElemType x_type) {
+  return stream_s8_fuses_rows(m, k) && (x_type == ElemType::kBF16 || x_type == ElemType::kF16);
+}
 inline bool stream_s8_can_fuse(int64_t m, int64_t k, ElemType x_type, const void* x) {
-  return stream_s8_fuses_rows(m, k) && (x_type == ElemType::kBF16 || x_type == ElemType::kF16) &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return stream_s8_fuses(m, k, x_type) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 // Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):

@@ -181,13 +181,13 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
   if (status.ok()) status = validate(*(*served)->layer, in);
   if (status.ok()) status = (*served)->queue->run(in, call, y, out);
   if (metrics_ != nullptr) {
-    const double seconds = (now_ns() - start) * 1e-9;
-    if (status.ok() && (*served)->queue->series() != nullptr) {
-      (*served)->queue->series()->request_ok(out->kernel, in.m, seconds);
+    if (status.ok()) {
+      // The layer's queue holds its series whenever the engine has metrics.
+      (*served)->queue->series()->request_ok(out->kernel, in.m, (now_ns() - start) * 1e-9);
     } else {
       // Only loaded layers become label values: names from clients are unbounded.
-      metrics_->request_done(served.ok() ? (*served)->name() : std::string(), out->kernel, status,
-                             in.m, seconds);
+      metrics_->request_failed(served.ok() ? (*served)->name() : std::string(), out->kernel,
+                               status);
     }
   }
   return status;

@@ -133,15 +133,10 @@ void Metrics::LayerSeries::batch_done(const std::string& kernel, int64_t request
 
 void Metrics::LayerSeries::queued(double queue_s) { queue_seconds_.Observe(queue_s); }
 
-void Metrics::request_done(const std::string& layer, const std::string& kernel,
-                           const absl::Status& status, int64_t rows, double total_s) {
+void Metrics::request_failed(const std::string& layer, const std::string& kernel,
+                             const absl::Status& status) {
   requests_.Add({{"layer", layer}, {"kernel", kernel}, {"code", code_name(status)}}).Increment();
-  if (!status.ok()) {
-    failures_.Add({{"layer", layer}, {"reason", code_name(status)}}).Increment();
-    return;
-  }
-  rows_.Add({{"layer", layer}}).Increment(static_cast<double>(rows));
-  request_seconds_.Add({{"layer", layer}}, seconds_buckets()).Observe(total_s);
+  failures_.Add({{"layer", layer}, {"reason", code_name(status)}}).Increment();
 }
 
 void Metrics::queue_depth(const std::string& layer, int64_t depth) {

@@ -30,7 +30,7 @@ class Metrics {
   // now). Thread-safe; valid as long as the Metrics object (these series are never removed).
   class LayerSeries {
    public:
-    // One request answered OK on `kernel` (Metrics::request_done's series for it).
+    // One request answered OK on `kernel`: its rows and server-side time in seconds.
     void request_ok(const std::string& kernel, int64_t rows, double total_s);
     // One executed batch on `kernel`; copy_s: its host copies to and from a GPU's staging memory
     // (RunTimings::copy_ns; 0 on CPU kernels).
@@ -62,9 +62,10 @@ class Metrics {
   };
   std::unique_ptr<LayerSeries> layer_series(const std::string& layer);
 
-  // One finished request: its status, rows, and server-side times in seconds.
-  void request_done(const std::string& layer, const std::string& kernel, const absl::Status& status,
-                    int64_t rows, double total_s);
+  // One failed request (`status` not OK), counted by label lookup: failures come from any layer
+  // name a client sends, loaded or not (answered requests go through LayerSeries::request_ok).
+  void request_failed(const std::string& layer, const std::string& kernel,
+                      const absl::Status& status);
   void queue_depth(const std::string& layer, int64_t depth);
   void layer_loaded(const std::string& layer, const std::string& device, int64_t bytes);
   void layer_unloaded(const std::string& layer, const std::string& device);
