@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/string_buffer.h"
 #include "kernels/core/status.h"
 
 namespace qlinear {
@@ -237,9 +238,9 @@ absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::stri
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
   note_prepared(layer, choice);
   try {
-    // y may still hold an earlier response's bytes (InferStream keeps them to spare the fill):
-    // every kernel writes all of y.
-    y->resize(static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
+    // Every kernel writes all of y, so it is sized without a fill (a unary response's y is
+    // new; a stream's keeps the previous message's bytes).
+    resize_for_overwrite(y, static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);
     out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
   } catch (const std::bad_alloc&) {
