@@ -29,11 +29,12 @@
 // speed-up over the bare GEMM and over cuda.cublaslt, with the targets checked.
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
-//                          [--sweep=true|false]
+//                          [--sweep=true|false] [--scheduler]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
-//  diagnose_cutlass)
+//  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
+//  after an L2 flush and after the quantize kernel, see sweep_scheduler)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -102,6 +103,7 @@ struct Options {
   bool serving = false;
   bool cuda_graphs = true;
   bool sweep = true;
+  bool scheduler = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -1090,6 +1092,114 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
   return absl::OkStatus();
 }
 
+// --scheduler: cuda.cutlass_sm90's large-M tiles (128 x 128 pingpong with a 2 x 1 cluster, and
+// 128 x 256 cooperative) with each tile-scheduler walk (raster: r0 CUTLASS's choice, r1 along M,
+// r2 along N; sN: the swizzle) in three settings: back to back ("warm", the cache as the previous
+// call left it), after a read of 256 MB ("flush", that read's time taken off), and after the
+// quantize kernel ("op", quantize + GEMM, as served), with the bare cuBLASLt GEMM warm and after
+// the flush. All candidates of one M are timed in turns, so the GPU's power-capped clock weighs
+// on each alike.
+absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                             cudaStream_t stream, cublasLtHandle_t lt) {
+#if QLINEAR_HAVE_CUTLASS
+  Options so = o;
+  so.reps = std::min<int64_t>(o.reps, 30);
+  so.warmup = std::min<int64_t>(o.warmup, 3);
+  DeviceBuffer flush, flush_sink;
+  const size_t flush_bytes = size_t{256} << 20;
+  RETURN_IF_ERROR(flush.allocate(flush_bytes, "L2 flush buffer"));
+  RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 0, flush_bytes));
+  RETURN_IF_ERROR(flush_sink.allocate(4, "L2 flush sink"));
+  QuantizeParams qp;
+  auto flush_l2 = [&]() -> absl::Status {
+    RETURN_IF_CUDA_ERROR(
+        launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
+    return absl::OkStatus();
+  };
+  for (int64_t m : sc.large_ms) {
+    BareGemm bare;
+    RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
+    auto bare_gemm = [&]() {
+      return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                          b.workspace.get(), stream);
+    };
+    std::vector<std::string> names;
+    std::vector<std::function<absl::Status(int)>> cands;
+    names.push_back("flush");
+    cands.push_back([&](int) { return flush_l2(); });
+    names.push_back("bare warm");
+    cands.push_back([&](int) { return bare_gemm(); });
+    names.push_back("bare flush");
+    cands.push_back([&](int) -> absl::Status {
+      RETURN_IF_ERROR(flush_l2());
+      return bare_gemm();
+    });
+    names.push_back("quant");
+    cands.push_back([&](int) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
+                                              b.xq.as<int8_t>(), b.sa.as<float>(),
+                                              b.azp.as<int32_t>(), stream));
+      return absl::OkStatus();
+    });
+    struct Config {
+      CutlassSm90Tile tile;
+      int raster, swizzle;
+    };
+    std::vector<Config> configs;
+    for (int r = 0; r < 3; ++r) {
+      for (int sw : {1, 2, 4, 8}) configs.push_back({CutlassSm90Tile::k128x128x128Pingpong, r, sw});
+      for (int sw : {1, 4}) configs.push_back({CutlassSm90Tile::k128x256x128Coop, r, sw});
+    }
+    for (const Config& cfg : configs) {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(cfg.tile, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[0].as<int8_t>();
+      g.raster = cfg.raster;
+      g.swizzle = cfg.swizzle;
+      if (!ops->can_implement(g)) continue;
+      const std::string name = absl::StrFormat(
+          "%s r%d s%d", cfg.tile == CutlassSm90Tile::k128x128x128Pingpong ? "128x128" : "128x256",
+          cfg.raster, cfg.swizzle);
+      for (int setting = 0; setting < 3; ++setting) {
+        names.push_back(absl::StrCat(name, setting == 0   ? " warm"
+                                           : setting == 1 ? " flush"
+                                                          : " op"));
+        cands.push_back([&, g, ops, setting](int) -> absl::Status {
+          if (setting == 1) RETURN_IF_ERROR(flush_l2());
+          if (setting == 2) {
+            RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
+                                                    b.xq.as<int8_t>(), b.sa.as<float>(),
+                                                    b.azp.as<int32_t>(), stream));
+          }
+          RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+          return absl::OkStatus();
+        });
+      }
+    }
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, so, cands));
+    const double flush_us = us[0];
+    std::printf(
+        "scheduler %-22s M=%-5lld flush %.1f us; bare warm %.1f, after the flush %.1f; "
+        "quant %.1f\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), flush_us, us[1], us[2] - flush_us,
+        us[3]);
+    for (size_t i = 4; i + 2 < us.size(); i += 3) {
+      const std::string cfg = names[i].substr(0, names[i].size() - 5);
+      std::printf(
+          "scheduler %-22s M=%-5lld %-14s warm %7.1f  after the flush %7.1f  op %7.1f us"
+          "  (%.0f TOPS op)\n",
+          shape_name(sc).c_str(), static_cast<long long>(m), cfg.c_str(), us[i],
+          us[i + 1] - flush_us, us[i + 2], 2.0 * m * sc.n * sc.k / (us[i + 2] * 1e-6) / 1e12);
+    }
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream, (void)lt;
+#endif
+  return absl::OkStatus();
+}
+
 // (3) Every CUDA kernel's op on one shape, for each M. Where the weights do not rotate (M > 64)
 // the bare GEMM and the ops are timed in turns (medians_in_turns): under a sustained int8 GEMM
 // load the H200 reaches its power cap within a second and its SM clock drops from 1980 MHz to
@@ -1146,6 +1256,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), weights->w.data(), w_bytes, cudaMemcpyHostToDevice));
   }
 
+  if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -1703,7 +1814,7 @@ int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
-      "[--sweep=true|false]",
+      "[--sweep=true|false] [--scheduler]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -1718,6 +1829,9 @@ int bench_main(int argc, char** argv) {
       "cuda_graphs", &o.cuda_graphs,
       "Let the serving path replay small calls from CUDA graphs (qlinear-server --cuda-graphs)");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
+  args.add("scheduler", &o.scheduler,
+           "Only cuda.cutlass_sm90's large-M tiles with each tile-scheduler walk (raster order, "
+           "swizzle): back to back, after an L2 flush and after the quantize kernel");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -1770,6 +1884,7 @@ int bench_main(int argc, char** argv) {
   int failures = 0;
   for (const ShapeCase& sc : kShapes) {
     if (o.serving) break;
+    if (o.scheduler && sc.large_ms.empty()) continue;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
       continue;
@@ -1779,7 +1894,7 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (!o.diagnose) {
+  if (!o.diagnose && !o.scheduler) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -52,6 +52,27 @@ struct TileStep {
   int64_t m_max;
   CutlassSm90Tile tile;
 };
+// The tile scheduler's walk stays CUTLASS's choice (CutlassSm90Args::raster 0: along M where tiles
+// along N outnumber those along M) without swizzle. No other walk won by more than the
+// run-to-run spread (qlinear_gpu_bench --scheduler on the H200, every candidate of one M timed in
+// turns; us, warm / after a 256 MB read / the op with the quantize kernel first; rN: 0 CUTLASS's,
+// 1 along M, 2 along N; sN: swizzle):
+//   8192 x 8192, M = 2048, 128x128:  r0 s1 189.5 / 193.1 / 210.9   r0 s2 190.0 / 193.6 / 210.0
+//                                    r1 s1 191.5 / 195.6 / 212.2   r2 s4 193.3 / 196.2 / 212.9
+//                                    r0 s8 197.0 / 198.3 / 216.7   (cuBLASLt 195.7 / 203.8)
+//   4096 x 4096, M = 4096, 128x128:  r0 s1 91.6 / 94.6 / 111.4     r1 s2-s8 97.7-99.1 warm,
+//                                    r2 s1 92.9 / 95.6 / 111.5     ops 116.1-117.8 (cuBLASLt 94.9)
+//   28672 x 4096, M = 4096, 128x128: s1 636.5-654.4 / 637.3-661.9 / 650.0-673.9 (r0 and r1, the
+//                                    same walk here), s2-s8 639-737 / 676-744 / 690-758
+//                                    (cuBLASLt 682.1 / 662.3)
+//   8192 x 8192, M = 8192, 128x128:  r0 s1 787 / 811 / 904   r2 s1 792 / 790 / 875
+//                                    r0 s8 840 / 806 / 874   r1 s2-s8 969-1026 / 919-1020 /
+//                                    961-1127 (cuBLASLt 769 / 773)
+// and a swizzle of 8 at M = 1024 (4096 x 4096, 4096 x 14336) made the GEMM 2.5 times slower.
+// The 128 x 256 cooperative tile was slower than 128 x 128 in every walk, or within 1 us of it
+// (4096 x 4096 and 4096 x 14336 at M = 1024). At this size the GPU runs at its power cap, so which
+// candidate ran before weighs more than the walk: cuBLASLt's GEMM took 195.7 us here against
+// 175.6-177.9 us in the full benchmark's tile sweep.
 constexpr TileStep kLadder[] = {
     {256, CutlassSm90Tile::k64x128x128Pingpong},
     {std::numeric_limits<int64_t>::max(), CutlassSm90Tile::k128x128x128Pingpong},
