@@ -43,30 +43,35 @@ __global__ void __launch_bounds__(512)
 
 // Reads an n x k int8 matrix in units of `rows` rows x (32 KB / rows) bytes of K, row block
 // after row block and K fastest, as cuda.stream_s8 walks its weights: block b reads the b-th of
-// gridDim.x contiguous, equal ranges of units, kDepth units in flight (32 KB each).
-template <int kDepth>
+// gridDim.x contiguous, equal ranges of units, kDepth units in flight (32 KB each). Interleaved:
+// block b reads units b, b + gridDim.x, b + 2 gridDim.x, ... instead, so that the blocks read
+// neighbouring units at any moment.
+template <int kDepth, bool kInterleaved>
 __global__ void __launch_bounds__(1024)
     read_rows(const int8_t* __restrict__ w, int64_t n, int64_t k, int rows,
               uint32_t* __restrict__ sink) {
   const int64_t chunk = 32768 / rows;
   const int64_t chunks = (k + chunk - 1) / chunk;
   const int64_t units = (n + rows - 1) / rows * chunks;
-  const int64_t begin = units * blockIdx.x / gridDim.x;
-  const int64_t end = units * (blockIdx.x + 1) / gridDim.x;
+  const int64_t G = gridDim.x;
+  const int64_t begin = kInterleaved ? 0 : units * blockIdx.x / G;
+  const int64_t end =
+      kInterleaved ? (units - blockIdx.x + G - 1) / G : units * (blockIdx.x + 1) / G;
   const int per_row = static_cast<int>(chunk / 16);
   uint32_t acc = 0;
   for (int64_t u0 = begin; u0 < end; u0 += kDepth) {
     uint4 v[kDepth][2];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      const int64_t u = u0 + d;
+      const int64_t li = u0 + d;
+      const int64_t u = kInterleaved ? blockIdx.x + li * G : li;
       const int64_t rb = u / chunks, c = u % chunks;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int j = static_cast<int>(threadIdx.x) + 1024 * i;
         const int64_t r = rb * rows + j / per_row;
         const int64_t col = c * chunk + static_cast<int64_t>(j % per_row) * 16;
-        v[d][i] = u < end && r < n && col < k
+        v[d][i] = li < end && r < n && col < k
                       ? __ldcs(reinterpret_cast<const uint4*>(w + r * k + col))
                       : make_uint4(0, 0, 0, 0);
       }
@@ -98,21 +103,30 @@ cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* s
 }
 
 cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,
-                             void* sink, cudaStream_t stream) {
+                             void* sink, cudaStream_t stream, bool interleaved) {
   if (k % 16 != 0 || rows <= 0 || 32768 % rows != 0 || 32768 / rows < 16) {
     return cudaErrorInvalidValue;
   }
   const auto* src = static_cast<const int8_t*>(w);
   auto* out = static_cast<uint32_t*>(sink);
-  switch (depth) {
-    case 2:
-      read_rows<2><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 3:
-      read_rows<3><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
+  switch (depth * 2 + (interleaved ? 1 : 0)) {
     case 4:
-      read_rows<4><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      read_rows<2, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      break;
+    case 5:
+      read_rows<2, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      break;
+    case 6:
+      read_rows<3, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      break;
+    case 7:
+      read_rows<3, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      break;
+    case 8:
+      read_rows<4, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      break;
+    case 9:
+      read_rows<4, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
       break;
     default:
       return cudaErrorInvalidValue;

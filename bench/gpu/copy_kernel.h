@@ -22,13 +22,14 @@ inline size_t read_sink_bytes(int sm_count) { return static_cast<size_t>(sm_coun
 cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* sink,
                             cudaStream_t stream);
 
-// One block that does nothing: what a launch costs in the benchmark's timing harness.
 // Reads an n x k int8 matrix in cuda.stream_s8's order: units of `rows` rows x (32 KB / rows)
 // bytes of K, one contiguous range of units per block (sm_count blocks), `depth` (2, 3 or 4)
-// units in flight per block. sink: read_sink_bytes(sm_count).
+// units in flight per block; interleaved: block b takes units b, b + sm_count, ... instead.
+// sink: read_sink_bytes(sm_count).
 cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,
-                             void* sink, cudaStream_t stream);
+                             void* sink, cudaStream_t stream, bool interleaved = false);
 
+// One block that does nothing: what a launch costs in the benchmark's timing harness.
 cudaError_t launch_empty(cudaStream_t stream);
 
 }  // namespace qlinear::gpu

@@ -476,19 +476,24 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   ASSIGN_OR_RETURN(const double read_us, weights_read_us(sc, b, o, sink.get(), stream));
   // The same bytes read in cuda.stream_s8's order (units of R rows, one range per SM, D units of
-  // 32 KB in flight): what the order itself costs against the read stream above.
+  // 32 KB in flight): what the order itself costs against the read stream above; and in units of
+  // 64 rows dealt out in turn ("I64", block b reading units b, b + SMs, ...), which tells the
+  // contiguous ranges' cost from the units' own.
   {
     std::string line;
-    for (int rows : {64, 16}) {
+    for (int rows : {64, 16, -64}) {
       for (int depth : {2, 3, 4}) {
+        const bool interleaved = rows < 0;
         ASSIGN_OR_RETURN(
             const double us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
-              RETURN_IF_CUDA_ERROR(
-                  launch_read_rows(b.w[s].get(), sc.n, sc.k, rows, depth, sms, sink.get(), stream));
+              RETURN_IF_CUDA_ERROR(launch_read_rows(b.w[s].get(), sc.n, sc.k,
+                                                    interleaved ? -rows : rows, depth, sms,
+                                                    sink.get(), stream, interleaved));
               return absl::OkStatus();
             }));
-        line += absl::StrFormat(" | R%d D%d %5.1f %4.2f", rows, depth, us,
-                                w_bytes / (us * 1e-6) / 1e12);
+        line +=
+            absl::StrFormat(" | %s%d D%d %5.1f %4.2f", interleaved ? "I" : "R",
+                            interleaved ? -rows : rows, depth, us, w_bytes / (us * 1e-6) / 1e12);
       }
     }
     std::printf("diagnose-read %-22s read %5.1f us %4.2f TB/s%s\n", shape_name(sc).c_str(), read_us,

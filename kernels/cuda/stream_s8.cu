@@ -39,7 +39,11 @@
 // rows per unit and the depth, us, plain / this order: 28672 x 4096 30.1 / 31.8-33.0, 8192 x 28672
 // 58.0 / 60.4-61.2, 57344 x 8192 109.6 / 112.7-113.8. The op at M = 1 took 4-7 us more than that
 // (36.6-37.3, 66.2-66.8, 120.5-122.6): the first ring slot full 3.4-5.2 us after the start and
-// the blocks' uneven ends.
+// the blocks' uneven ends. The order's own 3-10% is not its contiguous ranges: the same units dealt
+// out in turn (block b reading units b, b + 132, ..., so that the SMs read neighbouring units at
+// any moment) read no faster ("I64" in diagnose-read; us, plain / contiguous ranges / dealt out,
+// 2-4 units in flight): 28672 x 4096 29.0 / 32.0-32.7 / 31.8-32.6, 8192 x 28672 57.1 / 59.3-59.8
+// / 58.6-59.4, 4096 x 14336 17.5 / 19.1-19.2 / 18.8-19.1.
 //
 // Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
 // swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's
