@@ -757,9 +757,36 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
       }
       return se > 0 && so > 0 ? sx / std::sqrt(se * so) : 0.0;
     };
-    std::vector<std::pair<double, int>> per_sm;
+    std::vector<std::pair<double, int>> per_sm, per_range;
     const double r = correlation(late, &per_sm);
-    const double r_range = correlation(late_range, nullptr);
+    const double r_range = correlation(late_range, &per_range);
+    // The latest ranges and what they hold (as the kernel's RangeOrder splits a range): units
+    // [u0, u1) of kStreamRows rows x kStreamChunk bytes, t: the tail (a row block a later block
+    // owns, taken first), w: whole row blocks, h: the head (its own row block begun earlier,
+    // taken last), e: the row blocks it ends (each an epilogue).
+    std::sort(per_range.begin(), per_range.end());
+    std::string range_note;
+    {
+      const int64_t chunks = (sc.k + kStreamChunk - 1) / kStreamChunk;
+      const int64_t units = (sc.n + kStreamRows - 1) / kStreamRows * chunks;
+      for (size_t j = 0; j < std::min<size_t>(6, per_range.size()); ++j) {
+        const auto& e = per_range[per_range.size() - 1 - j];
+        const int64_t c = e.second;
+        const int64_t u0 = units * c / grid, u1 = units * (c + 1) / grid;
+        const int64_t rb_t = (u1 - 1) / chunks, rb_h = u0 / chunks;
+        const int64_t t0 =
+            u1 < (rb_t + 1) * chunks ? (u0 > rb_t * chunks ? u0 : rb_t * chunks) : u1;
+        const int64_t h1 =
+            u0 > rb_h * chunks ? ((rb_h + 1) * chunks < t0 ? (rb_h + 1) * chunks : t0) : u0;
+        int64_t ends = 0;
+        for (int64_t u = u0; u < u1; ++u) ends += (u % chunks == chunks - 1);
+        absl::StrAppendFormat(&range_note, " %lld[%lld,%lld) t%lld w%lld h%lld e%lld:%+.1f",
+                              static_cast<long long>(c), static_cast<long long>(u0),
+                              static_cast<long long>(u1), static_cast<long long>(u1 - t0),
+                              static_cast<long long>(t0 - h1), static_cast<long long>(h1 - u0),
+                              static_cast<long long>(ends), e.first);
+      }
+    }
     std::sort(per_sm.begin(), per_sm.end());
     std::string sm_note;
     for (size_t j = 0; j < std::min<size_t>(6, per_sm.size()); ++j) {
@@ -791,8 +818,9 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
     std::printf(
         "diagnose-stream %-22s M=%-3lld late SMs (us after their launch's median block)%s | "
         "correlation of even and odd launches (odd ranges shifted by half the grid): per SM "
-        "%.2f, per range %.2f\n",
-        shape_name(sc).c_str(), static_cast<long long>(m), sm_note.c_str(), r, r_range);
+        "%.2f, per range %.2f | latest ranges%s\n",
+        shape_name(sc).c_str(), static_cast<long long>(m), sm_note.c_str(), r, r_range,
+        range_note.c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();

@@ -27,6 +27,18 @@
 // 4096 13.3 / 17.6 / 21.9; 18.6 / 26.4, 8192 x 28672 66.5 / 70.0 / 76.3; 72.5 / 84.4, 57344 x
 // 8192 123.3 / 124.0 / 131.2; 122.9 / 132.2. Each block's start (its ring's first loads, and
 // fused its own quantization of the rows) costs more than the balance gains.
+// Which ranges end last (bench --diagnose, "latest ranges", and stamps of an experiment build):
+// on 4096 x 4096 at M = 1, those of one tail unit and three head units, 3 us after the median
+// block. Their last unit arrived 1.5-2 us after their neighbours' (they publish after their first
+// unit, and the release store holds the consumer warp, and the ring's refill behind it, until
+// the partial sums are out), their wait for the earlier blocks' partial sums ended about 1 us
+// after that, and the epilogue, loading the per-channel values only then, took another 1.4 us.
+// Measured and dropped (H200, the op at M = 1, us, one build with each change switched at run
+// time; that build with all three off was itself 0.5-1.9 us slower than this kernel on five of
+// the seven benchmark layers): announcing the partial sums one unit later, 4096 x 4096 14.0-14.2
+// -> 13.1-13.4, the others within 0.3; loading the per-channel values at each row block's first
+// unit, 28672 x 4096 38.3 -> 36.7-36.9 but 57344 x 8192 118.8-118.9 -> 121.6; polling the
+// earlier blocks' flags together, no change.
 // Which blocks are late follows the SM more than the range (bench --diagnose, ranges shifted by
 // half the grid on alternate launches: the correlation of a block's lateness between the two
 // halves is 0.79-0.90 per SM and -0.01-0.60 per range on the layers with K = 8192 and 28672), but
