@@ -30,9 +30,9 @@
 // Which ranges end last (bench --diagnose, "latest ranges", and stamps of an experiment build):
 // on 4096 x 4096 at M = 1, those of one tail unit and three head units, 3 us after the median
 // block. Their last unit arrived 1.5-2 us after their neighbours' (they publish after their first
-// unit, and the release store holds the consumer warp, and the ring's refill behind it, until
-// the partial sums are out), their wait for the earlier blocks' partial sums ended about 1 us
-// after that, and the epilogue, loading the per-channel values only then, took another 1.4 us.
+// unit, and a release store waits until the warp's stores are out), their wait for the earlier
+// blocks' partial sums ended about 1 us after that, and the epilogue, loading the per-channel
+// values only then, took another 1.4 us.
 // Measured and dropped (H200, the op at M = 1, us, one build with each change switched at run
 // time; that build with all three off was itself 0.5-1.9 us slower than this kernel on five of
 // the seven benchmark layers): announcing the partial sums one unit later, 4096 x 4096 14.0-14.2
