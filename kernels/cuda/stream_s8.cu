@@ -33,12 +33,15 @@
 // unit, and a release store waits until the warp's stores are out), their wait for the earlier
 // blocks' partial sums ended about 1 us after that, and the epilogue, loading the per-channel
 // values only then, took another 1.4 us.
-// Measured and dropped (H200, the op at M = 1, us, one build with each change switched at run
-// time; that build with all three off was itself 0.5-1.9 us slower than this kernel on five of
-// the seven benchmark layers): announcing the partial sums one unit later, 4096 x 4096 14.0-14.2
-// -> 13.1-13.4, the others within 0.3; loading the per-channel values at each row block's first
-// unit, 28672 x 4096 38.3 -> 36.7-36.9 but 57344 x 8192 118.8-118.9 -> 121.6; polling the
-// earlier blocks' flags together, no change.
+// Measured and dropped (H200, the op, us): announcing the partial sums one unit later (the
+// release after the warp's next unit; this kernel against that build in turns, three rounds):
+// 4096 x 4096 at M = 1 13.5-13.6 -> 12.7-13.0 and at M = 16 16.0-16.2 -> 15.5-15.6, but every
+// other layer 0.2-0.7 us slower (28672 x 4096 M = 1 36.1-36.3 -> 36.8-36.9, 57344 x 8192
+// 122.4-122.5 -> 123.0-123.2, 8192 x 28672 66.2-66.4 -> 66.7-67.2). In a build with switches
+// (itself 0.5-1.9 us slower than this kernel on five of the seven layers with all of them off):
+// loading the per-channel values at each row block's first unit, 28672 x 4096 at M = 1 38.3 ->
+// 36.7-36.9 but 57344 x 8192 118.8-118.9 -> 121.6; polling the earlier blocks' flags together, no
+// change.
 // Which blocks are late follows the SM more than the range (bench --diagnose, ranges shifted by
 // half the grid on alternate launches: the correlation of a block's lateness between the two
 // halves is 0.79-0.90 per SM and -0.01-0.60 per range on the layers with K = 8192 and 28672), but
