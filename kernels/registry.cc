@@ -180,6 +180,15 @@ void enable_cuda_graphs(bool enabled) {
 #endif
 }
 
+absl::StatusOr<int64_t> reserve_gpu_staging(int64_t bytes) {
+#if QLINEAR_HAVE_CUDA
+  return reserve_cuda_staging(bytes);
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
+
 std::vector<std::string> parse_kernel_list(absl::string_view csv) {
   std::vector<std::string> out;
   for (absl::string_view part : absl::StrSplit(csv, ',')) {

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   bool demo_layer = true;
   bool autotune = o.autotune;
   bool cuda_graphs = true;
+  int64_t gpu_staging_mb = 64;
   std::string disabled;
   int64_t max_batch_rows = o.batching.max_batch_rows;
   int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
            "Replay GPU calls of up to 64 rows from CUDA graphs, timed as a whole on the host "
            "clock (--cuda-graphs=false: queue each call's copies and kernels one by one, timed "
            "stage by stage)");
+  args.add("gpu-staging-mb", &gpu_staging_mb,
+           "Pinned host memory, and as much GPU memory, that each of the 4 GPU stream contexts "
+           "reserves at start-up for requests' copies, in MiB: a request that needs more grows "
+           "its context's buffers once, at a cost of milliseconds (0 = allocate on demand)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
   args.add("max-batch-rows", &max_batch_rows,
@@ -125,6 +130,21 @@ int main(int argc, char** argv) {
   }
 
   qlinear::enable_cuda_graphs(cuda_graphs);
+  if (gpu_staging_mb < 0 || gpu_staging_mb > (int64_t{1} << 20)) {
+    std::fprintf(stderr, "qlinear-server: --gpu-staging-mb must be in 0..1048576, got %lld\n",
+                 static_cast<long long>(gpu_staging_mb));
+    return 2;
+  }
+  if (auto reserved = qlinear::reserve_gpu_staging(gpu_staging_mb << 20); !reserved.ok()) {
+    // Not fatal: the contexts then allocate on demand, as with --gpu-staging-mb=0.
+    qlinear::log_info(absl::StrCat("could not reserve the GPU staging (", gpu_staging_mb,
+                                   " MiB per stream context): ", reserved.status().message(),
+                                   "; buffers will be allocated on demand"));
+  } else if (*reserved > 0) {
+    qlinear::log_info(absl::StrCat("reserved ", *reserved >> 20,
+                                   " MiB of GPU staging (pinned host and device memory, ",
+                                   gpu_staging_mb, " MiB each per stream context)"));
+  }
   auto server = qlinear::QLinearServer::start(o);
   if (!server.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", server.status().ToString().c_str());

@@ -230,6 +230,15 @@ absl::StatusOr<StreamPool*> StreamPool::get() {
   return pool;
 }
 
+absl::Status StreamPool::reserve_all(size_t bytes) {
+  for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    RETURN_IF_ERROR(ctx->device.reserve(bytes, "the GPU staging reserved at start-up"));
+    RETURN_IF_ERROR(ctx->host.reserve(bytes, "the GPU staging reserved at start-up"));
+  }
+  return absl::OkStatus();
+}
+
 StreamContext* StreamPool::acquire() {
   const uint32_t start = next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size();
   for (size_t i = 0; i < contexts_.size(); ++i) {

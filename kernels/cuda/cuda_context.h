@@ -190,6 +190,11 @@ class StreamPool {
   StreamContext* acquire();  // returned locked
   void release(StreamContext* ctx) { ctx->mu.unlock(); }
 
+  // Grows every context's pinned and device buffers to at least `bytes` each now (waiting for a
+  // context that is in use), so that no request whose staging fits allocates. Stops at the first
+  // failure and returns it; what was reserved before it stays.
+  absl::Status reserve_all(size_t bytes);
+
  private:
   StreamPool() = default;
   std::vector<std::unique_ptr<StreamContext>> contexts_;

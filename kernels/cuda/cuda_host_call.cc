@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
+#include "kernels/core/host_info.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -535,6 +536,13 @@ namespace qlinear {
 
 void set_cuda_graphs(bool enabled) {
   gpu::g_graphs_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+absl::StatusOr<int64_t> reserve_cuda_staging(int64_t bytes) {
+  if (bytes <= 0 || !gpu::cuda_device_usable(host_info()).ok()) return 0;
+  ASSIGN_OR_RETURN(gpu::StreamPool * pool, gpu::StreamPool::get());
+  RETURN_IF_ERROR(pool->reserve_all(static_cast<size_t>(bytes)));
+  return 2 * bytes * gpu::StreamPool::kContexts;
 }
 
 }  // namespace qlinear

@@ -2,6 +2,10 @@
 // binary is built with CUDA. Each checks the device and the compiled architectures at run time.
 #pragma once
 
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
 namespace qlinear {
 
 class Registry;
@@ -12,5 +16,10 @@ void register_cuda_kernels(Registry* registry);
 // Whether `run` replays calls of up to 64 rows from CUDA graphs (gpu::CallGraphs; on by default).
 // Off, every call queues its copies and kernels one by one and is timed stage by stage.
 void set_cuda_graphs(bool enabled);
+
+// Reserves `bytes` of pinned host memory and as much device memory for each of the serving
+// path's stream contexts now (gpu::StreamPool::reserve_all), creating the pool. Returns the bytes
+// reserved in all (0 without a usable GPU), or why the reservation failed.
+absl::StatusOr<int64_t> reserve_cuda_staging(int64_t bytes);
 
 }  // namespace qlinear

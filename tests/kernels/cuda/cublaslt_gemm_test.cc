@@ -289,6 +289,50 @@ TEST_F(CublasLtTest, ServingPathCopiesOfEverySize) {
   }
 }
 
+// Staging reserved up front (qlinear-server --gpu-staging-mb): every context holds at least the
+// bytes asked for, a request that fits leaves every buffer where it was, and a second, smaller
+// reservation changes nothing. The requests are checked bit for bit.
+TEST_F(CublasLtTest, ReservedStagingServesRequestsWithoutGrowing) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 1024, k = 4096;
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true));
+  if (p.kernel == nullptr) return;
+  auto pool = StreamPool::get();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // Enough for M = 1024 below: x 8 MB and y 2 MB, and on the device also xq, int32 accumulators
+  // and cuBLASLt's 32 MB workspace.
+  constexpr size_t kBytes = size_t{64} << 20;
+  ASSERT_TRUE((*pool)->reserve_all(kBytes).ok());
+  // Every context, held at once, so that acquire hands out each of them.
+  auto buffers = [&] {
+    std::vector<std::pair<const void*, const void*>> out;
+    std::vector<StreamContext*> held;
+    for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
+    for (StreamContext* ctx : held) {
+      EXPECT_GE(ctx->host.size(), kBytes) << "context " << ctx->index;
+      EXPECT_GE(ctx->device.size(), kBytes) << "context " << ctx->index;
+      out.push_back({ctx->host.get(), ctx->device.get()});
+    }
+    for (StreamContext* ctx : held) (*pool)->release(ctx);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto before = buffers();
+  ASSERT_EQ(before.size(), static_cast<size_t>(StreamPool::kContexts));
+  // M = 1024 (x in chunks) and M = 16 (replayed from a graph).
+  for (int64_t m : {int64_t{1024}, int64_t{16}}) {
+    SCOPED_TRACE(absl::StrCat("M=", m));
+    for (int i = 0; i < StreamPool::kContexts + 1; ++i) {
+      ASSERT_TRUE(check_run(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16))
+          << "call " << i;
+    }
+  }
+  EXPECT_EQ(buffers(), before) << "a request that fits the reservation moved a buffer";
+  ASSERT_TRUE((*pool)->reserve_all(kBytes / 2).ok());
+  EXPECT_EQ(buffers(), before) << "a smaller reservation moved a buffer";
+}
+
 // Requests on one layer from many threads at once share the stream pool; each must get its own
 // answer.
 TEST_F(CublasLtTest, ConcurrentRequestsGetTheirOwnResults) {
