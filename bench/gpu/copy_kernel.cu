@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <type_traits>
 
 #include "bench/gpu/copy_kernel.h"
 
@@ -109,24 +110,23 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
   }
   const auto* src = static_cast<const int8_t*>(w);
   auto* out = static_cast<uint32_t*>(sink);
-  switch (depth * 2 + (interleaved ? 1 : 0)) {
+  auto launch = [&](auto depth_c) {
+    constexpr int kDepth = decltype(depth_c)::value;
+    if (interleaved) {
+      read_rows<kDepth, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+    } else {
+      read_rows<kDepth, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+    }
+  };
+  switch (depth) {
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      launch(std::integral_constant<int, 3>{});
+      break;
     case 4:
-      read_rows<2, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 5:
-      read_rows<2, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 6:
-      read_rows<3, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 7:
-      read_rows<3, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 8:
-      read_rows<4, false><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
-      break;
-    case 9:
-      read_rows<4, true><<<sm_count, 1024, 0, stream>>>(src, n, k, rows, out);
+      launch(std::integral_constant<int, 4>{});
       break;
     default:
       return cudaErrorInvalidValue;
