@@ -231,12 +231,22 @@ absl::StatusOr<StreamPool*> StreamPool::get() {
 }
 
 absl::Status StreamPool::reserve_all(size_t bytes) {
+  absl::Status status;
   for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
     std::lock_guard<std::mutex> lock(ctx->mu);
-    RETURN_IF_ERROR(ctx->device.reserve(bytes, "the GPU staging reserved at start-up"));
-    RETURN_IF_ERROR(ctx->host.reserve(bytes, "the GPU staging reserved at start-up"));
+    status = ctx->device.reserve(bytes, "the GPU staging reserved at start-up");
+    if (status.ok()) status = ctx->host.reserve(bytes, "the GPU staging reserved at start-up");
+    if (!status.ok()) break;
   }
-  return absl::OkStatus();
+  if (status.ok()) return status;
+  // A reservation that does not fit leaves nothing behind: every context's buffers are freed
+  // (they grow again on demand), so that a part of it cannot hold memory that layers need.
+  for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    ctx->device.reset();
+    ctx->host.reset();
+  }
+  return status;
 }
 
 StreamContext* StreamPool::acquire() {

@@ -191,8 +191,8 @@ class StreamPool {
   void release(StreamContext* ctx) { ctx->mu.unlock(); }
 
   // Grows every context's pinned and device buffers to at least `bytes` each now (waiting for a
-  // context that is in use), so that no request whose staging fits allocates. Stops at the first
-  // failure and returns it; what was reserved before it stays.
+  // context that is in use), so that no request whose staging fits allocates. On the first
+  // failure it frees every context's buffers (they grow again on demand) and returns it.
   absl::Status reserve_all(size_t bytes);
 
  private:

@@ -333,6 +333,32 @@ TEST_F(CublasLtTest, ReservedStagingServesRequestsWithoutGrowing) {
   EXPECT_EQ(buffers(), before) << "a smaller reservation moved a buffer";
 }
 
+// A reservation that cannot fit fails with the reason and leaves nothing reserved behind; the
+// contexts then grow on demand, and requests are still exact.
+TEST_F(CublasLtTest, ReservationThatDoesNotFitLeavesNothingBehind) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kStaticSymmetric, 256, 512, true));
+  if (p.kernel == nullptr) return;
+  auto pool = StreamPool::get();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const absl::Status s = (*pool)->reserve_all(size_t{1} << 50);  // 1 PiB
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "the GPU staging reserved at start-up")) << s;
+  std::vector<StreamContext*> held;
+  for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
+  for (StreamContext* ctx : held) {
+    EXPECT_EQ(ctx->device.size(), 0u) << "context " << ctx->index;
+    EXPECT_EQ(ctx->host.size(), 0u) << "context " << ctx->index;
+  }
+  for (StreamContext* ctx : held) (*pool)->release(ctx);
+  for (int i = 0; i < StreamPool::kContexts + 1; ++i) {
+    const int64_t m = rng.range(1, 80);
+    ASSERT_TRUE(check_run(p, make_x(rng, m, 512, DType::kF16), DType::kF16, m, DType::kBF16))
+        << "call " << i << ", M=" << m;
+  }
+}
+
 // Requests on one layer from many threads at once share the stream pool; each must get its own
 // answer.
 TEST_F(CublasLtTest, ConcurrentRequestsGetTheirOwnResults) {
