@@ -239,7 +239,7 @@ absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::stri
   note_prepared(layer, choice);
   try {
     // Every kernel writes all of y, so it is sized without a fill (a unary response's y is
-    // new; a stream's keeps the previous message's bytes).
+    // new; a stream's keeps its allocation from the previous message).
     resize_for_overwrite(y, static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);
     out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
