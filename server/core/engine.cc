@@ -238,8 +238,9 @@ absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::stri
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
   note_prepared(layer, choice);
   try {
-    // Every kernel writes all of y, so it is sized without a fill (a unary response's y is
-    // new; a stream's keeps its allocation from the previous message).
+    // Every kernel writes all of y (the differential tests compare the whole of y with the
+    // reference, bit for bit), so it is sized without a fill: no stale byte reaches a client.
+    // A unary response's y is new; a stream's keeps its allocation from the previous message.
     resize_for_overwrite(y, static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
     out->sa.assign(static_cast<size_t>(in.m), 0.f);
     out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
