@@ -845,6 +845,33 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   return g;
 }
 
+// The quantize kernel on the shape's first m rows of x (bf16, dynamic symmetric, as the op
+// sections run) into xq, with the shape's sa and azp.
+[[maybe_unused]] cudaError_t quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int8_t* xq,
+                                        cudaStream_t stream) {
+  return launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, xq,
+                            b.sa.as<float>(), b.azp.as<int32_t>(), stream);
+}
+
+// A read of 256 MB, several times the L2, queued ahead of a timed call so that the L2 holds none
+// of its operands ("flush" in the large-M sweeps).
+class L2FlushRead {
+ public:
+  absl::Status init() {
+    RETURN_IF_ERROR(buf_.allocate(kBytes, "L2 flush buffer"));
+    RETURN_IF_CUDA_ERROR(cudaMemset(buf_.get(), 0, kBytes));
+    return sink_.allocate(4, "L2 flush sink");
+  }
+  absl::Status enqueue(cudaStream_t stream) const {
+    RETURN_IF_CUDA_ERROR(launch_l2_flush_read(buf_.get(), kBytes, sink_.as<uint32_t>(), stream));
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kBytes = size_t{256} << 20;
+  DeviceBuffer buf_, sink_;
+};
+
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
 // and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
 // stream order, as its programmatic dependent ("pdl") and as that issuing its first stages'
@@ -979,29 +1006,22 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
   Options so = o;
   so.reps = std::min<int64_t>(o.reps, 30);
   so.warmup = std::min<int64_t>(o.warmup, 3);
-  DeviceBuffer flush, flush_sink, other_xq;
-  const size_t flush_bytes = size_t{256} << 20;
+  L2FlushRead flush;
+  DeviceBuffer other_xq;
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   if (max_m >= 1024) {
-    RETURN_IF_ERROR(flush.allocate(flush_bytes, "L2 flush buffer"));
-    RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 0, flush_bytes));
-    RETURN_IF_ERROR(flush_sink.allocate(4, "L2 flush sink"));
+    RETURN_IF_ERROR(flush.init());
     RETURN_IF_ERROR(other_xq.allocate(static_cast<size_t>(max_m * sc.k), "second xq"));
   }
   DeviceBuffer counters;
   RETURN_IF_ERROR(
       counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4, "counters"));
   QuantizeParams qp;  // dynamic symmetric, as the op sections run
-  auto flush_l2 = [&]() -> absl::Status {
-    RETURN_IF_CUDA_ERROR(
-        launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
-    return absl::OkStatus();
-  };
+  auto flush_l2 = [&] { return flush.enqueue(stream); };
   for (int64_t m : ms) {
     // The quantize kernel on this M's activations, into `xq`.
     auto quantize_into = [&](int8_t* xq) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp, xq,
-                                              b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, xq, stream));
       return absl::OkStatus();
     };
     const int slots = m <= 64 ? b.copies : 1;
@@ -1138,18 +1158,14 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
   Options so = o;
   so.reps = std::min<int64_t>(o.reps, 30);
   so.warmup = std::min<int64_t>(o.warmup, 3);
-  DeviceBuffer flush, flush_sink;
-  const size_t flush_bytes = size_t{256} << 20;
-  RETURN_IF_ERROR(flush.allocate(flush_bytes, "L2 flush buffer"));
-  RETURN_IF_CUDA_ERROR(cudaMemset(flush.get(), 0, flush_bytes));
-  RETURN_IF_ERROR(flush_sink.allocate(4, "L2 flush sink"));
-  QuantizeParams qp;
-  auto flush_l2 = [&]() -> absl::Status {
-    RETURN_IF_CUDA_ERROR(
-        launch_l2_flush_read(flush.get(), flush_bytes, flush_sink.as<uint32_t>(), stream));
-    return absl::OkStatus();
-  };
+  L2FlushRead flush;
+  RETURN_IF_ERROR(flush.init());
+  auto flush_l2 = [&] { return flush.enqueue(stream); };
   for (int64_t m : sc.large_ms) {
+    auto quantize = [&]() -> absl::Status {
+      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
+      return absl::OkStatus();
+    };
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
     auto bare_gemm = [&]() {
@@ -1168,12 +1184,7 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
       return bare_gemm();
     });
     names.push_back("quant");
-    cands.push_back([&](int) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
-                                              b.xq.as<int8_t>(), b.sa.as<float>(),
-                                              b.azp.as<int32_t>(), stream));
-      return absl::OkStatus();
-    });
+    cands.push_back([&](int) { return quantize(); });
     struct Config {
       CutlassSm90Tile tile;
       int raster, swizzle;
@@ -1200,11 +1211,7 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
                                                           : " op"));
         cands.push_back([&, g, ops, setting](int) -> absl::Status {
           if (setting == 1) RETURN_IF_ERROR(flush_l2());
-          if (setting == 2) {
-            RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
-                                                    b.xq.as<int8_t>(), b.sa.as<float>(),
-                                                    b.azp.as<int32_t>(), stream));
-          }
+          if (setting == 2) RETURN_IF_ERROR(quantize());
           RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
           return absl::OkStatus();
         });

@@ -242,8 +242,8 @@ TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
   EXPECT_TRUE(stream->finish().ok());
 }
 
-// A stream's response keeps y's bytes from one message to the next (no zero-fill when the size
-// repeats): every answer must still be exactly its own, whatever the previous one's size and
+// A stream's response keeps y's allocation from one message to the next, and y is sized without
+// a zero-fill: every answer must still be exactly its own, whatever the previous one's size and
 // dtype, and a failed message in between must answer with an empty y.
 TEST_F(ServerTest, StreamAnswersAreExactWhenSizesAndDtypesChange) {
   SEED_TRACE();
