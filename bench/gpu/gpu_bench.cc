@@ -29,12 +29,13 @@
 // speed-up over the bare GEMM and over cuda.cublaslt, with the targets checked.
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
-//                          [--sweep=true|false] [--scheduler]
+//                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
 //  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
-//  after an L2 flush and after the quantize kernel, see sweep_scheduler)
+//  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
+//  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -104,6 +105,7 @@ struct Options {
   bool cuda_graphs = true;
   bool sweep = true;
   bool scheduler = false;
+  bool stream_prefetch = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -872,6 +874,106 @@ class L2FlushRead {
   DeviceBuffer buf_, sink_;
 };
 
+// --stream_prefetch: cuda.stream_s8 as served at M = 1 and 16 with 0, 2, 4 and 8 units past the
+// ring's first fill prefetched into L2 at each block's start (StreamS8Args::l2_prefetch), timed in
+// turns, the outputs compared with the first's.
+absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                     cudaStream_t stream) {
+  int grid = 0;
+  RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &grid));
+  std::vector<StreamTmaMap> maps(b.copies);
+  for (int s = 0; s < b.copies; ++s) {
+    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
+  }
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  const int kAhead[] = {0, 2, 4, 8};
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    DeviceBuffer xq, counters, partials, azp, flags, y2;
+    RETURN_IF_ERROR(xq.allocate(stream_xq_bytes(m, sc.k), "blocked xq"));
+    RETURN_IF_ERROR(
+        counters.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
+    RETURN_IF_ERROR(partials.allocate(stream_s8_partials_bytes(grid, m), "partials"));
+    RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(m) * 4, "azp"));
+    RETURN_IF_ERROR(flags.allocate(stream_s8_flags_bytes(grid), "flags"));
+    RETURN_IF_ERROR(y2.allocate(static_cast<size_t>(m * sc.n) * 2, "y"));
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flags.get(), 0, stream_s8_flags_bytes(grid), stream));
+    const XqLayout layout = stream_xq_layout(m);
+    const bool fuse = stream_s8_can_fuse(m, sc.k, ElemType::kBF16, b.x.get());
+    auto op = [&](int s, int ahead, int stages, void* y) -> absl::Status {
+      QuantizeParams qp;
+      if (!fuse) {
+        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+            b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
+            azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
+      }
+      StreamS8Args a;
+      a.w_map = maps[s];
+      a.l2_prefetch = ahead;
+      a.stages = stages;
+      a.xq = xq.as<int8_t>();
+      a.sa = b.sa.as<float>();
+      a.azp = azp.as<int32_t>();
+      a.m = m;
+      a.n = sc.n;
+      a.k = sc.k;
+      a.w = b.w[s].as<int8_t>();
+      a.sb = b.sb.as<float>();
+      a.bias = b.bias.as<float>();
+      a.y = y;
+      a.counters = counters.as<int32_t>();
+      a.partials = partials.as<int32_t>();
+      a.grid = grid;
+      a.pdl = !fuse;
+      if (fuse) {
+        a.fuse = true;
+        a.x = b.x.get();
+        a.x_type = ElemType::kBF16;
+        a.qp = qp;
+        a.sa_out = b.sa.as<float>();
+        a.azp_out = azp.as<int32_t>();
+        a.flags = flags.as<uint64_t>();
+        a.token = 0x9e3779b97f4a7c15ull;
+      }
+      RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
+      return absl::OkStatus();
+    };
+    // Every variant's output against the first's, bit for bit.
+    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+    std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
+    bool same = true;
+    for (int stages : {2, 3}) {
+      for (int ahead : kAhead) {
+        RETURN_IF_ERROR(op(0, ahead, stages, y2.get()));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        std::vector<uint8_t>& dst = stages == 2 && ahead == 0 ? y_first : y_other;
+        RETURN_IF_CUDA_ERROR(cudaMemcpy(dst.data(), y2.get(), y_bytes, cudaMemcpyDeviceToHost));
+        if (&dst == &y_other && y_other != y_first) same = false;
+      }
+    }
+    std::vector<std::function<absl::Status(int)>> cands;
+    for (int stages : {2, 3}) {
+      for (int ahead : kAhead) {
+        cands.push_back([&, ahead, stages](int s) { return op(s, ahead, stages, b.y.get()); });
+      }
+    }
+    for (int round = 0; round < 3; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
+      std::string line =
+          absl::StrFormat("stream-prefetch %-22s M=%-3lld %s round %d |", shape_name(sc).c_str(),
+                          static_cast<long long>(m), fuse ? "fused" : "2 launches", round);
+      for (size_t c = 0; c < cands.size(); ++c) {
+        absl::StrAppendFormat(&line, " S%d+%d %6.1f", c < 4 ? 2 : 3, kAhead[c % 4], us[c]);
+      }
+      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
+                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+                            same ? "identical" : "DIFFERENT");
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
 // and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
 // stream order, as its programmatic dependent ("pdl") and as that issuing its first stages'
@@ -1297,6 +1399,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   }
 
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
+  if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -1854,7 +1957,7 @@ int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
-      "[--sweep=true|false] [--scheduler]",
+      "[--sweep=true|false] [--scheduler] [--stream_prefetch]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -1872,6 +1975,9 @@ int bench_main(int argc, char** argv) {
   args.add("scheduler", &o.scheduler,
            "Only cuda.cutlass_sm90's large-M tiles with each tile-scheduler walk (raster order, "
            "swizzle): back to back, after an L2 flush and after the quantize kernel");
+  args.add("stream_prefetch", &o.stream_prefetch,
+           "Only cuda.stream_s8 at M = 1 and 16 with 0-8 units prefetched into L2 past the ring's "
+           "first fill, two and three ring slots, in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -1934,7 +2040,7 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (!o.diagnose && !o.scheduler) {
+  if (!o.diagnose && !o.scheduler && !o.stream_prefetch) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

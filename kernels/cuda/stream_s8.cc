@@ -58,13 +58,14 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   bool x_read_once(const RunArgs& args) const override {
     return !stream_s8_fuses(args.m, weights_.config.k, static_cast<ElemType>(args.x_dtype));
   }
-  absl::Status tune_fused_stages();
+  absl::Status tune_fused_ring();
 
   int grid_ = 0;
-  // The fused form's ring slots (StreamS8Args::stages), timed at load (tune_fused_stages); 0:
-  // the kernel's default.
+  // The fused form's ring slots (StreamS8Args::stages; 0: the kernel's default) and units
+  // prefetched into L2 past them (StreamS8Args::l2_prefetch), timed at load (tune_fused_ring).
   int fused_stages_ = 0;
-  std::string tune_error_;  // why tune_fused_stages failed, if it did
+  int fused_ahead_ = 0;
+  std::string tune_error_;  // why tune_fused_ring failed, if it did
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
   uint64_t token_ = 0;
@@ -81,10 +82,11 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
   // Like the autotune's measurements, a failed timing (out of memory for the timer's buffers)
-  // never fails the load: the default depth stays, and the explanation says why.
-  if (const absl::Status s = p->tune_fused_stages(); !s.ok()) {
+  // never fails the load: the default ring stays, and the explanation says why.
+  if (const absl::Status s = p->tune_fused_ring(); !s.ok()) {
     cudaGetLastError();
     p->fused_stages_ = 0;
+    p->fused_ahead_ = 0;
     p->tune_error_ = std::string(s.message());
   }
   return p;
@@ -97,26 +99,50 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // 24.2-24.6 / 23.3-23.9, 8192 x 8192 25.1-25.5 / 24.7-24.9. The unfused form keeps three (two
 // measured slower at M = 16 on every benchmark layer, by up to 9 us on 57344 x 8192).
 //
-// The two depths are timed in turns, kRingRounds times each, and the lower median of those
+// So is how many units past the ring each block prefetches into L2 at its start
+// (StreamS8Args::l2_prefetch): while the consumers quantize the rows, the ring is full and, with
+// no prefetch, DRAM idles; the longer the rows, the longer the wait. Measured on the H200 (bench
+// --stream_prefetch, M = 1, us, medians of three rounds in turns; 2 slots + 0 / 2 / 4 / 8
+// units, then 3 slots + the same):
+//   6144 x 4096      15.2 / 16.0 / 17.1 / 17.1      15.6 / 17.2 / 17.4 / 17.5
+//   4096 x 4096      13.9 / 14.3 / 13.9 / 13.8      13.8 / 14.6 / 14.2 / 14.1
+//   28672 x 4096     37.3 / 37.1 / 38.5 / 41.8      36.4 / 37.2 / 38.7 / 42.2
+//   4096 x 14336     24.3 / 23.9 / 25.4 / 28.6      23.8 / 23.9 / 25.4 / 28.8
+//   8192 x 8192      25.6 / 25.5 / 27.1 / 30.4      25.3 / 25.6 / 27.0 / 30.6
+//   57344 x 8192    120.9 / 119.6 / 120.5 / 124.1  122.0 / 122.8 / 122.2 / 126.1
+//   8192 x 28672     67.0 / 65.6 / 65.0 / 68.6      66.7 / 65.2 / 65.4 / 68.9
+// so only the layers whose blocks stream long enough gain (1-2 us); on the others the early
+// reads compete with the first slots'. Eight units (34 MB of L2 on 132 SMs) lose everywhere.
+// Load times the five candidates that won somewhere. (The two-launch form gained only on 57344 x
+// 8192 at M = 16, 124.4 -> 123.0 us with 3 slots + 2, where cuda.cutlass_sm90 serves; it
+// prefetches nothing.)
+//
+// The candidates are timed in turns, kRingRounds times each, and the lowest median of those
 // timings wins: one timing of each, one after the other, picked the slower depth on two of the
 // seven benchmark layers in a load (6144 x 4096: 3 slots, 28672 x 4096: 2), the GPU's clock
 // drifting between them.
-absl::Status StreamS8Prepared::tune_fused_stages() {
-  constexpr int kStages[] = {2, 3};
+absl::Status StreamS8Prepared::tune_fused_ring() {
+  struct Ring {
+    int stages, ahead;
+  };
+  constexpr Ring kRings[] = {{2, 0}, {3, 0}, {2, 2}, {3, 2}, {2, 4}};
   constexpr int kRingRounds = 5;
   const LayerConfig& c = weights_.config;
   if (!stream_s8_fuses_rows(1, c.k)) return absl::OkStatus();
-  std::vector<std::vector<double>> us(std::size(kStages));
+  std::vector<std::vector<double>> us(std::size(kRings));
   for (int r = 0; r < kRingRounds; ++r) {
-    for (size_t j = 0; j < std::size(kStages); ++j) {
-      fused_stages_ = kStages[j];
-      // The autotune's own measurement (made-up bf16 activations, cold L2), with these slots.
+    for (size_t j = 0; j < std::size(kRings); ++j) {
+      fused_stages_ = kRings[j].stages;
+      fused_ahead_ = kRings[j].ahead;
+      // The autotune's own measurement (made-up bf16 activations, cold L2), with this ring.
       ASSIGN_OR_RETURN(const double t,
                        measure_us(ProblemShape{1, c.n, c.k, DType::kBF16, DType::kBF16}));
       us[j].push_back(t);
     }
   }
-  fused_stages_ = kStages[lowest_median(us)];
+  const Ring best = kRings[lowest_median(us)];
+  fused_stages_ = best.stages;
+  fused_ahead_ = best.ahead;
   return absl::OkStatus();
 }
 
@@ -126,7 +152,11 @@ std::string StreamS8Prepared::variant(int64_t m) const {
   if (stream_s8_fuses_rows(m, c.k)) {
     const std::string ring =
         fused_stages_ > 0
-            ? absl::StrCat(fused_stages_, " slots (timed fastest at load, M=1)")
+            ? absl::StrCat(fused_stages_, " slots",
+                           fused_ahead_ > 0
+                               ? absl::StrCat(" and ", fused_ahead_, " units prefetched into L2")
+                               : std::string(),
+                           " (timed fastest at load, M=1)")
             : absl::StrCat("the default slots (timing them at load failed: ", tune_error_, ")");
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
@@ -179,6 +209,7 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
   if (g.fuse) {
     g.pdl = false;
     g.stages = fused_stages_;
+    g.l2_prefetch = fused_ahead_;
     g.x = args.x;
     g.x_type = x_type;
     g.qp = qp;

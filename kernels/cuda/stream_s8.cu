@@ -58,7 +58,13 @@
 // out in turn (block b reading units b, b + 132, ..., so that the SMs read neighbouring units at
 // any moment) read no faster ("I64" in diagnose-read; us, plain / contiguous ranges / dealt out,
 // 2-4 units in flight): 28672 x 4096 29.0 / 32.0-32.7 / 31.8-32.6, 8192 x 28672 57.1 / 59.3-59.8
-// / 58.6-59.4, 4096 x 14336 17.5 / 19.1-19.2 / 18.8-19.1.
+// / 58.6-59.4, 4096 x 14336 17.5 / 19.1-19.2 / 18.8-19.1. Nor is it the row-major layout's
+// strided rows: a packed copy of the weights, every unit one contiguous 32 KB read by the same
+// TMA boxes, read as slowly in this order (us, native / packed, 3 units in flight: 28672 x 4096
+// 32.6 / 32.5, 8192 x 28672 59.2-59.6 / 58.6-58.7, 57344 x 8192 109.6 / 108.7) and moved the op
+// at M = 1 and 16 by -0.7 to +1.1 us (4096 x 14336 M = 1 24.6-25.0 / 23.9-24.1, 57344 x 8192
+// M = 1 123.4-123.7 / 124.5-125.1, the rest within 0.5 us), not worth a second copy of every
+// layer's weights.
 //
 // Producer: for each unit, four TMA box loads of the weights (64 rows x 128 bytes each, 128-byte
 // swizzle; rows past N and bytes past K arrive as zeros) and one bulk copy of every token's
@@ -68,6 +74,9 @@
 // still running; the activation copies follow the wait. Fused (quantizing inside the launch), the
 // producer first copies the raw rows into shared memory, then streams the weights alone, and the
 // consumers quantize the rows (fused_row_params, fused_quantize_rows) before their first unit.
+// After the ring's first round the producer may prefetch the weights of the next l2_prefetch
+// units into L2 (one TMA prefetch per box), so that DRAM keeps streaming while the full ring
+// waits for the activations; which count pays is timed per layer (stream_s8.cc).
 //
 // Consumers: warp w multiplies rows [16 w, 16 w + 16) of the slot's row block: ldmatrix.x4 of the
 // weights (addresses unswizzled) is the A operand of mma.sync.m16n8k32 (s8 x s8 -> s32),
@@ -179,6 +188,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const StreamTmaMap* ma
       " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(n0), "r"(bar), "l"(policy)
       : "memory");
+}
+
+// Prefetches one TMA box of the 2-D weights at (k0, n0) into L2.
+__device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t k0, int32_t n0) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(k0), "r"(n0)
+               : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -415,6 +432,20 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         bulk_copy(slot + kWeightBytes, a.xq + kc * xbytes, xbytes, bar, evict_last);
       }
     };
+    // The weights of units [from, to) into L2, a box per lane.
+    auto prefetch = [&](int64_t from, int64_t to) {
+      for (int64_t li = from; li < to; ++li) {
+        const int64_t u = order.unit(li);
+        const int64_t rb = u / p.chunks, kc = u - rb * p.chunks;
+        const int64_t k0 = kc * kStreamChunk;
+        const int64_t len = K - k0 < kStreamChunk ? K - k0 : kStreamChunk;
+        if (lane < static_cast<int>((len + kBox - 1) / kBox)) {
+          tma_prefetch_2d(&a.w_map, static_cast<int32_t>(k0 + lane * kBox),
+                          static_cast<int32_t>(rb * kStreamRows));
+        }
+      }
+    };
+    const int64_t ahead_end = count < S + a.l2_prefetch ? count : S + a.l2_prefetch;
     if constexpr (kFuse) {
       // The raw rows first, ahead of this SM's weight copies (every block reads the same rows,
       // from L2 after the first), then the ring, refilled as the consumers free its slots.
@@ -427,6 +458,7 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
       }
       for (int64_t li = 0; li < count; ++li) {
         const int s = static_cast<int>(li % S);
+        if (li == S) prefetch(S, ahead_end);
         if (li >= S) mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((li / S - 1) & 1));
         issue(li, true, true, false);
       }
@@ -435,6 +467,7 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
     const int64_t pre_max = p.prefetch < 0 ? 0 : p.prefetch < S ? p.prefetch : S;
     const int64_t pre = count < pre_max ? count : pre_max;
     for (int64_t li = 0; li < pre; ++li) issue(li, true, true, false);
+    if (pre == S) prefetch(S, ahead_end);
     grid_dependency_wait();
     if (lane == 0) trace_point(a, 1);
     for (int64_t li = 0; li < pre; ++li) issue(li, false, false, true);

@@ -122,6 +122,10 @@ struct StreamS8Args {
   int8_t* xq_out = nullptr;
   uint64_t* flags = nullptr;
   uint64_t token = 0;
+  // Units past the ring's first fill whose weights each block's producer prefetches into L2 at
+  // its start, so that DRAM keeps streaming while the ring waits for the activations (fused: their
+  // quantization; otherwise the grid dependency). 0: none.
+  int l2_prefetch = 0;
 };
 
 inline constexpr int kStreamTracePoints = 8;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -145,12 +146,14 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
       a.xq = dxq.as<int8_t>();
       a.sa = dsa.as<float>();
       a.counters = dcnt.as<int32_t>();
+      a.l2_prefetch = grid % 2 == 0 ? 3 : 0;  // L2 prefetches past the ring change nothing
       ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> got(want.size());
       ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
                 cudaSuccess);
-      EXPECT_EQ(first_mismatch(want, got), -1) << "M=" << m << " grid=" << grid;
+      EXPECT_EQ(first_mismatch(want, got), -1)
+          << "M=" << m << " grid=" << grid << " prefetch=" << a.l2_prefetch;
     }
   }
 }
@@ -199,12 +202,14 @@ TEST_F(StreamS8Test, FusedLaunchesReuseTheirFlagsAtEveryGrid) {
     const std::vector<int32_t> want = host_gemm(xq, w, m, n, k);
     for (int grid :
          {1, 2, 5, 7, 48, static_cast<int>(units) - 1, static_cast<int>(units), max_grid}) {
-      for (int stages : {0, 2}) {
+      for (const auto& [stages, ahead] :
+           {std::pair{0, 0}, std::pair{2, 0}, std::pair{2, 4}, std::pair{3, 2}}) {
         ASSERT_EQ(cudaMemset(dacc.get(), 0xff, static_cast<size_t>(m * n) * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(dsa.get(), 0, kStreamFuseMaxM * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(dxq.get(), 0x55, stream_xq_bytes(m, k)), cudaSuccess);
         StreamS8Args a = acc_launch(dw, dsb, dy, dacc, dpart, m, n, k, grid);
         a.stages = stages;
+        a.l2_prefetch = ahead;
         a.fuse = true;
         a.x = dx.get();
         a.x_type = ElemType::kBF16;
@@ -218,7 +223,7 @@ TEST_F(StreamS8Test, FusedLaunchesReuseTheirFlagsAtEveryGrid) {
         ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
                   cudaSuccess);
         EXPECT_EQ(first_mismatch(want, got), -1)
-            << "M=" << m << " grid=" << grid << " stages=" << stages;
+            << "M=" << m << " grid=" << grid << " stages=" << stages << " prefetch=" << ahead;
         std::vector<float> sa(static_cast<size_t>(m));
         ASSERT_EQ(cudaMemcpy(sa.data(), dsa.get(), sa.size() * 4, cudaMemcpyDeviceToHost),
                   cudaSuccess);
@@ -268,7 +273,9 @@ TEST_F(StreamS8Test, FusedAndUnfusedCallsAlternateOnOneLayer) {
     const std::string at1 = p.owner->variant(1), at16 = p.owner->variant(16);
     EXPECT_TRUE(absl::StartsWith(at1, "quantizes inside the launch (16-bit activations); ring of "))
         << at1;
-    EXPECT_TRUE(absl::StrContains(at1, " slots (timed fastest at load, M=1)")) << at1;
+    // "N slots (timed ...)" or "N slots and P units prefetched into L2 (timed ...)".
+    EXPECT_TRUE(absl::StrContains(at1, " slots")) << at1;
+    EXPECT_TRUE(absl::EndsWith(at1, " (timed fastest at load, M=1)")) << at1;
     EXPECT_EQ(at16, "the quantize kernel first, this kernel as its programmatic dependent");
     for (int round = 0; round < 3; ++round) {
       for (int64_t m : {1, 16, 2, 6, 7}) {
