@@ -878,7 +878,8 @@ class L2FlushRead {
 // ring's first fill prefetched into L2 at each block's start (StreamS8Args::l2_prefetch), timed in
 // turns, the outputs compared with the first's.
 absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream_arg) {
+  cudaStream_t stream = stream_arg;
   int grid = 0;
   RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &grid));
   std::vector<StreamTmaMap> maps(b.copies);
@@ -899,7 +900,9 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
     RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flags.get(), 0, stream_s8_flags_bytes(grid), stream));
     const XqLayout layout = stream_xq_layout(m);
     const bool fuse = stream_s8_can_fuse(m, sc.k, ElemType::kBF16, b.x.get());
-    auto op = [&](int s, int ahead, int stages, void* y) -> absl::Status {
+    auto op = [&](int s, int ahead, int stages, void* y,
+                  cudaStream_t stream_ = nullptr) -> absl::Status {
+      cudaStream_t stream = stream_ != nullptr ? stream_ : stream_arg;
       QuantizeParams qp;
       if (!fuse) {
         RETURN_IF_CUDA_ERROR(launch_quantize_s8(
@@ -969,6 +972,33 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
                             same ? "identical" : "DIFFERENT");
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
+    }
+    // As a layer's load times them (CallTimer, one weight copy, 15 calls per timing, in turns
+    // over five rounds): after an L2 flush each, and back to back.
+    if (m == 1 && fuse) {
+      ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+      for (bool cold : {true, false}) {
+        std::vector<std::vector<double>> us(cands.size());
+        for (int round = 0; round < 5; ++round) {
+          for (size_t c = 0; c < cands.size(); ++c) {
+            const int stages = c < 4 ? 2 : 3, ahead = kAhead[c % 4];
+            ASSIGN_OR_RETURN(const double t,
+                             timer->median_us(15, cold, [&](cudaStream_t ts) {
+                               return op(0, ahead, stages, b.y.get(), ts);
+                             }));
+            us[c].push_back(t);
+          }
+        }
+        std::string line = absl::StrFormat("stream-prefetch %-22s M=%-3lld as at load, %s |",
+                                           shape_name(sc).c_str(), static_cast<long long>(m),
+                                           cold ? "L2 flushed" : "back to back");
+        for (size_t c = 0; c < cands.size(); ++c) {
+          absl::StrAppendFormat(&line, " S%d+%d %6.1f", c < 4 ? 2 : 3, kAhead[c % 4],
+                                median_of(us[c]));
+        }
+        std::printf("%s us\n", line.c_str());
+        std::fflush(stdout);
+      }
     }
   }
   return absl::OkStatus();

@@ -360,7 +360,7 @@ absl::Status fill_made_up_activations(void* x, DType type, size_t count, cudaStr
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape) const {
+absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape, bool cold) const {
   constexpr int kWarmupCalls = 3;
   constexpr int kTimedCalls = 15;
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
@@ -388,7 +388,7 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape)
   auto call = [&](cudaStream_t s) { return run_device(args, scratch.get(), s, nullptr); };
   for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(stream));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-  return timer->median_us(kTimedCalls, /*cold=*/true, call);
+  return timer->median_us(kTimedCalls, cold, call);
 }
 
 }  // namespace qlinear::gpu

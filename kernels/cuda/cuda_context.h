@@ -280,7 +280,12 @@ class CudaPreparedKernel : public PreparedKernel {
   // times the L2 so that the weights come from device memory. Times the device work between two
   // events: host staging and copies are the same for every CUDA kernel and are left out. Every
   // buffer, stream and event is released before returning, on errors too.
-  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override;
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
+    return measure_us(shape, /*cold=*/true);
+  }
+  // The same, the L2 read before each timed call only when `cold` (otherwise the calls run back
+  // to back).
+  absl::StatusOr<double> measure_us(const ProblemShape& shape, bool cold) const;
 };
 
 }  // namespace qlinear::gpu
