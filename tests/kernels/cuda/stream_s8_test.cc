@@ -287,6 +287,27 @@ TEST_F(StreamS8Test, FusedAndUnfusedCallsAlternateOnOneLayer) {
   }
 }
 
+// The autotune's measurement, after an L2 read and back to back (as the fused ring's timing on
+// layers over twice the L2 uses it): both time the call, and a shape it cannot run is refused.
+TEST_F(StreamS8Test, MeasuresColdAndBackToBack) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const Prepared p =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 1040, 3088, true));
+  if (p.kernel == nullptr) return;
+  for (bool cold : {true, false}) {
+    const absl::StatusOr<double> us =
+        p.kernel->measure_us(ProblemShape{1, 1040, 3088, DType::kBF16, DType::kBF16}, cold);
+    ASSERT_TRUE(us.ok()) << us.status();
+    EXPECT_GT(*us, 0.0) << "cold=" << cold;
+    EXPECT_LT(*us, 1e6) << "cold=" << cold;
+  }
+  const absl::StatusOr<double> bad =
+      p.kernel->measure_us(ProblemShape{0, 1040, 3088, DType::kBF16, DType::kBF16}, false);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "cannot measure M=0, N=1040, K=3088");
+}
+
 // The fused form's non-finite rows (the shared test in gemv_s8_test.cc runs 12 rows, which it
 // never takes): NaN or +-Inf in any row, first or last value included, at M = 1..3 on 16-bit
 // rows of 64 and 8208 values, is INVALID_ARGUMENT with the reference's exact message (block 0's
