@@ -113,6 +113,10 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 //   8192 x 28672     67.0 / 65.6 / 65.0 / 68.6      66.7 / 65.2 / 65.4 / 68.9
 // so only the layers whose blocks stream long enough gain (1-2 us); on the others the early
 // reads compete with the first slots'. Eight units (34 MB of L2 on 132 SMs) lose everywhere.
+// Keeping the prefetch a fixed distance ahead of the ring for the whole range (one more unit
+// prefetched as each unit is issued) made every layer but the two smallest 11-26% slower
+// (4096 x 14336 25.0 -> 27.8, 8192 x 28672 65.3 -> 81.3, 57344 x 8192 118.7 -> 150.0 us with 2
+// slots and 2 or 4 units ahead), so only the start prefetches.
 // Load times the five candidates that won somewhere. (The two-launch form gained only on 57344 x
 // 8192 at M = 16, 124.4 -> 123.0 us with 3 slots + 2, where cuda.cutlass_sm90 serves; it
 // prefetches nothing.)
