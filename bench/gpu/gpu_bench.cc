@@ -564,6 +564,100 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   return absl::OkStatus();
 }
 
+// cuda.stream_s8's launches on a shape's rotated weight copies at M tokens, as the stream modes
+// make them, with the buffers a call needs: the quantize kernel first (this kernel as its
+// programmatic dependent, or not) or the rows quantized inside the launch (fused).
+class StreamS8Calls {
+ public:
+  // What one call varies (StreamS8Args's fields of the same names).
+  struct Knobs {
+    bool fuse = false;
+    bool pdl = true;
+    int stages = 0;
+    int prefetch = 0;
+    int l2_prefetch = 0;
+    uint64_t* trace = nullptr;
+    int range_shift = 0;
+    void* y = nullptr;  // null: the shape's y
+  };
+
+  static absl::StatusOr<std::unique_ptr<StreamS8Calls>> create(const ShapeCase& sc, ShapeBuffers& b,
+                                                               int64_t m, cudaStream_t stream) {
+    std::unique_ptr<StreamS8Calls> c(new StreamS8Calls(sc, b, m));
+    RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &c->grid_));
+    c->maps_.resize(b.copies);
+    for (int s = 0; s < b.copies; ++s) {
+      RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &c->maps_[s]));
+    }
+    RETURN_IF_ERROR(c->xq_.allocate(stream_xq_bytes(m, sc.k), "blocked xq"));
+    RETURN_IF_ERROR(
+        c->counters_.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
+    RETURN_IF_ERROR(c->partials_.allocate(stream_s8_partials_bytes(c->grid_, m), "partials"));
+    RETURN_IF_ERROR(c->azp_.allocate(static_cast<size_t>(m) * 4, "azp"));
+    RETURN_IF_ERROR(c->flags_.allocate(stream_s8_flags_bytes(c->grid_), "flags"));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemsetAsync(c->flags_.get(), 0, stream_s8_flags_bytes(c->grid_), stream));
+    return c;
+  }
+
+  int grid() const { return grid_; }
+  // Whether the layer's calls at this M quantize inside the launch (what the layer runs).
+  bool served_fuse() const { return stream_s8_can_fuse(m_, sc_.k, ElemType::kBF16, b_.x.get()); }
+
+  // One call on weight copy s.
+  absl::Status enqueue(int s, const Knobs& k, cudaStream_t stream) {
+    QuantizeParams qp;
+    if (!k.fuse) {
+      const XqLayout layout = stream_xq_layout(m_);
+      RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+          b_.x.get(), ElemType::kBF16, m_, sc_.k, qp, xq_.as<int8_t>(), b_.sa.as<float>(),
+          azp_.as<int32_t>(), stream, counters_.as<int32_t>(), stream_s8_counters(sc_.n), &layout));
+    }
+    StreamS8Args a;
+    a.w_map = maps_[s];
+    a.xq = xq_.as<int8_t>();
+    a.sa = b_.sa.as<float>();
+    a.azp = azp_.as<int32_t>();
+    a.m = m_;
+    a.n = sc_.n;
+    a.k = sc_.k;
+    a.w = b_.w[s].as<int8_t>();
+    a.sb = b_.sb.as<float>();
+    a.bias = b_.bias.as<float>();
+    a.y = k.y != nullptr ? k.y : b_.y.get();
+    a.counters = counters_.as<int32_t>();
+    a.partials = partials_.as<int32_t>();
+    a.grid = grid_;
+    a.pdl = k.pdl && !k.fuse;
+    a.stages = k.stages;
+    a.prefetch = k.prefetch;
+    a.l2_prefetch = k.l2_prefetch;
+    a.trace = k.trace;
+    a.range_shift = k.range_shift;
+    if (k.fuse) {
+      a.fuse = true;
+      a.x = b_.x.get();
+      a.x_type = ElemType::kBF16;
+      a.qp = qp;
+      a.sa_out = b_.sa.as<float>();
+      a.azp_out = azp_.as<int32_t>();
+      a.flags = flags_.as<uint64_t>();
+      a.token = 0x9e3779b97f4a7c15ull;
+    }
+    RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
+    return absl::OkStatus();
+  }
+
+ private:
+  StreamS8Calls(const ShapeCase& sc, ShapeBuffers& b, int64_t m) : sc_(sc), b_(b), m_(m) {}
+  const ShapeCase& sc_;
+  ShapeBuffers& b_;
+  const int64_t m_;
+  int grid_ = 0;
+  std::vector<StreamTmaMap> maps_;
+  DeviceBuffer xq_, counters_, partials_, azp_, flags_;
+};
+
 // --diagnose, cuda.stream_s8 at M = 1 and 16: the op as served (quantizing inside the kernel
 // where it can, "fused"; otherwise the quantize kernel then the GEMM as its programmatic
 // dependent), the quantize kernel first (with and without the programmatic launch), the served
@@ -575,68 +669,23 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 // last four's start and end), and the time outside the kernel.
 absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
-  int grid = 0;
-  RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &grid));
-  std::vector<StreamTmaMap> maps(b.copies);
-  for (int s = 0; s < b.copies; ++s) {
-    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
-  }
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
-    DeviceBuffer xq, counters, partials, azp;
-    RETURN_IF_ERROR(xq.allocate(stream_xq_bytes(m, sc.k), "blocked xq"));
-    RETURN_IF_ERROR(
-        counters.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
-    RETURN_IF_ERROR(partials.allocate(stream_s8_partials_bytes(grid, m), "partials"));
-    RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(m) * 4, "azp"));
-    DeviceBuffer flags;
-    RETURN_IF_ERROR(flags.allocate(stream_s8_flags_bytes(grid), "flags"));
-    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flags.get(), 0, stream_s8_flags_bytes(grid), stream));
-    const XqLayout layout = stream_xq_layout(m);
+    ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Calls> calls, StreamS8Calls::create(sc, b, m, stream));
+    const int grid = calls->grid();
     // What the layer runs: quantizing inside the kernel where it can.
-    const bool served_fuse = stream_s8_can_fuse(m, sc.k, ElemType::kBF16, b.x.get());
+    const bool served_fuse = calls->served_fuse();
     int shift = 0;  // StreamS8Args::range_shift of the traced launches
     auto op = [&](int s, bool pdl, int stages, uint64_t* trace, int prefetch = 0,
                   bool fuse = false) -> absl::Status {
-      QuantizeParams qp;
-      if (!fuse) {
-        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-            b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
-            azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
-      }
-      StreamS8Args a;
-      a.w_map = maps[s];
-      a.xq = xq.as<int8_t>();
-      a.sa = b.sa.as<float>();
-      a.azp = azp.as<int32_t>();
-      a.m = m;
-      a.n = sc.n;
-      a.k = sc.k;
-      a.w = b.w[s].as<int8_t>();
-      a.sb = b.sb.as<float>();
-      a.bias = b.bias.as<float>();
-      a.y = b.y.get();
-      a.counters = counters.as<int32_t>();
-      a.partials = partials.as<int32_t>();
-      a.grid = grid;
-      a.pdl = pdl;
-      a.stages = stages;
-      a.prefetch = prefetch;
-      a.trace = trace;
-      a.range_shift = trace != nullptr ? shift : 0;
-      if (fuse) {
-        a.fuse = true;
-        a.pdl = false;
-        a.x = b.x.get();
-        a.x_type = ElemType::kBF16;
-        a.qp = qp;
-        a.sa_out = b.sa.as<float>();
-        a.azp_out = azp.as<int32_t>();
-        a.flags = flags.as<uint64_t>();
-        a.token = 0x9e3779b97f4a7c15ull;
-      }
-      RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
-      return absl::OkStatus();
+      StreamS8Calls::Knobs k;
+      k.fuse = fuse;
+      k.pdl = pdl;
+      k.stages = stages;
+      k.prefetch = prefetch;
+      k.trace = trace;
+      k.range_shift = trace != nullptr ? shift : 0;
+      return calls->enqueue(s, k, stream);
     };
     ASSIGN_OR_RETURN(const double served_us, median_us(stream, b.copies, o, [&](int s) {
                        return op(s, true, 0, nullptr, 0, served_fuse);
@@ -878,67 +927,21 @@ class L2FlushRead {
 // ring's first fill prefetched into L2 at each block's start (StreamS8Args::l2_prefetch), timed in
 // turns, the outputs compared with the first's.
 absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
-                                     cudaStream_t stream_arg) {
-  cudaStream_t stream = stream_arg;
-  int grid = 0;
-  RETURN_IF_CUDA_ERROR(stream_s8_grid(sc.n, sc.k, &grid));
-  std::vector<StreamTmaMap> maps(b.copies);
-  for (int s = 0; s < b.copies; ++s) {
-    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
-  }
+                                     cudaStream_t stream) {
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   const int kAhead[] = {0, 2, 4, 8};
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
-    DeviceBuffer xq, counters, partials, azp, flags, y2;
-    RETURN_IF_ERROR(xq.allocate(stream_xq_bytes(m, sc.k), "blocked xq"));
-    RETURN_IF_ERROR(
-        counters.allocate(static_cast<size_t>(stream_s8_counters(sc.n)) * 4, "counters"));
-    RETURN_IF_ERROR(partials.allocate(stream_s8_partials_bytes(grid, m), "partials"));
-    RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(m) * 4, "azp"));
-    RETURN_IF_ERROR(flags.allocate(stream_s8_flags_bytes(grid), "flags"));
+    ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Calls> calls, StreamS8Calls::create(sc, b, m, stream));
+    DeviceBuffer y2;
     RETURN_IF_ERROR(y2.allocate(static_cast<size_t>(m * sc.n) * 2, "y"));
-    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flags.get(), 0, stream_s8_flags_bytes(grid), stream));
-    const XqLayout layout = stream_xq_layout(m);
-    const bool fuse = stream_s8_can_fuse(m, sc.k, ElemType::kBF16, b.x.get());
-    auto op = [&](int s, int ahead, int stages, void* y,
-                  cudaStream_t stream_ = nullptr) -> absl::Status {
-      cudaStream_t stream = stream_ != nullptr ? stream_ : stream_arg;
-      QuantizeParams qp;
-      if (!fuse) {
-        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-            b.x.get(), ElemType::kBF16, m, sc.k, qp, xq.as<int8_t>(), b.sa.as<float>(),
-            azp.as<int32_t>(), stream, counters.as<int32_t>(), stream_s8_counters(sc.n), &layout));
-      }
-      StreamS8Args a;
-      a.w_map = maps[s];
-      a.l2_prefetch = ahead;
-      a.stages = stages;
-      a.xq = xq.as<int8_t>();
-      a.sa = b.sa.as<float>();
-      a.azp = azp.as<int32_t>();
-      a.m = m;
-      a.n = sc.n;
-      a.k = sc.k;
-      a.w = b.w[s].as<int8_t>();
-      a.sb = b.sb.as<float>();
-      a.bias = b.bias.as<float>();
-      a.y = y;
-      a.counters = counters.as<int32_t>();
-      a.partials = partials.as<int32_t>();
-      a.grid = grid;
-      a.pdl = !fuse;
-      if (fuse) {
-        a.fuse = true;
-        a.x = b.x.get();
-        a.x_type = ElemType::kBF16;
-        a.qp = qp;
-        a.sa_out = b.sa.as<float>();
-        a.azp_out = azp.as<int32_t>();
-        a.flags = flags.as<uint64_t>();
-        a.token = 0x9e3779b97f4a7c15ull;
-      }
-      RETURN_IF_CUDA_ERROR(launch_stream_s8(a, stream));
-      return absl::OkStatus();
+    const bool fuse = calls->served_fuse();
+    auto op = [&](int s, int ahead, int stages, void* y, cudaStream_t on) -> absl::Status {
+      StreamS8Calls::Knobs k;
+      k.fuse = fuse;
+      k.stages = stages;
+      k.l2_prefetch = ahead;
+      k.y = y;
+      return calls->enqueue(s, k, on);
     };
     // Every variant's output against the first's, bit for bit.
     const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
@@ -946,7 +949,7 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
     bool same = true;
     for (int stages : {2, 3}) {
       for (int ahead : kAhead) {
-        RETURN_IF_ERROR(op(0, ahead, stages, y2.get()));
+        RETURN_IF_ERROR(op(0, ahead, stages, y2.get(), stream));
         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
         std::vector<uint8_t>& dst = stages == 2 && ahead == 0 ? y_first : y_other;
         RETURN_IF_CUDA_ERROR(cudaMemcpy(dst.data(), y2.get(), y_bytes, cudaMemcpyDeviceToHost));
@@ -956,7 +959,8 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
     std::vector<std::function<absl::Status(int)>> cands;
     for (int stages : {2, 3}) {
       for (int ahead : kAhead) {
-        cands.push_back([&, ahead, stages](int s) { return op(s, ahead, stages, b.y.get()); });
+        cands.push_back(
+            [&, ahead, stages](int s) { return op(s, ahead, stages, b.y.get(), stream); });
       }
     }
     for (int round = 0; round < 3; ++round) {
@@ -982,10 +986,9 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
         for (int round = 0; round < 5; ++round) {
           for (size_t c = 0; c < cands.size(); ++c) {
             const int stages = c < 4 ? 2 : 3, ahead = kAhead[c % 4];
-            ASSIGN_OR_RETURN(const double t,
-                             timer->median_us(15, cold, [&](cudaStream_t ts) {
-                               return op(0, ahead, stages, b.y.get(), ts);
-                             }));
+            ASSIGN_OR_RETURN(const double t, timer->median_us(15, cold, [&](cudaStream_t ts) {
+              return op(0, ahead, stages, b.y.get(), ts);
+            }));
             us[c].push_back(t);
           }
         }
