@@ -15,7 +15,9 @@
 //     helper warps gather the rows' statistics and quantize them there with the quantize
 //     kernel's device code (block 0 writes sa and azp for the caller). No quantize kernel and no
 //     grid dependency: up to 1.6 us less than the two launches at M = 1 on the H200 benchmark's
-//     layers, and the ring depth of this form (2 or 3 slots) is timed per layer at load.
+//     layers. This form's ring is timed per layer at load: 2 or 3 slots, and 0, 2 or 4 units past
+//     them prefetched into L2 at each block's start, so that DRAM keeps streaming while the full
+//     ring waits for the quantized rows (1-2 us on the largest layers).
 //   - Otherwise two launches: the quantize kernel (cuda.quantize, which also zeroes this call's
 //     counters), then this kernel as its programmatic dependent. Each block's producer warp
 //     issues its first ring of weight copies before griddepcontrol.wait, so the weights stream
