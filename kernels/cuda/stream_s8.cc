@@ -119,7 +119,10 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // slots and 2 or 4 units ahead), so only the start prefetches.
 // Load times the five candidates that won somewhere. (The two-launch form gained only on 57344 x
 // 8192 at M = 16, 124.4 -> 123.0 us with 3 slots + 2, where cuda.cutlass_sm90 serves; it
-// prefetches nothing.)
+// prefetches nothing. Nor did that form gain when its launch asked only for its slots' shared
+// memory, so that its blocks could share the SMs with the quantize kernel's and start streaming
+// at once: M = 16, 3 slots, us, all / its slots' shared memory, 8192 x 28672 70.0 / 69.9-70.1,
+// 8192 x 8192 28.3-28.4 / 28.3-28.4, 4096 x 14336 27.4 / 27.4-27.5.)
 //
 // How they are timed matters. After the autotune's L2 read (measure_us) the prefetch gained
 // nothing: 8192 x 28672, us, 2 slots + 0 / 2 / 4, 3 slots + 0 / 2: 66.7 / 66.6 / 66.7, 66.9 /
