@@ -262,24 +262,34 @@ StreamContext* StreamPool::acquire() {
 
 // --- CudaPreparedKernel::measure_us --------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<CallTimer>> CallTimer::create() {
-  constexpr size_t kMinFlushBytes = size_t{128} << 20;  // over twice the H100/H200 L2
+absl::StatusOr<int64_t> device_l2_bytes() {
   int device = 0, l2_bytes = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  return l2_bytes;
+}
+
+absl::StatusOr<std::unique_ptr<CallTimer>> CallTimer::create() {
   std::unique_ptr<CallTimer> t(new CallTimer());
-  RETURN_IF_ERROR(
-      t->flush_.allocate(std::max(kMinFlushBytes, size_t{4} * static_cast<size_t>(l2_bytes)),
-                         "an L2 flush buffer for timing"));
   RETURN_IF_ERROR(t->sink_.allocate(sizeof(uint32_t), "the L2 flush's sink"));
   RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&t->stream_, cudaStreamNonBlocking));
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&t->start_));
   RETURN_IF_CUDA_ERROR(cudaEventCreate(&t->end_));
+  return t;
+}
+
+absl::Status CallTimer::ensure_flush() {
+  if (flush_.get() != nullptr) return absl::OkStatus();
+  constexpr size_t kMinFlushBytes = size_t{128} << 20;  // over twice the H100/H200 L2
+  ASSIGN_OR_RETURN(const int64_t l2_bytes, device_l2_bytes());
+  RETURN_IF_ERROR(
+      flush_.allocate(std::max(kMinFlushBytes, size_t{4} * static_cast<size_t>(l2_bytes)),
+                      "an L2 flush buffer for timing"));
   // Written once here, so that the flushes read initialised memory; these lines are written back
   // before any timed call.
-  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(t->flush_.get(), 0, t->flush_.size(), t->stream_));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(t->stream_));
-  return t;
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(flush_.get(), 0, flush_.size(), stream_));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
 }
 
 CallTimer::~CallTimer() {
@@ -296,6 +306,7 @@ CallTimer::~CallTimer() {
 
 absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
                                             absl::FunctionRef<absl::Status(cudaStream_t)> call) {
+  if (cold) RETURN_IF_ERROR(ensure_flush());
   std::vector<double> us;
   for (int i = 0; i < std::max(reps, 1); ++i) {
     if (cold) {

@@ -139,10 +139,14 @@ double median_of(std::vector<double>& samples);
 // equal ones); each candidate's samples are reordered, and each holds at least one.
 size_t lowest_median(std::vector<std::vector<double>>& samples);
 
-// Times calls for load-time choices (autotune, tile tuning): a private stream, two events and a
-// buffer of 4x the L2 (at least 128 MiB) whose read-only pass before a timed call leaves the L2
-// cold, as a served layer finds it (its weights were read a layer ago; reading rather than
-// writing leaves no dirty lines to write back during the call). Synchronises after every call.
+// The current device's L2 cache size in bytes.
+absl::StatusOr<int64_t> device_l2_bytes();
+
+// Times calls for load-time choices (autotune, tile tuning): a private stream, two events and,
+// from the first cold timing on, a buffer of 4x the L2 (at least 128 MiB) whose read-only pass
+// before a timed call leaves the L2 cold, as a served layer finds it (its weights were read a
+// layer ago; reading rather than writing leaves no dirty lines to write back during the call).
+// Synchronises after every call.
 class CallTimer {
  public:
   static absl::StatusOr<std::unique_ptr<CallTimer>> create();
@@ -157,6 +161,8 @@ class CallTimer {
 
  private:
   CallTimer() = default;
+  // Allocates and initialises flush_ unless it already is.
+  absl::Status ensure_flush();
   DeviceBuffer flush_, sink_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, end_ = nullptr;

@@ -147,10 +147,8 @@ absl::Status StreamS8Prepared::tune_fused_ring() {
   constexpr int kRingRounds = 5;
   const LayerConfig& c = weights_.config;
   if (!stream_s8_fuses_rows(1, c.k)) return absl::OkStatus();
-  int device = 0, l2_bytes = 0;
-  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
-  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  const bool cold = c.n * c.k <= 2 * static_cast<int64_t>(l2_bytes);
+  ASSIGN_OR_RETURN(const int64_t l2_bytes, device_l2_bytes());
+  const bool cold = c.n * c.k <= 2 * l2_bytes;
   std::vector<std::vector<double>> us(std::size(kRings));
   for (int r = 0; r < kRingRounds; ++r) {
     for (size_t j = 0; j < std::size(kRings); ++j) {
