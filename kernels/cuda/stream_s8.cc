@@ -116,7 +116,13 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // Keeping the prefetch a fixed distance ahead of the ring for the whole range (one more unit
 // prefetched as each unit is issued) made every layer but the two smallest 11-26% slower
 // (4096 x 14336 25.0 -> 27.8, 8192 x 28672 65.3 -> 81.3, 57344 x 8192 118.7 -> 150.0 us with 2
-// slots and 2 or 4 units ahead), so only the start prefetches.
+// slots and 2 or 4 units ahead), so only the start prefetches. Nor did prefetching the last 2, 4
+// or 8 units of each block's range into L2 at once, as its producer issues the ring's load that
+// leaves only those (so that a block has more bytes in flight near its end, where the blocks
+// finish 4-9 us apart): M = 1, us, medians of three rounds in turns, 2 slots + 0 / + 0 and 2, 4,
+// 8 at the end: 8192 x 28672 67.1 / 67.6, 67.7, 70.9; 57344 x 8192 121.3 / 121.5, 122.0, 126.4;
+// 28672 x 4096 37.5 / 38.3, 38.8, 42.4; 8192 x 8192 25.6 / 26.7, 27.4, 31.0. The two-launch form
+// at M = 16 gained at most 0.7 us (8192 x 28672, 3 slots + 4 at the end: 70.0 -> 69.3).
 // Load times the five candidates that won somewhere. (The two-launch form gained only on 57344 x
 // 8192 at M = 16, 124.4 -> 123.0 us with 3 slots + 2, where cuda.cutlass_sm90 serves; it
 // prefetches nothing. Nor did that form gain when its launch asked only for its slots' shared
