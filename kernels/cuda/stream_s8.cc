@@ -19,6 +19,9 @@
 namespace qlinear::gpu {
 namespace {
 
+// The token count at which the two-launch form's L2 prefetch is timed at load (the 2..16 bucket's).
+constexpr int64_t kTunedUnfusedM = 16;
+
 // Where a call keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
   size_t flags = 0, xq = 0, sa = 0, azp = 0, counters = 0, partials = 0, total = 0;
@@ -65,6 +68,9 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   // prefetched into L2 past them (StreamS8Args::l2_prefetch), timed at load (tune_fused_ring).
   int fused_stages_ = 0;
   int fused_ahead_ = 0;
+  // The two-launch form's units prefetched into L2 past its ring (default depth), timed at load
+  // at M = 16 (tune_fused_ring); -1 when not timed.
+  int unfused_ahead_ = -1;
   std::string tune_error_;  // why tune_fused_ring failed, if it did
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
@@ -87,6 +93,7 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     cudaGetLastError();
     p->fused_stages_ = 0;
     p->fused_ahead_ = 0;
+    p->unfused_ahead_ = -1;
     p->tune_error_ = std::string(s.message());
   }
   return p;
@@ -123,12 +130,27 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // 8 at the end: 8192 x 28672 67.1 / 67.6, 67.7, 70.9; 57344 x 8192 121.3 / 121.5, 122.0, 126.4;
 // 28672 x 4096 37.5 / 38.3, 38.8, 42.4; 8192 x 8192 25.6 / 26.7, 27.4, 31.0. The two-launch form
 // at M = 16 gained at most 0.7 us (8192 x 28672, 3 slots + 4 at the end: 70.0 -> 69.3).
-// Load times the five candidates that won somewhere. (The two-launch form gained only on 57344 x
-// 8192 at M = 16, 124.4 -> 123.0 us with 3 slots + 2, where cuda.cutlass_sm90 serves; it
-// prefetches nothing. Nor did that form gain when its launch asked only for its slots' shared
-// memory, so that its blocks could share the SMs with the quantize kernel's and start streaming
-// at once: M = 16, 3 slots, us, all / its slots' shared memory, 8192 x 28672 70.0 / 69.9-70.1,
-// 8192 x 8192 28.3-28.4 / 28.3-28.4, 4096 x 14336 27.4 / 27.4-27.5.)
+// The figures above were measured with the weights' TMA loads promoting each L2 fetch to 256
+// bytes. With 128 bytes (stream_s8_weights_map) the weights stream faster, and a third slot and
+// the prefetch pay more often (bench --stream_prefetch, M = 1, us, medians of three rounds in
+// turns; 2 slots + 0 / 2 / 4 / 8 units, then 3 slots + the same):
+//   6144 x 4096      15.0 / 15.7 / 16.3 / 16.3      15.1 / 16.2 / 16.3 / 16.5
+//   4096 x 4096      14.1 / 14.0 / 13.6 / 13.6      13.7 / 14.3 / 13.9 / 14.0
+//   28672 x 4096     37.7 / 37.4 / 37.3 / 38.0      36.6 / 36.5 / 37.1 / 37.3
+//   4096 x 14336     24.6 / 23.7 / 23.6 / 25.5      23.6 / 23.2 / 23.7 / 25.5
+//   8192 x 8192      25.5 / 25.3 / 25.3 / 26.7      24.6 / 24.5 / 25.3 / 26.5
+//   57344 x 8192    121.3 / 119.8 / 119.7 / 119.8  115.1 / 114.6 / 114.6 / 114.3
+//   8192 x 28672     67.2 / 65.9 / 65.0 / 64.6      63.9 / 62.4 / 61.2 / 61.3
+// so load times 2 slots, and 3 slots with 0, 2, 4 or 8 units. The two-launch form (M = 16, 3
+// slots, 0 / 2 / 4 / 8 units) gains from the prefetch too now, while the quantize kernel runs:
+// 57344 x 8192 124.8 / 122.0 / 120.8 / 120.9, 8192 x 28672 69.0 / 67.8 / 66.7 / 66.2, 8192 x
+// 8192 28.4 / 27.5 / 27.6 / 29.0, 28672 x 4096 43.2 / 41.8 / 42.2 / 43.4, but 6144 x 4096
+// 17.8 / 18.3 / 18.2 / 18.2; so load times its prefetch at M = 16 as well (kTunedUnfusedM).
+// (With the 256-byte promotion the two-launch form gained only on 57344 x 8192, 124.4 -> 123.0
+// us with 3 slots + 2, and prefetched nothing. Nor did that form gain when its launch asked only
+// for its slots' shared memory, so that its blocks could share the SMs with the quantize kernel's
+// and start streaming at once: M = 16, 3 slots, us, all / its slots' shared memory, 8192 x
+// 28672 70.0 / 69.9-70.1, 8192 x 8192 28.3-28.4 / 28.3-28.4, 4096 x 14336 27.4 / 27.4-27.5.)
 //
 // How they are timed matters. After the autotune's L2 read (measure_us) the prefetch gained
 // nothing: 8192 x 28672, us, 2 slots + 0 / 2 / 4, 3 slots + 0 / 2: 66.7 / 66.6 / 66.7, 66.9 /
@@ -149,26 +171,39 @@ absl::Status StreamS8Prepared::tune_fused_ring() {
   struct Ring {
     int stages, ahead;
   };
-  constexpr Ring kRings[] = {{2, 0}, {3, 0}, {2, 2}, {3, 2}, {2, 4}};
+  constexpr Ring kRings[] = {{2, 0}, {3, 0}, {3, 2}, {3, 4}, {3, 8}};
+  constexpr int kAheads[] = {0, 2, 4, 8};
   constexpr int kRingRounds = 5;
   const LayerConfig& c = weights_.config;
-  if (!stream_s8_fuses_rows(1, c.k)) return absl::OkStatus();
   ASSIGN_OR_RETURN(const int64_t l2_bytes, device_l2_bytes());
   const bool cold = c.n * c.k <= 2 * l2_bytes;
-  std::vector<std::vector<double>> us(std::size(kRings));
-  for (int r = 0; r < kRingRounds; ++r) {
-    for (size_t j = 0; j < std::size(kRings); ++j) {
-      fused_stages_ = kRings[j].stages;
-      fused_ahead_ = kRings[j].ahead;
-      // The autotune's own measurement (made-up bf16 activations), with this ring.
-      ASSIGN_OR_RETURN(const double t,
-                       measure_us(ProblemShape{1, c.n, c.k, DType::kBF16, DType::kBF16}, cold));
-      us[j].push_back(t);
+  // Each candidate set (applied by `set`) timed in turns at m tokens, through the autotune's own
+  // measurement (made-up bf16 activations); returns the fastest candidate's index.
+  auto fastest = [&](size_t count, int64_t m, auto set) -> absl::StatusOr<size_t> {
+    std::vector<std::vector<double>> us(count);
+    for (int r = 0; r < kRingRounds; ++r) {
+      for (size_t j = 0; j < count; ++j) {
+        set(j);
+        ASSIGN_OR_RETURN(const double t,
+                         measure_us(ProblemShape{m, c.n, c.k, DType::kBF16, DType::kBF16}, cold));
+        us[j].push_back(t);
+      }
     }
+    return lowest_median(us);
+  };
+  if (stream_s8_fuses_rows(1, c.k)) {
+    ASSIGN_OR_RETURN(const size_t best, fastest(std::size(kRings), 1, [&](size_t j) {
+                       fused_stages_ = kRings[j].stages;
+                       fused_ahead_ = kRings[j].ahead;
+                     }));
+    fused_stages_ = kRings[best].stages;
+    fused_ahead_ = kRings[best].ahead;
   }
-  const Ring best = kRings[lowest_median(us)];
-  fused_stages_ = best.stages;
-  fused_ahead_ = best.ahead;
+  if (!stream_s8_fuses_rows(kTunedUnfusedM, c.k)) {
+    ASSIGN_OR_RETURN(const size_t best, fastest(std::size(kAheads), kTunedUnfusedM,
+                                                [&](size_t j) { unfused_ahead_ = kAheads[j]; }));
+    unfused_ahead_ = kAheads[best];
+  }
   return absl::OkStatus();
 }
 
@@ -186,7 +221,10 @@ std::string StreamS8Prepared::variant(int64_t m) const {
             : absl::StrCat("the default slots (timing them at load failed: ", tune_error_, ")");
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
-  return "the quantize kernel first, this kernel as its programmatic dependent";
+  const std::string two = "the quantize kernel first, this kernel as its programmatic dependent";
+  if (unfused_ahead_ < 0) return two;
+  return absl::StrCat(two, "; ", unfused_ahead_, " units prefetched into L2 past its ring (timed ",
+                      "fastest at load, M=", kTunedUnfusedM, ")");
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
@@ -245,6 +283,7 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
     g.flags = at<uint64_t>(scratch, L.flags);
     g.token = token_;
   } else {
+    g.l2_prefetch = unfused_ahead_ > 0 ? unfused_ahead_ : 0;
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, x_type, m, c.k, qp, xq, sa, azp, stream,
                                             counters, stream_s8_counters(c.n), &layout));
   }

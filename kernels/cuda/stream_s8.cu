@@ -812,10 +812,19 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
   const cuuint32_t box[2] = {kBox, kStreamRows};
   const cuuint32_t elem_strides[2] = {1, 1};
+  // Each L2 fetch promoted to 128 bytes, one box row: promoting to 256 bytes made the weights
+  // stream 4-8% slower on the H200. Read alone in this kernel's order (one block per SM, a ring of
+  // 32 KB units of four boxes), us, 256 / 128-byte promotion / none, then the same bytes by 1-D
+  // bulk copies of 32 KB (a packed layout's read) and by a plain read from every SM: 57344 x 8192
+  // 116.0 / 109.7 / 109.8, 107.2, 107.0; 8192 x 28672 60.7 / 58.8 / 59.0, 56.1, 55.5; 28672 x
+  // 4096 31.9 / 31.2 / 31.1, 30.4, 29.2; 8192 x 8192 20.6 / 20.2 / 20.2, 19.4, 20.0 (with 3 slots
+  // and 128 bytes: 108.0, 57.3, 30.6, 19.7). One 3-D box per unit (128 bytes x 64 rows x 4) read
+  // as slowly as the four 2-D boxes; 1-D bulk copies of each row's 512 bytes, twice as slowly.
+  // (cuda.cutlass_sm90's descriptors, made by CUTLASS, promote to 128 bytes.)
   const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
                             const_cast<int8_t*>(w), dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
