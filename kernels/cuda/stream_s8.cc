@@ -141,8 +141,10 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 //   8192 x 8192      25.5 / 25.3 / 25.3 / 26.7      24.6 / 24.5 / 25.3 / 26.5
 //   57344 x 8192    121.3 / 119.8 / 119.7 / 119.8  115.1 / 114.6 / 114.6 / 114.3
 //   8192 x 28672     67.2 / 65.9 / 65.0 / 64.6      63.9 / 62.4 / 61.2 / 61.3
-// so load times 2 slots, and 3 slots with 0, 2, 4 or 8 units. The two-launch form (M = 16, 3
-// slots, 0 / 2 / 4 / 8 units) gains from the prefetch too now, while the quantize kernel runs:
+// so load times 2 slots, and 3 slots with 0, 2, 4 or 8 units. Four slots won nowhere (both forms,
+// 0-8 units: 8192 x 28672 at M = 1 61.2 vs 61.1, at M = 16 67.2 vs 66.3; 57344 x 8192 114.7 vs
+// 114.3, 121.5 vs 120.5; within 0.5 us or slower on the other layers). The two-launch form (M = 16,
+// 3 slots, 0 / 2 / 4 / 8 units) gains from the prefetch too now, while the quantize kernel runs:
 // 57344 x 8192 124.8 / 122.0 / 120.8 / 120.9, 8192 x 28672 69.0 / 67.8 / 66.7 / 66.2, 8192 x
 // 8192 28.4 / 27.5 / 27.6 / 29.0, 28672 x 4096 43.2 / 41.8 / 42.2 / 43.4, but 6144 x 4096
 // 17.8 / 18.3 / 18.2 / 18.2; so load times its prefetch at M = 16 as well (kTunedUnfusedM).
