@@ -69,7 +69,7 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   int fused_stages_ = 0;
   int fused_ahead_ = 0;
   // The two-launch form's units prefetched into L2 past its ring (default depth), timed at load
-  // at M = 16 (tune_fused_ring); -1 when not timed.
+  // at M = 16 on layers larger than the L2 (tune_fused_ring); -1 when not timed (none then).
   int unfused_ahead_ = -1;
   std::string tune_error_;  // why tune_fused_ring failed, if it did
   StreamTmaMap w_map_;
@@ -147,7 +147,9 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // 3 slots, 0 / 2 / 4 / 8 units) gains from the prefetch too now, while the quantize kernel runs:
 // 57344 x 8192 124.8 / 122.0 / 120.8 / 120.9, 8192 x 28672 69.0 / 67.8 / 66.7 / 66.2, 8192 x
 // 8192 28.4 / 27.5 / 27.6 / 29.0, 28672 x 4096 43.2 / 41.8 / 42.2 / 43.4, but 6144 x 4096
-// 17.8 / 18.3 / 18.2 / 18.2; so load times its prefetch at M = 16 as well (kTunedUnfusedM).
+// 17.8 / 18.3 / 18.2 / 18.2; so load times its prefetch at M = 16 as well (kTunedUnfusedM), on
+// layers larger than the L2 only: on the two smaller benchmark layers it gained at most 0.4 us
+// (4096 x 4096 15.9 -> 15.5) or lost, and its 20 timings add about 30 ms to a layer's load.
 // (With the 256-byte promotion the two-launch form gained only on 57344 x 8192, 124.4 -> 123.0
 // us with 3 slots + 2, and prefetched nothing. Nor did that form gain when its launch asked only
 // for its slots' shared memory, so that its blocks could share the SMs with the quantize kernel's
@@ -201,7 +203,7 @@ absl::Status StreamS8Prepared::tune_fused_ring() {
     fused_stages_ = kRings[best].stages;
     fused_ahead_ = kRings[best].ahead;
   }
-  if (!stream_s8_fuses_rows(kTunedUnfusedM, c.k)) {
+  if (!stream_s8_fuses_rows(kTunedUnfusedM, c.k) && c.n * c.k > l2_bytes) {
     ASSIGN_OR_RETURN(const size_t best, fastest(std::size(kAheads), kTunedUnfusedM,
                                                 [&](size_t j) { unfused_ahead_ = kAheads[j]; }));
     unfused_ahead_ = kAheads[best];
@@ -225,8 +227,9 @@ std::string StreamS8Prepared::variant(int64_t m) const {
   }
   const std::string two = "the quantize kernel first, this kernel as its programmatic dependent";
   if (unfused_ahead_ < 0) return two;
-  return absl::StrCat(two, "; ", unfused_ahead_, " units prefetched into L2 past its ring (timed ",
-                      "fastest at load, M=", kTunedUnfusedM, ")");
+  return absl::StrCat(
+      two, "; ", unfused_ahead_ > 0 ? absl::StrCat(unfused_ahead_) : std::string("no"),
+      " units prefetched into L2 past its ring (timed fastest at load, M=", kTunedUnfusedM, ")");
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
