@@ -338,16 +338,16 @@ class StreamS8Kernel final : public Kernel {
   // weights rotated past L2, bf16 in/out, bias), op time in us, this kernel / cuda.cutlass_sm90 /
   // cuda.cublaslt / cuda.gemv_s8 (M = 1 quantizing inside the launch):
   //   (N, K)          M=1                          M=16
-  //   6144 x 4096     15.2 / 18.0 / 19.9 / 20.6     17.8 / 16.6 / 19.2 / 30.3
-  //   4096 x 4096     13.7 / 15.8 / 19.4 / 19.8     15.6 / 15.0 / 17.5 / 29.0
-  //   28672 x 4096    36.1 / 38.2 / 41.1 / 45.1     40.8 / 38.3 / 42.8 / 67.4
-  //   4096 x 14336    23.9 / 36.4 / 40.2 / 32.4     26.1 / 30.7 / 29.9 / 51.5
-  //   8192 x 8192     25.2 / 30.2 / 30.0 / 39.2     27.1 / 31.9 / 32.9 / 58.8
-  //   57344 x 8192   118.4 / 121.9 / 170.3 / 138.0  121.4 / 121.9 / 172.0 / 181.2
-  //   8192 x 28672    68.4 / 79.9 / 76.7 / 85.3     69.0 / 88.1 / 78.0 / 123.4
+  //   6144 x 4096     15.2 / 16.3 / 19.9 / 20.5     17.8 / 15.6 / 19.1 / 30.1
+  //   4096 x 4096     13.9 / 14.9 / 19.6 / 19.8     16.0 / 14.4 / 17.5 / 29.2
+  //   28672 x 4096    36.1 / 38.8 / 42.3 / 45.6     41.0 / 38.6 / 44.1 / 68.2
+  //   4096 x 14336    23.3 / 32.8 / 40.3 / 32.5     26.5 / 29.1 / 30.3 / 51.6
+  //   8192 x 8192     24.0 / 31.1 / 30.6 / 39.8     27.2 / 27.3 / 33.3 / 59.5
+  //   57344 x 8192   114.9 / 122.1 / 174.2 / 138.8  119.7 / 124.7 / 176.0 / 181.3
+  //   8192 x 28672    63.4 / 79.1 / 77.5 / 84.5     66.9 / 84.3 / 73.8 / 123.5
   // At M = 1 it wins on every layer; at M = 16 where K is long or the layer wide (one share per
-  // SM whatever the tile grid), within 7% elsewhere. The server's
-  // autotune measures each layer and keeps the fastest. Not
+  // SM whatever the tile grid), within 14% elsewhere. The server's autotune measures each layer
+  // and keeps the fastest. Not
   // beyond 32 tokens: with 8 n-blocks (M = 64) the mma.sync work outran the stream, 1.3-1.7x
   // cuda.cutlass_sm90's time on every benchmark layer (57344 x 8192: 179.7 against 123.1 us).
   // Between those M (bench --small_m, one run, this kernel / cuda.cutlass_sm90, us):
