@@ -68,9 +68,15 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   // prefetched into L2 past them (StreamS8Args::l2_prefetch), timed at load (tune_fused_ring).
   int fused_stages_ = 0;
   int fused_ahead_ = 0;
-  // The two-launch form's units prefetched into L2 past its ring (default depth), timed at load
-  // at M = 16 on layers larger than the L2 (tune_fused_ring); -1 when not timed (none then).
-  int unfused_ahead_ = -1;
+  // The two-launch form's ring slots filled before the grid dependency (StreamS8Args::prefetch:
+  // 0 all, -1 none) and units prefetched into L2 past them (StreamS8Args::l2_prefetch), timed at
+  // load at M = 16 on layers larger than the L2 (tune_fused_ring); not timed, the whole ring and
+  // no prefetch.
+  struct Start {
+    int slots = 0, ahead = 0;
+  };
+  Start unfused_start_;
+  bool unfused_timed_ = false;
   std::string tune_error_;  // why tune_fused_ring failed, if it did
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
@@ -93,7 +99,8 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     cudaGetLastError();
     p->fused_stages_ = 0;
     p->fused_ahead_ = 0;
-    p->unfused_ahead_ = -1;
+    p->unfused_start_ = Start{};
+    p->unfused_timed_ = false;
     p->tune_error_ = std::string(s.message());
   }
   return p;
@@ -149,7 +156,17 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
 // 8192 28.4 / 27.5 / 27.6 / 29.0, 28672 x 4096 43.2 / 41.8 / 42.2 / 43.4, but 6144 x 4096
 // 17.8 / 18.3 / 18.2 / 18.2; so load times its prefetch at M = 16 as well (kTunedUnfusedM), on
 // layers larger than the L2 only: on the two smaller benchmark layers it gained at most 0.4 us
-// (4096 x 4096 15.9 -> 15.5) or lost, and its 20 timings add about 30 ms to a layer's load.
+// (4096 x 4096 15.9 -> 15.5) or lost, and its timings add tens of milliseconds to a load. Filling
+// fewer ring slots before the grid dependency, the prefetch taking the units after them, paid
+// more on those layers (M = 16, 3 slots, us; the whole ring filled + 0 / + 4 units, 1 slot + 4 /
+// + 8, none + 4 / + 8):
+//   8192 x 28672    69.1 / 66.6    65.5 / 65.8    64.6 / 64.9
+//   57344 x 8192   124.5 / 119.9  119.4 / 120.4  119.9 / 120.4
+//   8192 x 8192     28.3 / 27.6    26.9 / 28.9    27.0 / 29.3
+//   4096 x 14336    26.9 / 26.5    26.0 / 27.2    26.0 / 27.6
+//   28672 x 4096    43.0 / 41.8    40.5 / 43.1    41.2 / 43.1
+// so the two-launch form times five starts: the whole ring + 0 or 4 units, 1 slot + 4 or 8, none
+// + 4.
 // (With the 256-byte promotion the two-launch form gained only on 57344 x 8192, 124.4 -> 123.0
 // us with 3 slots + 2, and prefetched nothing. Nor did that form gain when its launch asked only
 // for its slots' shared memory, so that its blocks could share the SMs with the quantize kernel's
@@ -176,7 +193,7 @@ absl::Status StreamS8Prepared::tune_fused_ring() {
     int stages, ahead;
   };
   constexpr Ring kRings[] = {{2, 0}, {3, 0}, {3, 2}, {3, 4}, {3, 8}};
-  constexpr int kAheads[] = {0, 2, 4, 8};
+  constexpr Start kStarts[] = {{0, 0}, {0, 4}, {1, 4}, {-1, 4}, {1, 8}};
   constexpr int kRingRounds = 5;
   const LayerConfig& c = weights_.config;
   ASSIGN_OR_RETURN(const int64_t l2_bytes, device_l2_bytes());
@@ -204,9 +221,10 @@ absl::Status StreamS8Prepared::tune_fused_ring() {
     fused_ahead_ = kRings[best].ahead;
   }
   if (!stream_s8_fuses_rows(kTunedUnfusedM, c.k) && c.n * c.k > l2_bytes) {
-    ASSIGN_OR_RETURN(const size_t best, fastest(std::size(kAheads), kTunedUnfusedM,
-                                                [&](size_t j) { unfused_ahead_ = kAheads[j]; }));
-    unfused_ahead_ = kAheads[best];
+    ASSIGN_OR_RETURN(const size_t best, fastest(std::size(kStarts), kTunedUnfusedM,
+                                                [&](size_t j) { unfused_start_ = kStarts[j]; }));
+    unfused_start_ = kStarts[best];
+    unfused_timed_ = true;
   }
   return absl::OkStatus();
 }
@@ -226,10 +244,15 @@ std::string StreamS8Prepared::variant(int64_t m) const {
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
   const std::string two = "the quantize kernel first, this kernel as its programmatic dependent";
-  if (unfused_ahead_ < 0) return two;
-  return absl::StrCat(
-      two, "; ", unfused_ahead_ > 0 ? absl::StrCat(unfused_ahead_) : std::string("no"),
-      " units prefetched into L2 past its ring (timed fastest at load, M=", kTunedUnfusedM, ")");
+  if (!unfused_timed_) return two;
+  const Start& st = unfused_start_;
+  return absl::StrCat(two, "; before it waits, ",
+                      st.slots == 0   ? std::string("its whole ring")
+                      : st.slots < 0  ? std::string("no ring slot")
+                      : st.slots == 1 ? std::string("1 ring slot")
+                                      : absl::StrCat(st.slots, " ring slots"),
+                      " filled and ", st.ahead > 0 ? absl::StrCat(st.ahead) : std::string("no"),
+                      " units prefetched into L2 (timed fastest at load, M=", kTunedUnfusedM, ")");
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
@@ -288,7 +311,8 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
     g.flags = at<uint64_t>(scratch, L.flags);
     g.token = token_;
   } else {
-    g.l2_prefetch = unfused_ahead_ > 0 ? unfused_ahead_ : 0;
+    g.prefetch = unfused_start_.slots;
+    g.l2_prefetch = unfused_start_.ahead;
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, x_type, m, c.k, qp, xq, sa, azp, stream,
                                             counters, stream_s8_counters(c.n), &layout));
   }

@@ -76,7 +76,9 @@
 // consumers quantize the rows (fused_row_params, fused_quantize_rows) before their first unit.
 // After the ring's first round the producer may prefetch the weights of the next l2_prefetch
 // units into L2 (one TMA prefetch per box), so that DRAM keeps streaming while the full ring
-// waits for the activations; which count pays is timed per layer (stream_s8.cc).
+// waits for the activations; which count pays is timed per layer (stream_s8.cc). Unfused, the
+// producer may fill fewer slots before griddepcontrol.wait (StreamS8Args::prefetch), the L2
+// prefetch then taking the units right after them; the layer times that too.
 //
 // Consumers: warp w multiplies rows [16 w, 16 w + 16) of the slot's row block: ldmatrix.x4 of the
 // weights (addresses unswizzled) is the A operand of mma.sync.m16n8k32 (s8 x s8 -> s32),
@@ -467,7 +469,8 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
     const int64_t pre_max = p.prefetch < 0 ? 0 : p.prefetch < S ? p.prefetch : S;
     const int64_t pre = count < pre_max ? count : pre_max;
     for (int64_t li = 0; li < pre; ++li) issue(li, true, true, false);
-    if (pre == S) prefetch(S, ahead_end);
+    // The units after those into L2 (after the whole ring when it is all filled here).
+    prefetch(pre, count < pre + a.l2_prefetch ? count : pre + a.l2_prefetch);
     grid_dependency_wait();
     if (lane == 0) trace_point(a, 1);
     for (int64_t li = 0; li < pre; ++li) issue(li, false, false, true);

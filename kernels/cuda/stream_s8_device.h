@@ -85,9 +85,9 @@ struct StreamS8Args {
   int32_t* partials = nullptr;
   // Blocks (one per SM at most: each holds a ring of nearly all of the SM's shared memory).
   int grid = 0;
-  // Benchmarks: ring slots (0: the default, stream_s8.cu; at most what shared memory holds) and
-  // how many are filled before the grid dependency (0: all, -1: none; a fused launch has no
-  // dependency and fills them all at once).
+  // Ring slots (0: the default, stream_s8.cu; at most what shared memory holds) and how many are
+  // filled before the grid dependency (0: all, -1: none; a fused launch has no dependency and
+  // fills them all at once).
   int stages = 0;
   int prefetch = 0;
   // Benchmarks only: block b takes the range of block (b + range_shift) % grid (every block must
@@ -122,9 +122,10 @@ struct StreamS8Args {
   int8_t* xq_out = nullptr;
   uint64_t* flags = nullptr;
   uint64_t token = 0;
-  // Units past the ring's first fill whose weights each block's producer prefetches into L2 at
-  // its start, so that DRAM keeps streaming while the ring waits for the activations (fused: their
-  // quantization; otherwise the grid dependency). 0: none.
+  // Units whose weights each block's producer prefetches into L2 at its start, past the ring
+  // slots it fills first (fused: the whole ring; otherwise those filled before the grid
+  // dependency), so that DRAM keeps streaming while the ring waits for the activations (fused:
+  // their quantization; otherwise the grid dependency). 0: none.
   int l2_prefetch = 0;
 };
 

@@ -146,14 +146,18 @@ TEST_F(StreamS8Test, EveryGridSumsExactly) {
       a.xq = dxq.as<int8_t>();
       a.sa = dsa.as<float>();
       a.counters = dcnt.as<int32_t>();
-      a.l2_prefetch = grid % 2 == 0 ? 3 : 0;  // L2 prefetches past the ring change nothing
+      // Neither the ring slots filled before the grid dependency (all, one or none) nor the L2
+      // prefetches after them change anything.
+      a.prefetch = grid % 3 == 0 ? 0 : grid % 3 == 1 ? 1 : -1;
+      a.l2_prefetch = grid % 2 == 0 ? 3 : 0;
       ASSERT_EQ(launch_stream_s8(a, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<int32_t> got(want.size());
       ASSERT_EQ(cudaMemcpy(got.data(), dacc.get(), got.size() * 4, cudaMemcpyDeviceToHost),
                 cudaSuccess);
       EXPECT_EQ(first_mismatch(want, got), -1)
-          << "M=" << m << " grid=" << grid << " prefetch=" << a.l2_prefetch;
+          << "M=" << m << " grid=" << grid << " slots first=" << a.prefetch
+          << " prefetch=" << a.l2_prefetch;
     }
   }
 }
@@ -288,8 +292,9 @@ TEST_F(StreamS8Test, FusedAndUnfusedCallsAlternateOnOneLayer) {
   }
 }
 
-// A layer larger than the L2: the two-launch form's L2 prefetch is timed at load too, the
-// explanation names it, and a call of that form with it is exact.
+// A layer larger than the L2: the two-launch form's start (ring slots filled before the grid
+// dependency, units prefetched into L2) is timed at load too, the explanation names it, and a
+// call of that form with it is exact.
 TEST_F(StreamS8Test, TimesTheTwoLaunchPrefetchOnLayersPastTheL2) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -299,12 +304,13 @@ TEST_F(StreamS8Test, TimesTheTwoLaunchPrefetchOnLayersPastTheL2) {
   const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true));
   if (p.kernel == nullptr) return;
   const std::string at16 = p.owner->variant(16);
-  // "...; P units prefetched into L2 past its ring (...)" (P a count or "no").
+  // "...; before it waits, S filled and P units prefetched into L2 (...)".
   EXPECT_TRUE(absl::StartsWith(
-      at16, "the quantize kernel first, this kernel as its programmatic dependent; "))
+      at16,
+      "the quantize kernel first, this kernel as its programmatic dependent; before it "
+      "waits, "))
       << at16;
-  EXPECT_TRUE(
-      absl::EndsWith(at16, " units prefetched into L2 past its ring (timed fastest at load, M=16)"))
+  EXPECT_TRUE(absl::EndsWith(at16, " units prefetched into L2 (timed fastest at load, M=16)"))
       << at16;
   EXPECT_TRUE(check_call(p, make_x(rng, 16, k, DType::kBF16), DType::kBF16, 16, DType::kBF16))
       << "N=" << n;
