@@ -19,7 +19,7 @@
 namespace qlinear::gpu {
 namespace {
 
-// The token count at which the two-launch form's L2 prefetch is timed at load (the 2..16 bucket's).
+// The token count at which the two-launch form's start is timed at load (the 2..16 bucket's).
 constexpr int64_t kTunedUnfusedM = 16;
 
 // Where a call keeps its intermediates inside the caller's scratch (each 256-byte aligned).

@@ -15,16 +15,19 @@
 //     helper warps gather the rows' statistics and quantize them there with the quantize
 //     kernel's device code (block 0 writes sa and azp for the caller). No quantize kernel and no
 //     grid dependency: up to 1.6 us less than the two launches at M = 1 on the H200 benchmark's
-//     layers. This form's ring is timed per layer at load: 2 or 3 slots, and 0, 2 or 4 units past
-//     them prefetched into L2 at each block's start, so that DRAM keeps streaming while the full
-//     ring waits for the quantized rows (1-2 us on the largest layers).
+//     layers. This form's ring is timed per layer at load: 2 slots, or 3 with 0, 2, 4 or 8 units
+//     past them prefetched into L2 at each block's start, so that DRAM keeps streaming while the
+//     full ring waits for the quantized rows (1-6 us on the largest layers).
 //   - Otherwise two launches: the quantize kernel (cuda.quantize, which also zeroes this call's
 //     counters), then this kernel as its programmatic dependent. Each block's producer warp
-//     issues its first ring of weight copies before griddepcontrol.wait, so the weights stream
-//     while the activations are quantized; the activations' copies follow the wait.
+//     issues its first weight copies before griddepcontrol.wait, so the weights stream while the
+//     activations are quantized; the activations' copies follow the wait. On layers larger than
+//     the L2, how many ring slots it fills first and how many units after them it prefetches into
+//     L2 is timed at load (at M = 16); smaller layers fill the whole ring.
 //   - TMA loads of the weights (boxes of 64 rows x 128 bytes, 128-byte swizzle, evict-first in
-//     L2) and one bulk copy per slot of every token's 512-byte slice of the activations, into a
-//     ring of 3 slots of 64 rows x 512 bytes (more slots measured slower).
+//     L2, each L2 fetch promoted to 128 bytes) and one bulk copy per slot of every token's
+//     512-byte slice of the activations, into a ring of 3 slots (2 where the one-launch form's
+//     timing picks them) of 64 rows x 512 bytes (more slots measured no faster).
 //   - Stream-K-like division: the layer's units (64 rows x 512 bytes of K) are cut into equal
 //     contiguous ranges, one per SM, so each SM streams long runs of the same rows; a row block
 //     shared by neighbouring ranges is reduced by its owner, the block holding its last unit
