@@ -30,12 +30,15 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
+//                          [--weights_hint]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
 //  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
 //  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
-//  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch)
+//  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
+//  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
+//  evict-first L2 hint, see compare_weights_hint)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -106,6 +109,7 @@ struct Options {
   bool sweep = true;
   bool scheduler = false;
   bool stream_prefetch = false;
+  bool weights_hint = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -1007,6 +1011,72 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
   return absl::OkStatus();
 }
 
+// --weights_hint: cuda.cutlass_sm90's op (the quantize kernel, then the GEMM launched as served:
+// the programmatic dependent up to M = 64, and up to 128 with a cluster, the tiles without one
+// then issuing their first stages' weights and prefetching 64 KB into L2 before the wait) on the
+// tiles served at M <= 256, with and without the evict-first L2 hint on the weights' loads
+// (CutlassSm90Args::weights_evict_first; it applies where each weight tile is read once), timed
+// in turns over three rounds, the outputs compared bit for bit.
+absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                  cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}}) {
+    const int slots = m <= 64 ? b.copies : 1;
+    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+    std::vector<std::function<absl::Status(int)>> cands;
+    std::vector<std::string> names;
+    bool same = true;
+    for (CutlassSm90Tile tile :
+         {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+          CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x128x128PingpongC2,
+          CutlassSm90Tile::k128x128x128Pingpong}) {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.pdl = m <= 64 || (m <= 128 && ops->cluster_ctas > 1);  // as served_with_pdl
+      g.weight_prefetch_bytes = 64 << 10;
+      g.weights_ahead = true;
+      if (!ops->can_implement(g)) continue;
+      std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
+      for (bool ef : {false, true}) {
+        g.weights_evict_first = ef;
+        auto op = [&, g, ops](int s) -> absl::Status {
+          RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
+          CutlassSm90Args gs = g;
+          gs.w = b.w[s].as<int8_t>();
+          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+          return absl::OkStatus();
+        };
+        RETURN_IF_ERROR(op(0));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        RETURN_IF_CUDA_ERROR(cudaMemcpy((ef ? y_other : y_first).data(), b.y.get(), y_bytes,
+                                        cudaMemcpyDeviceToHost));
+        cands.push_back(op);
+        names.push_back(absl::StrFormat("tile%d%s", static_cast<int>(tile), ef ? " ef" : ""));
+      }
+      if (y_other != y_first) same = false;
+    }
+    for (int round = 0; round < 3; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
+      std::string line = absl::StrFormat("weights-hint %-22s M=%-3lld round %d |",
+                                         shape_name(sc).c_str(), static_cast<long long>(m), round);
+      for (size_t c = 0; c < cands.size(); ++c) {
+        absl::StrAppendFormat(&line, " %s %6.1f", names[c], us[c]);
+      }
+      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
+                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+                            same ? "identical" : "DIFFERENT");
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
 // and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
 // stream order, as its programmatic dependent ("pdl") and as that issuing its first stages'
@@ -1433,6 +1503,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
+  if (o.weights_hint) return compare_weights_hint(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -2011,6 +2082,9 @@ int bench_main(int argc, char** argv) {
   args.add("stream_prefetch", &o.stream_prefetch,
            "Only cuda.stream_s8 at M = 1 and 16 with 0-8 units prefetched into L2 past the ring's "
            "first fill, two and three ring slots, in turns");
+  args.add("weights_hint", &o.weights_hint,
+           "Only cuda.cutlass_sm90's ops at M = 1-256 with and without the evict-first L2 hint on "
+           "the weights' loads, in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -2073,7 +2147,7 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (!o.diagnose && !o.scheduler && !o.stream_prefetch) {
+  if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

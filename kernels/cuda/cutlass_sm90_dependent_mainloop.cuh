@@ -19,6 +19,11 @@
 // its activations are in too), and the stock loads go on from the next k-tile. The weights then
 // stream into the SM while the quantize kernel runs, not only into L2.
 //
+// With weights_evict_first (where each weight tile is read by one CTA, or by one cluster through
+// multicast: the tile's m-blocks fit in one cluster) the weights' TMA loads carry an evict-first
+// L2 hint: the weights stream through L2 once, and evicting them first keeps the activations and
+// the lines still in flight there. The stock loop is otherwise unchanged (load_tiles).
+//
 // The wait lives here, not in the kernel: the library is built without CUTLASS's own grid
 // dependency control (CUTLASS_ENABLE_GDC_FOR_SM90), which would wait before the mainloop's first
 // call. Every read of the quantize kernel's results follows this wait: the producer's TMA loads of
@@ -50,21 +55,24 @@ struct DependentMainloop : Base {
       std::is_same_v<typename Base::GmemTiledCopyB, cute::SM90_TMA_LOAD>;
 
   struct Arguments : Base::Arguments {
-    int weight_prefetch_bytes = 0;  // per CTA, before the grid dependency wait; 0: none
-    uint64_t* trace = nullptr;      // CutlassSm90Args::trace
-    bool weights_ahead = false;     // the first stages' weights into shared memory before it
+    int weight_prefetch_bytes = 0;     // per CTA, before the grid dependency wait; 0: none
+    uint64_t* trace = nullptr;         // CutlassSm90Args::trace
+    bool weights_ahead = false;        // the first stages' weights into shared memory before it
+    bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
     uint64_t* trace = nullptr;
     bool weights_ahead = false;
+    bool weights_evict_first = false;
   };
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
     return Params{Base::to_underlying_arguments(problem_shape, args, workspace),
-                  args.weight_prefetch_bytes, args.trace, args.weights_ahead};
+                  args.weight_prefetch_bytes, args.trace, args.weights_ahead,
+                  args.weights_evict_first};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -100,8 +108,13 @@ struct DependentMainloop : Base {
       }
     }
     ++tiles_;
-    Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count,
-               thread_idx, block_rank_in_cluster, shared_tensors);
+    if (params.weights_evict_first) {
+      load_tiles(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
+                 k_tile_count, block_rank_in_cluster, shared_tensors);
+    } else {
+      Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
+                 k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+    }
     trace(params, 2);
   }
 
@@ -120,6 +133,57 @@ struct DependentMainloop : Base {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;
+  }
+
+  // The L2 hint of the weights' TMA loads.
+  static CUTLASS_DEVICE cute::TMA::CacheHintSm90 weights_hint(Params const& params) {
+    return params.weights_evict_first ? cute::TMA::CacheHintSm90::EVICT_FIRST
+                                      : cute::TMA::CacheHintSm90::EVICT_NORMAL;
+  }
+
+  // The stock load's loop (each k-tile: acquire the stage, then the TMA loads of both operands,
+  // multicast within the cluster where the tile has one), with the weights' loads hinted.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  static CUTLASS_DEVICE void load_tiles(Params const& params,
+                                        typename Base::MainloopPipeline pipeline,
+                                        typename Base::PipelineState state,
+                                        cute::tuple<TensorA, TensorB> const& load_inputs,
+                                        BlockCoord const& blk_coord, KTileIterator k_tile_iter,
+                                        int k_tile_count, uint32_t block_rank_in_cluster,
+                                        typename Base::TensorStorage& shared_tensors) {
+    using namespace cute;
+    if (!elect_one_sync()) return;
+    using ClusterShape = typename Base::DispatchPolicy::ClusterShape;
+    constexpr uint32_t kClusterX = size<0>(ClusterShape{});
+    const uint32_t cx = block_rank_in_cluster % kClusterX, cy = block_rank_in_cluster / kClusterX;
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    (void)k_coord;
+    auto tma_a = params.tma_load_a.get_slice(cy);
+    auto tma_b = params.tma_load_b.get_slice(cx);
+    Tensor tAgA = tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
+    Tensor tAsA = tma_a.partition_D(
+        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}));
+    Tensor tBgB = tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
+    Tensor tBsB = tma_b.partition_D(
+        make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}));
+    // Which CTAs of the cluster each load lands in: A along the cluster's N, B along its M.
+    uint16_t mask_a = 0, mask_b = 0;
+    auto cluster = Layout<ClusterShape>{};  // (m, n) -> block rank
+    if constexpr (std::is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>) {
+      for (int n = 0; n < size<1>(cluster); ++n) mask_a |= uint16_t(1) << cluster(cx, n, Int<0>{});
+    }
+    if constexpr (std::is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+      for (int m = 0; m < size<0>(cluster); ++m) mask_b |= uint16_t(1) << cluster(m, cy, Int<0>{});
+    }
+    const TMA::CacheHintSm90 hint = weights_hint(params);
+    for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
+      pipeline.producer_acquire(state);
+      auto* bar = pipeline.producer_get_barrier(state);
+      const int stage = state.index();
+      copy(params.tma_load_a.with(*bar, mask_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mask_b, hint), tBgB(_, _, _, *k_tile_iter),
+           tBsB(_, _, _, stage));
+    }
   }
 
   // One half of the stock load's work for the `count` k-tiles from k_tile_iter, into the stages
@@ -141,24 +205,25 @@ struct DependentMainloop : Base {
     auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
     (void)k_coord;
     // The k-tiles' loads of one operand (g: its tiles in global memory, s: its stages).
-    auto issue = [&](auto const& tma_load, auto const& g, auto const& s, bool acquire) {
+    auto issue = [&](auto const& tma_load, auto const& g, auto const& s, bool acquire,
+                     TMA::CacheHintSm90 hint) {
       auto tma = tma_load.get_slice(0);
       Tensor tg = tma.partition_S(g);
       Tensor ts = tma.partition_D(s);
       for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
         if (acquire) pipeline.producer_acquire(state);
-        copy(tma_load.with(*pipeline.producer_get_barrier(state), 0), tg(_, _, _, *k_tile_iter),
-             ts(_, _, _, state.index()));
+        copy(tma_load.with(*pipeline.producer_get_barrier(state), 0, hint),
+             tg(_, _, _, *k_tile_iter), ts(_, _, _, state.index()));
       }
     };
     if (weights) {
       issue(params.tma_load_b, get<1>(load_inputs)(_, _, n_coord, _, l_coord),
             make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}),
-            true);
+            true, weights_hint(params));
     } else {
       issue(params.tma_load_a, get<0>(load_inputs)(_, _, m_coord, _, l_coord),
             make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}),
-            false);
+            false, TMA::CacheHintSm90::EVICT_NORMAL);
     }
   }
 

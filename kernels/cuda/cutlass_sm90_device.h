@@ -96,6 +96,10 @@ struct CutlassSm90Args {
   // waits, the activations' loads following the wait (cutlass_sm90_dependent_mainloop.cuh; tiles
   // without a cluster, not the quantizing tiles).
   bool weights_ahead = false;
+  // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
+  // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
+  // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
+  bool weights_evict_first = false;
   // The tile scheduler: how many tiles along the minor direction it walks before moving on
   // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
   // 2: along N). The quantizing tiles always walk along N.

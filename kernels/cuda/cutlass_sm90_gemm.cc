@@ -178,6 +178,19 @@ constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 // 74.4 -> 75.1), its CTAs mostly starting only as the quantize kernel's blocks leave the SMs.
 constexpr bool kWeightsAhead = true;
 
+// Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
+// carry an evict-first L2 hint (cutlass_sm90_dependent_mainloop.cuh): the weights pass through L2
+// once, and the stock loads' evict-normal let them push out the activations and the lines still in
+// flight. Measured on the H200 (bench --weights_hint, the op as served, in turns, weights rotated
+// up to M = 64, us, without -> with): 8192 x 28672 M = 64 64 x 128 tile 67.4 -> 64.8, 64 x 64
+// 68.3 -> 65.2, M = 128 64 x 128 with a cluster 73.9 -> 72.2, M = 256 128 x 128 (2 x 1
+// cluster) 118.2 -> 115.0; 57344 x 8192 M = 16 64 x 256 125.7 -> 122.1, M = 64 64 x 64 124.5 ->
+// 118.0, M = 128 64 x 128 with a cluster 139.4 -> 134.9; 28672 x 4096 M = 64 64 x 128 38.2 ->
+// 35.3; 8192 x 8192 M = 64 64 x 64 26.8 -> 24.2, M = 256 128 x 128 36.9 -> 34.7; 4096 x 14336
+// M = 64 64 x 64 25.7 -> 23.6. Within 0.3 us on 4096 x 4096 and 6144 x 4096, but for the latter
+// at M = 1 (64 x 128 15.9 -> 16.3), where cuda.stream_s8 serves. The same three rounds agreed.
+constexpr bool kWeightsEvictFirst = true;
+
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
 // the GEMM launched as served), not the GEMM alone: here the GEMM overlaps the quantize kernel
 // (kPdlMaxM, kPdlClusterMaxM), and how much depends on the tile, not only on its GEMM's time. A
@@ -399,6 +412,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.sm_count = sm_count_;
   g.weight_prefetch_bytes = kWeightPrefetchBytes;  // used where the GEMM is launched as dependent
   g.weights_ahead = kWeightsAhead;
+  g.weights_evict_first = kWeightsEvictFirst;
   g.qp = quantize_params(c);
   return g;
 }

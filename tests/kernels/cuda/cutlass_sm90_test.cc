@@ -120,8 +120,10 @@ struct TileBuffers {
 };
 
 // Each tile configuration and output type through the device entry point, on the reference's
-// own xq, sa and azp: y bit-exact for every scheme's form of the epilogue. Two shapes: tails in
-// M, N and K for every tile; and a decode-like one (16 tokens, 3 output tiles, 65 K steps).
+// own xq, sa and azp: y bit-exact for every scheme's form of the epilogue, with and without the
+// weights' evict-first L2 hint (their loads then take the mainloop's own loop where each weight
+// tile is read once). Two shapes: tails in M, N and K for every tile; and a decode-like one (16
+// tokens, 3 output tiles, 65 K steps).
 TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -151,9 +153,11 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
                     cudaSuccess);
           ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
-          for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+          for (int run = 0; run < 2 * kCutlassSm90Tiles; ++run) {
+            const int t = run / 2;
             if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;  // takes x: below
-            const CutlassSm90Args g = d.args(yt);
+            CutlassSm90Args g = d.args(yt);
+            g.weights_evict_first = run % 2 == 1;
             const cutlass_sm90::TileOps* ops =
                 cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
             ASSERT_NE(ops, nullptr);
@@ -167,9 +171,10 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
                       cudaSuccess);
             const int64_t i = first_y_mismatch(want.y, y, yt);
             EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
-                             << dtype_name(yt) << " tile " << t << ": row " << i / n << " col "
-                             << i % n << " want " << load_as_f32(want.y.data(), yt, i) << " got "
-                             << load_as_f32(y.data(), yt, i);
+                             << dtype_name(yt) << " tile " << t
+                             << (g.weights_evict_first ? " evict-first" : "") << ": row " << i / n
+                             << " col " << i % n << " want " << load_as_f32(want.y.data(), yt, i)
+                             << " got " << load_as_f32(y.data(), yt, i);
             if (HasFailure()) return;
           }
         }
@@ -184,7 +189,9 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // and azp that the quantize kernel writes, not what was there before. y bit-exact for every
 // scheme, at one token block and at 130 tokens (a cluster's second CTA past the last token
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
-// the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead).
+// the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead),
+// with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
+// cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -212,16 +219,18 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
       DeviceBuffer dx;
       ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
       ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      for (int run = 0; run < 4 * kCutlassSm90Tiles; ++run) {
-        const int t = run / 4;
-        const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2;
+      for (int run = 0; run < 8 * kCutlassSm90Tiles; ++run) {
+        const int t = run / 8;
+        const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
-                                  ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : ""));
+                                  ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : "",
+                                  evict_first ? ", evict-first" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
         g.weights_ahead = ahead;
+        g.weights_evict_first = evict_first;
         if (few_ctas) g.sm_count = 4;
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
