@@ -37,8 +37,8 @@
 //  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
 //  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
 //  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
-//  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
-//  evict-first L2 hint, see compare_weights_hint)
+//  --weights_hint: only cuda.cutlass_sm90's ops with the L2 hints of their loads varied, see
+//  compare_weights_hint)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -1013,24 +1013,31 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 
 // --weights_hint: cuda.cutlass_sm90's op (the quantize kernel, then the GEMM launched as served:
 // the programmatic dependent up to M = 64, and up to 128 with a cluster, the tiles without one
-// then issuing their first stages' weights and prefetching 64 KB into L2 before the wait) on the
-// tiles served at M <= 256, with and without the evict-first L2 hint on the weights' loads
-// (CutlassSm90Args::weights_evict_first; it applies where each weight tile is read once), timed
-// in turns over three rounds, the outputs compared bit for bit.
+// then issuing their first stages' weights and prefetching 64 KB into L2 before the wait; stream
+// order beyond) with the L2 hints of its TMA loads varied, timed in turns, the outputs compared
+// bit for bit. At M = 1-256, on the tiles served there: without and with the weights'
+// evict-first hint (CutlassSm90Args::weights_evict_first, where each weight tile is read once),
+// three rounds. At the shape's large M, on the 128 x 128 (2 x 1 cluster) and 128 x 256 tiles: as
+// served (the weights evict-first where read once), the weights evict-first wherever read, the
+// activations evict-last, and both; two rounds of at most 30 calls each.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
-  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}}) {
+  struct Hint {
+    const char* name;
+    bool read_once, always, activations;
+  };
+  // Times `hints` on `tiles` at m tokens and prints one line per round.
+  auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
+                     std::initializer_list<Hint> hints, int rounds,
+                     const Options& to) -> absl::Status {
     const int slots = m <= 64 ? b.copies : 1;
     const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
     std::vector<std::function<absl::Status(int)>> cands;
     std::vector<std::string> names;
     bool same = true;
-    for (CutlassSm90Tile tile :
-         {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
-          CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x128x128PingpongC2,
-          CutlassSm90Tile::k128x128x128Pingpong}) {
+    for (CutlassSm90Tile tile : tiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
@@ -1039,8 +1046,11 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       g.weights_ahead = true;
       if (!ops->can_implement(g)) continue;
       std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
-      for (bool ef : {false, true}) {
-        g.weights_evict_first = ef;
+      bool first = true;
+      for (const Hint& h : hints) {
+        g.weights_evict_first = h.read_once;
+        g.weights_evict_first_always = h.always;
+        g.activations_evict_last = h.activations;
         auto op = [&, g, ops](int s) -> absl::Status {
           RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
           CutlassSm90Args gs = g;
@@ -1050,19 +1060,21 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         };
         RETURN_IF_ERROR(op(0));
         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-        RETURN_IF_CUDA_ERROR(cudaMemcpy((ef ? y_other : y_first).data(), b.y.get(), y_bytes,
+        RETURN_IF_CUDA_ERROR(cudaMemcpy((first ? y_first : y_other).data(), b.y.get(), y_bytes,
                                         cudaMemcpyDeviceToHost));
+        if (!first && y_other != y_first) same = false;
+        first = false;
         cands.push_back(op);
-        names.push_back(absl::StrFormat("tile%d%s", static_cast<int>(tile), ef ? " ef" : ""));
+        names.push_back(absl::StrFormat("tile%d%s", static_cast<int>(tile), h.name));
       }
-      if (y_other != y_first) same = false;
     }
-    for (int round = 0; round < 3; ++round) {
-      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
-      std::string line = absl::StrFormat("weights-hint %-22s M=%-3lld round %d |",
+    if (cands.empty()) return absl::OkStatus();
+    for (int round = 0; round < rounds; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, to, cands));
+      std::string line = absl::StrFormat("weights-hint %-22s M=%-5lld round %d |",
                                          shape_name(sc).c_str(), static_cast<long long>(m), round);
       for (size_t c = 0; c < cands.size(); ++c) {
-        absl::StrAppendFormat(&line, " %s %6.1f", names[c], us[c]);
+        absl::StrAppendFormat(&line, " %s %7.1f", names[c], us[c]);
       }
       absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
                             w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
@@ -1070,6 +1082,27 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
+    return absl::OkStatus();
+  };
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}}) {
+    RETURN_IF_ERROR(
+        compare(m,
+                {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+                 CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x128x128PingpongC2,
+                 CutlassSm90Tile::k128x128x128Pingpong},
+                {{"", false, false, false}, {" ef", true, false, false}}, 3, o));
+  }
+  Options large = o;
+  large.reps = std::min<int64_t>(o.reps, 30);
+  large.warmup = std::min<int64_t>(o.warmup, 3);
+  for (int64_t m : sc.large_ms) {
+    RETURN_IF_ERROR(
+        compare(m, {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x256x128Coop},
+                {{"", true, false, false},
+                 {" ef-all", true, true, false},
+                 {" a-el", true, false, true},
+                 {" ef-all a-el", true, true, true}},
+                2, large));
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream;
@@ -2083,8 +2116,9 @@ int bench_main(int argc, char** argv) {
            "Only cuda.stream_s8 at M = 1 and 16 with 0-8 units prefetched into L2 past the ring's "
            "first fill, two and three ring slots, in turns");
   args.add("weights_hint", &o.weights_hint,
-           "Only cuda.cutlass_sm90's ops at M = 1-256 with and without the evict-first L2 hint on "
-           "the weights' loads, in turns");
+           "Only cuda.cutlass_sm90's ops with the L2 hints of their loads varied, in turns: at "
+           "M = 1-256 with and without the weights' evict-first hint, at large M also the weights "
+           "evict-first wherever read and the activations evict-last");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
