@@ -929,7 +929,8 @@ class L2FlushRead {
 
 // --stream_prefetch: cuda.stream_s8 as served at M = 1 and 16 with 0, 2, 4 and 8 units past the
 // ring's first fill prefetched into L2 at each block's start (StreamS8Args::l2_prefetch), timed in
-// turns, the outputs compared with the first's.
+// turns, the outputs compared with the first's; at M = 1 also as a layer's load times the fused
+// ring, and in the two-launch form (M = 16) the starts that the load times (see below).
 absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                      cudaStream_t stream) {
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
@@ -1002,6 +1003,69 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
         for (size_t c = 0; c < cands.size(); ++c) {
           absl::StrAppendFormat(&line, " S%d+%d %6.1f", c < 4 ? 2 : 3, kAhead[c % 4],
                                 median_of(us[c]));
+        }
+        std::printf("%s us\n", line.c_str());
+        std::fflush(stdout);
+      }
+    }
+    // The two-launch form's starts that a layer larger than the L2 times at load (3 slots; the
+    // whole ring and no units, as smaller layers start, then 1 slot or none before the grid
+    // dependency and 4 units prefetched into L2): in turns over the rotated weights, then as the
+    // load times them (CallTimer, one copy, 15 calls per timing, in turns over nine rounds) after
+    // an L2 flush each and back to back; y compared with the first variant's.
+    if (!fuse) {
+      struct StartCand {
+        int slots, ahead;
+        const char* name;
+      };
+      const StartCand kStarts[] = {{0, 0, "whole+0"}, {1, 4, "1+4"}, {-1, 4, "none+4"}};
+      auto start_op = [&](int s, const StartCand& c, void* y, cudaStream_t on) -> absl::Status {
+        StreamS8Calls::Knobs k;
+        k.stages = 3;
+        k.prefetch = c.slots;
+        k.l2_prefetch = c.ahead;
+        k.y = y;
+        return calls->enqueue(s, k, on);
+      };
+      for (const StartCand& c : kStarts) {
+        RETURN_IF_ERROR(start_op(0, c, y2.get(), stream));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        RETURN_IF_CUDA_ERROR(cudaMemcpy(y_other.data(), y2.get(), y_bytes, cudaMemcpyDeviceToHost));
+        if (y_other != y_first) same = false;
+      }
+      std::vector<std::function<absl::Status(int)>> starts;
+      for (const StartCand& c : kStarts) {
+        starts.push_back([&, c](int s) { return start_op(s, c, b.y.get(), stream); });
+      }
+      for (int round = 0; round < 3; ++round) {
+        ASSIGN_OR_RETURN(const std::vector<double> us,
+                         medians_in_turns(stream, b.copies, o, starts));
+        std::string line =
+            absl::StrFormat("stream-start %-22s M=%-3lld in turns, round %d |",
+                            shape_name(sc).c_str(), static_cast<long long>(m), round);
+        for (size_t c = 0; c < starts.size(); ++c) {
+          absl::StrAppendFormat(&line, " %s %6.1f", kStarts[c].name, us[c]);
+        }
+        absl::StrAppendFormat(&line, " us | y %s", same ? "identical" : "DIFFERENT");
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+      for (bool cold : {true, false}) {
+        std::vector<std::vector<double>> us(std::size(kStarts));
+        for (int round = 0; round < 9; ++round) {
+          for (size_t c = 0; c < std::size(kStarts); ++c) {
+            ASSIGN_OR_RETURN(const double t, timer->median_us(15, cold, [&](cudaStream_t ts) {
+              return start_op(0, kStarts[c], b.y.get(), ts);
+            }));
+            us[c].push_back(t);
+          }
+        }
+        std::string line =
+            absl::StrFormat("stream-start %-22s M=%-3lld as at load, %s |", shape_name(sc).c_str(),
+                            static_cast<long long>(m), cold ? "L2 flushed" : "back to back");
+        for (size_t c = 0; c < std::size(kStarts); ++c) {
+          absl::StrAppendFormat(&line, " %s %6.1f", kStarts[c].name, median_of(us[c]));
         }
         std::printf("%s us\n", line.c_str());
         std::fflush(stdout);
