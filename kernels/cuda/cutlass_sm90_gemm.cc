@@ -188,7 +188,8 @@ constexpr bool kWeightsAhead = true;
 // 118.0, M = 128 64 x 128 with a cluster 139.4 -> 134.9; 28672 x 4096 M = 64 64 x 128 38.2 ->
 // 35.3; 8192 x 8192 M = 64 64 x 64 26.8 -> 24.2, M = 256 128 x 128 36.9 -> 34.7; 4096 x 14336
 // M = 64 64 x 64 25.7 -> 23.6. Within 0.3 us on 4096 x 4096 and 6144 x 4096, but for the latter
-// at M = 1 (64 x 128 15.9 -> 16.3), where cuda.stream_s8 serves. The same three rounds agreed.
+// at M = 1 (64 x 128 15.9 -> 16.3, 64 x 64 17.8 -> 18.3), where cuda.stream_s8 serves. The same
+// three rounds agreed.
 constexpr bool kWeightsEvictFirst = true;
 
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
