@@ -1081,9 +1081,11 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // order beyond) with the L2 hints of its TMA loads varied, timed in turns, the outputs compared
 // bit for bit. At M = 1-256, on the tiles served there: without and with the weights'
 // evict-first hint (CutlassSm90Args::weights_evict_first, where each weight tile is read once),
-// three rounds. At the shape's large M, on the 128 x 128 (2 x 1 cluster) and 128 x 256 tiles: as
-// served (the weights evict-first where read once), the weights evict-first wherever read, the
-// activations evict-last, and both; two rounds of at most 30 calls each.
+// and at M = 256 the tiles with a cluster also launched as the quantize kernel's dependent with
+// it ("ef pdl"; served in stream order there, see kPdlClusterMaxM); three rounds. At the shape's
+// large M, on the 128 x 128 (2 x 1 cluster) and 128 x 256 tiles: as served (the weights evict-first
+// where read once), the weights evict-first wherever read, the activations evict-last, and both;
+// two rounds of at most 30 calls each.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1091,6 +1093,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   struct Hint {
     const char* name;
     bool read_once, always, activations;
+    bool pdl = false;  // the GEMM as the quantize kernel's dependent where it is not served so
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1105,13 +1108,15 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
-      g.pdl = m <= 64 || (m <= 128 && ops->cluster_ctas > 1);  // as served_with_pdl
+      const bool served_pdl = m <= 64 || (m <= 128 && ops->cluster_ctas > 1);  // served_with_pdl
       g.weight_prefetch_bytes = 64 << 10;
       g.weights_ahead = true;
       if (!ops->can_implement(g)) continue;
       std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
       bool first = true;
       for (const Hint& h : hints) {
+        if (h.pdl && (served_pdl || ops->cluster_ctas == 1)) continue;  // (only where it differs)
+        g.pdl = served_pdl || h.pdl;
         g.weights_evict_first = h.read_once;
         g.weights_evict_first_always = h.always;
         g.activations_evict_last = h.activations;
@@ -1154,7 +1159,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
                 {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
                  CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x128x128PingpongC2,
                  CutlassSm90Tile::k128x128x128Pingpong},
-                {{"", false, false, false}, {" ef", true, false, false}}, 3, o));
+                {{"", false, false, false},
+                 {" ef", true, false, false},
+                 {" ef pdl", true, false, false, true}},
+                3, o));
   }
   Options large = o;
   large.reps = std::min<int64_t>(o.reps, 30);
