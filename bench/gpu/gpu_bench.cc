@@ -37,8 +37,8 @@
 //  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
 //  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
 //  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
-//  --weights_hint: only cuda.cutlass_sm90's ops with the L2 hints of their loads varied, see
-//  compare_weights_hint)
+//  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
+//  evict-first L2 hint, see compare_weights_hint)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -1076,24 +1076,22 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 }
 
 // --weights_hint: cuda.cutlass_sm90's op (the quantize kernel, then the GEMM launched as served:
-// the programmatic dependent up to M = 64, and up to 128 with a cluster, the tiles without one
-// then issuing their first stages' weights and prefetching 64 KB into L2 before the wait; stream
-// order beyond) with the L2 hints of its TMA loads varied, timed in turns, the outputs compared
-// bit for bit. At M = 1-256, on the tiles served there: without and with the weights'
-// evict-first hint (CutlassSm90Args::weights_evict_first, where each weight tile is read once),
-// and at M = 256 the tiles with a cluster also launched as the quantize kernel's dependent with
-// it ("ef pdl"; served in stream order there, see kPdlClusterMaxM); three rounds. At the shape's
-// large M, on the 128 x 128 (2 x 1 cluster) and 128 x 256 tiles: as served (the weights evict-first
-// where read once), the weights evict-first wherever read, the activations evict-last, and both;
-// two rounds of at most 30 calls each.
+// the programmatic dependent up to M = 64, and with a cluster up to 128 or while the tile's token
+// blocks fit in one cluster, the tiles without one then issuing their first stages' weights and
+// prefetching 64 KB into L2 before the wait; stream order otherwise) at M = 1-256 on the tiles
+// served there, without and with the weights' evict-first L2 hint (CutlassSm90Args::
+// weights_evict_first, where each weight tile is read once), and from M = 128 the tiles with a
+// cluster also with the hint and the launch that is not served ("ef flip": stream order <-> the
+// dependent, see served_with_pdl); timed in turns over three rounds, the outputs compared bit for
+// bit.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   struct Hint {
     const char* name;
-    bool read_once, always, activations;
-    bool pdl = false;  // the GEMM as the quantize kernel's dependent where it is not served so
+    bool read_once;
+    bool flip_pdl = false;  // the launch that is not served: stream order <-> the dependent
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1108,18 +1106,19 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
-      const bool served_pdl = m <= 64 || (m <= 128 && ops->cluster_ctas > 1);  // served_with_pdl
+      // As served_with_pdl.
+      const bool served_pdl =
+          m <= 64 || (ops->cluster_ctas > 1 &&
+                      (m <= 128 || (m + ops->block_m - 1) / ops->block_m <= ops->cluster_ctas));
       g.weight_prefetch_bytes = 64 << 10;
       g.weights_ahead = true;
       if (!ops->can_implement(g)) continue;
       std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
       bool first = true;
       for (const Hint& h : hints) {
-        if (h.pdl && (served_pdl || ops->cluster_ctas == 1)) continue;  // (only where it differs)
-        g.pdl = served_pdl || h.pdl;
+        if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
+        g.pdl = served_pdl != h.flip_pdl;
         g.weights_evict_first = h.read_once;
-        g.weights_evict_first_always = h.always;
-        g.activations_evict_last = h.activations;
         auto op = [&, g, ops](int s) -> absl::Status {
           RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
           CutlassSm90Args gs = g;
@@ -1158,23 +1157,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         compare(m,
                 {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
                  CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x128x128PingpongC2,
-                 CutlassSm90Tile::k128x128x128Pingpong},
-                {{"", false, false, false},
-                 {" ef", true, false, false},
-                 {" ef pdl", true, false, false, true}},
-                3, o));
-  }
-  Options large = o;
-  large.reps = std::min<int64_t>(o.reps, 30);
-  large.warmup = std::min<int64_t>(o.warmup, 3);
-  for (int64_t m : sc.large_ms) {
-    RETURN_IF_ERROR(
-        compare(m, {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x256x128Coop},
-                {{"", true, false, false},
-                 {" ef-all", true, true, false},
-                 {" a-el", true, false, true},
-                 {" ef-all a-el", true, true, true}},
-                2, large));
+                 CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x256x128Coop},
+                {{"", false}, {" ef", true}, {" ef flip", true, true}}, 3, o));
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream;
@@ -2188,9 +2172,8 @@ int bench_main(int argc, char** argv) {
            "Only cuda.stream_s8 at M = 1 and 16 with 0-8 units prefetched into L2 past the ring's "
            "first fill, two and three ring slots, in turns");
   args.add("weights_hint", &o.weights_hint,
-           "Only cuda.cutlass_sm90's ops with the L2 hints of their loads varied, in turns: at "
-           "M = 1-256 with and without the weights' evict-first hint, at large M also the weights "
-           "evict-first wherever read and the activations evict-last");
+           "Only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights' evict-first L2 "
+           "hint, and the tiles with a cluster with the launch that is not served, in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {

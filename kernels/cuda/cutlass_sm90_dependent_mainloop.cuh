@@ -22,8 +22,7 @@
 // With weights_evict_first (where each weight tile is read by one CTA, or by one cluster through
 // multicast: the tile's m-blocks fit in one cluster) the weights' TMA loads carry an evict-first
 // L2 hint: the weights stream through L2 once, and evicting them first keeps the activations and
-// the lines still in flight there. The stock loop is otherwise unchanged (load_tiles), which
-// also serves activations_evict_last (the activations' loads evict-last; for measurement).
+// the lines still in flight there. The stock loop is otherwise unchanged (load_tiles).
 //
 // The wait lives here, not in the kernel: the library is built without CUTLASS's own grid
 // dependency control (CUTLASS_ENABLE_GDC_FOR_SM90), which would wait before the mainloop's first
@@ -56,29 +55,24 @@ struct DependentMainloop : Base {
       std::is_same_v<typename Base::GmemTiledCopyB, cute::SM90_TMA_LOAD>;
 
   struct Arguments : Base::Arguments {
-    int weight_prefetch_bytes = 0;        // per CTA, before the grid dependency wait; 0: none
-    uint64_t* trace = nullptr;            // CutlassSm90Args::trace
-    bool weights_ahead = false;           // the first stages' weights into shared memory before it
-    bool weights_evict_first = false;     // the weights' loads with an evict-first L2 hint
-    bool activations_evict_last = false;  // the activations' loads with an evict-last one
+    int weight_prefetch_bytes = 0;     // per CTA, before the grid dependency wait; 0: none
+    uint64_t* trace = nullptr;         // CutlassSm90Args::trace
+    bool weights_ahead = false;        // the first stages' weights into shared memory before it
+    bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
     uint64_t* trace = nullptr;
     bool weights_ahead = false;
     bool weights_evict_first = false;
-    bool activations_evict_last = false;
   };
 
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
     return Params{Base::to_underlying_arguments(problem_shape, args, workspace),
-                  args.weight_prefetch_bytes,
-                  args.trace,
-                  args.weights_ahead,
-                  args.weights_evict_first,
-                  args.activations_evict_last};
+                  args.weight_prefetch_bytes, args.trace, args.weights_ahead,
+                  args.weights_evict_first};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -114,7 +108,7 @@ struct DependentMainloop : Base {
       }
     }
     ++tiles_;
-    if (params.weights_evict_first || params.activations_evict_last) {
+    if (params.weights_evict_first) {
       load_tiles(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
                  k_tile_count, block_rank_in_cluster, shared_tensors);
     } else {
@@ -141,18 +135,14 @@ struct DependentMainloop : Base {
     t[3] = (uint64_t{tiles_} << 32) | sm;
   }
 
-  // The L2 hints of the activations' and the weights' TMA loads.
-  static CUTLASS_DEVICE cute::TMA::CacheHintSm90 activations_hint(Params const& params) {
-    return params.activations_evict_last ? cute::TMA::CacheHintSm90::EVICT_LAST
-                                         : cute::TMA::CacheHintSm90::EVICT_NORMAL;
-  }
+  // The L2 hint of the weights' TMA loads.
   static CUTLASS_DEVICE cute::TMA::CacheHintSm90 weights_hint(Params const& params) {
     return params.weights_evict_first ? cute::TMA::CacheHintSm90::EVICT_FIRST
                                       : cute::TMA::CacheHintSm90::EVICT_NORMAL;
   }
 
   // The stock load's loop (each k-tile: acquire the stage, then the TMA loads of both operands,
-  // multicast within the cluster where the tile has one), with the loads hinted.
+  // multicast within the cluster where the tile has one), with the weights' loads hinted.
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
   static CUTLASS_DEVICE void load_tiles(Params const& params,
                                         typename Base::MainloopPipeline pipeline,
@@ -186,13 +176,11 @@ struct DependentMainloop : Base {
       for (int m = 0; m < size<0>(cluster); ++m) mask_b |= uint16_t(1) << cluster(m, cy, Int<0>{});
     }
     const TMA::CacheHintSm90 hint = weights_hint(params);
-    const TMA::CacheHintSm90 hint_a = activations_hint(params);
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
-      copy(params.tma_load_a.with(*bar, mask_a, hint_a), tAgA(_, _, _, *k_tile_iter),
-           tAsA(_, _, _, stage));
+      copy(params.tma_load_a.with(*bar, mask_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
       copy(params.tma_load_b.with(*bar, mask_b, hint), tBgB(_, _, _, *k_tile_iter),
            tBsB(_, _, _, stage));
     }
@@ -235,7 +223,7 @@ struct DependentMainloop : Base {
     } else {
       issue(params.tma_load_a, get<0>(load_inputs)(_, _, m_coord, _, l_coord),
             make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}),
-            false, activations_hint(params));
+            false, TMA::CacheHintSm90::EVICT_NORMAL);
     }
   }
 

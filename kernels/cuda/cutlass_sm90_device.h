@@ -100,10 +100,6 @@ struct CutlassSm90Args {
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
   bool weights_evict_first = false;
-  // For measurement (the benchmark's --weights_hint at large M): the weights' loads evict-first
-  // wherever they are read, and the activations' loads evict-last.
-  bool weights_evict_first_always = false;
-  bool activations_evict_last = false;
   // The tile scheduler: how many tiles along the minor direction it walks before moving on
   // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
   // 2: along N). The quantizing tiles always walk along N.
@@ -144,8 +140,11 @@ struct TileOps {
   // counters), then the GEMM as its programmatic dependent. Returns cudaErrorInvalidValue when
   // CUTLASS rejects the problem, else the launch error.
   cudaError_t (*launch)(const CutlassSm90Args&, void* workspace, cudaStream_t);
-  // CTAs per cluster (2: the two CTAs of a cluster share each weight tile by multicast).
+  // CTAs per cluster (2: the two CTAs of a cluster share each weight tile by multicast), all
+  // along the tokens.
   int cluster_ctas;
+  // Tokens per CTA tile (the tile's first extent).
+  int block_m;
   // The configuration as a request's explanation names it, from its CUTLASS types (e.g.
   // "128x128x128 pingpong, 2x1 cluster").
   const char* (*name)();

@@ -136,7 +136,16 @@ constexpr int64_t kPdlMaxM = 64;
 // measured mixed: the 64 x 128 tile with a cluster 57344 x 8192 230.7 -> 239.1 us, 4096 x 14336
 // 37.6 -> 37.3; the 128 x 128 tile (2 x 1 cluster) as the dependent ahead of the best tile in
 // stream order by 0.3 and 0.9 us on 6144 x 4096 and 8192 x 8192, behind it by 3.7-12.4 us on
-// the other five shapes.
+// the other five shapes. With the weights' evict-first hint (kWeightsEvictFirst), a tile with a
+// cluster whose token blocks all fit in one cluster (each weight tile read once, by one cluster)
+// gains from it beyond this M too: the 128 x 128 tile at M = 256, op in stream order / as the
+// dependent (bench --weights_hint, in turns, three rounds, us): 6144 x 4096 20.4-20.6 / 20.1,
+// 4096 x 4096 20.2-20.3 / 19.5-19.6, 28672 x 4096 58.8-61.1 / 58.4-60.0, 4096 x 14336
+// 47.2-47.6 / 46.4-46.8, 8192 x 8192 34.9-35.5 / 34.1-34.8, 57344 x 8192 199.3-210.2 /
+// 198.4-208.3, 8192 x 28672 113.3-114.7 / 112.0-113.6; while the 64 x 128 tile with a cluster
+// (4 token blocks at M = 256) stayed within 0.3 us or lost (57344 x 8192 238.6-247.8 /
+// 241.4-250.7, 8192 x 28672 121.6-126.8 / 122.3-127.8). So such a tile is the dependent up to
+// M = cluster x tile rows as well (see served_with_pdl).
 constexpr int64_t kPdlClusterMaxM = 128;
 // From M = 1024 (the quantize kernel then runs a warp per row on at most two blocks per SM, whose
 // blocks all end together) the dependent launch measured 1-2.5 us faster for the 128 x 256 tile
@@ -147,9 +156,12 @@ constexpr int64_t kPdlClusterMaxM = 128;
 // at 4096 x 4096, M = 1024 (38.2 us against 33.5-34.8). Large M keep the stream order.
 
 // Whether a call of m tokens on a tile launches the GEMM as the quantize kernel's programmatic
-// dependent (a quantizing tile always does, inside its own launch).
+// dependent (a quantizing tile always does, inside its own launch): up to kPdlMaxM, and with a
+// cluster up to kPdlClusterMaxM or while its token blocks fit in one cluster.
 [[maybe_unused]] bool served_with_pdl(int64_t m, const cutlass_sm90::TileOps& tile) {
-  return m <= kPdlMaxM || (m <= kPdlClusterMaxM && tile.cluster_ctas > 1);
+  if (m <= kPdlMaxM) return true;
+  if (tile.cluster_ctas <= 1) return false;
+  return m <= kPdlClusterMaxM || (m + tile.block_m - 1) / tile.block_m <= tile.cluster_ctas;
 }
 
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
@@ -189,7 +201,13 @@ constexpr bool kWeightsAhead = true;
 // 35.3; 8192 x 8192 M = 64 64 x 64 26.8 -> 24.2, M = 256 128 x 128 36.9 -> 34.7; 4096 x 14336
 // M = 64 64 x 64 25.7 -> 23.6. Within 0.3 us on 4096 x 4096 and 6144 x 4096, but for the latter
 // at M = 1 (64 x 128 15.9 -> 16.3, 64 x 64 17.8 -> 18.3), where cuda.stream_s8 serves. The same
-// three rounds agreed.
+// three rounds agreed. At large M, where the tiles' token blocks outnumber the cluster, no hint
+// paid: the 128 x 128 and 128 x 256 tiles after the quantize kernel, in stream order, us, stock /
+// the weights evict-first / the activations evict-last / both (in turns, two rounds): 4096 x
+// 4096 at M = 1024 33.3 / 32.3 / 33.5 / 32.4 (128 x 128), at M = 4096 111.0 / 117.0 / 112.5 /
+// 118.2; 28672 x 4096 at M = 4096 656.9 / 660.0 / 657.3 / 692.4; 8192 x 8192 at M = 2048
+// 208.4 / 210.8 / 209.0 / 210.6, at M = 8192 887.0 / 893.0 / 897.9 / 918.0; 4096 x 14336 at
+// M = 1024 within 1.5 us (128 x 256: 100.3 / 101.1 / 100.3 / 100.9).
 constexpr bool kWeightsEvictFirst = true;
 
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then

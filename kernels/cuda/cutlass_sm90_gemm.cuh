@@ -247,13 +247,9 @@ struct FusedGemm {
     // m-blocks in one cluster.
     const bool read_once = (a.m + kBlockM - 1) / kBlockM <= kClusterM;
     typename DependentMainloop<StockMainloop>::Arguments dependent{
-        stock,
-        a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
-        a.trace,
+        stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace,
         a.pdl && a.weights_ahead && !Config::kQuantize,
-        ((a.weights_evict_first && read_once) || a.weights_evict_first_always) &&
-            !Config::kQuantize,
-        a.activations_evict_last && !Config::kQuantize};
+        a.weights_evict_first && read_once && !Config::kQuantize};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
@@ -351,6 +347,7 @@ constexpr TileOps tile_ops() {
                  &G::can_implement,
                  &G::launch,
                  static_cast<int>(cute::size(typename Config::ClusterShape{})),
+                 static_cast<int>(cute::size<0>(typename Config::TileShape{})),
                  &tile_name<Config>};
 }
 
