@@ -30,8 +30,11 @@
 // quantization, and its producer warp, after starting the L2 prefetch of its first 64 KB of
 // weights, waits on the grid dependency (griddepcontrol.wait, in the mainloop:
 // cutlass_sm90_dependent_mainloop.cuh) before it loads xq; everything it reads later (sa, azp)
-// follows that wait.
-// (Larger M measured slower with it; the numbers are beside kPdlMaxM in cutlass_sm90_gemm.cc.)
+// follows that wait. Beyond M = 64 only the tiles with a cluster are launched so: up to M = 128,
+// and while the tile's token blocks fit in one cluster (the 128 x 128 tile up to M = 256); the
+// others measured slower with it (the numbers are beside kPdlMaxM and kPdlClusterMaxM in
+// cutlass_sm90_gemm.cc). Where each weight tile is read once (its token blocks within one
+// cluster) the weights' loads carry an evict-first L2 hint (kWeightsEvictFirst).
 #pragma once
 
 #include <memory>
