@@ -927,6 +927,34 @@ class L2FlushRead {
   DeviceBuffer buf_, sink_;
 };
 
+// Times `count` candidates as a layer's load times them (CallTimer, one weight copy, 15 calls per
+// timing, in turns over `rounds` rounds), after an L2 flush each and back to back, and prints each
+// way's medians on a line: "<label> <shape> M=<m> as at load, <how> | <name> <us> ...".
+absl::Status print_as_at_load(const char* label, const ShapeCase& sc, int64_t m, size_t count,
+                              int rounds, const std::function<std::string(size_t)>& name,
+                              const std::function<absl::Status(size_t, cudaStream_t)>& call) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  for (bool cold : {true, false}) {
+    std::vector<std::vector<double>> us(count);
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t c = 0; c < count; ++c) {
+        ASSIGN_OR_RETURN(const double t,
+                         timer->median_us(15, cold, [&](cudaStream_t ts) { return call(c, ts); }));
+        us[c].push_back(t);
+      }
+    }
+    std::string line =
+        absl::StrFormat("%s %-22s M=%-3lld as at load, %s |", label, shape_name(sc).c_str(),
+                        static_cast<long long>(m), cold ? "L2 flushed" : "back to back");
+    for (size_t c = 0; c < count; ++c) {
+      absl::StrAppendFormat(&line, " %s %6.1f", name(c), median_of(us[c]));
+    }
+    std::printf("%s us\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 // --stream_prefetch: cuda.stream_s8 as served at M = 1 and 16 with 0, 2, 4 and 8 units past the
 // ring's first fill prefetched into L2 at each block's start (StreamS8Args::l2_prefetch), timed in
 // turns, the outputs compared with the first's; at M = 1 also as a layer's load times the fused
@@ -982,31 +1010,14 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
-    // As a layer's load times them (CallTimer, one weight copy, 15 calls per timing, in turns
-    // over five rounds): after an L2 flush each, and back to back.
+    // As a layer's load times them, over five rounds.
     if (m == 1 && fuse) {
-      ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-      for (bool cold : {true, false}) {
-        std::vector<std::vector<double>> us(cands.size());
-        for (int round = 0; round < 5; ++round) {
-          for (size_t c = 0; c < cands.size(); ++c) {
-            const int stages = c < 4 ? 2 : 3, ahead = kAhead[c % 4];
-            ASSIGN_OR_RETURN(const double t, timer->median_us(15, cold, [&](cudaStream_t ts) {
-              return op(0, ahead, stages, b.y.get(), ts);
-            }));
-            us[c].push_back(t);
-          }
-        }
-        std::string line = absl::StrFormat("stream-prefetch %-22s M=%-3lld as at load, %s |",
-                                           shape_name(sc).c_str(), static_cast<long long>(m),
-                                           cold ? "L2 flushed" : "back to back");
-        for (size_t c = 0; c < cands.size(); ++c) {
-          absl::StrAppendFormat(&line, " S%d+%d %6.1f", c < 4 ? 2 : 3, kAhead[c % 4],
-                                median_of(us[c]));
-        }
-        std::printf("%s us\n", line.c_str());
-        std::fflush(stdout);
-      }
+      RETURN_IF_ERROR(print_as_at_load(
+          "stream-prefetch", sc, m, cands.size(), 5,
+          [&](size_t c) { return absl::StrFormat("S%d+%d", c < 4 ? 2 : 3, kAhead[c % 4]); },
+          [&](size_t c, cudaStream_t ts) {
+            return op(0, kAhead[c % 4], c < 4 ? 2 : 3, b.y.get(), ts);
+          }));
     }
     // The two-launch form's starts that a layer larger than the L2 times at load (3 slots; the
     // whole ring and no units, as smaller layers start, then 1 slot or none before the grid
@@ -1050,26 +1061,10 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
       }
-      ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-      for (bool cold : {true, false}) {
-        std::vector<std::vector<double>> us(std::size(kStarts));
-        for (int round = 0; round < 9; ++round) {
-          for (size_t c = 0; c < std::size(kStarts); ++c) {
-            ASSIGN_OR_RETURN(const double t, timer->median_us(15, cold, [&](cudaStream_t ts) {
-              return start_op(0, kStarts[c], b.y.get(), ts);
-            }));
-            us[c].push_back(t);
-          }
-        }
-        std::string line =
-            absl::StrFormat("stream-start %-22s M=%-3lld as at load, %s |", shape_name(sc).c_str(),
-                            static_cast<long long>(m), cold ? "L2 flushed" : "back to back");
-        for (size_t c = 0; c < std::size(kStarts); ++c) {
-          absl::StrAppendFormat(&line, " %s %6.1f", kStarts[c].name, median_of(us[c]));
-        }
-        std::printf("%s us\n", line.c_str());
-        std::fflush(stdout);
-      }
+      RETURN_IF_ERROR(print_as_at_load(
+          "stream-start", sc, m, std::size(kStarts), 9,
+          [&](size_t c) { return std::string(kStarts[c].name); },
+          [&](size_t c, cudaStream_t ts) { return start_op(0, kStarts[c], b.y.get(), ts); }));
     }
   }
   return absl::OkStatus();
@@ -1106,10 +1101,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
-      // As served_with_pdl.
-      const bool served_pdl =
-          m <= 64 || (ops->cluster_ctas > 1 &&
-                      (m <= 128 || (m + ops->block_m - 1) / ops->block_m <= ops->cluster_ctas));
+      const bool served_pdl = cutlass_sm90::served_with_pdl(m, *ops);
       g.weight_prefetch_bytes = 64 << 10;
       g.weights_ahead = true;
       if (!ops->can_implement(g)) continue;

@@ -160,6 +160,17 @@ const TileOps* tile_128x128x128_pingpong_q(ElemType y);
 const TileOps* tile_64x256x128_pingpong_q(ElemType y);
 const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
 
+// Whether all the token blocks of m tokens fit in one cluster of a tile with block_m tokens per CTA
+// and cluster_m CTAs per cluster along the tokens: each weight tile is then read once, by one CTA
+// or by one cluster through multicast.
+inline constexpr bool token_blocks_fit_cluster(int64_t m, int block_m, int cluster_m) {
+  return (m + block_m - 1) / block_m <= cluster_m;
+}
+
+// Whether a call of m tokens on `tile` launches the GEMM as the quantize kernel's programmatic
+// dependent (cutlass_sm90_gemm.cc, with the measurements behind it).
+bool served_with_pdl(int64_t m, const TileOps& tile);
+
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {
     case CutlassSm90Tile::k64x128x128Pingpong:

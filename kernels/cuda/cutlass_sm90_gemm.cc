@@ -155,14 +155,17 @@ constexpr int64_t kPdlClusterMaxM = 128;
 // 106.6 (105.3-106.8), and twice the candidates let the load's noisy timing pick a slower tile
 // at 4096 x 4096, M = 1024 (38.2 us against 33.5-34.8). Large M keep the stream order.
 
-// Whether a call of m tokens on a tile launches the GEMM as the quantize kernel's programmatic
-// dependent (a quantizing tile always does, inside its own launch): up to kPdlMaxM, and with a
-// cluster up to kPdlClusterMaxM or while its token blocks fit in one cluster.
-[[maybe_unused]] bool served_with_pdl(int64_t m, const cutlass_sm90::TileOps& tile) {
+}  // namespace
+
+// A quantizing tile always launches so, inside its own launch. Otherwise: up to kPdlMaxM, and with
+// a cluster up to kPdlClusterMaxM or while the token blocks fit in one cluster.
+bool cutlass_sm90::served_with_pdl(int64_t m, const TileOps& tile) {
   if (m <= kPdlMaxM) return true;
   if (tile.cluster_ctas <= 1) return false;
-  return m <= kPdlClusterMaxM || (m + tile.block_m - 1) / tile.block_m <= tile.cluster_ctas;
+  return m <= kPdlClusterMaxM || token_blocks_fit_cluster(m, tile.block_m, tile.cluster_ctas);
 }
+
+namespace {
 
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
 // quantize kernel (cutlass_sm90_dependent_mainloop.cuh): DRAM streams the weights while the
@@ -404,12 +407,13 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
   const size_t i = tune_index(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
-  return absl::StrCat(
-      "tile ", ops.name(),
-      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                     : std::string(" (by rule: operands too large to time at load)"),
-      served_with_pdl(m, ops) ? "; GEMM launched as the quantize kernel's programmatic dependent"
-                              : "");
+  return absl::StrCat("tile ", ops.name(),
+                      tuned_[i] >= 0
+                          ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                          : std::string(" (by rule: operands too large to time at load)"),
+                      cutlass_sm90::served_with_pdl(m, ops)
+                          ? "; GEMM launched as the quantize kernel's programmatic dependent"
+                          : "");
 #else
   (void)m;
   return "";
@@ -522,7 +526,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
       Candidate cand{t, g, ops, 0};
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
-      cand.args.pdl = whole_ops && served_with_pdl(g.m, *ops);
+      cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
@@ -581,7 +585,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   }
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
-  g.pdl = served_with_pdl(m, *ops);
+  g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {

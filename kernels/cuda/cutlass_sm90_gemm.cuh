@@ -243,9 +243,7 @@ struct FusedGemm {
 
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
-    // Each weight tile read once (by one CTA, or multicast to one cluster): all of the tile's
-    // m-blocks in one cluster.
-    const bool read_once = (a.m + kBlockM - 1) / kBlockM <= kClusterM;
+    const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
     typename DependentMainloop<StockMainloop>::Arguments dependent{
         stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace,
         a.pdl && a.weights_ahead && !Config::kQuantize,

@@ -434,8 +434,10 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         bulk_copy(slot + kWeightBytes, a.xq + kc * xbytes, xbytes, bar, evict_last);
       }
     };
-    // The weights of units [from, to) into L2, a box per lane.
-    auto prefetch = [&](int64_t from, int64_t to) {
+    // The weights of the l2_prefetch units from `from` on (within the range) into L2, a box per
+    // lane.
+    auto prefetch = [&](int64_t from) {
+      const int64_t to = count < from + a.l2_prefetch ? count : from + a.l2_prefetch;
       for (int64_t li = from; li < to; ++li) {
         const int64_t u = order.unit(li);
         const int64_t rb = u / p.chunks, kc = u - rb * p.chunks;
@@ -447,7 +449,6 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         }
       }
     };
-    const int64_t ahead_end = count < S + a.l2_prefetch ? count : S + a.l2_prefetch;
     if constexpr (kFuse) {
       // The raw rows first, ahead of this SM's weight copies (every block reads the same rows,
       // from L2 after the first), then the ring, refilled as the consumers free its slots.
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
       }
       for (int64_t li = 0; li < count; ++li) {
         const int s = static_cast<int>(li % S);
-        if (li == S) prefetch(S, ahead_end);
+        if (li == S) prefetch(S);
         if (li >= S) mbar_wait(empty0 + 8 * s, static_cast<uint32_t>((li / S - 1) & 1));
         issue(li, true, true, false);
       }
@@ -470,7 +471,7 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
     const int64_t pre = count < pre_max ? count : pre_max;
     for (int64_t li = 0; li < pre; ++li) issue(li, true, true, false);
     // The units after those into L2 (after the whole ring when it is all filled here).
-    prefetch(pre, count < pre + a.l2_prefetch ? count : pre + a.l2_prefetch);
+    prefetch(pre);
     grid_dependency_wait();
     if (lane == 0) trace_point(a, 1);
     for (int64_t li = 0; li < pre; ++li) issue(li, false, false, true);
