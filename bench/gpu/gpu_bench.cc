@@ -110,6 +110,7 @@ struct Options {
   bool scheduler = false;
   bool stream_prefetch = false;
   bool weights_hint = false;
+  bool pad_rows = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -1087,6 +1088,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     const char* name;
     bool read_once;
     bool flip_pdl = false;  // the launch that is not served: stream order <-> the dependent
+    bool pad = false;       // xq_rows: the token block's rows past m read from xq, not zeros
+    bool alone = false;     // the GEMM alone, without the quantize kernel before it
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1109,10 +1112,12 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       bool first = true;
       for (const Hint& h : hints) {
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
-        g.pdl = served_pdl != h.flip_pdl;
+        g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
-        auto op = [&, g, ops](int s) -> absl::Status {
-          RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
+        g.xq_rows = h.pad ? (m + ops->block_m - 1) / ops->block_m * ops->block_m : 0;
+        const bool alone = h.alone;
+        auto op = [&, g, ops, alone](int s) -> absl::Status {
+          if (!alone) RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
           CutlassSm90Args gs = g;
           gs.w = b.w[s].as<int8_t>();
           RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
@@ -1144,6 +1149,20 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     }
     return absl::OkStatus();
   };
+  if (o.pad_rows) {
+    for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{32}, int64_t{64}}) {
+      RETURN_IF_ERROR(compare(m,
+                              {CutlassSm90Tile::k64x64x128Pingpong,
+                               CutlassSm90Tile::k64x128x128Pingpong,
+                               CutlassSm90Tile::k64x256x128Pingpong},
+                              {{" ef", true},
+                               {" ef pad", true, false, true},
+                               {" alone", true, false, false, true},
+                               {" alone pad", true, false, true, true}},
+                              3, o));
+    }
+    return absl::OkStatus();
+  }
   for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}}) {
     RETURN_IF_ERROR(
         compare(m,
@@ -1584,7 +1603,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
-  if (o.weights_hint) return compare_weights_hint(sc, b, o, stream);
+  if (o.weights_hint || o.pad_rows) return compare_weights_hint(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -2166,6 +2185,10 @@ int bench_main(int argc, char** argv) {
   args.add("weights_hint", &o.weights_hint,
            "Only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights' evict-first L2 "
            "hint, and the tiles with a cluster with the launch that is not served, in turns");
+  args.add("pad_rows", &o.pad_rows,
+           "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
+           "the token block's rows past M read from the activations' buffer or zero-filled, in "
+           "turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -2228,7 +2251,7 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint) {
+  if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

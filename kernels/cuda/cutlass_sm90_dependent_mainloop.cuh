@@ -59,6 +59,7 @@ struct DependentMainloop : Base {
     uint64_t* trace = nullptr;         // CutlassSm90Args::trace
     bool weights_ahead = false;        // the first stages' weights into shared memory before it
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
+    int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -70,7 +71,9 @@ struct DependentMainloop : Base {
   template <class ProblemShape>
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
-    return Params{Base::to_underlying_arguments(problem_shape, args, workspace),
+    ProblemShape shape = problem_shape;
+    if (args.xq_rows > cute::get<0>(shape)) cute::get<0>(shape) = args.xq_rows;
+    return Params{Base::to_underlying_arguments(shape, args, workspace),
                   args.weight_prefetch_bytes, args.trace, args.weights_ahead,
                   args.weights_evict_first};
   }

@@ -100,6 +100,11 @@ struct CutlassSm90Args {
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
   bool weights_evict_first = false;
+  // Rows of activations readable at xq (>= m; 0: m). The activations' TMA loads then cover
+  // that many rows: a tile's token block whose rows past m lie inside the buffer loads them
+  // as any other rows (their products land in accumulator rows the epilogue never stores)
+  // instead of the TMA filling them with zeros.
+  int64_t xq_rows = 0;
   // The tile scheduler: how many tiles along the minor direction it walks before moving on
   // (1, 2, 4 or 8; L2 reuse at large M), and the direction (0: CUTLASS's choice, 1: along M,
   // 2: along N). The quantizing tiles always walk along N.

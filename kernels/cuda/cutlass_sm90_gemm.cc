@@ -213,6 +213,17 @@ constexpr bool kWeightsAhead = true;
 // M = 1024 within 1.5 us (128 x 256: 100.3 / 101.1 / 100.3 / 100.9).
 constexpr bool kWeightsEvictFirst = true;
 
+// The activations' buffer (xq, in the call's scratch) holds the tokens rounded up to 128 rows,
+// the largest tile's token block, and the GEMM's TMA loads of the activations cover them all
+// (CutlassSm90Args::xq_rows): the last token block's rows past M are read from the buffer (any
+// values: their products land in accumulator rows the epilogue never stores) instead of being
+// zero-filled by the TMA as out of bounds.
+constexpr bool kReadWholeTokenBlocks = true;
+constexpr int64_t kXqRowAlign = 128;
+int64_t xq_rows_for(int64_t m) {
+  return kReadWholeTokenBlocks ? (m + kXqRowAlign - 1) / kXqRowAlign * kXqRowAlign : m;
+}
+
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
 // the GEMM launched as served), not the GEMM alone: here the GEMM overlaps the quantize kernel
 // (kPdlMaxM, kPdlClusterMaxM), and how much depends on the tile, not only on its GEMM's time. A
@@ -291,7 +302,7 @@ struct ScratchLayout {
       off += align_up(bytes);
       return at;
     };
-    xq = take(static_cast<size_t>(m * k));
+    xq = take(static_cast<size_t>(xq_rows_for(m) * k));
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
     counters = take(static_cast<size_t>(quantizing_tile_counters(m)) * 4);
@@ -436,6 +447,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.weight_prefetch_bytes = kWeightPrefetchBytes;  // used where the GEMM is launched as dependent
   g.weights_ahead = kWeightsAhead;
   g.weights_evict_first = kWeightsEvictFirst;
+  g.xq_rows = kReadWholeTokenBlocks ? xq_rows_for(m) : 0;
   g.qp = quantize_params(c);
   return g;
 }
@@ -457,7 +469,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   if (max_m == 0) return absl::OkStatus();
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y;
-  RETURN_IF_ERROR(xq.allocate(static_cast<size_t>(max_m * c.k), "tile tuning activations"));
+  RETURN_IF_ERROR(
+      xq.allocate(static_cast<size_t>(xq_rows_for(max_m) * c.k), "tile tuning activations"));
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));

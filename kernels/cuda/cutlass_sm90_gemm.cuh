@@ -247,7 +247,10 @@ struct FusedGemm {
     typename DependentMainloop<StockMainloop>::Arguments dependent{
         stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace,
         a.pdl && a.weights_ahead && !Config::kQuantize,
-        a.weights_evict_first && read_once && !Config::kQuantize};
+        a.weights_evict_first && read_once && !Config::kQuantize,
+        Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
+            ? 0
+            : static_cast<int>(a.xq_rows)};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {

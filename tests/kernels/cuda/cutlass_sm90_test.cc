@@ -64,14 +64,17 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
 // A layer's operands on the device for the tile entry points, and the arguments of one call.
 struct TileBuffers {
   int64_t m = 0, n = 0, k = 0;
+  int64_t xq_rows = 0;  // rows xq holds: m rounded up to 128 (CutlassSm90Args::xq_rows)
   DeviceBuffer w, sb, adj, bias, xq, sa, azp, y;
 
   // w, sb and the column sums (for every scheme: the quantizer's azp selects what they do, see
-  // the header) uploaded; room for m tokens' xq, sa, azp and y of any type.
+  // the header) uploaded; room for m tokens' sa, azp and y of any type, and for xq_rows tokens'
+  // xq, filled with -127 (rows past m that a tile reading them would mix into y).
   absl::Status init(const LayerWeights& lw, int64_t tokens) {
     m = tokens;
     n = lw.config.n;
     k = lw.config.k;
+    xq_rows = (m + 127) / 128 * 128;
     std::vector<int32_t> colsum(n, 0);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t i = 0; i < k; ++i) colsum[r] += lw.w[r * k + i];
@@ -80,7 +83,7 @@ struct TileBuffers {
                             {&sb, n * 4},
                             {&adj, n * 4},
                             {&bias, n * 4},
-                            {&xq, m * k},
+                            {&xq, xq_rows * k},
                             {&sa, m * 4},
                             {&azp, m * 4},
                             {&y, m * n * 4}}) {
@@ -89,6 +92,7 @@ struct TileBuffers {
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), lw.w.data(), n * k, cudaMemcpyHostToDevice));
     RETURN_IF_CUDA_ERROR(cudaMemcpy(sb.get(), lw.sb.data(), n * 4, cudaMemcpyHostToDevice));
     RETURN_IF_CUDA_ERROR(cudaMemcpy(adj.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice));
+    RETURN_IF_CUDA_ERROR(cudaMemset(xq.get(), 0x81, static_cast<size_t>(xq_rows * k)));
     return absl::OkStatus();
   }
   // bias_v for the layer and output type yt (see CutlassSm90Args), uploaded.
@@ -122,7 +126,8 @@ struct TileBuffers {
 // Each tile configuration and output type through the device entry point, on the reference's
 // own xq, sa and azp: y bit-exact for every scheme's form of the epilogue, with and without the
 // weights' evict-first L2 hint (their loads then take the mainloop's own loop where each weight
-// tile is read once). Two shapes: tails in M, N and K for every tile; and a decode-like one (16
+// tile is read once), and with and without the last token block's rows past M read from xq
+// (xq_rows; -127 there). Two shapes: tails in M, N and K for every tile; and a decode-like one (16
 // tokens, 3 output tiles, 65 K steps).
 TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
   SCOPED_TRACE(seed_note());
@@ -153,11 +158,12 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
                     cudaSuccess);
           ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
-          for (int run = 0; run < 2 * kCutlassSm90Tiles; ++run) {
-            const int t = run / 2;
+          for (int run = 0; run < 4 * kCutlassSm90Tiles; ++run) {
+            const int t = run / 4;
             if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;  // takes x: below
             CutlassSm90Args g = d.args(yt);
             g.weights_evict_first = run % 2 == 1;
+            if (run % 4 >= 2) g.xq_rows = d.xq_rows;
             const cutlass_sm90::TileOps* ops =
                 cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
             ASSERT_NE(ops, nullptr);
@@ -172,7 +178,8 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
             const int64_t i = first_y_mismatch(want.y, y, yt);
             EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
                              << dtype_name(yt) << " tile " << t
-                             << (g.weights_evict_first ? " evict-first" : "") << ": row " << i / n
+                             << (g.weights_evict_first ? " evict-first" : "")
+                             << (g.xq_rows > 0 ? " xq_rows" : "") << ": row " << i / n
                              << " col " << i % n << " want " << load_as_f32(want.y.data(), yt, i)
                              << " got " << load_as_f32(y.data(), yt, i);
             if (HasFailure()) return;
@@ -222,15 +229,18 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
       for (int run = 0; run < 8 * kCutlassSm90Tiles; ++run) {
         const int t = run / 8;
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
+        // As served: the rows past M read from xq with the hint, zero-filled without it.
+        const bool pad = evict_first;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
                                   ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : "",
-                                  evict_first ? ", evict-first" : ""));
+                                  evict_first ? ", evict-first, xq_rows" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
         g.weights_ahead = ahead;
         g.weights_evict_first = evict_first;
+        if (pad) g.xq_rows = d.xq_rows;
         if (few_ctas) g.sm_count = 4;
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
