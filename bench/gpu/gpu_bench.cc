@@ -30,7 +30,7 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint]
+//                          [--weights_hint] [--pad_rows]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
@@ -38,7 +38,8 @@
 //  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
 //  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
 //  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
-//  evict-first L2 hint, see compare_weights_hint)
+//  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
+//  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -898,6 +899,7 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   g.y = b.y.get();
   g.y_type = ElemType::kBF16;
   g.sm_count = host_info().gpus[0].sm_count;
+  g.xq_rows = (m + 127) / 128 * 128;  // as served: b.xq holds the largest M (256 or more) rows
   return g;
 }
 
@@ -1079,7 +1081,10 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // weights_evict_first, where each weight tile is read once), and from M = 128 the tiles with a
 // cluster also with the hint and the launch that is not served ("ef flip": stream order <-> the
 // dependent, see served_with_pdl); timed in turns over three rounds, the outputs compared bit for
-// bit.
+// bit. With --pad_rows instead: the tiles of 64 tokens without a cluster at M = 1-64, the op as
+// served, with the token block's rows past M zero-filled by the TMA ("zf"; served: read from
+// xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
+// ("whole"), and the GEMM alone both ways.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1087,9 +1092,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   struct Hint {
     const char* name;
     bool read_once;
-    bool flip_pdl = false;  // the launch that is not served: stream order <-> the dependent
-    bool pad = false;       // xq_rows: the token block's rows past m read from xq, not zeros
-    bool alone = false;     // the GEMM alone, without the quantize kernel before it
+    bool flip_pdl = false;    // the launch that is not served: stream order <-> the dependent
+    bool zero_fill = false;   // the token block's rows past m zero-filled, not read from xq
+    bool alone = false;       // the GEMM alone, without the quantize kernel before it
+    bool whole_rows = false;  // the quantize kernel never splitting a row between blocks
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1114,10 +1120,14 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
-        g.xq_rows = h.pad ? (m + ops->block_m - 1) / ops->block_m * ops->block_m : 0;
-        const bool alone = h.alone;
-        auto op = [&, g, ops, alone](int s) -> absl::Status {
-          if (!alone) RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
+        if (h.zero_fill) g.xq_rows = 0;
+        const bool alone = h.alone, split = !h.whole_rows;
+        auto op = [&, g, ops, alone, split](int s) -> absl::Status {
+          if (!alone) {
+            RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+                b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
+                b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
+          }
           CutlassSm90Args gs = g;
           gs.w = b.w[s].as<int8_t>();
           RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
@@ -1151,15 +1161,16 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   };
   if (o.pad_rows) {
     for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{32}, int64_t{64}}) {
-      RETURN_IF_ERROR(compare(m,
-                              {CutlassSm90Tile::k64x64x128Pingpong,
-                               CutlassSm90Tile::k64x128x128Pingpong,
-                               CutlassSm90Tile::k64x256x128Pingpong},
-                              {{" ef", true},
-                               {" ef pad", true, false, true},
-                               {" alone", true, false, false, true},
-                               {" alone pad", true, false, true, true}},
-                              3, o));
+      RETURN_IF_ERROR(
+          compare(m,
+                  {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+                   CutlassSm90Tile::k64x256x128Pingpong},
+                  {{" ef zf", true, false, true},
+                   {" ef", true},
+                   {" ef whole", true, false, false, false, true},
+                   {" alone zf", true, false, true, true},
+                   {" alone", true, false, false, true}},
+                  3, o));
     }
     return absl::OkStatus();
   }
@@ -1579,8 +1590,11 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   b.w.resize(b.copies);
   RETURN_IF_ERROR(b.x.allocate(x_host.size() * 2, "x"));
   RETURN_IF_CUDA_ERROR(cudaMemcpy(b.x.get(), x_host.data(), b.x.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(b.xq.allocate(xq_host.size(), "xq"));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(b.xq.get(), xq_host.data(), b.xq.size(), cudaMemcpyHostToDevice));
+  // Room for M rounded up to 128 rows, which cuda.cutlass_sm90's loads cover (tile_args).
+  RETURN_IF_ERROR(b.xq.allocate(static_cast<size_t>((max_m + 127) / 128 * 128 * k), "xq"));
+  RETURN_IF_CUDA_ERROR(cudaMemset(b.xq.get(), 0, b.xq.size()));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpy(b.xq.get(), xq_host.data(), xq_host.size(), cudaMemcpyHostToDevice));
   RETURN_IF_ERROR(b.y.allocate(static_cast<size_t>(max_m * n) * 2, "y"));
   RETURN_IF_ERROR(b.acc.allocate(static_cast<size_t>(max_m * n) * 4, "acc"));
   RETURN_IF_ERROR(b.workspace.allocate(kWorkspaceBytes, "workspace"));
@@ -2187,8 +2201,8 @@ int bench_main(int argc, char** argv) {
            "hint, and the tiles with a cluster with the launch that is not served, in turns");
   args.add("pad_rows", &o.pad_rows,
            "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
-           "the token block's rows past M read from the activations' buffer or zero-filled, in "
-           "turns");
+           "the token block's rows past M read from the activations' buffer or zero-filled, and "
+           "the op with the quantize kernel never splitting a row, in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {

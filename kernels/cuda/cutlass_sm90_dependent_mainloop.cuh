@@ -24,6 +24,12 @@
 // L2 hint: the weights stream through L2 once, and evicting them first keeps the activations and
 // the lines still in flight there. The stock loop is otherwise unchanged (load_tiles).
 //
+// With xq_rows (CutlassSm90Args) the activations' TMA descriptor covers that many rows instead of
+// the problem's M: a token block's rows past M are then loaded from the buffer like any others
+// rather than zero-filled as out of bounds, which stalled the weights' stream (the table is
+// beside kReadWholeTokenBlocks in cutlass_sm90_gemm.cc). The kernel's problem shape, and with
+// it the tile scheduler and the epilogue's predicates, keeps the real M.
+//
 // The wait lives here, not in the kernel: the library is built without CUTLASS's own grid
 // dependency control (CUTLASS_ENABLE_GDC_FOR_SM90), which would wait before the mainloop's first
 // call. Every read of the quantize kernel's results follows this wait: the producer's TMA loads of
@@ -73,9 +79,8 @@ struct DependentMainloop : Base {
                                                   Arguments const& args, void* workspace) {
     ProblemShape shape = problem_shape;
     if (args.xq_rows > cute::get<0>(shape)) cute::get<0>(shape) = args.xq_rows;
-    return Params{Base::to_underlying_arguments(shape, args, workspace),
-                  args.weight_prefetch_bytes, args.trace, args.weights_ahead,
-                  args.weights_evict_first};
+    return Params{Base::to_underlying_arguments(shape, args, workspace), args.weight_prefetch_bytes,
+                  args.trace, args.weights_ahead, args.weights_evict_first};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>

@@ -217,7 +217,32 @@ constexpr bool kWeightsEvictFirst = true;
 // the largest tile's token block, and the GEMM's TMA loads of the activations cover them all
 // (CutlassSm90Args::xq_rows): the last token block's rows past M are read from the buffer (any
 // values: their products land in accumulator rows the epilogue never stores) instead of being
-// zero-filled by the TMA as out of bounds.
+// zero-filled by the TMA as out of bounds. The zero-filled boxes stalled the weights' stream: a
+// 64-token tile ran as fast at M = 64 as at M = 1 only once its rows were all inside the tensor.
+// Measured on the H200 (bench --pad_rows, in turns, weights rotated, us, zero-filled -> read;
+// the op as served, then the GEMM alone):
+//   layer           M    64 x 64 op    64 x 128 op   64 x 64 alone  (64 x 64 alone at M = 64)
+//   4096 x 4096     1    14.7 -> 12.0  14.2 -> 13.5  14.7 -> 11.0   11.1
+//   4096 x 4096     16   13.5 -> 12.1  13.6 -> 13.5  13.9 -> 11.3
+//   6144 x 4096     1    17.6 -> 13.7  16.0 -> 14.6  16.3 -> 13.6   13.2
+//   28672 x 4096    1    50.3 -> 35.1  40.8 -> 35.5  48.0 -> 34.9   36.1
+//   4096 x 14336    1    35.2 -> 22.4  32.0 -> 27.6  34.8 -> 21.2   21.2
+//   4096 x 14336    16   29.7 -> 22.4  27.6 -> 26.3  31.7 -> 21.2
+//   8192 x 8192     1    31.7 -> 23.3  29.4 -> 24.1  28.4 -> 23.2   23.0
+//   8192 x 8192     16   29.9 -> 24.2  27.0 -> 24.3  27.4 -> 23.1
+//   57344 x 8192    1   173.9 -> 116.3 135.5 -> 119.3 174.0 -> 115.8 118.8
+//   57344 x 8192    16  144.8 -> 115.5 131.0 -> 118.8 143.4 -> 116.3
+//   8192 x 28672    1    83.4 -> 61.9  76.7 -> 62.0  81.3 -> 60.4   61.0
+//   8192 x 28672    16   84.3 -> 64.4  96.3 -> 88.8  76.8 -> 60.6
+//   8192 x 28672    32   73.9 -> 64.1  70.0 -> 63.8  70.5 -> 60.9
+// (the 64 x 256 tile 0-4 us; y identical both ways; at M = 64 all within 0.3 us). With it the
+// load picks cuda.cutlass_sm90 at M = 1 on five of the seven benchmark layers, where it had
+// picked cuda.stream_s8 on all. The 64 x 128 op at M = 16 on 8192 x 28672 stays slow: there
+// the quantize kernel splits each of the 16 rows among 8 blocks (quantize_s8.cu), 128 SMs that
+// the tile's 64 CTAs must mostly wait for; with every row in one block (launch_quantize_s8's
+// `split`) it measured 63.2 us and the 64 x 64 op 63.1 (against 64.2), but on the other layers
+// the whole rows measured the same or up to 3 us slower (57344 x 8192 at M = 16, 64 x 256 op
+// 116.4 -> 119.5), so the split stays and the load picks the 64 x 64 tile there.
 constexpr bool kReadWholeTokenBlocks = true;
 constexpr int64_t kXqRowAlign = 128;
 int64_t xq_rows_for(int64_t m) {

@@ -245,7 +245,9 @@ struct FusedGemm {
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
     const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
     typename DependentMainloop<StockMainloop>::Arguments dependent{
-        stock, a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0, a.trace,
+        stock,
+        a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
+        a.trace,
         a.pdl && a.weights_ahead && !Config::kQuantize,
         a.weights_evict_first && read_once && !Config::kQuantize,
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()

@@ -521,7 +521,7 @@ constexpr int64_t kWarpPerRowMinM = 1024;
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
                          float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
-                         const XqLayout& lay, cudaStream_t stream) {
+                         const XqLayout& lay, bool split, cudaStream_t stream) {
   // Enough threads that each handles a few vectors (four in flight at once); a block per row
   // keeps the row's reduction in one block (no second launch, no atomics), and small blocks let
   // many rows share an SM. Up to 1024 threads for rows of over 16384 values measured slower on
@@ -592,7 +592,7 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
           <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
       return cudaGetLastError();
     }
-    const int parts = split_blocks(k);
+    const int parts = split ? split_blocks(k) : 1;
     if (vectors && parts > 1 && m <= kSplitMaxM) {
       const ClusterLaunch launch(static_cast<unsigned>(m * parts), kSplitThreads,
                                  static_cast<unsigned>(parts), 0, stream);
@@ -616,20 +616,20 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
 template <typename T>
 cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeParams& p,
                             int8_t* xq, float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
-                            const XqLayout& lay, cudaStream_t stream) {
+                            const XqLayout& lay, bool split, cudaStream_t stream) {
   switch (p.scheme) {
     case QuantScheme::kDynamicSymmetric:
       return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                             zero_count, lay, stream);
+                                                             zero_count, lay, split, stream);
     case QuantScheme::kStaticSymmetric:
       return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                            zero_count, lay, stream);
+                                                            zero_count, lay, split, stream);
     case QuantScheme::kDynamicAsymmetric:
       return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                              zero_count, lay, stream);
+                                                              zero_count, lay, split, stream);
     case QuantScheme::kStaticAsymmetric:
       return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                             zero_count, lay, stream);
+                                                             zero_count, lay, split, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -639,7 +639,7 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero, int64_t zero_count,
-                               const XqLayout* layout) {
+                               const XqLayout* layout, bool split) {
   if (m < 1 || m > 0x7fffffff || k < 1 || zero_count < 0) return cudaErrorInvalidValue;
   XqLayout lay;
   if (layout == nullptr || layout->chunk == 0) {
@@ -651,12 +651,14 @@ cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_
   }
   switch (x_type) {
     case ElemType::kF32:
-      return launch_for_type<float>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_for_type<float>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, split,
+                                    stream);
     case ElemType::kF16:
-      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, stream);
+      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, split,
+                                     stream);
     case ElemType::kBF16:
       return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, zero, zero_count, lay,
-                                            stream);
+                                            split, stream);
   }
   return cudaErrorInvalidValue;
 }

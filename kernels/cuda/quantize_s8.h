@@ -51,10 +51,12 @@ struct XqLayout {
 // 1; any alignment (8 elements per vector access when x is 16-byte aligned and k % 8 == 0, 4 when k
 // % 4 == 0). When `zero` is given, the launch also sets zero[0, zero_count) to 0 (the counters of
 // cuda.stream_s8, its programmatic dependent); with `layout`, xq is written in that layout instead
-// of row-major. Returns the launch error, if any.
+// of row-major. With split false, the rows are never split between blocks (one block per row
+// where the split form would take up to 8 per row: fewer SMs busy while a programmatic
+// dependent's blocks wait to start). Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero = nullptr, int64_t zero_count = 0,
-                               const XqLayout* layout = nullptr);
+                               const XqLayout* layout = nullptr, bool split = true);
 
 }  // namespace qlinear::gpu

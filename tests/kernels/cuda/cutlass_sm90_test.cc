@@ -179,9 +179,9 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
             EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
                              << dtype_name(yt) << " tile " << t
                              << (g.weights_evict_first ? " evict-first" : "")
-                             << (g.xq_rows > 0 ? " xq_rows" : "") << ": row " << i / n
-                             << " col " << i % n << " want " << load_as_f32(want.y.data(), yt, i)
-                             << " got " << load_as_f32(y.data(), yt, i);
+                             << (g.xq_rows > 0 ? " xq_rows" : "") << ": row " << i / n << " col "
+                             << i % n << " want " << load_as_f32(want.y.data(), yt, i) << " got "
+                             << load_as_f32(y.data(), yt, i);
             if (HasFailure()) return;
           }
         }
