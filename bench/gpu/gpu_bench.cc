@@ -1120,7 +1120,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
-        if (h.zero_fill) g.xq_rows = 0;
+        g.xq_rows = h.zero_fill ? 0 : tile_args(sc, b, m).xq_rows;
         const bool alone = h.alone, split = !h.whole_rows;
         auto op = [&, g, ops, alone, split](int s) -> absl::Status {
           if (!alone) {
