@@ -237,16 +237,25 @@ constexpr bool kWeightsEvictFirst = true;
 //   8192 x 28672    32   73.9 -> 64.1  70.0 -> 63.8  70.5 -> 60.9
 // (the 64 x 256 tile 0-4 us; y identical both ways; at M = 64 all within 0.3 us). With it the
 // load picks cuda.cutlass_sm90 at M = 1 on five of the seven benchmark layers, where it had
-// picked cuda.stream_s8 on all. The 64 x 128 op at M = 16 on 8192 x 28672 stays slow: there
-// the quantize kernel splits each of the 16 rows among 8 blocks (quantize_s8.cu), 128 SMs that
-// the tile's 64 CTAs must mostly wait for; with every row in one block (launch_quantize_s8's
-// `split`) it measured 63.2 us and the 64 x 64 op 63.1 (against 64.2), but on the other layers
-// the whole rows measured the same or up to 3 us slower (57344 x 8192 at M = 16, 64 x 256 op
-// 116.4 -> 119.5), so the split stays and the load picks the 64 x 64 tile there.
+// picked cuda.stream_s8 on all.
 constexpr bool kReadWholeTokenBlocks = true;
 constexpr int64_t kXqRowAlign = 128;
 int64_t xq_rows_for(int64_t m) {
   return kReadWholeTokenBlocks ? (m + kXqRowAlign - 1) / kXqRowAlign * kXqRowAlign : m;
+}
+
+// Whether the quantize kernel before the GEMM may split each of a few long rows among several
+// blocks (quantize_s8.h): only while its blocks leave at least half the SMs free. The GEMM's CTAs
+// (nearly all of an SM's shared memory and registers) cannot share an SM with a quantize block,
+// so those on its SMs start, and stream their first weights, only as it leaves. On 8192 x 28672
+// at M = 16 the split takes 8 blocks per row, 128 SMs; measured on the H200 (bench --pad_rows, the
+// op as served, in turns, us, split -> whole rows, two runs): 64 x 64 tile 64.2 -> 63.1 and
+// 64.9 -> 63.6, 64 x 128 tile 82.3 -> 63.2 and 88.0 -> 64.7. Where the split leaves half the SMs
+// free it measured the same or faster than whole rows: 4096 x 14336 at M = 16 (4 blocks per row,
+// 64 SMs) 64 x 64 22.2 -> 22.7 and 22.9 -> 23.5; 57344 x 8192 (2 per row) 64 x 256 116.4 ->
+// 119.5; 28672 x 4096 64 x 128 34.8 -> 36.6 (one run), 35.2 -> 34.8 (the other).
+[[maybe_unused]] bool split_quantize_rows(int64_t m, int64_t k, int sm_count) {
+  return m * quantize_blocks_per_row(m, k) <= sm_count / 2;
 }
 
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
@@ -549,8 +558,9 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       return [&, cp = &candidate](cudaStream_t stream) -> absl::Status {
         if (whole_ops && !tile_quantizes(static_cast<CutlassSm90Tile>(cp->tile))) {
           // The quantize kernel, then the GEMM.
-          RETURN_IF_CUDA_ERROR(launch_quantize_s8(g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(),
-                                                  sa.as<float>(), azp.as<int32_t>(), stream));
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+              g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(), sa.as<float>(), azp.as<int32_t>(),
+              stream, nullptr, 0, nullptr, split_quantize_rows(g.m, g.k, sm_count_)));
         }
         RETURN_IF_CUDA_ERROR(cp->ops->launch(cp->args, nullptr, stream));
         return absl::OkStatus();
@@ -628,7 +638,8 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
-                                            g.qp, xq, sa, azp, stream));
+                                            g.qp, xq, sa, azp, stream, nullptr, 0, nullptr,
+                                            split_quantize_rows(m, c.k, sm_count_)));
   }
   // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
   RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));

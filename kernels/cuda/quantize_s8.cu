@@ -636,6 +636,12 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 
 }  // namespace
 
+int quantize_blocks_per_row(int64_t m, int64_t k) {
+  if (m > kSplitMaxM) return 1;
+  const int parts = split_blocks(k);
+  return parts > 1 ? parts : 1;
+}
+
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero, int64_t zero_count,

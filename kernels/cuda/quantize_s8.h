@@ -59,4 +59,8 @@ cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_
                                cudaStream_t stream, int32_t* zero = nullptr, int64_t zero_count = 0,
                                const XqLayout* layout = nullptr, bool split = true);
 
+// How many blocks launch_quantize_s8 gives each of m rows of k 16-bit values when it may split
+// them (vector-aligned rows): 2-8 for up to 16 rows of 4096 values or more, else 1.
+int quantize_blocks_per_row(int64_t m, int64_t k);
+
 }  // namespace qlinear::gpu

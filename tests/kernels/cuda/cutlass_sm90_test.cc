@@ -60,6 +60,23 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   EXPECT_FALSE(absl::StrContains(at_m, "programmatic dependent")) << at_m;
 }
 
+// Decode calls on long rows (K = 16512: the quantize kernel's split form would give each row 8
+// blocks): at M = 4 it splits them, at M = 12 and 16 it keeps each row in one block so as to
+// leave the GEMM most SMs (split_quantize_rows). y bit-exact for every scheme either way.
+TEST_F(CutlassSm90Test, FewLongRowsMatchTheReferenceSplitOrWhole) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t k = 16512;
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 272, k, true));
+    if (p.kernel == nullptr) return;
+    for (int64_t m : {int64_t{4}, int64_t{12}, int64_t{16}}) {
+      EXPECT_TRUE(check_call(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16))
+          << scheme_name(scheme) << " M " << m;
+    }
+  }
+}
+
 #if QLINEAR_HAVE_CUTLASS
 // A layer's operands on the device for the tile entry points, and the arguments of one call.
 struct TileBuffers {
