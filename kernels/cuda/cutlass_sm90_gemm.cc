@@ -79,7 +79,9 @@ constexpr TileStep kLadder[] = {
 };
 
 // Exceptions to the ladder by layer width, from the tile sweep of bench/gpu/gpu_bench.cc (GEMM
-// with the fused epilogue, us; 64x128 / 64x64 / 64x256):
+// with the fused epilogue, us; 64x128 / 64x64 / 64x256; M = 1 and 16 with the rows past M
+// zero-filled, as they were before kReadWholeTokenBlocks: read, each tile there runs about as
+// fast as at M = 64):
 //   shape (N x K)   M=1                M=16               M=64               M=128
 //   4096 x 4096     14.6/ 14.6/ 17.5   13.8/ 13.6/ 17.3   12.9/ 10.9/ 17.0   11.1/  9.5/ 15.8
 //   6144 x 4096     15.9/ 15.8/ 18.5   15.1/ 15.2/ 17.9   13.2/ 13.1/ 17.4   11.3/ 13.4/ 15.7
