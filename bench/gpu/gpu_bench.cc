@@ -2175,7 +2175,7 @@ int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
-      "[--sweep=true|false] [--scheduler] [--stream_prefetch]",
+      "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
