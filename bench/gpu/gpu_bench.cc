@@ -899,7 +899,7 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   g.y = b.y.get();
   g.y_type = ElemType::kBF16;
   g.sm_count = host_info().gpus[0].sm_count;
-  g.xq_rows = (m + 127) / 128 * 128;  // as served: b.xq holds the largest M (256 or more) rows
+  g.xq_rows = cutlass_sm90::xq_rows_for(m);  // as served (b.xq holds that many rows)
   return g;
 }
 
@@ -1110,6 +1110,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
+      const int64_t read_rows = g.xq_rows;
       const bool served_pdl = cutlass_sm90::served_with_pdl(m, *ops);
       g.weight_prefetch_bytes = 64 << 10;
       g.weights_ahead = true;
@@ -1120,7 +1121,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
-        g.xq_rows = h.zero_fill ? 0 : tile_args(sc, b, m).xq_rows;
+        g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone, split = !h.whole_rows;
         auto op = [&, g, ops, alone, split](int s) -> absl::Status {
           if (!alone) {
@@ -1590,8 +1591,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   b.w.resize(b.copies);
   RETURN_IF_ERROR(b.x.allocate(x_host.size() * 2, "x"));
   RETURN_IF_CUDA_ERROR(cudaMemcpy(b.x.get(), x_host.data(), b.x.size(), cudaMemcpyHostToDevice));
-  // Room for M rounded up to 128 rows, which cuda.cutlass_sm90's loads cover (tile_args).
-  RETURN_IF_ERROR(b.xq.allocate(static_cast<size_t>((max_m + 127) / 128 * 128 * k), "xq"));
+  // Room for the rows cuda.cutlass_sm90's loads cover (tile_args).
+  RETURN_IF_ERROR(b.xq.allocate(static_cast<size_t>(cutlass_sm90::xq_rows_for(max_m) * k), "xq"));
   RETURN_IF_CUDA_ERROR(cudaMemset(b.xq.get(), 0, b.xq.size()));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(b.xq.get(), xq_host.data(), xq_host.size(), cudaMemcpyHostToDevice));

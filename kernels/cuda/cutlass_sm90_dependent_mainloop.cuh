@@ -149,6 +149,28 @@ struct DependentMainloop : Base {
                                       : cute::TMA::CacheHintSm90::EVICT_NORMAL;
   }
 
+  // The TMA partitions of the tile's operands, (activations in global memory, their stages,
+  // weights in global memory, their stages), for this CTA's slice of each copy (its place in the
+  // cluster along the copy's multicast; 0 without a cluster).
+  template <class TensorA, class TensorB, class BlockCoord>
+  static CUTLASS_DEVICE auto partitions(Params const& params,
+                                        cute::tuple<TensorA, TensorB> const& load_inputs,
+                                        BlockCoord const& blk_coord,
+                                        typename Base::TensorStorage& shared_tensors,
+                                        uint32_t slice_a, uint32_t slice_b) {
+    using namespace cute;
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    (void)k_coord;
+    auto tma_a = params.tma_load_a.get_slice(slice_a);
+    auto tma_b = params.tma_load_b.get_slice(slice_b);
+    return make_tuple(tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord)),
+                      tma_a.partition_D(make_tensor(make_smem_ptr(shared_tensors.smem_A.data()),
+                                                    typename Base::SmemLayoutA{})),
+                      tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord)),
+                      tma_b.partition_D(make_tensor(make_smem_ptr(shared_tensors.smem_B.data()),
+                                                    typename Base::SmemLayoutB{})));
+  }
+
   // The stock load's loop (each k-tile: acquire the stage, then the TMA loads of both operands,
   // multicast within the cluster where the tile has one), with the weights' loads hinted.
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -164,16 +186,8 @@ struct DependentMainloop : Base {
     using ClusterShape = typename Base::DispatchPolicy::ClusterShape;
     constexpr uint32_t kClusterX = size<0>(ClusterShape{});
     const uint32_t cx = block_rank_in_cluster % kClusterX, cy = block_rank_in_cluster / kClusterX;
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    (void)k_coord;
-    auto tma_a = params.tma_load_a.get_slice(cy);
-    auto tma_b = params.tma_load_b.get_slice(cx);
-    Tensor tAgA = tma_a.partition_S(get<0>(load_inputs)(_, _, m_coord, _, l_coord));
-    Tensor tAsA = tma_a.partition_D(
-        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}));
-    Tensor tBgB = tma_b.partition_S(get<1>(load_inputs)(_, _, n_coord, _, l_coord));
-    Tensor tBsB = tma_b.partition_D(
-        make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}));
+    auto [tAgA, tAsA, tBgB, tBsB] =
+        partitions(params, load_inputs, blk_coord, shared_tensors, cy, cx);
     // Which CTAs of the cluster each load lands in: A along the cluster's N, B along its M.
     uint16_t mask_a = 0, mask_b = 0;
     auto cluster = Layout<ClusterShape>{};  // (m, n) -> block rank
@@ -210,28 +224,19 @@ struct DependentMainloop : Base {
     static_assert(std::is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD> &&
                   std::is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD>);
     if (!elect_one_sync()) return;
-    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
-    (void)k_coord;
-    // The k-tiles' loads of one operand (g: its tiles in global memory, s: its stages).
-    auto issue = [&](auto const& tma_load, auto const& g, auto const& s, bool acquire,
-                     TMA::CacheHintSm90 hint) {
-      auto tma = tma_load.get_slice(0);
-      Tensor tg = tma.partition_S(g);
-      Tensor ts = tma.partition_D(s);
-      for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
-        if (acquire) pipeline.producer_acquire(state);
-        copy(tma_load.with(*pipeline.producer_get_barrier(state), 0, hint),
-             tg(_, _, _, *k_tile_iter), ts(_, _, _, state.index()));
+    auto [tAgA, tAsA, tBgB, tBsB] =
+        partitions(params, load_inputs, blk_coord, shared_tensors, 0, 0);
+    const TMA::CacheHintSm90 hint = weights_hint(params);
+    for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
+      if (weights) pipeline.producer_acquire(state);
+      auto* bar = pipeline.producer_get_barrier(state);
+      const int stage = state.index();
+      if (weights) {
+        copy(params.tma_load_b.with(*bar, 0, hint), tBgB(_, _, _, *k_tile_iter),
+             tBsB(_, _, _, stage));
+      } else {
+        copy(params.tma_load_a.with(*bar, 0), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
       }
-    };
-    if (weights) {
-      issue(params.tma_load_b, get<1>(load_inputs)(_, _, n_coord, _, l_coord),
-            make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), typename Base::SmemLayoutB{}),
-            true, weights_hint(params));
-    } else {
-      issue(params.tma_load_a, get<0>(load_inputs)(_, _, m_coord, _, l_coord),
-            make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), typename Base::SmemLayoutA{}),
-            false, TMA::CacheHintSm90::EVICT_NORMAL);
     }
   }
 

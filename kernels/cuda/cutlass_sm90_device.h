@@ -165,6 +165,13 @@ const TileOps* tile_128x128x128_pingpong_q(ElemType y);
 const TileOps* tile_64x256x128_pingpong_q(ElemType y);
 const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
 
+// Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
+// inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
+inline constexpr int64_t kXqRowAlign = 128;
+inline constexpr int64_t xq_rows_for(int64_t m) {
+  return (m + kXqRowAlign - 1) / kXqRowAlign * kXqRowAlign;
+}
+
 // Whether all the token blocks of m tokens fit in one cluster of a tile with block_m tokens per CTA
 // and cluster_m CTAs per cluster along the tokens: each weight tile is then read once, by one CTA
 // or by one cluster through multicast.

@@ -216,13 +216,13 @@ constexpr bool kWeightsAhead = true;
 constexpr bool kWeightsEvictFirst = true;
 
 // The activations' buffer (xq, in the call's scratch) holds the tokens rounded up to 128 rows,
-// the largest tile's token block, and the GEMM's TMA loads of the activations cover them all
-// (CutlassSm90Args::xq_rows): the last token block's rows past M are read from the buffer (any
-// values: their products land in accumulator rows the epilogue never stores) instead of being
-// zero-filled by the TMA as out of bounds. The zero-filled boxes stalled the weights' stream: a
-// 64-token tile ran as fast at M = 64 as at M = 1 only once its rows were all inside the tensor.
-// Measured on the H200 (bench --pad_rows, in turns, weights rotated, us, zero-filled -> read;
-// the op as served, then the GEMM alone):
+// the largest tile's token block (cutlass_sm90::xq_rows_for), and the GEMM's TMA loads of the
+// activations cover them all (CutlassSm90Args::xq_rows): the last token block's rows past M are
+// read from the buffer (any values: their products land in accumulator rows the epilogue never
+// stores) instead of being zero-filled by the TMA as out of bounds. The zero-filled boxes stalled
+// the weights' stream: a 64-token tile ran as fast at M = 64 as at M = 1 only once its rows were
+// all inside the tensor. Measured on the H200 (bench --pad_rows, in turns, weights rotated, us,
+// zero-filled -> read; the op as served, then the GEMM alone):
 //   layer           M    64 x 64 op    64 x 128 op   64 x 64 alone  (64 x 64 alone at M = 64)
 //   4096 x 4096     1    14.7 -> 12.0  14.2 -> 13.5  14.7 -> 11.0   11.1
 //   4096 x 4096     16   13.5 -> 12.1  13.6 -> 13.5  13.9 -> 11.3
@@ -241,9 +241,9 @@ constexpr bool kWeightsEvictFirst = true;
 // load picks cuda.cutlass_sm90 at M = 1 on five of the seven benchmark layers, where it had
 // picked cuda.stream_s8 on all.
 constexpr bool kReadWholeTokenBlocks = true;
-constexpr int64_t kXqRowAlign = 128;
-int64_t xq_rows_for(int64_t m) {
-  return kReadWholeTokenBlocks ? (m + kXqRowAlign - 1) / kXqRowAlign * kXqRowAlign : m;
+// The rows of xq a call of m tokens holds and the GEMM's loads cover.
+int64_t served_xq_rows(int64_t m) {
+  return kReadWholeTokenBlocks ? cutlass_sm90::xq_rows_for(m) : m;
 }
 
 // Whether the quantize kernel before the GEMM may split each of a few long rows among several
@@ -338,7 +338,7 @@ struct ScratchLayout {
       off += align_up(bytes);
       return at;
     };
-    xq = take(static_cast<size_t>(xq_rows_for(m) * k));
+    xq = take(static_cast<size_t>(served_xq_rows(m) * k));
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
     counters = take(static_cast<size_t>(quantizing_tile_counters(m)) * 4);
@@ -483,7 +483,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.weight_prefetch_bytes = kWeightPrefetchBytes;  // used where the GEMM is launched as dependent
   g.weights_ahead = kWeightsAhead;
   g.weights_evict_first = kWeightsEvictFirst;
-  g.xq_rows = kReadWholeTokenBlocks ? xq_rows_for(m) : 0;
+  g.xq_rows = served_xq_rows(m);
   g.qp = quantize_params(c);
   return g;
 }
@@ -506,7 +506,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y;
   RETURN_IF_ERROR(
-      xq.allocate(static_cast<size_t>(xq_rows_for(max_m) * c.k), "tile tuning activations"));
+      xq.allocate(static_cast<size_t>(served_xq_rows(max_m) * c.k), "tile tuning activations"));
   RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
   RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
   RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));

@@ -502,6 +502,16 @@ int split_blocks(int64_t k) {
   return blocks <= kSplitMaxBlocks ? static_cast<int>(blocks) : 0;  // 0: too long to split
 }
 
+}  // namespace
+
+int quantize_blocks_per_row(int64_t m, int64_t k) {
+  if (m > kSplitMaxM) return 1;
+  const int parts = split_blocks(k);
+  return parts > 1 ? parts : 1;
+}
+
+namespace {
+
 // An attribute of the current device, or `fallback` when it cannot be read.
 int device_attribute(cudaDeviceAttr attr, int fallback) {
   int device = 0, v = 0;
@@ -592,8 +602,8 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
           <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
       return cudaGetLastError();
     }
-    const int parts = split ? split_blocks(k) : 1;
-    if (vectors && parts > 1 && m <= kSplitMaxM) {
+    const int parts = split ? quantize_blocks_per_row(m, k) : 1;
+    if (vectors && parts > 1) {
       const ClusterLaunch launch(static_cast<unsigned>(m * parts), kSplitThreads,
                                  static_cast<unsigned>(parts), 0, stream);
       return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp,
@@ -635,12 +645,6 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 }
 
 }  // namespace
-
-int quantize_blocks_per_row(int64_t m, int64_t k) {
-  if (m > kSplitMaxM) return 1;
-  const int parts = split_blocks(k);
-  return parts > 1 ? parts : 1;
-}
 
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,

@@ -81,7 +81,7 @@ TEST_F(CutlassSm90Test, FewLongRowsMatchTheReferenceSplitOrWhole) {
 // A layer's operands on the device for the tile entry points, and the arguments of one call.
 struct TileBuffers {
   int64_t m = 0, n = 0, k = 0;
-  int64_t xq_rows = 0;  // rows xq holds: m rounded up to 128 (CutlassSm90Args::xq_rows)
+  int64_t xq_rows = 0;  // rows xq holds: cutlass_sm90::xq_rows_for(m)
   DeviceBuffer w, sb, adj, bias, xq, sa, azp, y;
 
   // w, sb and the column sums (for every scheme: the quantizer's azp selects what they do, see
@@ -91,7 +91,7 @@ struct TileBuffers {
     m = tokens;
     n = lw.config.n;
     k = lw.config.k;
-    xq_rows = (m + 127) / 128 * 128;
+    xq_rows = cutlass_sm90::xq_rows_for(m);
     std::vector<int32_t> colsum(n, 0);
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t i = 0; i < k; ++i) colsum[r] += lw.w[r * k + i];
@@ -246,8 +246,6 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
       for (int run = 0; run < 8 * kCutlassSm90Tiles; ++run) {
         const int t = run / 8;
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
-        // As served: the rows past M read from xq with the hint, zero-filled without it.
-        const bool pad = evict_first;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
                                   ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : "",
@@ -257,7 +255,7 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         g.weight_prefetch_bytes = 64 << 10;
         g.weights_ahead = ahead;
         g.weights_evict_first = evict_first;
-        if (pad) g.xq_rows = d.xq_rows;
+        if (evict_first) g.xq_rows = d.xq_rows;  // as served; zero-filled without the hint
         if (few_ctas) g.sm_count = 4;
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
