@@ -30,7 +30,7 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows]
+//                          [--weights_hint] [--pad_rows] [--prefill]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
@@ -39,7 +39,9 @@
 //  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
 //  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
 //  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
-//  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint)
+//  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
+//  --prefill: only its large-M ops, the quantize pass's cost beside the GEMM's, see
+//  compare_prefill)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -112,6 +114,7 @@ struct Options {
   bool stream_prefetch = false;
   bool weights_hint = false;
   bool pad_rows = false;
+  bool prefill = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -1557,6 +1560,114 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
+// --prefill: where cuda.cutlass_sm90's op loses to its GEMM alone at M >= 1024, in turns: the
+// bare cuBLASLt GEMM, the quantize kernel alone, and for the large-M tiles the GEMM alone (back
+// to back), the op as served (the quantize kernel, then the GEMM as its programmatic dependent),
+// and the quantize kernel, a read of 256 MB, then the GEMM ("q+flush+", printed with the read's
+// own time taken off: the GEMM finding the quantize kernel's output in HBM rather than in L2);
+// then the quantizing tiles' ops, and the 128 x 128 quantizing tile with every row quantized
+// first ("all-before"). Measured on the H200 with the quantize kernel's xq stores carrying an
+// evict-first L2 policy or st.global.cs: the quantize kernel alone 17.7 -> 14.5 / 14.1 us on
+// 4096 x 4096 at M = 4096, but the op no faster on any large-M layer (within +-1% with the
+// 128 x 128 tile), so its stores carry no hint.
+absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                             cudaStream_t stream, cublasLtHandle_t lt) {
+#if QLINEAR_HAVE_CUTLASS
+  Options so = o;
+  so.reps = std::min<int64_t>(o.reps, 30);
+  so.warmup = std::min<int64_t>(o.warmup, 3);
+  L2FlushRead flush;
+  RETURN_IF_ERROR(flush.init());
+  DeviceBuffer counters;
+  RETURN_IF_ERROR(counters.allocate(
+      static_cast<size_t>(quantizing_tile_counters(
+          sc.large_ms.empty() ? 1 : *std::max_element(sc.large_ms.begin(), sc.large_ms.end()))) *
+          4,
+      "counters"));
+  for (int64_t m : sc.large_ms) {
+    auto quantize = [&, m]() -> absl::Status {
+      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
+      return absl::OkStatus();
+    };
+    BareGemm bare;
+    RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
+    std::vector<std::string> names;
+    std::vector<std::function<absl::Status(int)>> cands;
+    auto add = [&](std::string name, std::function<absl::Status(int)> f) {
+      names.push_back(std::move(name));
+      cands.push_back(std::move(f));
+    };
+    add("bare", [&](int) {
+      return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                          b.workspace.get(), stream);
+    });
+    add("flush", [&](int) { return flush.enqueue(stream); });
+    add("quant", [&](int) { return quantize(); });
+    for (CutlassSm90Tile t :
+         {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
+          CutlassSm90Tile::k128x256x128Coop}) {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[0].as<int8_t>();
+      if (!ops->can_implement(g)) continue;
+      const std::string tn = ops->name();
+      add(tn, [&, g, ops](int) -> absl::Status {
+        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+        return absl::OkStatus();
+      });
+      CutlassSm90Args gp = g;
+      gp.pdl = true;
+      add(absl::StrCat("q+", tn), [&, gp, ops](int) -> absl::Status {
+        RETURN_IF_ERROR(quantize());
+        RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
+        return absl::OkStatus();
+      });
+      add(absl::StrCat("q+flush+", tn), [&, g, ops](int) -> absl::Status {
+        RETURN_IF_ERROR(quantize());
+        RETURN_IF_ERROR(flush.enqueue(stream));
+        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+        return absl::OkStatus();
+      });
+    }
+    for (CutlassSm90Tile t :
+         {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[0].as<int8_t>();
+      g.x = b.x.get();
+      g.x_type = ElemType::kBF16;
+      g.counters = counters.as<int32_t>();
+      if (!ops->can_implement(g)) continue;
+      for (bool all_before : {false, true}) {
+        if (all_before && t != CutlassSm90Tile::k128x128x128PingpongQ) continue;
+        CutlassSm90Args gq = g;
+        gq.prefix = all_before ? m : -1;
+        add(absl::StrCat(ops->name(), all_before ? " all-before" : ""),
+            [&, gq, ops](int) -> absl::Status {
+              RETURN_IF_CUDA_ERROR(ops->launch(gq, b.workspace.get(), stream));
+              return absl::OkStatus();
+            });
+      }
+    }
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, so, cands));
+    const double flush_us = us[1];
+    for (size_t i = 0; i < us.size(); ++i) {
+      const bool flushed = absl::StartsWith(names[i], "q+flush+");
+      std::printf(
+          "prefill %-22s M=%-5lld %-44s %8.1f us%s\n", shape_name(sc).c_str(),
+          static_cast<long long>(m), names[i].c_str(), us[i],
+          flushed ? absl::StrFormat("  (%.1f without the read)", us[i] - flush_us).c_str() : "");
+    }
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream, (void)lt;
+#endif
+  return absl::OkStatus();
+}
+
 // (3) Every CUDA kernel's op on one shape, for each M. Where the weights do not rotate (M > 64)
 // the bare GEMM and the ops are timed in turns (medians_in_turns): under a sustained int8 GEMM
 // load the H200 reaches its power cap within a second and its SM clock drops from 1980 MHz to
@@ -1617,6 +1728,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   }
 
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
+  if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
   if (o.weights_hint || o.pad_rows) return compare_weights_hint(sc, b, o, stream);
   if (o.diagnose) {
@@ -2176,7 +2288,8 @@ int bench_main(int argc, char** argv) {
   Options o;
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
-      "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows]",
+      "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows] "
+      "[--prefill]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -2204,6 +2317,9 @@ int bench_main(int argc, char** argv) {
            "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
            "the token block's rows past M read from the activations' buffer or zero-filled, and "
            "the op with the quantize kernel never splitting a row, in turns");
+  args.add("prefill", &o.prefill,
+           "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
+           "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -2256,7 +2372,7 @@ int bench_main(int argc, char** argv) {
   int failures = 0;
   for (const ShapeCase& sc : kShapes) {
     if (o.serving) break;
-    if (o.scheduler && sc.large_ms.empty()) continue;
+    if ((o.scheduler || o.prefill) && sc.large_ms.empty()) continue;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
       continue;
@@ -2266,7 +2382,8 @@ int bench_main(int argc, char** argv) {
       ++failures;
     }
   }
-  if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows) {
+  if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
+      !o.prefill) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -274,9 +274,15 @@ int64_t served_xq_rows(int64_t m) {
 // +-1 us on five layers, 0.7 us slower on 4096 x 14336 (one run).
 constexpr int64_t kWholeOpMaxM = kPdlClusterMaxM;
 
-// The token counts at which a layer times every tile at load (tune_tiles); a call of M tokens
-// takes the tile chosen for the smallest of them >= M (beyond the last, the last one's).
-constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048};
+// The token counts at which a layer times every tile at load (tune_tiles, up to the M whose
+// operands fit kTuneBytes); a call of M tokens takes the tile chosen for the smallest of them
+// >= M (beyond the last timed, the last timed one's). The best tile at 2048 tokens is not always
+// the best beyond: measured on the H200 (bench --prefill, the op as served, in turns, us),
+// 28672 x 4096 at M = 4096 64 x 256 tile (the load's choice at 2048) 767.0, 128 x 128 702.0;
+// 8192 x 8192 at M = 8192 128 x 256 (the choice at 2048 in the full benchmark run before)
+// 925.2, 128 x 128 888.4. Timing 4096 and 8192 adds about 0.1 s to the load of the largest layers
+// that fit.
+constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
 
 // After every tile's first timing (the median of 5 calls), the fastest kTuneFinalists are timed
 // again in kTuneRounds rounds of one call each, in turns, and the fastest median wins: the GPU's
@@ -308,8 +314,13 @@ constexpr int64_t kQuantizingMinM = 512;
 //   28672 x 4096 x 4096     779.3 / 800.5 / 738.0   (the walk along N costs the weights' reuse)
 //   2048 x 8192 x 8192      227.9 / 228.8 / 205.3
 //   8192 x 8192 x 8192      898.7 / 947.5 / 925.9   (the one win)
-// A layer tunes at M <= 2048 and uses the 2048 choice above it, so the 8192^3 win would not be
-// picked; noise could pick them where they lose. They stay compiled, tested and benchmarked.
+// With the auxiliary warps claiming 4 rows at a time (bench --prefill, in turns, against the
+// quantize kernel then the plain 128 x 128 tile): 4096^3 126.6 / 108.1 / 105.5, 28672 x 4096 x
+// 4096 764.8 / 763.9 / 702.0, 2048 x 8192 x 8192 231.3 / 233.2 / 210.3, 8192^3 881.7 / 885.4 /
+// 888.4. Where they win it is by under 1%: at 8192^3 the quantization inside the GEMM hides
+// about 7 of the quantize kernel's 73 us. (A sustained int8 GEMM runs the H200 at its power cap,
+// see run_shape in bench/gpu/gpu_bench.cc; work added inside the GEMM may cost its clock as
+// much as beside it.) They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
@@ -366,6 +377,8 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
+  // The index in kTuneMs whose timed choice a call of m tokens takes (tuned_ there may be -1).
+  size_t tuned_index(int64_t m) const;
   std::string variant(int64_t m) const override;
 #if QLINEAR_HAVE_CUTLASS
   // A call's arguments that come from the layer (weights, scales, column sums, bias_v for y,
@@ -445,14 +458,22 @@ absl::Status CutlassSm90Prepared::init() {
 #endif
 }
 
+// The smallest M of kTuneMs >= m; from 2048 tokens on, where the largest layers' operands stop
+// fitting kTuneBytes, the largest M timed instead when m's is not.
+size_t CutlassSm90Prepared::tuned_index(int64_t m) const {
+  size_t i = tune_index(m);
+  while (tuned_[i] < 0 && i > 0 && kTuneMs[i - 1] >= 2048) --i;
+  return i;
+}
+
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
-  const size_t i = tune_index(m);
+  const size_t i = tuned_index(m);
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
 std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
-  const size_t i = tune_index(m);
+  const size_t i = tuned_index(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
   return absl::StrCat("tile ", ops.name(),
                       tuned_[i] >= 0

@@ -10,12 +10,12 @@
 //     quantizes only the first `prefix` rows, which the first tiles need at once, and zeroes the
 //     counters below.
 //   - The producer warpgroup's fourth warp (the kernel's "MainloopAux" role, see CUTLASS's
-//     sm90_gemm_tma_warpspecialized_pingpong.hpp) of every CTA claims the remaining rows one at a
-//     time from a global counter, in order, and quantizes each: a bulk copy brings the row into a
-//     shared-memory ring (rows ahead in flight while it works on the current one), a first pass
-//     finds the row's statistics, a second writes xq, sa and azp exactly as the quantize kernel
-//     does (the same device code, quantize_s8_device.cuh), and a release increment of the row's
-//     m-block counter publishes it.
+//     sm90_gemm_tma_warpspecialized_pingpong.hpp) of every CTA claims the remaining rows
+//     kAuxClaimRows at a time from a global counter, in order, and quantizes each: a bulk copy
+//     brings the row into a shared-memory ring (rows ahead in flight while it works on the current
+//     one), a first pass finds the row's statistics, a second writes xq, sa and azp exactly as the
+//     quantize kernel does (the same device code, quantize_s8_device.cuh); after a claim's last
+//     row, one fence and a release increment of the m-block counter publish the claim's rows.
 //   - The mainloop producer, before the TMA loads of a tile, waits (acquire) until every row of
 //     the tile's m-block is published. The tile scheduler walks the tiles along N first, so
 //     tiles ask for m-blocks in the order the rows are handed out.
@@ -62,6 +62,9 @@ namespace qlinear::gpu::cutlass_sm90 {
 
 // Rows in flight in the auxiliary warp's ring at most (the ring is kAuxRingBytes).
 inline constexpr int kAuxSlots = 4;
+// Rows an auxiliary warp claims at once (one atomic), and publishes at once (one fence and one
+// release increment per m-block they touch), once it has quantized them all.
+inline constexpr int kAuxClaimRows = 4;
 // Shared memory the quantizing mainloop adds (its ring, mbarriers and row slots, with slack for
 // their alignment), set aside before CUTLASS picks the stage count.
 inline constexpr int kAuxExtraSmem = kAuxRingBytes + 256;
@@ -154,17 +157,23 @@ struct QuantizingMainloop : Base {
     __syncwarp();
     const uint64_t evict_first = device::l2_evict_first();
     int issued = 0, processed = 0;
+    int next = 0, end = 0;  // claimed rows whose copies are not issued yet
     bool exhausted = false;
-    // Claims rows and starts their copies while ring slots are free.
+    // Claims rows, kAuxClaimRows at a time, and starts their copies while ring slots are free.
     auto fill = [&] {
       while (!exhausted && issued - processed < slots) {
-        int row = 0;
-        if (lane == 0) row = q.prefix + atomicAdd(q.counters, 1);
-        row = __shfl_sync(0xffffffffu, row, 0);
-        if (row >= q.m) {
-          exhausted = true;
-          break;
+        if (next == end) {
+          int first = 0;
+          if (lane == 0) first = q.prefix + atomicAdd(q.counters, kAuxClaimRows);
+          first = __shfl_sync(0xffffffffu, first, 0);
+          if (first >= q.m) {
+            exhausted = true;
+            break;
+          }
+          next = first;
+          end = min(first + kAuxClaimRows, q.m);
         }
+        const int row = next++;
         const int slot = issued % slots;
         if (lane == 0) {
           s.rows[slot] = row;
@@ -201,6 +210,10 @@ struct QuantizingMainloop : Base {
       // Every lane's reads of the slot are done before a bulk copy refills it.
       device::fence_proxy_async_shared();
       __syncwarp();
+      // The claim's last row: publish the claim's rows.
+      const int claim = q.prefix + (row - q.prefix) / kAuxClaimRows * kAuxClaimRows;
+      const int claim_end = min(claim + kAuxClaimRows, q.m);
+      if (row + 1 == claim_end) publish(q, claim, claim_end, lane);
       ++processed;
       fill();
     }
@@ -225,11 +238,21 @@ struct QuantizingMainloop : Base {
             rp.mode == device::kQuantize ? device::quantize8<T, S>(src[i], rp) : make_uint2(0, 0);
       }
     }
-    // Publish: this lane's stores, ordered for the TMA loads of other SMs, then the count.
+  }
+
+  // Publishes rows [lo, hi), quantized by this warp: every lane's stores, ordered for the TMA
+  // loads of other SMs, then the count of each m-block they belong to.
+  static CUTLASS_DEVICE void publish(const QuantizeInGemm& q, int lo, int hi, int lane) {
     __threadfence();
     device::fence_proxy_async_global();
     __syncwarp();
-    if (lane == 0) device::red_add_release(q.counters + 1 + row / kBlockM, 1);
+    if (lane != 0) return;
+    while (lo < hi) {
+      const int mb = lo / kBlockM;
+      const int top = min(hi, (mb + 1) * kBlockM);
+      device::red_add_release(q.counters + 1 + mb, top - lo);
+      lo = top;
+    }
   }
 };
 
