@@ -292,6 +292,19 @@ constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
 constexpr size_t kTuneFinalists = 3;
 constexpr int kTuneRounds = 7;
 
+// Whether a tile with a cluster would leave some of its CTAs without a token: m fills fewer token
+// blocks than the cluster holds (the 64 x 128 tile with a 2 x 1 cluster up to M = 64, the 128-token
+// tiles up to 128). Such a CTA computes rows past M only; tune_tiles does not time those tiles.
+// Measured on the H200 (bench --weights_hint, the op as served, in turns, us, the fastest tile
+// without a cluster / the 64 x 128 tile with one): M = 1 4096 x 4096 12.7 / 14.1, 28672 x 4096
+// 34.1 / 38.0, 4096 x 14336 22.8 / 27.6, 8192 x 8192 22.9 / 25.0, 8192 x 28672 62.4 / 65.6;
+// M = 16 8192 x 8192 23.7 / 26.0; slower on all seven benchmark layers at M = 1, 16 and 64. Yet
+// a load once timed the clustered tile fastest at M = 1 on 8192 x 8192, and served 28.5 us there
+// where the 64 x 64 tile's op took 24.5-26.
+bool cluster_has_idle_ctas(int64_t m, const cutlass_sm90::TileOps& tile) {
+  return (m + tile.block_m - 1) / tile.block_m < tile.cluster_ctas;
+}
+
 // The index in kTuneMs whose choice a call of m tokens takes.
 size_t tune_index(int64_t m) {
   size_t i = 0;
@@ -595,6 +608,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
+      if (cluster_has_idle_ctas(g.m, *ops)) continue;
       Candidate cand{t, g, ops, 0};
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);

@@ -56,6 +56,10 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   EXPECT_TRUE(absl::StartsWith(at1, "tile ")) << at1;
   EXPECT_TRUE(absl::StrContains(at1, "(timed fastest at load, M=1)")) << at1;
   EXPECT_TRUE(absl::StrContains(at1, "programmatic dependent")) << at1;
+  // No tile whose cluster would hold a CTA without tokens (up to 64 tokens, every cluster's).
+  for (int64_t small : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    EXPECT_FALSE(absl::StrContains(p.owner->variant(small), "cluster")) << p.owner->variant(small);
+  }
   EXPECT_TRUE(absl::StrContains(at_m, "(timed fastest at load, M=8192)")) << at_m;
   EXPECT_FALSE(absl::StrContains(at_m, "programmatic dependent")) << at_m;
 }
