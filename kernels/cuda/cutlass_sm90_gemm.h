@@ -14,9 +14,11 @@
 // symmetric layers without bias (fma(a, b, -0) is exactly a * b, as the SPEC's symmetric row).
 //
 // Tile configurations (one translation unit each): each layer times them on its own weights at
-// load for M = 1, 16, 64, 128, 256, 1024 and 2048 and keeps the fastest per M (tune_tiles in
-// cutlass_sm90_gemm.cc); rules measured on the Llama-3 shapes (tile_for, with the table behind
-// them) cover the sizes too large to time and M above 2048.
+// load for M = 1, 16, 64, 128, 256, 1024, 2048, 4096 and 8192 while each operand fits 256 MB, and
+// keeps the fastest per M (tune_tiles in cutlass_sm90_gemm.cc). A call of M tokens takes the
+// choice at the smallest of those M at or above its own; where that one was not timed, the choice
+// at the largest M timed from 2048 on; failing both, rules measured on the Llama-3 shapes
+// (tile_for, with the table behind them).
 //
 // Constraints (can_implement): compute capability 9.0 exactly (sm_90a code), the CUTLASS headers
 // found at configure time ("not compiled in" otherwise), K % 16 == 0 and N % 16 == 0 (TMA needs
