@@ -64,6 +64,29 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   EXPECT_FALSE(absl::StrContains(at_m, "programmatic dependent")) << at_m;
 }
 
+// Past the largest M a layer's operands let it time at load (256 MB each), a call takes the tile
+// timed at the largest M from 2048 on and names it; below 2048, a rule. K = 32784: x of 4096 rows
+// holds 268 MB, so 2048 is the largest timed M; K = 65552: 1024 is.
+TEST_F(CutlassSm90Test, CallsPastTheLargestTimedMTakeItsTile) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 64, 32784, true));
+  if (p.kernel == nullptr) return;
+  for (int64_t m : {int64_t{2000}, int64_t{3000}, int64_t{4096}, int64_t{9000}}) {
+    const std::string v = p.owner->variant(m);
+    EXPECT_TRUE(absl::StrContains(v, "(timed fastest at load, M=2048)")) << "M=" << m << ": " << v;
+  }
+  const Prepared q = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 64, 65552, true));
+  if (q.kernel == nullptr) return;
+  EXPECT_TRUE(absl::StrContains(q.owner->variant(1000), "(timed fastest at load, M=1024)"))
+      << q.owner->variant(1000);
+  for (int64_t m : {int64_t{2000}, int64_t{9000}}) {
+    const std::string v = q.owner->variant(m);
+    EXPECT_TRUE(absl::StrContains(v, "(by rule: operands too large to time at load)"))
+        << "M=" << m << ": " << v;
+  }
+}
+
 // Decode calls on long rows (K = 16512: the quantize kernel's split form would give each row 8
 // blocks): at M = 4 it splits them, at M = 12 and 16 it keeps each row in one block so as to
 // leave the GEMM most SMs (split_quantize_rows). y bit-exact for every scheme either way.
