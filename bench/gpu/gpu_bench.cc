@@ -211,6 +211,14 @@ absl::StatusOr<std::vector<double>> medians_in_turns(
   return out;
 }
 
+// The sweeps' repetitions: at most 30 timed and 3 untimed per candidate (they time many).
+Options sweep_options(const Options& o) {
+  Options so = o;
+  so.reps = std::min<int64_t>(o.reps, 30);
+  so.warmup = std::min<int64_t>(o.warmup, 3);
+  return so;
+}
+
 // Times `enqueue(slot)` (which queues one repetition's work on `stream`) as CUDA graph replays,
 // slot rotating over [0, slots). Returns the median in microseconds.
 absl::StatusOr<double> median_us(cudaStream_t stream, int slots, const Options& o,
@@ -397,9 +405,7 @@ absl::StatusOr<double> time_gemv_plan(const GemvS8Args& a, const GemvS8Plan& pla
 // M = 1, 16 and 64, weights rotated.
 absl::Status sweep_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                         cudaStream_t stream) {
-  Options so = o;
-  so.reps = std::min<int64_t>(o.reps, 30);
-  so.warmup = std::min<int64_t>(o.warmup, 3);
+  const Options so = sweep_options(o);
   const std::vector<int64_t> sweep_ms =
       o.small_m ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{1, 16, 64};
   for (int64_t m : sweep_ms) {
@@ -1323,9 +1329,7 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
-  Options so = o;
-  so.reps = std::min<int64_t>(o.reps, 30);
-  so.warmup = std::min<int64_t>(o.warmup, 3);
+  const Options so = sweep_options(o);
   L2FlushRead flush;
   DeviceBuffer other_xq;
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
@@ -1475,9 +1479,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
 absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
-  Options so = o;
-  so.reps = std::min<int64_t>(o.reps, 30);
-  so.warmup = std::min<int64_t>(o.warmup, 3);
+  const Options so = sweep_options(o);
   L2FlushRead flush;
   RETURN_IF_ERROR(flush.init());
   auto flush_l2 = [&] { return flush.enqueue(stream); };
@@ -1573,9 +1575,7 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
 absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
-  Options so = o;
-  so.reps = std::min<int64_t>(o.reps, 30);
-  so.warmup = std::min<int64_t>(o.warmup, 3);
+  const Options so = sweep_options(o);
   L2FlushRead flush;
   RETURN_IF_ERROR(flush.init());
   DeviceBuffer counters;
