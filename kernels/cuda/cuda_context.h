@@ -158,6 +158,9 @@ class CallTimer {
   // The median of `reps` calls in us; `call` enqueues one on stream(); cold: the L2 pass first.
   absl::StatusOr<double> median_us(int reps, bool cold,
                                    absl::FunctionRef<absl::Status(cudaStream_t)> call);
+  // Allocates the cold timings' buffer now (otherwise the first cold timing does), so that a
+  // caller can size its own buffers to the memory left.
+  absl::Status reserve_cold() { return ensure_flush(); }
 
  private:
   CallTimer() = default;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
@@ -93,14 +94,14 @@ constexpr TileStep kLadder[] = {
 // and at M = 256 (64x128 / 128x128 c2): 4096 x 4096 11.4 / 16.4, 4096 x 14336 27.2 / 41.2,
 // 8192 x 8192 31.0 / 29.6, 57344 x 8192 181.7 / 168.2, 8192 x 28672 89.9 / 83.8.
 // A layer times the tiles on its own weights at load (tune_tiles) and uses these rules only
-// where it did not (operands too large to time). From the table: up to 64 tokens on layers
-// 16384 or wider, 64 x 256 tiles (each SM streams twice the weight rows per K step: 57344 x 8192
-// at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and 65..128 on 4096-wide layers, 64 x 64
-// tiles (twice the tiles, more SMs streaming); 129..256 tokens on layers 8192 or wider, 128 x 128.
-// Halving the tile again does not pay: a 64 x 32 tile (128 CTAs on a 4096-wide layer) measured
-// no faster than 64 x 64 anywhere (H200, GEMM alone, us, 64 x 64 / 64 x 32: 4096 x 14336 at
-// M = 64 22.6 / 23.0, at M = 1 34.7 / 37.2; 4096 x 4096 at M = 64 11.3 / 11.3; 8192 x 8192 at
-// M = 64 23.9 / 24.7), so it was not kept.
+// where it did not (operands too large to time, or the GPU short of memory at load). From the
+// table: up to 64 tokens on layers 16384 or wider, 64 x 256 tiles (each SM streams twice the weight
+// rows per K step: 57344 x 8192 at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and 65..128
+// on 4096-wide layers, 64 x 64 tiles (twice the tiles, more SMs streaming); 129..256 tokens on
+// layers 8192 or wider, 128 x 128. Halving the tile again does not pay: a 64 x 32 tile (128 CTAs on
+// a 4096-wide layer) measured no faster than 64 x 64 anywhere (H200, GEMM alone, us, 64 x 64 / 64 x
+// 32: 4096 x 14336 at M = 64 22.6 / 23.0, at M = 1 34.7 / 37.2; 4096 x 4096 at M = 64 11.3 / 11.3;
+// 8192 x 8192 at M = 64 23.9 / 24.7), so it was not kept.
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
@@ -465,7 +466,13 @@ absl::Status CutlassSm90Prepared::init() {
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(bias_v_.get(), bias_v.data(), bias_v_.size(), cudaMemcpyHostToDevice));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
-  return tune_tiles();
+  // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer.
+  const absl::Status tuned = tune_tiles();
+  if (absl::IsResourceExhausted(tuned)) {
+    tuned_.fill(-1);
+    return absl::OkStatus();
+  }
+  return tuned;
 #else
   return absl::FailedPreconditionError("cuda.cutlass_sm90 is not compiled in");
 #endif
@@ -489,9 +496,9 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
   const size_t i = tuned_index(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
   return absl::StrCat("tile ", ops.name(),
-                      tuned_[i] >= 0
-                          ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                          : std::string(" (by rule: operands too large to time at load)"),
+                      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                                     : std::string(" (by rule: not timed at load, its operands "
+                                                   "over 256 MB or the GPU short of memory)"),
                       cutlass_sm90::served_with_pdl(m, ops)
                           ? "; GEMM launched as the quantize kernel's programmatic dependent"
                           : "");
@@ -539,20 +546,37 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   if (max_m == 0) return absl::OkStatus();
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y;
-  RETURN_IF_ERROR(
-      xq.allocate(static_cast<size_t>(served_xq_rows(max_m) * c.k), "tile tuning activations"));
-  RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(max_m) * 4, "tile tuning scales"));
-  RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(max_m) * 4, "tile tuning zero points"));
-  RETURN_IF_ERROR(y.allocate(static_cast<size_t>(max_m * c.n) * 2, "tile tuning outputs"));
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  RETURN_IF_ERROR(timer->reserve_cold());  // M = 1 is always timed cold
   // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
   // served as the quantize kernel's programmatic dependent (see kWholeOpMaxM).
   auto whole_op_m = [](int64_t m) { return m >= kQuantizingMinM || m <= kWholeOpMaxM; };
-  bool whole_ops_from_x = false;
-  for (int64_t m : kTuneMs) whole_ops_from_x |= m <= max_m && whole_op_m(m);
-  if (whole_ops_from_x) {
-    RETURN_IF_ERROR(x.allocate(static_cast<size_t>(max_m * c.k) * 2, "tile tuning inputs"));
-    RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4,
-                                      "tile tuning counters"));
+  auto allocate = [&](int64_t top) -> absl::Status {
+    RETURN_IF_ERROR(
+        xq.allocate(static_cast<size_t>(served_xq_rows(top) * c.k), "tile tuning activations"));
+    RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(top) * 4, "tile tuning scales"));
+    RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(top) * 4, "tile tuning zero points"));
+    RETURN_IF_ERROR(y.allocate(static_cast<size_t>(top * c.n) * 2, "tile tuning outputs"));
+    bool whole_ops_from_x = false;
+    for (int64_t m : kTuneMs) whole_ops_from_x |= m <= top && whole_op_m(m);
+    if (whole_ops_from_x) {
+      RETURN_IF_ERROR(x.allocate(static_cast<size_t>(top * c.k) * 2, "tile tuning inputs"));
+      RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(top)) * 4,
+                                        "tile tuning counters"));
+    }
+    return absl::OkStatus();
+  };
+  // A GPU short of memory times fewer M (down to none: then the rules, see tile_for_call) rather
+  // than failing the layer; the buffers are freed before the load returns.
+  for (absl::Status st = allocate(max_m); !st.ok(); st = allocate(max_m)) {
+    if (!absl::IsResourceExhausted(st)) return st;
+    for (DeviceBuffer* b : {&x, &xq, &sa, &azp, &counters, &y}) b->reset();
+    int64_t lower = 0;
+    for (int64_t m : kTuneMs) lower = m < max_m ? m : lower;
+    max_m = lower;
+    if (max_m == 0) return absl::OkStatus();
+  }
+  if (x.get() != nullptr) {
     RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16,
                                              static_cast<size_t>(max_m * c.k), cudaStreamLegacy));
   }
@@ -568,7 +592,6 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     // The timer's stream does not wait for the legacy stream these ran on.
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   for (size_t i = 0; i < std::size(kTuneMs) && kTuneMs[i] <= max_m; ++i) {
     CutlassSm90Args g = layer_args(kTuneMs[i], DType::kBF16);
     g.xq = xq.as<int8_t>();

@@ -4,6 +4,7 @@
 // kernel is not compiled in. Without a usable GPU the GPU tests skip with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -82,8 +83,49 @@ TEST_F(CutlassSm90Test, CallsPastTheLargestTimedMTakeItsTile) {
       << q.owner->variant(1000);
   for (int64_t m : {int64_t{2000}, int64_t{9000}}) {
     const std::string v = q.owner->variant(m);
-    EXPECT_TRUE(absl::StrContains(v, "(by rule: operands too large to time at load)"))
-        << "M=" << m << ": " << v;
+    EXPECT_TRUE(absl::StrContains(v, "(by rule: not timed at load")) << "M=" << m << ": " << v;
+  }
+}
+
+// A layer loaded on a GPU short of memory still loads, y exact: with room for the load's timing
+// buffers at M = 4096 (80 MB) but not at 8192 (160 MB) it times the tiles up to 4096, and calls
+// past that take the choice there; without room for its cold timings' L2 flush buffer it times
+// nothing and takes the rules.
+TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const auto w = make_layer(rng, Scheme::kDynamicSymmetric, 4096, 4096, true);
+  ASSERT_NE(w, nullptr);
+  {
+    // Once with the memory free, so that the kernels' code is loaded before the GPU fills up.
+    const Prepared warm = prepare(*kernel_, w);
+    if (warm.kernel == nullptr) return;
+  }
+  const absl::StatusOr<int64_t> l2 = device_l2_bytes();
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  const size_t flush = std::max<size_t>(size_t{128} << 20, size_t{4} * static_cast<size_t>(*l2));
+  const size_t layer = size_t{24} << 20;  // the weights (16 MB) and their per-channel data
+  for (const bool timing_room : {true, false}) {
+    SCOPED_TRACE(timing_room ? "room for M = 4096" : "no room for the flush buffer");
+    const size_t keep = timing_room ? layer + flush + (size_t{120} << 20) : layer + (16 << 20);
+    size_t free_bytes = 0, total_bytes = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+    ASSERT_GT(free_bytes, keep);
+    DeviceBuffer filler;
+    ASSERT_TRUE(filler.allocate(free_bytes - keep, "memory the test takes").ok());
+    const Prepared p = prepare(*kernel_, w);
+    ASSERT_NE(p.kernel, nullptr);
+    const std::string at1 = p.owner->variant(1), at_max = p.owner->variant(8192);
+    if (timing_room) {
+      EXPECT_TRUE(absl::StrContains(at1, "(timed fastest at load, M=1)")) << at1;
+      EXPECT_TRUE(absl::StrContains(at_max, "(timed fastest at load, M=4096)")) << at_max;
+    } else {
+      EXPECT_TRUE(absl::StrContains(at1, "(by rule: not timed at load")) << at1;
+      EXPECT_TRUE(absl::StrContains(at_max, "(by rule: not timed at load")) << at_max;
+    }
+    for (int64_t m : {int64_t{1}, int64_t{64}}) {
+      EXPECT_TRUE(check_call(p, make_x(rng, m, 4096, DType::kBF16), DType::kBF16, m, DType::kBF16));
+    }
   }
 }
 
