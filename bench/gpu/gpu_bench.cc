@@ -1093,10 +1093,12 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // bit. With --pad_rows instead: the tiles of 64 tokens without a cluster at M = 1-64, the op as
 // served, with the token block's rows past M zero-filled by the TMA ("zf"; served: read from
 // xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
-// ("whole"), and the GEMM alone both ways.
+// ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
+// ways.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
+  const int sms = host_info().gpus[0].sm_count;
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   struct Hint {
     const char* name;
@@ -1131,7 +1133,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
-        const bool alone = h.alone, split = !h.whole_rows;
+        const bool alone = h.alone,
+                   split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
         auto op = [&, g, ops, alone, split](int s) -> absl::Status {
           if (!alone) {
             RETURN_IF_CUDA_ERROR(launch_quantize_s8(

@@ -183,6 +183,11 @@ inline constexpr bool token_blocks_fit_cluster(int64_t m, int block_m, int clust
 // dependent (cutlass_sm90_gemm.cc, with the measurements behind it).
 bool served_with_pdl(int64_t m, const TileOps& tile);
 
+// Whether the quantize kernel before the GEMM may split each of a call's m rows of k 16-bit
+// values among several blocks (launch_quantize_s8's `split`; cutlass_sm90_gemm.cc, with the
+// measurements behind it), on a GPU of sm_count SMs.
+bool split_quantize_rows(int64_t m, int64_t k, int sm_count);
+
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {
     case CutlassSm90Tile::k64x128x128Pingpong:

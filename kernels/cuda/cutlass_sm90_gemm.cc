@@ -168,6 +168,19 @@ bool cutlass_sm90::served_with_pdl(int64_t m, const TileOps& tile) {
   return m <= kPdlClusterMaxM || token_blocks_fit_cluster(m, tile.block_m, tile.cluster_ctas);
 }
 
+// Only while the quantize kernel's blocks leave at least half the SMs free. The GEMM's CTAs
+// (nearly all of an SM's shared memory and registers) cannot share an SM with a quantize block,
+// so those on its SMs start, and stream their first weights, only as it leaves. On 8192 x 28672
+// at M = 16 the split takes 8 blocks per row, 128 SMs; measured on the H200 (bench --pad_rows, the
+// op as served, in turns, us, split -> whole rows, two runs): 64 x 64 tile 64.2 -> 63.1 and
+// 64.9 -> 63.6, 64 x 128 tile 82.3 -> 63.2 and 88.0 -> 64.7. Where the split leaves half the SMs
+// free it measured the same or faster than whole rows: 4096 x 14336 at M = 16 (4 blocks per row,
+// 64 SMs) 64 x 64 22.2 -> 22.7 and 22.9 -> 23.5; 57344 x 8192 (2 per row) 64 x 256 116.4 ->
+// 119.5; 28672 x 4096 64 x 128 34.8 -> 36.6 (one run), 35.2 -> 34.8 (the other).
+bool cutlass_sm90::split_quantize_rows(int64_t m, int64_t k, int sm_count) {
+  return m * quantize_blocks_per_row(m, k) <= sm_count / 2;
+}
+
 namespace {
 
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
@@ -245,20 +258,6 @@ constexpr bool kReadWholeTokenBlocks = true;
 // The rows of xq a call of m tokens holds and the GEMM's loads cover.
 int64_t served_xq_rows(int64_t m) {
   return kReadWholeTokenBlocks ? cutlass_sm90::xq_rows_for(m) : m;
-}
-
-// Whether the quantize kernel before the GEMM may split each of a few long rows among several
-// blocks (quantize_s8.h): only while its blocks leave at least half the SMs free. The GEMM's CTAs
-// (nearly all of an SM's shared memory and registers) cannot share an SM with a quantize block,
-// so those on its SMs start, and stream their first weights, only as it leaves. On 8192 x 28672
-// at M = 16 the split takes 8 blocks per row, 128 SMs; measured on the H200 (bench --pad_rows, the
-// op as served, in turns, us, split -> whole rows, two runs): 64 x 64 tile 64.2 -> 63.1 and
-// 64.9 -> 63.6, 64 x 128 tile 82.3 -> 63.2 and 88.0 -> 64.7. Where the split leaves half the SMs
-// free it measured the same or faster than whole rows: 4096 x 14336 at M = 16 (4 blocks per row,
-// 64 SMs) 64 x 64 22.2 -> 22.7 and 22.9 -> 23.5; 57344 x 8192 (2 per row) 64 x 256 116.4 ->
-// 119.5; 28672 x 4096 64 x 128 34.8 -> 36.6 (one run), 35.2 -> 34.8 (the other).
-[[maybe_unused]] bool split_quantize_rows(int64_t m, int64_t k, int sm_count) {
-  return m * quantize_blocks_per_row(m, k) <= sm_count / 2;
 }
 
 // Up to this M tune_tiles times whole ops (the quantize kernel on made-up bf16 activations, then
@@ -619,7 +618,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
           // The quantize kernel, then the GEMM.
           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
               g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(), sa.as<float>(), azp.as<int32_t>(),
-              stream, nullptr, 0, nullptr, split_quantize_rows(g.m, g.k, sm_count_)));
+              stream, nullptr, 0, nullptr, cutlass_sm90::split_quantize_rows(g.m, g.k, sm_count_)));
         }
         RETURN_IF_CUDA_ERROR(cp->ops->launch(cp->args, nullptr, stream));
         return absl::OkStatus();
@@ -699,7 +698,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (!tile_quantizes(tile)) {
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
                                             g.qp, xq, sa, azp, stream, nullptr, 0, nullptr,
-                                            split_quantize_rows(m, c.k, sm_count_)));
+                                            cutlass_sm90::split_quantize_rows(m, c.k, sm_count_)));
   }
   // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
   RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
