@@ -275,13 +275,12 @@ int64_t served_xq_rows(int64_t m) {
 constexpr int64_t kWholeOpMaxM = kPdlClusterMaxM;
 
 // The token counts at which a layer times every tile at load (tune_tiles, up to the M whose
-// operands fit kTuneBytes); a call of M tokens takes the tile chosen for the smallest of them
-// >= M (beyond the last timed, the last timed one's). The best tile at 2048 tokens is not always
-// the best beyond: measured on the H200 (bench --prefill, the op as served, in turns, us),
-// 28672 x 4096 at M = 4096 64 x 256 tile (the load's choice at 2048) 767.0, 128 x 128 702.0;
-// 8192 x 8192 at M = 8192 128 x 256 (the choice at 2048 in the full benchmark run before)
-// 925.2, 128 x 128 888.4. Timing 4096 and 8192 adds about 0.1 s to the load of the largest layers
-// that fit.
+// operands fit kTuneBytes); which timed choice a call of M tokens takes: tuned_index. The best
+// tile at 2048 tokens is not always the best beyond: measured on the H200 (bench --prefill, the op
+// as served, in turns, us, three runs), 28672 x 4096 at M = 4096 64 x 256 tile (the load's choice
+// at 2048) 767.0 / 774.3 / 760.1, 128 x 128 702.0 / 684.5 / 701.5; 8192 x 8192 at M = 8192
+// 128 x 256 (the load's choice at 2048 in a full benchmark run) 925.2 / 969.1 / 962.7, 128 x 128
+// 888.4 / 907.5 / 867.2.
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
 
 // After every tile's first timing (the median of 5 calls), the fastest kTuneFinalists are timed
@@ -300,7 +299,7 @@ constexpr int kTuneRounds = 7;
 // 34.1 / 38.0, 4096 x 14336 22.8 / 27.6, 8192 x 8192 22.9 / 25.0, 8192 x 28672 62.4 / 65.6;
 // M = 16 8192 x 8192 23.7 / 26.0; slower on all seven benchmark layers at M = 1, 16 and 64. Yet
 // a load once timed the clustered tile fastest at M = 1 on 8192 x 8192, and served 28.5 us there
-// where the 64 x 64 tile's op took 24.5-26.
+// (full benchmark); the next full run, without it, served the 64 x 64 tile there in 24.3 us.
 bool cluster_has_idle_ctas(int64_t m, const cutlass_sm90::TileOps& tile) {
   return (m + tile.block_m - 1) / tile.block_m < tile.cluster_ctas;
 }
@@ -330,10 +329,11 @@ constexpr int64_t kQuantizingMinM = 512;
 // With the auxiliary warps claiming 4 rows at a time (bench --prefill, in turns, against the
 // quantize kernel then the plain 128 x 128 tile): 4096^3 126.6 / 108.1 / 105.5, 28672 x 4096 x
 // 4096 764.8 / 763.9 / 702.0, 2048 x 8192 x 8192 231.3 / 233.2 / 210.3, 8192^3 881.7 / 885.4 /
-// 888.4. Where they win it is by under 1%: at 8192^3 the quantization inside the GEMM hides
-// about 7 of the quantize kernel's 73 us. (A sustained int8 GEMM runs the H200 at its power cap,
-// see run_shape in bench/gpu/gpu_bench.cc; work added inside the GEMM may cost its clock as
-// much as beside it.) They stay compiled, tested and benchmarked.
+// 888.4; in another run 4096^3 123.7 / 107.5 / 104.7, 8192^3 903.4 / 925.2 / 907.5. Where they
+// win it is by under 1%: at 8192^3 the quantization inside the GEMM hides 4-22 us of the quantize
+// kernel's 73-77 us. (A sustained int8 GEMM runs the H200 at its power cap, see run_shape in
+// bench/gpu/gpu_bench.cc; work added inside the GEMM may cost its clock as much as beside it.)
+// They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
