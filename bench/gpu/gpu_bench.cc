@@ -914,10 +914,11 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
 
 // The quantize kernel on the shape's first m rows of x (bf16, dynamic symmetric, as the op
 // sections run) into xq, with the shape's sa and azp.
-[[maybe_unused]] cudaError_t quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int8_t* xq,
-                                        cudaStream_t stream) {
-  return launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, xq,
-                            b.sa.as<float>(), b.azp.as<int32_t>(), stream);
+[[maybe_unused]] absl::Status quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m,
+                                         int8_t* xq, cudaStream_t stream) {
+  RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, xq,
+                                          b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+  return absl::OkStatus();
 }
 
 // A read of 256 MB, several times the L2, queued ahead of a timed call so that the L2 holds none
@@ -1347,10 +1348,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
   auto flush_l2 = [&] { return flush.enqueue(stream); };
   for (int64_t m : ms) {
     // The quantize kernel on this M's activations, into `xq`.
-    auto quantize_into = [&](int8_t* xq) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, xq, stream));
-      return absl::OkStatus();
-    };
+    auto quantize_into = [&](int8_t* xq) { return quantize_x(sc, b, m, xq, stream); };
     const int slots = m <= 64 ? b.copies : 1;
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
@@ -1487,10 +1485,7 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
   RETURN_IF_ERROR(flush.init());
   auto flush_l2 = [&] { return flush.enqueue(stream); };
   for (int64_t m : sc.large_ms) {
-    auto quantize = [&]() -> absl::Status {
-      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
-      return absl::OkStatus();
-    };
+    auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
     auto bare_gemm = [&]() {
@@ -1588,10 +1583,7 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
           4,
       "counters"));
   for (int64_t m : sc.large_ms) {
-    auto quantize = [&, m]() -> absl::Status {
-      RETURN_IF_CUDA_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream));
-      return absl::OkStatus();
-    };
+    auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
     std::vector<std::string> names;

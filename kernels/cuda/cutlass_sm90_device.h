@@ -172,11 +172,15 @@ inline constexpr int64_t xq_rows_for(int64_t m) {
   return (m + kXqRowAlign - 1) / kXqRowAlign * kXqRowAlign;
 }
 
-// Whether all the token blocks of m tokens fit in one cluster of a tile with block_m tokens per CTA
+// The token blocks of m tokens on a tile of block_m tokens per CTA, and whether they all fit in
+// one cluster of a tile with block_m tokens per CTA
 // and cluster_m CTAs per cluster along the tokens: each weight tile is then read once, by one CTA
 // or by one cluster through multicast.
+inline constexpr int64_t token_blocks(int64_t m, int block_m) {
+  return (m + block_m - 1) / block_m;
+}
 inline constexpr bool token_blocks_fit_cluster(int64_t m, int block_m, int cluster_m) {
-  return (m + block_m - 1) / block_m <= cluster_m;
+  return token_blocks(m, block_m) <= cluster_m;
 }
 
 // Whether a call of m tokens on `tile` launches the GEMM as the quantize kernel's programmatic

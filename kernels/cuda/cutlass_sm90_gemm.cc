@@ -282,6 +282,9 @@ constexpr int64_t kWholeOpMaxM = kPdlClusterMaxM;
 // 128 x 256 (the load's choice at 2048 in a full benchmark run) 925.2 / 969.1 / 962.7, 128 x 128
 // 888.4 / 907.5 / 867.2.
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
+// From this M on, a call whose own M was not timed (its operands over kTuneBytes, or the GPU short
+// of memory at load) takes the choice at the largest M timed (tuned_index).
+constexpr int64_t kTuneLargestTimedFromM = 2048;
 
 // After every tile's first timing (the median of 5 calls), the fastest kTuneFinalists are timed
 // again in kTuneRounds rounds of one call each, in turns, and the fastest median wins: the GPU's
@@ -301,7 +304,7 @@ constexpr int kTuneRounds = 7;
 // a load once timed the clustered tile fastest at M = 1 on 8192 x 8192, and served 28.5 us there
 // (full benchmark); the next full run, without it, served the 64 x 64 tile there in 24.3 us.
 bool cluster_has_idle_ctas(int64_t m, const cutlass_sm90::TileOps& tile) {
-  return (m + tile.block_m - 1) / tile.block_m < tile.cluster_ctas;
+  return cutlass_sm90::token_blocks(m, tile.block_m) < tile.cluster_ctas;
 }
 
 // The index in kTuneMs whose choice a call of m tokens takes.
@@ -477,11 +480,11 @@ absl::Status CutlassSm90Prepared::init() {
 #endif
 }
 
-// The smallest M of kTuneMs >= m; from 2048 tokens on, where the largest layers' operands stop
-// fitting kTuneBytes, the largest M timed instead when m's is not.
+// The smallest M of kTuneMs >= m; from kTuneLargestTimedFromM on, the largest M timed instead
+// when m's is not.
 size_t CutlassSm90Prepared::tuned_index(int64_t m) const {
   size_t i = tune_index(m);
-  while (tuned_[i] < 0 && i > 0 && kTuneMs[i - 1] >= 2048) --i;
+  while (tuned_[i] < 0 && i > 0 && kTuneMs[i - 1] >= kTuneLargestTimedFromM) --i;
   return i;
 }
 
