@@ -30,7 +30,7 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows] [--prefill]
+//                          [--weights_hint] [--pad_rows] [--prefill] [--energy]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
@@ -41,12 +41,14 @@
 //  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
 //  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
 //  --prefill: only its large-M ops, the quantize pass's cost beside the GEMM's, see
-//  compare_prefill)
+//  compare_prefill; --energy: only the large-M ops' energy, power and SM clock, see
+//  compare_energy)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +68,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/gpu/copy_kernel.h"
+#include "bench/gpu/gpu_power.h"
 #include "common/args.h"
 #include "common/random.h"
 #include "kernels/core/dtype.h"
@@ -115,6 +118,7 @@ struct Options {
   bool weights_hint = false;
   bool pad_rows = false;
   bool prefill = false;
+  bool energy = false;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -921,6 +925,31 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   return absl::OkStatus();
 }
 
+// The tiles the large-M comparisons run (--prefill, --energy).
+[[maybe_unused]] constexpr CutlassSm90Tile kLargeMTiles[] = {CutlassSm90Tile::k128x128x128Pingpong,
+                                                             CutlassSm90Tile::k64x256x128Pingpong,
+                                                             CutlassSm90Tile::k128x256x128Coop};
+
+// The counters the quantizing tiles' launches need for the shape's largest M (--prefill,
+// --energy).
+[[maybe_unused]] absl::Status allocate_quantizing_counters(const ShapeCase& sc,
+                                                           DeviceBuffer* counters) {
+  const int64_t max_m =
+      sc.large_ms.empty() ? 1 : *std::max_element(sc.large_ms.begin(), sc.large_ms.end());
+  return counters->allocate(static_cast<size_t>(quantizing_tile_counters(max_m)) * 4, "counters");
+}
+
+// A quantizing tile's arguments: the shape's bf16 x and the counters, the first weight copy.
+[[maybe_unused]] CutlassSm90Args quantizing_tile_args(const ShapeCase& sc, const ShapeBuffers& b,
+                                                      int64_t m, const DeviceBuffer& counters) {
+  CutlassSm90Args g = tile_args(sc, b, m);
+  g.w = b.w[0].as<int8_t>();
+  g.x = b.x.get();
+  g.x_type = ElemType::kBF16;
+  g.counters = counters.as<int32_t>();
+  return g;
+}
+
 // A read of 256 MB, several times the L2, queued ahead of a timed call so that the L2 holds none
 // of its operands ("flush" in the large-M sweeps).
 class L2FlushRead {
@@ -1562,13 +1591,14 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
 
 // --prefill: where cuda.cutlass_sm90's op loses to its GEMM alone at M >= 1024, in turns: the
 // bare cuBLASLt GEMM, the quantize kernel alone, and for the large-M tiles the GEMM alone (back
-// to back), the op as served (the quantize kernel, then the GEMM as its programmatic dependent),
-// and the quantize kernel, a read of 256 MB, then the GEMM ("q+flush+", printed with the read's
-// own time taken off: the GEMM finding the quantize kernel's output in HBM rather than in L2);
-// then the quantizing tiles' ops, and the 128 x 128 quantizing tile with every row quantized
-// first ("all-before"). Measured on the H200 with the quantize kernel's xq stores carrying an
-// evict-first L2 policy or st.global.cs: the quantize kernel alone 17.7 -> 14.5 / 14.1 us on
-// 4096 x 4096 at M = 4096, but the op no faster on any large-M layer (within +-1% with the
+// to back), the quantize kernel then the GEMM in stream order ("q+", as served at these M) and as
+// its programmatic dependent ("q+ pdl"; the served launch is marked "(served)", see
+// served_with_pdl), and the quantize kernel, a read of 256 MB, then the GEMM ("q+flush+", printed
+// with the read's own time taken off: the GEMM finding the quantize kernel's output in HBM rather
+// than in L2); then the quantizing tiles' ops, and the 128 x 128 quantizing tile with every row
+// quantized first ("all-before"). Measured on the H200 with the quantize kernel's xq stores
+// carrying an evict-first L2 policy or st.global.cs: the quantize kernel alone 17.7 -> 14.5 / 14.1
+// us on 4096 x 4096 at M = 4096, but the op no faster on any large-M layer (within +-1% with the
 // 128 x 128 tile), so its stores carry no hint.
 absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream, cublasLtHandle_t lt) {
@@ -1577,11 +1607,7 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
   L2FlushRead flush;
   RETURN_IF_ERROR(flush.init());
   DeviceBuffer counters;
-  RETURN_IF_ERROR(counters.allocate(
-      static_cast<size_t>(quantizing_tile_counters(
-          sc.large_ms.empty() ? 1 : *std::max_element(sc.large_ms.begin(), sc.large_ms.end()))) *
-          4,
-      "counters"));
+  RETURN_IF_ERROR(allocate_quantizing_counters(sc, &counters));
   for (int64_t m : sc.large_ms) {
     auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
@@ -1598,9 +1624,7 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
     });
     add("flush", [&](int) { return flush.enqueue(stream); });
     add("quant", [&](int) { return quantize(); });
-    for (CutlassSm90Tile t :
-         {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
-          CutlassSm90Tile::k128x256x128Coop}) {
+    for (CutlassSm90Tile t : kLargeMTiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
@@ -1611,13 +1635,19 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
         RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
         return absl::OkStatus();
       });
-      CutlassSm90Args gp = g;
-      gp.pdl = true;
-      add(absl::StrCat("q+", tn), [&, gp, ops](int) -> absl::Status {
-        RETURN_IF_ERROR(quantize());
-        RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
-        return absl::OkStatus();
-      });
+      // The quantize kernel, then the GEMM in stream order and as its programmatic dependent
+      // (served from M = 1024 in stream order: served_with_pdl).
+      for (bool pdl : {false, true}) {
+        CutlassSm90Args gp = g;
+        gp.pdl = pdl;
+        add(absl::StrCat("q+", tn, pdl ? " pdl" : "",
+                         pdl == cutlass_sm90::served_with_pdl(m, *ops) ? " (served)" : ""),
+            [&, gp, ops](int) -> absl::Status {
+              RETURN_IF_ERROR(quantize());
+              RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
+              return absl::OkStatus();
+            });
+      }
       add(absl::StrCat("q+flush+", tn), [&, g, ops](int) -> absl::Status {
         RETURN_IF_ERROR(quantize());
         RETURN_IF_ERROR(flush.enqueue(stream));
@@ -1629,11 +1659,7 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
          {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
-      CutlassSm90Args g = tile_args(sc, b, m);
-      g.w = b.w[0].as<int8_t>();
-      g.x = b.x.get();
-      g.x_type = ElemType::kBF16;
-      g.counters = counters.as<int32_t>();
+      CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
       if (!ops->can_implement(g)) continue;
       for (bool all_before : {false, true}) {
         if (all_before && t != CutlassSm90Tile::k128x128x128PingpongQ) continue;
@@ -1659,6 +1685,261 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream, (void)lt;
+#endif
+  return absl::OkStatus();
+}
+
+// --energy: whether the GPU's power cap bounds the large-M ops. Each candidate (the bare
+// cuBLASLt GEMM, the quantize kernel, cuda.cutlass_sm90's GEMM alone and its op as served with
+// the 128 x 128, 64 x 256 and 128 x 256 tiles, and the 128 x 128 quantizing tile's op) runs back to
+// back for kEnergyWarmS, so that the clock settles where the load holds it, then for
+// kEnergyMeasureS while the GPU's energy counter and SM clock are read (NVML, gpu_power.h): its
+// time and energy per call, the mean power, the median SM clock and the clock-event reasons seen,
+// in two rounds, the candidates in turns. Per tile it then sets the op against two models: the
+// GEMM's time plus the quantize kernel's (nothing overlapped), and the two kernels' energy at the
+// GEMM's power (overlapped perfectly, but bound by the power the GEMM alone already draws).
+constexpr double kEnergyWarmS = 0.3;
+constexpr double kEnergyMeasureS = 0.6;
+constexpr double kEnergyReplayUs = 5000;  // calls captured per graph: about this long
+
+struct EnergyRun {
+  double us = 0, mj = 0, watts = 0, mhz = 0;
+  uint64_t reasons = 0;
+};
+
+// Replays `graph` (`calls` calls each) for warm_s, then for measure_s while reading `power`.
+absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t stream,
+                                            cudaGraphExec_t graph, int64_t calls,
+                                            double replay_us) {
+  using Clock = std::chrono::steady_clock;
+  // Replays in batches of about 50 ms, waiting for each, until `seconds` have passed.
+  const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(50e3 / replay_us));
+  auto replay_for = [&](double seconds, int64_t* replays) -> absl::Status {
+    const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(seconds));
+    *replays = 0;
+    while (Clock::now() < end) {
+      for (int64_t i = 0; i < batch; ++i) RETURN_IF_CUDA_ERROR(cudaGraphLaunch(graph, stream));
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      *replays += batch;
+    }
+    return absl::OkStatus();
+  };
+  int64_t replays = 0;
+  RETURN_IF_ERROR(replay_for(kEnergyWarmS, &replays));
+
+  // The sampler reads the energy counter with its time, the SM clock and the reasons every 5 ms;
+  // the power is the slope of a least-squares line through the energy samples (the counter
+  // advances in steps, so that two readings alone, 0.6 s apart, varied by +-10%).
+  std::atomic<bool> stop{false};
+  std::vector<unsigned> clocks;
+  std::vector<std::pair<double, double>> energy;  // (s since t0, mJ)
+  uint64_t reasons = 0;
+  absl::Status sample_status = absl::OkStatus();
+  const Clock::time_point t0 = Clock::now();
+  std::thread sampler([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      absl::StatusOr<uint64_t> e = power.energy_mj();
+      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!e.ok()) {
+        sample_status = e.status();
+        return;
+      }
+      energy.emplace_back(t, static_cast<double>(*e));
+      if (auto c = power.sm_clock_mhz(); c.ok()) clocks.push_back(*c);
+      if (auto r = power.clock_event_reasons(); r.ok()) reasons |= *r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  absl::Status status = absl::OkStatus();
+  for (cudaEvent_t& e : ev) {
+    if (status.ok() && cudaEventCreate(&e) != cudaSuccess) {
+      status = absl::InternalError("cudaEventCreate failed");
+    }
+  }
+  if (status.ok() && cudaEventRecord(ev[0], stream) != cudaSuccess) {
+    status = absl::InternalError("cudaEventRecord failed");
+  }
+  if (status.ok()) status = replay_for(kEnergyMeasureS, &replays);
+  if (status.ok() && cudaEventRecord(ev[1], stream) != cudaSuccess) {
+    status = absl::InternalError("cudaEventRecord failed");
+  }
+  if (status.ok() && cudaEventSynchronize(ev[1]) != cudaSuccess) {
+    status = absl::InternalError("cudaEventSynchronize failed");
+  }
+  stop = true;
+  sampler.join();
+  float ms = 0;
+  if (status.ok() && cudaEventElapsedTime(&ms, ev[0], ev[1]) != cudaSuccess) {
+    status = absl::InternalError("cudaEventElapsedTime failed");
+  }
+  for (cudaEvent_t e : ev) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(sample_status);
+  if (energy.size() < 10) return absl::InternalError("too few energy samples");
+  double st = 0, se = 0;
+  for (const auto& [t, e] : energy) st += t, se += e;
+  st /= energy.size();
+  se /= energy.size();
+  double stt = 0, ste = 0;
+  for (const auto& [t, e] : energy) stt += (t - st) * (t - st), ste += (t - st) * (e - se);
+  EnergyRun r;
+  r.us = 1e3 * ms / static_cast<double>(replays * calls);
+  r.watts = ste / stt / 1e3;     // mJ/s -> W
+  r.mj = r.watts * r.us * 1e-3;  // W x us = uJ
+  if (!clocks.empty()) {
+    std::sort(clocks.begin(), clocks.end());
+    r.mhz = clocks[clocks.size() / 2];
+  }
+  r.reasons = reasons;
+  return r;
+}
+
+absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t stream,
+                            cublasLtHandle_t lt) {
+#if QLINEAR_HAVE_CUTLASS
+  GpuPower power;
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  RETURN_IF_ERROR(power.init(device));
+  ASSIGN_OR_RETURN(const unsigned limit_mw, power.power_limit_mw());
+  DeviceBuffer counters;
+  RETURN_IF_ERROR(allocate_quantizing_counters(sc, &counters));
+  for (int64_t m : sc.large_ms) {
+    auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
+    BareGemm bare;
+    RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
+    std::vector<std::string> names;
+    std::vector<std::function<absl::Status()>> cands;
+    auto add = [&](std::string name, std::function<absl::Status()> f) {
+      names.push_back(std::move(name));
+      cands.push_back(std::move(f));
+    };
+    add("cuBLASLt GEMM", [&] {
+      return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
+                          b.workspace.get(), stream);
+    });
+    add("quantize", [&] { return quantize(); });
+    std::vector<std::string> tiles;  // tiles with both a GEMM and an op candidate
+    for (CutlassSm90Tile t : kLargeMTiles) {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[0].as<int8_t>();
+      if (!ops->can_implement(g)) continue;
+      tiles.push_back(ops->name());
+      add(absl::StrCat("GEMM ", ops->name()), [&, g, ops]() -> absl::Status {
+        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+        return absl::OkStatus();
+      });
+      CutlassSm90Args gp = g;
+      gp.pdl = cutlass_sm90::served_with_pdl(m, *ops);  // as served
+      add(absl::StrCat("op ", ops->name()), [&, gp, ops]() -> absl::Status {
+        RETURN_IF_ERROR(quantize());
+        RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
+        return absl::OkStatus();
+      });
+    }
+    {
+      const cutlass_sm90::TileOps* ops =
+          cutlass_sm90::tile_ops(CutlassSm90Tile::k128x128x128PingpongQ, ElemType::kBF16);
+      RETURN_IF_CUDA_ERROR(ops->prepare());
+      CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
+      if (ops->can_implement(g)) {
+        add(absl::StrCat("op ", ops->name()), [&, g, ops]() -> absl::Status {
+          RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+          return absl::OkStatus();
+        });
+      }
+    }
+    // Each candidate as a graph of about kEnergyReplayUs of calls, its call timed eagerly first.
+    std::vector<cudaGraphExec_t> graphs(cands.size(), nullptr);
+    std::vector<int64_t> calls(cands.size(), 1);
+    std::vector<double> replay_us(cands.size(), 0);
+    absl::Status status = absl::OkStatus();
+    for (size_t c = 0; c < cands.size() && status.ok(); ++c) {
+      status = [&]() -> absl::Status {
+        cudaEvent_t ev[2];
+        RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[0]));
+        RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[1]));
+        float ms = 0;
+        absl::Status st = cands[c]();  // module loading and first-call set-up out of the timing
+        for (int e = 0; e < 2 && st.ok(); ++e) {
+          if (e == 1 && cudaEventRecord(ev[0], stream) != cudaSuccess) break;
+          st = cands[c]();
+          if (e == 1) cudaEventRecord(ev[1], stream);
+        }
+        if (st.ok() && cudaEventSynchronize(ev[1]) == cudaSuccess) {
+          cudaEventElapsedTime(&ms, ev[0], ev[1]);
+        }
+        cudaEventDestroy(ev[0]);
+        cudaEventDestroy(ev[1]);
+        RETURN_IF_ERROR(st);
+        calls[c] = std::max<int64_t>(1, static_cast<int64_t>(kEnergyReplayUs / (1e3 * ms + 1)));
+        replay_us[c] = calls[c] * 1e3 * ms;
+        RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        for (int64_t i = 0; i < calls[c] && st.ok(); ++i) st = cands[c]();
+        cudaGraph_t graph = nullptr;
+        const cudaError_t e = cudaStreamEndCapture(stream, &graph);
+        RETURN_IF_ERROR(st);
+        RETURN_IF_CUDA_ERROR(e);
+        const cudaError_t ie = cudaGraphInstantiate(&graphs[c], graph, 0);
+        cudaGraphDestroy(graph);
+        RETURN_IF_CUDA_ERROR(ie);
+        return absl::OkStatus();
+      }();
+    }
+    constexpr int kRounds = 2;
+    std::vector<std::vector<EnergyRun>> runs(cands.size());
+    for (int round = 0; round < kRounds && status.ok(); ++round) {
+      for (size_t c = 0; c < cands.size() && status.ok(); ++c) {
+        absl::StatusOr<EnergyRun> r =
+            replay_for_energy(power, stream, graphs[c], calls[c], replay_us[c]);
+        if (!r.ok()) {
+          status = r.status();
+          break;
+        }
+        runs[c].push_back(*r);
+        std::printf(
+            "energy %-22s M=%-5lld round %d  %-40s %8.1f us %8.2f mJ %5.0f W %5.0f MHz  %s\n",
+            shape_name(sc).c_str(), static_cast<long long>(m), round + 1, names[c].c_str(), r->us,
+            r->mj, r->watts, r->mhz, GpuPower::describe_reasons(r->reasons).c_str());
+        std::fflush(stdout);
+      }
+    }
+    for (cudaGraphExec_t g : graphs) {
+      if (g != nullptr) cudaGraphExecDestroy(g);
+    }
+    RETURN_IF_ERROR(status);
+    // The rounds' means, and the models per tile.
+    auto mean = [&](const std::string& name) {
+      EnergyRun a;
+      for (size_t c = 0; c < names.size(); ++c) {
+        if (names[c] != name) continue;
+        for (const EnergyRun& r : runs[c]) {
+          a.us += r.us / runs[c].size();
+          a.mj += r.mj / runs[c].size();
+          a.watts += r.watts / runs[c].size();
+        }
+      }
+      return a;
+    };
+    const EnergyRun q = mean("quantize");
+    for (const std::string& t : tiles) {
+      const EnergyRun g = mean(absl::StrCat("GEMM ", t)), op = mean(absl::StrCat("op ", t));
+      std::printf(
+          "energy %-22s M=%-5lld %-26s op %7.1f us %7.2f mJ; GEMM + quantize: by time %7.1f us, "
+          "by energy at the GEMM's %3.0f W %7.1f us (power limit %u W)\n",
+          shape_name(sc).c_str(), static_cast<long long>(m), t.c_str(), op.us, op.mj, g.us + q.us,
+          g.watts, 1e3 * (g.mj + q.mj) / g.watts, limit_mw / 1000);
+    }
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)stream, (void)lt;
 #endif
   return absl::OkStatus();
 }
@@ -1724,6 +2005,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
+  if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
   if (o.weights_hint || o.pad_rows) return compare_weights_hint(sc, b, o, stream);
   if (o.diagnose) {
@@ -2284,7 +2566,7 @@ int bench_main(int argc, char** argv) {
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
       "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows] "
-      "[--prefill]",
+      "[--prefill] [--energy]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -2315,6 +2597,10 @@ int bench_main(int argc, char** argv) {
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
+  args.add("energy", &o.energy,
+           "Only M >= 1024: the bare cuBLASLt GEMM, the quantize kernel and cuda.cutlass_sm90's "
+           "GEMM and op, each back to back for a second, with the GPU's energy per call, power "
+           "and SM clock (NVML), in turns");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -2367,7 +2653,7 @@ int bench_main(int argc, char** argv) {
   int failures = 0;
   for (const ShapeCase& sc : kShapes) {
     if (o.serving) break;
-    if ((o.scheduler || o.prefill) && sc.large_ms.empty()) continue;
+    if ((o.scheduler || o.prefill || o.energy) && sc.large_ms.empty()) continue;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
       continue;
@@ -2378,7 +2664,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.prefill) {
+      !o.prefill && !o.energy) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

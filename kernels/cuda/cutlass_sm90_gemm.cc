@@ -276,11 +276,15 @@ constexpr int64_t kWholeOpMaxM = kPdlClusterMaxM;
 
 // The token counts at which a layer times every tile at load (tune_tiles, up to the M whose
 // operands fit kTuneBytes); which timed choice a call of M tokens takes: tuned_index. The best
-// tile at 2048 tokens is not always the best beyond: measured on the H200 (bench --prefill, the op
-// as served, in turns, us, three runs), 28672 x 4096 at M = 4096 64 x 256 tile (the load's choice
-// at 2048) 767.0 / 774.3 / 760.1, 128 x 128 702.0 / 684.5 / 701.5; 8192 x 8192 at M = 8192
-// 128 x 256 (the load's choice at 2048 in a full benchmark run) 925.2 / 969.1 / 962.7, 128 x 128
-// 888.4 / 907.5 / 867.2.
+// tile at 2048 tokens is not always the best beyond: measured on the H200 (bench --prefill, the
+// quantize kernel then the GEMM, in turns, us, three runs), 8192 x 8192 at M = 8192 128 x 256
+// (the load's choice at 2048 in a full benchmark run) 925.2 / 969.1 / 962.7, 128 x 128 888.4 /
+// 907.5 / 867.2. (Those runs launched every GEMM as the quantize kernel's programmatic
+// dependent, which serving does not do at these M; so launched, the 64 x 256 tile lost on
+// 28672 x 4096 at M = 4096, 767.0 / 774.3 / 760.1 against 702.0 / 684.5 / 701.5, but in stream
+// order, as served, it measured 709.5 against 694.7 for the 128 x 128 tile, and 8192 x 8192 at
+// M = 8192 128 x 256 933.8 against 898.8: one run.) Under a sustained load, the GPU at its power
+// cap, the ranking can turn: see docs/kernels.md, "The power cap at large M".
 constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
 // From this M on, a call whose own M was not timed (its operands over kTuneBytes, or the GPU short
 // of memory at load) takes the choice at the largest M timed (tuned_index).
@@ -334,8 +338,10 @@ constexpr int64_t kQuantizingMinM = 512;
 // 4096 764.8 / 763.9 / 702.0, 2048 x 8192 x 8192 231.3 / 233.2 / 210.3, 8192^3 881.7 / 885.4 /
 // 888.4; in another run 4096^3 123.7 / 107.5 / 104.7, 8192^3 903.4 / 925.2 / 907.5. Where they
 // win it is by under 1%: at 8192^3 the quantization inside the GEMM hides 4-22 us of the quantize
-// kernel's 73-77 us. (A sustained int8 GEMM runs the H200 at its power cap, see run_shape in
-// bench/gpu/gpu_bench.cc; work added inside the GEMM may cost its clock as much as beside it.)
+// kernel's 73-77 us. Under a sustained load (bench --energy, the GPU at its power cap) they win
+// nothing: 8192^3 979.7-980.2 against 978.6-989.5 us for the quantize kernel then the plain
+// 128 x 128 tile; the op costs the two kernels' energy at the cap wherever the quantization runs
+// (docs/kernels.md, "The power cap at large M").
 // They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
