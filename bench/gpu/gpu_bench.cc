@@ -1694,8 +1694,10 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
 // the 128 x 128, 64 x 256 and 128 x 256 tiles, and the 128 x 128 quantizing tile's op) runs back to
 // back for kEnergyWarmS, so that the clock settles where the load holds it, then for
 // kEnergyMeasureS while the GPU's energy counter and SM clock are read (NVML, gpu_power.h): its
-// time and energy per call, the mean power, the median SM clock and the clock-event reasons seen,
-// in two rounds, the candidates in turns. Per tile it then sets the op against two models: the
+// time and energy per call, the mean power, the median SM clock, how long after its start the
+// clock came within 2% of that median (the first candidate after a second's idle), the
+// clock-event reasons seen and how often the energy counter moved, in two rounds, the candidates
+// in turns. Per tile it then sets the op against two models: the
 // GEMM's time plus the quantize kernel's (nothing overlapped), and the two kernels' energy at the
 // GEMM's power (overlapped perfectly, but bound by the power the GEMM alone already draws).
 constexpr double kEnergyWarmS = 0.3;
@@ -1705,6 +1707,8 @@ constexpr double kEnergyReplayUs = 5000;  // calls captured per graph: about thi
 struct EnergyRun {
   double us = 0, mj = 0, watts = 0, mhz = 0;
   uint64_t reasons = 0;
+  double settle_ms = -1;        // the clock within 2% of mhz, from the start of the warm-up
+  double counter_step_ms = -1;  // the energy counter's mean interval between changes
 };
 
 // Replays `graph` (`calls` calls each) for warm_s, then for measure_s while reading `power`.
@@ -1725,34 +1729,40 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
     }
     return absl::OkStatus();
   };
-  int64_t replays = 0;
-  RETURN_IF_ERROR(replay_for(kEnergyWarmS, &replays));
-
-  // The sampler reads the energy counter with its time, the SM clock and the reasons every 5 ms;
-  // the power is the slope of a least-squares line through the energy samples (the counter
-  // advances in steps, so that two readings alone, 0.6 s apart, varied by +-10%).
+  // The sampler reads the energy counter with its time, the SM clock and the clock-event reasons
+  // every 2 ms through both phases; the power is the slope of a least-squares line through the
+  // measured phase's energy samples (the counter advances in steps, so that two readings alone,
+  // 0.6 s apart, varied by +-10%).
+  struct Sample {
+    double t;  // s since the warm-up began
+    double mj;
+    unsigned mhz;
+    uint64_t reasons;
+  };
+  std::vector<Sample> samples;
   std::atomic<bool> stop{false};
-  std::vector<unsigned> clocks;
-  std::vector<std::pair<double, double>> energy;  // (s since t0, mJ)
-  uint64_t reasons = 0;
   absl::Status sample_status = absl::OkStatus();
   const Clock::time_point t0 = Clock::now();
   std::thread sampler([&] {
     while (!stop.load(std::memory_order_relaxed)) {
       absl::StatusOr<uint64_t> e = power.energy_mj();
+      absl::StatusOr<unsigned> c = power.sm_clock_mhz();
+      absl::StatusOr<uint64_t> r = power.clock_event_reasons();
       const double t = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (!e.ok()) {
-        sample_status = e.status();
-        return;
+      for (const absl::Status& st : {e.status(), c.status(), r.status()}) {
+        if (!st.ok()) {
+          sample_status = st;
+          return;
+        }
       }
-      energy.emplace_back(t, static_cast<double>(*e));
-      if (auto c = power.sm_clock_mhz(); c.ok()) clocks.push_back(*c);
-      if (auto r = power.clock_event_reasons(); r.ok()) reasons |= *r;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      samples.push_back({t, static_cast<double>(*e), *c, *r});
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   });
+  int64_t replays = 0;
+  absl::Status status = replay_for(kEnergyWarmS, &replays);
+  const double t_measure = std::chrono::duration<double>(Clock::now() - t0).count();
   cudaEvent_t ev[2] = {nullptr, nullptr};
-  absl::Status status = absl::OkStatus();
   for (cudaEvent_t& e : ev) {
     if (status.ok() && cudaEventCreate(&e) != cudaSuccess) {
       status = absl::InternalError("cudaEventCreate failed");
@@ -1779,22 +1789,41 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
   }
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(sample_status);
-  if (energy.size() < 10) return absl::InternalError("too few energy samples");
+  std::vector<Sample> measured;
+  for (const Sample& x : samples) {
+    if (x.t >= t_measure) measured.push_back(x);
+  }
+  if (measured.size() < 10) return absl::InternalError("too few energy samples");
   double st = 0, se = 0;
-  for (const auto& [t, e] : energy) st += t, se += e;
-  st /= energy.size();
-  se /= energy.size();
+  for (const Sample& x : measured) st += x.t, se += x.mj;
+  st /= measured.size();
+  se /= measured.size();
   double stt = 0, ste = 0;
-  for (const auto& [t, e] : energy) stt += (t - st) * (t - st), ste += (t - st) * (e - se);
+  int steps = 0;
+  std::vector<unsigned> clocks;
   EnergyRun r;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const Sample& x = measured[i];
+    stt += (x.t - st) * (x.t - st);
+    ste += (x.t - st) * (x.mj - se);
+    steps += i > 0 && x.mj != measured[i - 1].mj;
+    clocks.push_back(x.mhz);
+    r.reasons |= x.reasons;
+  }
   r.us = 1e3 * ms / static_cast<double>(replays * calls);
   r.watts = ste / stt / 1e3;     // mJ/s -> W
   r.mj = r.watts * r.us * 1e-3;  // W x us = uJ
-  if (!clocks.empty()) {
-    std::sort(clocks.begin(), clocks.end());
-    r.mhz = clocks[clocks.size() / 2];
+  std::sort(clocks.begin(), clocks.end());
+  r.mhz = clocks[clocks.size() / 2];
+  // When the clock first came within 2% of the measured phase's median, and how often the energy
+  // counter moved.
+  for (const Sample& x : samples) {
+    if (std::abs(x.mhz - r.mhz) <= 0.02 * r.mhz) {
+      r.settle_ms = 1e3 * x.t;
+      break;
+    }
   }
-  r.reasons = reasons;
+  if (steps > 0) r.counter_step_ms = 1e3 * (measured.back().t - measured.front().t) / steps;
   return r;
 }
 
@@ -1894,6 +1923,8 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
     }
     constexpr int kRounds = 2;
     std::vector<std::vector<EnergyRun>> runs(cands.size());
+    // The first candidate starts from an idle GPU: how long the clock takes to settle at the cap.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     for (int round = 0; round < kRounds && status.ok(); ++round) {
       for (size_t c = 0; c < cands.size() && status.ok(); ++c) {
         absl::StatusOr<EnergyRun> r =
@@ -1904,9 +1935,11 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
         }
         runs[c].push_back(*r);
         std::printf(
-            "energy %-22s M=%-5lld round %d  %-40s %8.1f us %8.2f mJ %5.0f W %5.0f MHz  %s\n",
+            "energy %-22s M=%-5lld round %d  %-40s %8.1f us %8.2f mJ %5.0f W %5.0f MHz (settled "
+            "%.0f ms%s)  %s; energy counter moved every %.1f ms\n",
             shape_name(sc).c_str(), static_cast<long long>(m), round + 1, names[c].c_str(), r->us,
-            r->mj, r->watts, r->mhz, GpuPower::describe_reasons(r->reasons).c_str());
+            r->mj, r->watts, r->mhz, r->settle_ms, round == 0 && c == 0 ? " after 1 s idle" : "",
+            GpuPower::describe_reasons(r->reasons).c_str(), r->counter_step_ms);
         std::fflush(stdout);
       }
     }
