@@ -6,7 +6,9 @@
 #      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
 #      the demo layer and on a long-K 4096 x 14336 layer), then `qlinear-cli bench` at M = 1, 16
 #      and 64 on one stream against the Echo RPC (load.log),
-#   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path).
+#   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path),
+#   4. the benchmark's --energy section (the large-M ops under a sustained load, at the GPU's
+#      power cap; not with --quick, nor when QLINEAR_ENERGY=0).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
 #
@@ -18,6 +20,7 @@
 #   QLINEAR_TEST_ARGS    extra arguments for qlinear_cuda_test (e.g. --gtest_filter=...)
 #   QLINEAR_SANITIZE=1   also run a subset of the tests under compute-sanitizer memcheck
 #   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
+#   QLINEAR_ENERGY=0     skip step 4
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -110,6 +113,14 @@ else
   bench_rc=$?
 fi
 
+energy_rc=-
+if [ "${1:-}" != "--quick" ] && [ "${QLINEAR_ENERGY:-1}" != "0" ] && [ "$test_rc" != 124 ]; then
+  echo "=== qlinear_gpu_bench --energy"
+  timeout "${QLINEAR_ENERGY_TIMEOUT:-240}" "$BUNDLE/run" qlinear_gpu_bench --energy \
+    >"$LOG/energy.log" 2>&1
+  energy_rc=$?
+fi
+
 echo
 echo "=============================== summary ==============================="
 grep -E "^GPU:|no usable GPU" "$LOG/bench.log" || true
@@ -126,3 +137,7 @@ fi
 echo "qlinear_gpu_bench: exit $bench_rc"
 grep -E '^gemv-plan ' "$LOG/bench.log" | cut -c 10-150
 sed -n '/^serving path/,$p' "$LOG/bench.log"
+if [ "$energy_rc" != - ]; then
+  echo "qlinear_gpu_bench --energy: exit $energy_rc (sustained load; op against its GEMM + quantize)"
+  grep -E 'by energy' "$LOG/energy.log" | sed -E 's/ +/ /g' | cut -c 8-200
+fi

@@ -1960,14 +1960,16 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
       }
       return a;
     };
-    const EnergyRun q = mean("quantize");
+    const EnergyRun q = mean("quantize"), lt_gemm = mean("cuBLASLt GEMM");
     for (const std::string& t : tiles) {
       const EnergyRun g = mean(absl::StrCat("GEMM ", t)), op = mean(absl::StrCat("op ", t));
       std::printf(
-          "energy %-22s M=%-5lld %-26s op %7.1f us %7.2f mJ; GEMM + quantize: by time %7.1f us, "
-          "by energy at the GEMM's %3.0f W %7.1f us (power limit %u W)\n",
-          shape_name(sc).c_str(), static_cast<long long>(m), t.c_str(), op.us, op.mj, g.us + q.us,
-          g.watts, 1e3 * (g.mj + q.mj) / g.watts, limit_mw / 1000);
+          "energy %-22s M=%-5lld %-26s op %7.1f us %7.2f mJ (x%.2f the cuBLASLt GEMM's %.1f us); "
+          "GEMM + quantize: by time %7.1f us, by energy at the GEMM's %3.0f W %7.1f us (power "
+          "limit %u W)\n",
+          shape_name(sc).c_str(), static_cast<long long>(m), t.c_str(), op.us, op.mj,
+          lt_gemm.us / op.us, lt_gemm.us, g.us + q.us, g.watts, 1e3 * (g.mj + q.mj) / g.watts,
+          limit_mw / 1000);
     }
     std::fflush(stdout);
   }
