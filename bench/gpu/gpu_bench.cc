@@ -1810,6 +1810,13 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
     clocks.push_back(x.mhz);
     r.reasons |= x.reasons;
   }
+  // A slope needs the counter to have moved; a driver that updates it more rarely than this window
+  // gives no power to report.
+  if (steps < 2) {
+    return absl::UnavailableError(
+        absl::StrFormat("NVML's energy counter moved %d times in %.1f s; no power to report", steps,
+                        kEnergyMeasureS));
+  }
   r.us = 1e3 * ms / static_cast<double>(replays * calls);
   r.watts = ste / stt / 1e3;     // mJ/s -> W
   r.mj = r.watts * r.us * 1e-3;  // W x us = uJ
@@ -1823,7 +1830,7 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
       break;
     }
   }
-  if (steps > 0) r.counter_step_ms = 1e3 * (measured.back().t - measured.front().t) / steps;
+  r.counter_step_ms = 1e3 * (measured.back().t - measured.front().t) / steps;
   return r;
 }
 
