@@ -1988,10 +1988,11 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
 
 // (3) Every CUDA kernel's op on one shape, for each M. Where the weights do not rotate (M > 64)
 // the bare GEMM and the ops are timed in turns (medians_in_turns): under a sustained int8 GEMM
-// load the H200 reaches its power cap within a second and its SM clock drops from 1980 MHz to
-// 1260-1620 MHz (nvidia-smi: software power cap), so whichever is timed first runs at the
-// highest clock. Measured: one after the other, the bare GEMM timed first on 8192 x 8192 at
-// M = 2048 read 176.8 us, and 192.6-222.1 us timed again after the other candidates.
+// load the H200 holds its power at the 700 W limit and its SM clock drops from 1980 MHz to
+// 1215-1830 MHz, 0.1-0.25 s after an idle GPU starts (NVML: software power cap; --energy), so
+// whichever is timed first runs at the highest clock. Measured: one after the other, the bare GEMM
+// timed first on 8192 x 8192 at M = 2048 read 176.8 us, and 192.6-222.1 us timed again after the
+// other candidates.
 absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Options& o,
                        cudaStream_t stream, cublasLtHandle_t lt, std::vector<Point>* points) {
   const int64_t n = sc.n, k = sc.k;
