@@ -131,6 +131,27 @@ struct Options {
 // Returns each candidate's median in microseconds.
 constexpr int64_t kTurnReps = 10;
 
+// What `enqueue` queues on `stream`, captured and instantiated as a graph (the caller destroys it).
+absl::StatusOr<cudaGraphExec_t> capture_graph(cudaStream_t stream,
+                                              const std::function<absl::Status()>& enqueue) {
+  RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  absl::Status status = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream, &graph);
+  if (status.ok() && e != cudaSuccess) {
+    status = cuda_error_status(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (status.ok()) {
+    const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+    if (ie != cudaSuccess)
+      status = cuda_error_status(ie, "cudaGraphInstantiate", __FILE__, __LINE__);
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  RETURN_IF_ERROR(status);
+  return exec;
+}
+
 absl::StatusOr<std::vector<double>> medians_in_turns(
     cudaStream_t stream, int slots, const Options& o,
     const std::vector<std::function<absl::Status(int)>>& enqueues) {
@@ -143,20 +164,13 @@ absl::StatusOr<std::vector<double>> medians_in_turns(
   std::vector<cudaGraphExec_t> graphs(n * slots, nullptr);
   absl::Status status = absl::OkStatus();
   for (size_t g = 0; g < graphs.size() && status.ok(); ++g) {
-    RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    absl::Status st = enqueues[g / slots](static_cast<int>(g % slots));
-    cudaGraph_t graph = nullptr;
-    const cudaError_t e = cudaStreamEndCapture(stream, &graph);
-    if (!st.ok()) status = st;
-    if (status.ok() && e != cudaSuccess) {
-      status = cuda_error_status(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    absl::StatusOr<cudaGraphExec_t> exec =
+        capture_graph(stream, [&] { return enqueues[g / slots](static_cast<int>(g % slots)); });
+    if (exec.ok()) {
+      graphs[g] = *exec;
+    } else {
+      status = exec.status();
     }
-    if (status.ok()) {
-      const cudaError_t ie = cudaGraphInstantiate(&graphs[g], graph, 0);
-      if (ie != cudaSuccess)
-        status = cuda_error_status(ie, "cudaGraphInstantiate", __FILE__, __LINE__);
-    }
-    if (graph != nullptr) cudaGraphDestroy(graph);
   }
   std::vector<cudaEvent_t> ev(2 * o.reps * n, nullptr);
   for (cudaEvent_t& e : ev) {
@@ -925,6 +939,17 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   return absl::OkStatus();
 }
 
+// Named candidates for medians_in_turns and the like, each queueing one call (--prefill,
+// --energy).
+struct Candidates {
+  std::vector<std::string> names;
+  std::vector<std::function<absl::Status(int)>> enqueues;
+  void add(std::string name, std::function<absl::Status(int)> enqueue) {
+    names.push_back(std::move(name));
+    enqueues.push_back(std::move(enqueue));
+  }
+};
+
 // The tiles the large-M comparisons run (--prefill, --energy).
 [[maybe_unused]] constexpr CutlassSm90Tile kLargeMTiles[] = {CutlassSm90Tile::k128x128x128Pingpong,
                                                              CutlassSm90Tile::k64x256x128Pingpong,
@@ -1612,18 +1637,13 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
     auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
-    std::vector<std::string> names;
-    std::vector<std::function<absl::Status(int)>> cands;
-    auto add = [&](std::string name, std::function<absl::Status(int)> f) {
-      names.push_back(std::move(name));
-      cands.push_back(std::move(f));
-    };
-    add("bare", [&](int) {
+    Candidates cands;
+    cands.add("bare", [&](int) {
       return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
                           b.workspace.get(), stream);
     });
-    add("flush", [&](int) { return flush.enqueue(stream); });
-    add("quant", [&](int) { return quantize(); });
+    cands.add("flush", [&](int) { return flush.enqueue(stream); });
+    cands.add("quant", [&](int) { return quantize(); });
     for (CutlassSm90Tile t : kLargeMTiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
@@ -1631,7 +1651,7 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
       g.w = b.w[0].as<int8_t>();
       if (!ops->can_implement(g)) continue;
       const std::string tn = ops->name();
-      add(tn, [&, g, ops](int) -> absl::Status {
+      cands.add(tn, [&, g, ops](int) -> absl::Status {
         RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
         return absl::OkStatus();
       });
@@ -1640,15 +1660,15 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
       for (bool pdl : {false, true}) {
         CutlassSm90Args gp = g;
         gp.pdl = pdl;
-        add(absl::StrCat("q+", tn, pdl ? " pdl" : "",
-                         pdl == cutlass_sm90::served_with_pdl(m, *ops) ? " (served)" : ""),
-            [&, gp, ops](int) -> absl::Status {
-              RETURN_IF_ERROR(quantize());
-              RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
-              return absl::OkStatus();
-            });
+        cands.add(absl::StrCat("q+", tn, pdl ? " pdl" : "",
+                               pdl == cutlass_sm90::served_with_pdl(m, *ops) ? " (served)" : ""),
+                  [&, gp, ops](int) -> absl::Status {
+                    RETURN_IF_ERROR(quantize());
+                    RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
+                    return absl::OkStatus();
+                  });
       }
-      add(absl::StrCat("q+flush+", tn), [&, g, ops](int) -> absl::Status {
+      cands.add(absl::StrCat("q+flush+", tn), [&, g, ops](int) -> absl::Status {
         RETURN_IF_ERROR(quantize());
         RETURN_IF_ERROR(flush.enqueue(stream));
         RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
@@ -1665,14 +1685,15 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
         if (all_before && t != CutlassSm90Tile::k128x128x128PingpongQ) continue;
         CutlassSm90Args gq = g;
         gq.prefix = all_before ? m : -1;
-        add(absl::StrCat(ops->name(), all_before ? " all-before" : ""),
-            [&, gq, ops](int) -> absl::Status {
-              RETURN_IF_CUDA_ERROR(ops->launch(gq, b.workspace.get(), stream));
-              return absl::OkStatus();
-            });
+        cands.add(absl::StrCat(ops->name(), all_before ? " all-before" : ""),
+                  [&, gq, ops](int) -> absl::Status {
+                    RETURN_IF_CUDA_ERROR(ops->launch(gq, b.workspace.get(), stream));
+                    return absl::OkStatus();
+                  });
       }
     }
-    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, so, cands));
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, so, cands.enqueues));
+    const std::vector<std::string>& names = cands.names;
     const double flush_us = us[1];
     for (size_t i = 0; i < us.size(); ++i) {
       const bool flushed = absl::StartsWith(names[i], "q+flush+");
@@ -1848,17 +1869,12 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
     auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
     RETURN_IF_ERROR(bare.init(lt, m, sc.n, sc.k));
-    std::vector<std::string> names;
-    std::vector<std::function<absl::Status()>> cands;
-    auto add = [&](std::string name, std::function<absl::Status()> f) {
-      names.push_back(std::move(name));
-      cands.push_back(std::move(f));
-    };
-    add("cuBLASLt GEMM", [&] {
+    Candidates cands;
+    cands.add("cuBLASLt GEMM", [&](int) {
       return bare.enqueue(b.w[0].as<int8_t>(), b.xq.as<int8_t>(), b.acc.as<int32_t>(),
                           b.workspace.get(), stream);
     });
-    add("quantize", [&] { return quantize(); });
+    cands.add("quantize", [&](int) { return quantize(); });
     std::vector<std::string> tiles;  // tiles with both a GEMM and an op candidate
     for (CutlassSm90Tile t : kLargeMTiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
@@ -1867,13 +1883,13 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
       g.w = b.w[0].as<int8_t>();
       if (!ops->can_implement(g)) continue;
       tiles.push_back(ops->name());
-      add(absl::StrCat("GEMM ", ops->name()), [&, g, ops]() -> absl::Status {
+      cands.add(absl::StrCat("GEMM ", ops->name()), [&, g, ops](int) -> absl::Status {
         RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
         return absl::OkStatus();
       });
       CutlassSm90Args gp = g;
       gp.pdl = cutlass_sm90::served_with_pdl(m, *ops);  // as served
-      add(absl::StrCat("op ", ops->name()), [&, gp, ops]() -> absl::Status {
+      cands.add(absl::StrCat("op ", ops->name()), [&, gp, ops](int) -> absl::Status {
         RETURN_IF_ERROR(quantize());
         RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
         return absl::OkStatus();
@@ -1885,55 +1901,47 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
       RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
       if (ops->can_implement(g)) {
-        add(absl::StrCat("op ", ops->name()), [&, g, ops]() -> absl::Status {
+        cands.add(absl::StrCat("op ", ops->name()), [&, g, ops](int) -> absl::Status {
           RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
           return absl::OkStatus();
         });
       }
     }
-    // Each candidate as a graph of about kEnergyReplayUs of calls, its call timed eagerly first.
-    std::vector<cudaGraphExec_t> graphs(cands.size(), nullptr);
-    std::vector<int64_t> calls(cands.size(), 1);
-    std::vector<double> replay_us(cands.size(), 0);
+    // Each candidate as a graph of about kEnergyReplayUs of calls, its call timed first.
+    const std::vector<std::string>& names = cands.names;
+    const size_t n = names.size();
+    std::vector<cudaGraphExec_t> graphs(n, nullptr);
+    std::vector<int64_t> calls(n, 1);
+    std::vector<double> replay_us(n, 0);
+    Options one_call;
+    one_call.reps = 5;
+    one_call.warmup = 1;
     absl::Status status = absl::OkStatus();
-    for (size_t c = 0; c < cands.size() && status.ok(); ++c) {
-      status = [&]() -> absl::Status {
-        cudaEvent_t ev[2];
-        RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[0]));
-        RETURN_IF_CUDA_ERROR(cudaEventCreate(&ev[1]));
-        float ms = 0;
-        absl::Status st = cands[c]();  // module loading and first-call set-up out of the timing
-        for (int e = 0; e < 2 && st.ok(); ++e) {
-          if (e == 1 && cudaEventRecord(ev[0], stream) != cudaSuccess) break;
-          st = cands[c]();
-          if (e == 1) cudaEventRecord(ev[1], stream);
-        }
-        if (st.ok() && cudaEventSynchronize(ev[1]) == cudaSuccess) {
-          cudaEventElapsedTime(&ms, ev[0], ev[1]);
-        }
-        cudaEventDestroy(ev[0]);
-        cudaEventDestroy(ev[1]);
-        RETURN_IF_ERROR(st);
-        calls[c] = std::max<int64_t>(1, static_cast<int64_t>(kEnergyReplayUs / (1e3 * ms + 1)));
-        replay_us[c] = calls[c] * 1e3 * ms;
-        RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        for (int64_t i = 0; i < calls[c] && st.ok(); ++i) st = cands[c]();
-        cudaGraph_t graph = nullptr;
-        const cudaError_t e = cudaStreamEndCapture(stream, &graph);
-        RETURN_IF_ERROR(st);
-        RETURN_IF_CUDA_ERROR(e);
-        const cudaError_t ie = cudaGraphInstantiate(&graphs[c], graph, 0);
-        cudaGraphDestroy(graph);
-        RETURN_IF_CUDA_ERROR(ie);
+    for (size_t c = 0; c < n; ++c) {
+      const std::function<absl::Status(int)>& enqueue = cands.enqueues[c];
+      absl::StatusOr<double> us = median_us(stream, 1, one_call, enqueue);
+      if (!us.ok()) {
+        status = us.status();
+        break;
+      }
+      calls[c] = std::max<int64_t>(1, static_cast<int64_t>(kEnergyReplayUs / (*us + 1)));
+      replay_us[c] = calls[c] * *us;
+      absl::StatusOr<cudaGraphExec_t> graph = capture_graph(stream, [&]() -> absl::Status {
+        for (int64_t i = 0; i < calls[c]; ++i) RETURN_IF_ERROR(enqueue(0));
         return absl::OkStatus();
-      }();
+      });
+      if (!graph.ok()) {
+        status = graph.status();
+        break;
+      }
+      graphs[c] = *graph;
     }
     constexpr int kRounds = 2;
-    std::vector<std::vector<EnergyRun>> runs(cands.size());
+    std::vector<std::vector<EnergyRun>> runs(n);
     // The first candidate starts from an idle GPU: how long the clock takes to settle at the cap.
     std::this_thread::sleep_for(std::chrono::seconds(1));
     for (int round = 0; round < kRounds && status.ok(); ++round) {
-      for (size_t c = 0; c < cands.size() && status.ok(); ++c) {
+      for (size_t c = 0; c < n && status.ok(); ++c) {
         absl::StatusOr<EnergyRun> r =
             replay_for_energy(power, stream, graphs[c], calls[c], replay_us[c]);
         if (!r.ok()) {

@@ -83,40 +83,33 @@ absl::Status GpuPower::init(int device) {
   return absl::OkStatus();
 }
 
+namespace {
+// One NVML getter of `device`: value = (api->*f)(device, args..., &value), its error named `what`.
+template <typename V, typename Api, typename F, typename... Args>
+absl::StatusOr<V> read(const Api* api, void* device, const char* what, F Api::*f, Args... args) {
+  if (api == nullptr || device == nullptr) return absl::FailedPreconditionError("NVML not opened");
+  V v{};
+  if (const int rc = (api->*f)(device, args..., &v); rc != 0) return api->error(what, rc);
+  return v;
+}
+}  // namespace
+
 absl::StatusOr<uint64_t> GpuPower::energy_mj() const {
-  if (device_ == nullptr) return absl::FailedPreconditionError("NVML not opened");
-  unsigned long long v = 0;
-  if (const int rc = api_->energy(device_, &v); rc != 0) {
-    return api_->error("nvmlDeviceGetTotalEnergyConsumption", rc);
-  }
-  return static_cast<uint64_t>(v);
+  return read<unsigned long long>(api_, device_, "nvmlDeviceGetTotalEnergyConsumption",
+                                  &Api::energy);
 }
 
 absl::StatusOr<unsigned> GpuPower::sm_clock_mhz() const {
-  if (device_ == nullptr) return absl::FailedPreconditionError("NVML not opened");
-  unsigned v = 0;
-  if (const int rc = api_->clock(device_, kNvmlClockSm, &v); rc != 0) {
-    return api_->error("nvmlDeviceGetClockInfo", rc);
-  }
-  return v;
+  return read<unsigned>(api_, device_, "nvmlDeviceGetClockInfo", &Api::clock, kNvmlClockSm);
 }
 
 absl::StatusOr<unsigned> GpuPower::power_limit_mw() const {
-  if (device_ == nullptr) return absl::FailedPreconditionError("NVML not opened");
-  unsigned v = 0;
-  if (const int rc = api_->limit(device_, &v); rc != 0) {
-    return api_->error("nvmlDeviceGetEnforcedPowerLimit", rc);
-  }
-  return v;
+  return read<unsigned>(api_, device_, "nvmlDeviceGetEnforcedPowerLimit", &Api::limit);
 }
 
 absl::StatusOr<uint64_t> GpuPower::clock_event_reasons() const {
-  if (device_ == nullptr) return absl::FailedPreconditionError("NVML not opened");
-  unsigned long long v = 0;
-  if (const int rc = api_->reasons(device_, &v); rc != 0) {
-    return api_->error("nvmlDeviceGetCurrentClocksEventReasons", rc);
-  }
-  return static_cast<uint64_t>(v);
+  return read<unsigned long long>(api_, device_, "nvmlDeviceGetCurrentClocksEventReasons",
+                                  &Api::reasons);
 }
 
 std::string GpuPower::describe_reasons(uint64_t reasons) {
