@@ -102,6 +102,22 @@ constexpr TileStep kLadder[] = {
 // a 4096-wide layer) measured no faster than 64 x 64 anywhere (H200, GEMM alone, us, 64 x 64 / 64 x
 // 32: 4096 x 14336 at M = 64 22.6 / 23.0, at M = 1 34.7 / 37.2; 4096 x 4096 at M = 64 11.3 / 11.3;
 // 8192 x 8192 at M = 64 23.9 / 24.7), so it was not kept.
+// Two other configurations of the 128 x 128 tile were measured and not kept (H200, bench tile
+// sweep, GEMM alone, us, the pingpong tile with its 2 x 1 cluster / the variant):
+//   - a 2 x 2 cluster, each activation tile multicast to the two CTAs along N as well, which
+//     halves what the activations take out of L2 where every channel block re-reads them. The
+//     GPU holds only 30 such clusters at once (cudaOccupancyMaxActiveClusters; 66 of two), so its
+//     persistent grid is 120 CTAs: 8192 x 28672 at M = 256 85.1 / 158.8 (128 tiles, two waves),
+//     8192 x 8192 at M = 256 30.0 / 47.7, 57344 x 8192 at M = 256 185.5 / 215.7, 28672 x 4096 at
+//     M = 256 51.8 / 50.9, 8192 x 8192 at M = 2048 178.0 / 202.7, at M = 8192 813.3 / 937.6 (and
+//     the 128 x 256 tile so, 181.9 / 241.0 and 939.5 / 988.6). Per wave of tiles it was no faster
+//     (4096 x 4096 at M = 4096: 8 waves of 132 tiles in 86.7, 9 of 120 in 96.1, 10.8 and 10.7 us
+//     a wave), so the traffic between L2 and the SMs does not bound these GEMMs;
+//   - the cooperative schedule (both consumer warpgroups on one tile), for where a layer has
+//     about one tile per SM and the pingpong tile's second warpgroup has none: 8192 x 28672 at
+//     M = 256 87.6 / 88.8, 8192 x 8192 at M = 256 30.0 / 29.9, 57344 x 8192 at M = 256 189.9 /
+//     208.4, 28672 x 4096 at M = 256 52.4 / 60.4, 8192 x 8192 at M = 2048 181.2 / 221.7; and
+//     under a sustained load (bench --energy, the op) 8192 x 8192 at M = 8192 1008.9 / 1045.9.
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
