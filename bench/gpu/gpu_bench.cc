@@ -119,6 +119,10 @@ struct Options {
   bool pad_rows = false;
   bool prefill = false;
   bool energy = false;
+  // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
+  std::string profile;
+  int64_t profile_tile = -1;
+  int64_t profile_m = 0;
   int64_t reps = 100;
   int64_t warmup = 10;
 };
@@ -1855,6 +1859,48 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
   return r;
 }
 
+// --profile: the GEMM alone of tile o.profile_tile at M = o.profile_m, one untimed launch then
+// three timed, over the rotated weight copies, for a profiler to take one launch: e.g.
+// ncu --launch-skip 1 --launch-count 1 -k regex:device_kernel.
+absl::Status profile_tile(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                          cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  if (o.profile_tile < 0 || o.profile_tile >= kCutlassSm90Tiles) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--profile_tile must be 0..%d", kCutlassSm90Tiles - 1));
+  }
+  if (o.profile_m < 1 || o.profile_m > 256) {
+    return absl::InvalidArgumentError("--profile_m must be 1..256");
+  }
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(o.profile_tile), ElemType::kBF16);
+  if (tile_quantizes(static_cast<CutlassSm90Tile>(o.profile_tile))) {
+    return absl::InvalidArgumentError(
+        "--profile_tile: a quantizing tile takes x; pick a plain one");
+  }
+  RETURN_IF_CUDA_ERROR(ops->prepare());
+  CutlassSm90Args g = tile_args(sc, b, o.profile_m);
+  g.w = b.w[0].as<int8_t>();
+  if (!ops->can_implement(g)) return absl::InvalidArgumentError("the tile cannot run this shape");
+  Options once = o;
+  once.warmup = 1;
+  once.reps = 3;
+  ASSIGN_OR_RETURN(const double us,
+                   median_us(stream, b.copies, once, [&](int slot) -> absl::Status {
+                     CutlassSm90Args gs = g;
+                     gs.w = b.w[slot].as<int8_t>();
+                     RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+                     return absl::OkStatus();
+                   }));
+  std::printf("profile %s M=%lld %s: %.1f us (median of 3 after 1)\n", shape_name(sc).c_str(),
+              static_cast<long long>(o.profile_m), ops->name(), us);
+  return absl::OkStatus();
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+  return absl::FailedPreconditionError("built without cuda.cutlass_sm90");
+#endif
+}
+
 absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t stream,
                             cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2054,6 +2100,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     RETURN_IF_CUDA_ERROR(cudaMemcpy(w.get(), weights->w.data(), w_bytes, cudaMemcpyHostToDevice));
   }
 
+  if (!o.profile.empty()) return profile_tile(sc, b, o, stream);
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
@@ -2617,7 +2664,7 @@ int bench_main(int argc, char** argv) {
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
       "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows] "
-      "[--prefill] [--energy]",
+      "[--prefill] [--energy] [--profile=NxK --profile_tile=T --profile_m=M]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -2652,6 +2699,12 @@ int bench_main(int argc, char** argv) {
            "Only M >= 1024: the bare cuBLASLt GEMM, the quantize kernel and cuda.cutlass_sm90's "
            "GEMM and op, each back to back for a second, with the GPU's energy per call, power "
            "and SM clock (NVML), in turns");
+  args.add("profile", &o.profile,
+           "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
+           "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "
+           "profiler");
+  args.add("profile_tile", &o.profile_tile, "With --profile: the tile (CutlassSm90Tile index)");
+  args.add("profile_m", &o.profile_m, "With --profile: M, 1..256");
   args.add("reps", &o.reps, "Timed repetitions per row (median reported)");
   args.add("warmup", &o.warmup, "Untimed repetitions before timing");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -2702,8 +2755,21 @@ int bench_main(int argc, char** argv) {
       "gemm = bare cuBLASLt int8->int32\n\n");
   std::vector<Point> points;
   int failures = 0;
+  if (!o.profile.empty() &&
+      std::none_of(std::begin(kShapes), std::end(kShapes), [&](const ShapeCase& sc) {
+        return o.profile == absl::StrFormat("%lldx%lld", static_cast<long long>(sc.n),
+                                            static_cast<long long>(sc.k));
+      })) {
+    std::printf("--profile=%s: not a benchmark shape (NxK, e.g. 8192x28672)\n", o.profile.c_str());
+    return 2;
+  }
   for (const ShapeCase& sc : kShapes) {
     if (o.serving) break;
+    if (!o.profile.empty() &&
+        o.profile != absl::StrFormat("%lldx%lld", static_cast<long long>(sc.n),
+                                     static_cast<long long>(sc.k))) {
+      continue;
+    }
     if ((o.scheduler || o.prefill || o.energy) && sc.large_ms.empty()) continue;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
@@ -2715,7 +2781,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.prefill && !o.energy) {
+      !o.prefill && !o.energy && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;
