@@ -118,6 +118,8 @@ constexpr TileStep kLadder[] = {
 //     M = 256 87.6 / 88.8, 8192 x 8192 at M = 256 30.0 / 29.9, 57344 x 8192 at M = 256 189.9 /
 //     208.4, 28672 x 4096 at M = 256 52.4 / 60.4, 8192 x 8192 at M = 2048 181.2 / 221.7; and
 //     under a sustained load (bench --energy, the op) 8192 x 8192 at M = 8192 1008.9 / 1045.9.
+// What bounds the pingpong tile there is the tensor pipe at the clock the GPU holds (Nsight
+// Compute on 8192 x 28672 at M = 256: busy 83% of the cycles at 1.49 GHz; docs/kernels.md).
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
