@@ -374,6 +374,11 @@ struct ShapeBuffers {
   DeviceBuffer x, xq, y, acc, workspace, scratch, sb, bias, sa, azp, adj;
 };
 
+// The shape as --profile names it: "NxK".
+std::string shape_nxk(const ShapeCase& sc) {
+  return absl::StrFormat("%lldx%lld", static_cast<long long>(sc.n), static_cast<long long>(sc.k));
+}
+
 std::string shape_name(const ShapeCase& sc) {
   return absl::StrFormat("%s %s %lldx%lld", sc.model, sc.proj, static_cast<long long>(sc.n),
                          static_cast<long long>(sc.k));
@@ -977,6 +982,25 @@ struct Candidates {
   g.x_type = ElemType::kBF16;
   g.counters = counters.as<int32_t>();
   return g;
+}
+
+// Tile t (bf16 y) prepared, or null where it cannot run g (--prefill, --energy, --profile).
+[[maybe_unused]] absl::StatusOr<const cutlass_sm90::TileOps*> prepared_tile(
+    CutlassSm90Tile t, const CutlassSm90Args& g) {
+  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+  RETURN_IF_CUDA_ERROR(ops->prepare());
+  return ops->can_implement(g) ? ops : nullptr;
+}
+
+// A candidate that queues `before` (if any), then the tile's launch with g on b's workspace.
+[[maybe_unused]] std::function<absl::Status(int)> tile_call(
+    const cutlass_sm90::TileOps* ops, const CutlassSm90Args& g, ShapeBuffers& b,
+    cudaStream_t stream, std::function<absl::Status()> before = nullptr) {
+  return [ops, g, &b, stream, before = std::move(before)](int) -> absl::Status {
+    if (before) RETURN_IF_ERROR(before());
+    RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
+    return absl::OkStatus();
+  };
 }
 
 // A read of 256 MB, several times the L2, queued ahead of a timed call so that the L2 holds none
@@ -1649,16 +1673,12 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
     cands.add("flush", [&](int) { return flush.enqueue(stream); });
     cands.add("quant", [&](int) { return quantize(); });
     for (CutlassSm90Tile t : kLargeMTiles) {
-      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
-      RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
       g.w = b.w[0].as<int8_t>();
-      if (!ops->can_implement(g)) continue;
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops, prepared_tile(t, g));
+      if (ops == nullptr) continue;
       const std::string tn = ops->name();
-      cands.add(tn, [&, g, ops](int) -> absl::Status {
-        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
-        return absl::OkStatus();
-      });
+      cands.add(tn, tile_call(ops, g, b, stream));
       // The quantize kernel, then the GEMM in stream order and as its programmatic dependent
       // (served from M = 1024 in stream order: served_with_pdl).
       for (bool pdl : {false, true}) {
@@ -1666,34 +1686,24 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
         gp.pdl = pdl;
         cands.add(absl::StrCat("q+", tn, pdl ? " pdl" : "",
                                pdl == cutlass_sm90::served_with_pdl(m, *ops) ? " (served)" : ""),
-                  [&, gp, ops](int) -> absl::Status {
-                    RETURN_IF_ERROR(quantize());
-                    RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
-                    return absl::OkStatus();
-                  });
+                  tile_call(ops, gp, b, stream, quantize));
       }
-      cands.add(absl::StrCat("q+flush+", tn), [&, g, ops](int) -> absl::Status {
-        RETURN_IF_ERROR(quantize());
-        RETURN_IF_ERROR(flush.enqueue(stream));
-        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
-        return absl::OkStatus();
-      });
+      cands.add(absl::StrCat("q+flush+", tn), tile_call(ops, g, b, stream, [&] {
+                  RETURN_IF_ERROR(quantize());
+                  return flush.enqueue(stream);
+                }));
     }
     for (CutlassSm90Tile t :
          {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
-      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
-      RETURN_IF_CUDA_ERROR(ops->prepare());
-      CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
-      if (!ops->can_implement(g)) continue;
+      const CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops, prepared_tile(t, g));
+      if (ops == nullptr) continue;
       for (bool all_before : {false, true}) {
         if (all_before && t != CutlassSm90Tile::k128x128x128PingpongQ) continue;
         CutlassSm90Args gq = g;
         gq.prefix = all_before ? m : -1;
         cands.add(absl::StrCat(ops->name(), all_before ? " all-before" : ""),
-                  [&, gq, ops](int) -> absl::Status {
-                    RETURN_IF_CUDA_ERROR(ops->launch(gq, b.workspace.get(), stream));
-                    return absl::OkStatus();
-                  });
+                  tile_call(ops, gq, b, stream));
       }
     }
     ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, so, cands.enqueues));
@@ -1872,16 +1882,15 @@ absl::Status profile_tile(const ShapeCase& sc, ShapeBuffers& b, const Options& o
   if (o.profile_m < 1 || o.profile_m > 256) {
     return absl::InvalidArgumentError("--profile_m must be 1..256");
   }
-  const cutlass_sm90::TileOps* ops =
-      cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(o.profile_tile), ElemType::kBF16);
-  if (tile_quantizes(static_cast<CutlassSm90Tile>(o.profile_tile))) {
+  const auto tile = static_cast<CutlassSm90Tile>(o.profile_tile);
+  if (tile_quantizes(tile)) {
     return absl::InvalidArgumentError(
         "--profile_tile: a quantizing tile takes x; pick a plain one");
   }
-  RETURN_IF_CUDA_ERROR(ops->prepare());
   CutlassSm90Args g = tile_args(sc, b, o.profile_m);
   g.w = b.w[0].as<int8_t>();
-  if (!ops->can_implement(g)) return absl::InvalidArgumentError("the tile cannot run this shape");
+  ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops, prepared_tile(tile, g));
+  if (ops == nullptr) return absl::InvalidArgumentError("the tile cannot run this shape");
   Options once = o;
   once.warmup = 1;
   once.reps = 3;
@@ -1923,35 +1932,21 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
     cands.add("quantize", [&](int) { return quantize(); });
     std::vector<std::string> tiles;  // tiles with both a GEMM and an op candidate
     for (CutlassSm90Tile t : kLargeMTiles) {
-      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
-      RETURN_IF_CUDA_ERROR(ops->prepare());
       CutlassSm90Args g = tile_args(sc, b, m);
       g.w = b.w[0].as<int8_t>();
-      if (!ops->can_implement(g)) continue;
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops, prepared_tile(t, g));
+      if (ops == nullptr) continue;
       tiles.push_back(ops->name());
-      cands.add(absl::StrCat("GEMM ", ops->name()), [&, g, ops](int) -> absl::Status {
-        RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
-        return absl::OkStatus();
-      });
+      cands.add(absl::StrCat("GEMM ", ops->name()), tile_call(ops, g, b, stream));
       CutlassSm90Args gp = g;
       gp.pdl = cutlass_sm90::served_with_pdl(m, *ops);  // as served
-      cands.add(absl::StrCat("op ", ops->name()), [&, gp, ops](int) -> absl::Status {
-        RETURN_IF_ERROR(quantize());
-        RETURN_IF_CUDA_ERROR(ops->launch(gp, b.workspace.get(), stream));
-        return absl::OkStatus();
-      });
+      cands.add(absl::StrCat("op ", ops->name()), tile_call(ops, gp, b, stream, quantize));
     }
     {
-      const cutlass_sm90::TileOps* ops =
-          cutlass_sm90::tile_ops(CutlassSm90Tile::k128x128x128PingpongQ, ElemType::kBF16);
-      RETURN_IF_CUDA_ERROR(ops->prepare());
-      CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
-      if (ops->can_implement(g)) {
-        cands.add(absl::StrCat("op ", ops->name()), [&, g, ops](int) -> absl::Status {
-          RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
-          return absl::OkStatus();
-        });
-      }
+      const CutlassSm90Args g = quantizing_tile_args(sc, b, m, counters);
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops,
+                       prepared_tile(CutlassSm90Tile::k128x128x128PingpongQ, g));
+      if (ops != nullptr) cands.add(absl::StrCat("op ", ops->name()), tile_call(ops, g, b, stream));
     }
     // Each candidate as a graph of about kEnergyReplayUs of calls, its call timed first.
     const std::vector<std::string>& names = cands.names;
@@ -2756,20 +2751,14 @@ int bench_main(int argc, char** argv) {
   std::vector<Point> points;
   int failures = 0;
   if (!o.profile.empty() &&
-      std::none_of(std::begin(kShapes), std::end(kShapes), [&](const ShapeCase& sc) {
-        return o.profile == absl::StrFormat("%lldx%lld", static_cast<long long>(sc.n),
-                                            static_cast<long long>(sc.k));
-      })) {
+      std::none_of(std::begin(kShapes), std::end(kShapes),
+                   [&](const ShapeCase& sc) { return shape_nxk(sc) == o.profile; })) {
     std::printf("--profile=%s: not a benchmark shape (NxK, e.g. 8192x28672)\n", o.profile.c_str());
     return 2;
   }
   for (const ShapeCase& sc : kShapes) {
     if (o.serving) break;
-    if (!o.profile.empty() &&
-        o.profile != absl::StrFormat("%lldx%lld", static_cast<long long>(sc.n),
-                                     static_cast<long long>(sc.k))) {
-      continue;
-    }
+    if (!o.profile.empty() && shape_nxk(sc) != o.profile) continue;
     if ((o.scheduler || o.prefill || o.energy) && sc.large_ms.empty()) continue;
     if (o.quick && !(sc.n == 4096 && sc.k == 4096) && !(sc.n == 28672) &&
         !(sc.n == 8192 && sc.k == 8192)) {
