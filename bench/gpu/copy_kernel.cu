@@ -2,6 +2,7 @@
 #include <type_traits>
 
 #include "bench/gpu/copy_kernel.h"
+#include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu {
 namespace {
@@ -40,6 +41,60 @@ __global__ void __launch_bounds__(512)
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   sink[static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x] = acc;
+}
+
+// read_16b with every load of a thread's step in flight, the last step too: each thread keeps
+// kLoads 16-byte loads in flight until its share ends (read_16b's last, partial step issues one
+// load at a time, which is most of a thread's share on a layer of 16-64 MB).
+template <int kLoads>
+__global__ void __launch_bounds__(512)
+    read_16b_all(const uint4* __restrict__ src, size_t n, uint32_t* __restrict__ sink) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += kLoads * stride) {
+    uint4 v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      v[j] = i + j * stride < n ? __ldcs(src + i + j * stride) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  sink[static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x] = acc;
+}
+
+// Reads `bytes` with bulk copies into shared memory, as the weight-streaming kernels do: block b
+// takes the b-th of gridDim.x equal contiguous ranges of kChunk-byte chunks and keeps kDepth of
+// them in flight (a ring of kDepth slots, one mbarrier each), one thread issuing and waiting.
+template <int kChunk, int kDepth>
+__global__ void __launch_bounds__(32)
+    read_bulk(const uint8_t* __restrict__ src, size_t bytes, uint32_t* __restrict__ sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) uint8_t ring[];
+  __shared__ __align__(8) uint64_t bars[kDepth];
+  if (threadIdx.x != 0) return;
+  const size_t chunks = (bytes + kChunk - 1) / kChunk, blocks = gridDim.x;
+  const size_t begin = chunks * blockIdx.x / blocks, end = chunks * (blockIdx.x + 1) / blocks;
+  for (int d = 0; d < kDepth; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
+  device::mbar_init_fence();
+  const uint64_t policy = device::l2_evict_first();
+  auto issue = [&](size_t c) {
+    const int slot = static_cast<int>((c - begin) % kDepth);
+    const size_t off = c * kChunk;
+    const auto len = static_cast<uint32_t>(bytes - off < kChunk ? bytes - off : kChunk);
+    const uint32_t bar = device::smem_addr(&bars[slot]);
+    device::mbar_expect_tx(bar, len);
+    device::bulk_copy(device::smem_addr(ring + slot * kChunk), src + off, len, bar, policy);
+  };
+  for (size_t c = begin; c < end && c < begin + kDepth; ++c) issue(c);
+  for (size_t c = begin; c < end; ++c) {
+    const size_t r = c - begin;
+    device::mbar_wait(device::smem_addr(&bars[r % kDepth]), static_cast<uint32_t>(r / kDepth) & 1);
+    if (c + kDepth < end) issue(c + kDepth);
+  }
+  sink[blockIdx.x] = ring[0];
+#endif
 }
 
 // Reads an n x k int8 matrix in units of `rows` rows x (32 KB / rows) bytes of K, row block
@@ -101,6 +156,65 @@ cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* s
   read_16b<<<sm_count * 4, 512, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16,
                                              static_cast<uint32_t*>(sink));
   return cudaGetLastError();
+}
+
+namespace {
+
+template <int kChunk, int kDepth>
+cudaError_t launch_bulk(const void* src, size_t bytes, int blocks, void* sink,
+                        cudaStream_t stream) {
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      read_bulk<kChunk, kDepth>, cudaFuncAttributeMaxDynamicSharedMemorySize, kChunk * kDepth);
+  if (attr != cudaSuccess) return attr;
+  read_bulk<kChunk, kDepth><<<blocks, 32, kChunk * kDepth, stream>>>(
+      static_cast<const uint8_t*>(src), bytes, static_cast<uint32_t*>(sink));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+const char* read_form_name(int form) {
+  switch (form) {
+    case 0:
+      return "ld8";
+    case 1:
+      return "ld8-all";
+    case 2:
+      return "ld16-all";
+    case 3:
+      return "bulk32Kx6";
+    case 4:
+      return "bulk16Kx8";
+    case 5:
+      return "2bulk16Kx6";
+    default:
+      return "?";
+  }
+}
+
+cudaError_t launch_read_form(int form, const void* src, size_t bytes, int sm_count, void* sink,
+                             cudaStream_t stream) {
+  if (bytes % 16 != 0) return cudaErrorInvalidValue;
+  const auto* v = static_cast<const uint4*>(src);
+  auto* out = static_cast<uint32_t*>(sink);
+  switch (form) {
+    case 0:
+      return launch_read_16b(src, bytes, sm_count, sink, stream);
+    case 1:
+      read_16b_all<8><<<sm_count * 4, 512, 0, stream>>>(v, bytes / 16, out);
+      return cudaGetLastError();
+    case 2:
+      read_16b_all<16><<<sm_count * 4, 512, 0, stream>>>(v, bytes / 16, out);
+      return cudaGetLastError();
+    case 3:
+      return launch_bulk<32768, 6>(src, bytes, sm_count, sink, stream);
+    case 4:
+      return launch_bulk<16384, 8>(src, bytes, sm_count, sink, stream);
+    case 5:
+      return launch_bulk<16384, 6>(src, bytes, 2 * sm_count, sink, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,

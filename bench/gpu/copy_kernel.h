@@ -22,6 +22,16 @@ inline size_t read_sink_bytes(int sm_count) { return static_cast<size_t>(sm_coun
 cudaError_t launch_read_16b(const void* src, size_t bytes, int sm_count, void* sink,
                             cudaStream_t stream);
 
+// The forms of a plain read of `bytes` that the benchmark times a layer's weights with, the
+// fastest standing for the weights read alone: 0 launch_read_16b; 1 and 2 the same grid with 8
+// or 16 loads in flight per thread up to the end of its share; 3-5 bulk copies into shared
+// memory, equal contiguous ranges per block (3: one block per SM, 6 chunks of 32 KB in flight;
+// 4: 8 of 16 KB; 5: two blocks per SM, 6 of 16 KB each). sink: read_sink_bytes(sm_count).
+constexpr int kReadForms = 6;
+const char* read_form_name(int form);
+cudaError_t launch_read_form(int form, const void* src, size_t bytes, int sm_count, void* sink,
+                             cudaStream_t stream);
+
 // Reads an n x k int8 matrix in cuda.stream_s8's order: units of `rows` rows x (32 KB / rows)
 // bytes of K, one contiguous range of units per block (sm_count blocks), `depth` (2, 3 or 4)
 // units in flight per block; interleaved: block b takes units b, b + sm_count, ... instead.

@@ -15,10 +15,11 @@
 // GPU's power-capped clock weighs on all of them alike (see run_shape).
 // Floor = max(bytes / 4.3 TB/s, 2*M*N*K / 1979 TOPS) with bytes = weights + x + y (the GPU's
 // measured copy bandwidth and the datasheet's dense int8 peak); an SM copy and an SM read stream
-// measured in this run are printed too. Per shape, the same read stream over the same rotated
-// weight copies ("weights read alone", its launch and the events included) is what an op of
-// that shape, which reads every weight byte, can only beat by reading faster than that stream:
-// "x read" is an op's time over it, and a missed target that asks for less is marked as such.
+// measured in this run are printed too. Per shape, the fastest of several plain reads of the same
+// rotated weight copies ("weights read alone": 16-byte loads, or bulk copies into shared memory
+// as the weight-streaming kernels use; launch and events included) is what an op of that shape,
+// which reads every weight byte, can only beat by reading faster than all of them: "x read" is
+// an op's time over it, and a missed target that asks for less is marked as such.
 //
 // Sections: (1) cuda.gemv_s8's launch plans swept against its planner's choice, (2)
 // cuda.cutlass_sm90's tile configurations (GEMM + fused epilogue, no quantize) against the bare
@@ -30,7 +31,7 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows] [--prefill] [--energy]
+//                          [--weights_hint] [--pad_rows] [--prefill] [--energy] [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
@@ -42,7 +43,7 @@
 //  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
 //  --prefill: only its large-M ops, the quantize pass's cost beside the GEMM's, see
 //  compare_prefill; --energy: only the large-M ops' energy, power and SM clock, see
-//  compare_energy)
+//  compare_energy; --reads: only the weights read alone in each form, see compare_reads)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -119,6 +120,7 @@ struct Options {
   bool pad_rows = false;
   bool prefill = false;
   bool energy = false;
+  bool reads = false;
   // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
   std::string profile;
   int64_t profile_tile = -1;
@@ -352,9 +354,9 @@ struct Point {
   std::string shape;
   int64_t n = 0, k = 0, m = 0;
   double gemm_us = 0;
-  // Where the weights rotate (M <= 64): a plain SM read stream of the same weight bytes over the
-  // same number of rotated copies, timed the same way: what an op of this shape can only beat by
-  // reading the weights faster than that stream (0 elsewhere).
+  // Where the weights rotate (M <= 64): the fastest plain read of the same weight bytes over the
+  // same number of rotated copies, timed the same way (weights_read_us): what an op of this shape
+  // can only beat by reading the weights faster than any of those reads (0 elsewhere).
   double read_us = 0;
   std::map<std::string, double> op_us;  // kernel name -> op time
   std::string dispatched;               // what the server runs at this M (see run_shape)
@@ -490,16 +492,55 @@ absl::StatusOr<std::vector<uint64_t>> trace_to_host(const DeviceBuffer& trace,
   return t;
 }
 
-// The shape's weights read alone: the SM read stream over its rotated weight copies, timed as the
-// ops are (launch and events included). sink: read_sink_bytes(SM count).
-absl::StatusOr<double> weights_read_us(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
-                                       void* sink, cudaStream_t stream) {
+// The shape's weights read alone: each plain read form (launch_read_form) over its rotated weight
+// copies, timed as the ops are (launch and events included); the fastest stands for the read.
+// sink: read_sink_bytes(SM count).
+struct WeightsRead {
+  double us = 0;      // the fastest form's median
+  std::string forms;  // every form's median, "name us" each
+};
+absl::StatusOr<WeightsRead> weights_read_us(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                            void* sink, cudaStream_t stream) {
   const int sms = host_info().gpus[0].sm_count;
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
-  return median_us(stream, b.copies, o, [&](int s) -> absl::Status {
-    RETURN_IF_CUDA_ERROR(launch_read_16b(b.w[s].get(), w_bytes, sms, sink, stream));
-    return absl::OkStatus();
-  });
+  WeightsRead r;
+  for (int form = 0; form < kReadForms; ++form) {
+    ASSIGN_OR_RETURN(
+        const double us, median_us(stream, b.copies, o, [&](int s) -> absl::Status {
+          RETURN_IF_CUDA_ERROR(launch_read_form(form, b.w[s].get(), w_bytes, sms, sink, stream));
+          return absl::OkStatus();
+        }));
+    if (form == 0 || us < r.us) r.us = us;
+    absl::StrAppendFormat(&r.forms, " %s %.1f", read_form_name(form), us);
+  }
+  return r;
+}
+
+// The line that names the weights read alone for a shape; returns its time.
+absl::StatusOr<double> print_weights_read(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                          cudaStream_t stream) {
+  DeviceBuffer sink;
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(host_info().gpus[0].sm_count), "the read stream"));
+  ASSIGN_OR_RETURN(const WeightsRead r, weights_read_us(sc, b, o, sink.get(), stream));
+  const double w_bytes = static_cast<double>(sc.n * sc.k);
+  std::printf(
+      "%-22s weights read alone (fastest plain read, %d rotated copies) %9.1f us %6.2f TB/s "
+      "|%s\n",
+      shape_name(sc).c_str(), b.copies, r.us, w_bytes / (r.us * 1e-6) / 1e12, r.forms.c_str());
+  std::fflush(stdout);
+  return r.us;
+}
+
+// --reads: per shape the weights read alone in every form, and what the timing harness itself
+// costs (an empty launch, timed the same way).
+absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                           cudaStream_t stream) {
+  ASSIGN_OR_RETURN(const double empty_us, median_us(stream, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(launch_empty(stream));
+                     return absl::OkStatus();
+                   }));
+  std::printf("%-22s empty launch %.1f us\n", shape_name(sc).c_str(), empty_us);
+  return print_weights_read(sc, b, o, stream).status();
 }
 
 // --diagnose: where cuda.gemv_s8's time goes at M = 1 and 16. Next to the op's time it prints
@@ -518,7 +559,8 @@ absl::Status diagnose_gemv(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                      return absl::OkStatus();
                    }));
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
-  ASSIGN_OR_RETURN(const double read_us, weights_read_us(sc, b, o, sink.get(), stream));
+  ASSIGN_OR_RETURN(const WeightsRead weights_read, weights_read_us(sc, b, o, sink.get(), stream));
+  const double read_us = weights_read.us;
   // The same bytes read in cuda.stream_s8's order (units of R rows, one range per SM, D units of
   // 32 KB in flight): what the order itself costs against the read stream above; and in units of
   // 64 rows dealt out in turn ("I64", block b reading units b, b + SMs, ...), which tells the
@@ -2096,6 +2138,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   }
 
   if (!o.profile.empty()) return profile_tile(sc, b, o, stream);
+  if (o.reads) return compare_reads(sc, b, o, stream);
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
@@ -2152,16 +2195,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   RETURN_IF_ERROR(b.scratch.allocate(scratch_bytes, "kernel scratch"));
 
   // The weights read alone (see Point::read_us), once per shape.
-  double read_us = 0;
-  {
-    DeviceBuffer sink;
-    RETURN_IF_ERROR(
-        sink.allocate(read_sink_bytes(host_info().gpus[0].sm_count), "the read stream"));
-    ASSIGN_OR_RETURN(read_us, weights_read_us(sc, b, o, sink.get(), stream));
-    std::printf(
-        "%-22s weights read alone (SM read stream, %d rotated copies) %9.1f us %6.2f TB/s\n",
-        shape_name(sc).c_str(), b.copies, read_us, w_bytes / (read_us * 1e-6) / 1e12);
-  }
+  ASSIGN_OR_RETURN(const double read_us, print_weights_read(sc, b, o, stream));
 
   for (int64_t m : ms) {
     const int slots = m <= 64 ? b.copies : 1;
@@ -2659,7 +2693,7 @@ int bench_main(int argc, char** argv) {
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
       "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows] "
-      "[--prefill] [--energy] [--profile=NxK --profile_tile=T --profile_m=M]",
+      "[--prefill] [--energy] [--reads] [--profile=NxK --profile_tile=T --profile_m=M]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
   args.add("small_m", &o.small_m,
@@ -2694,6 +2728,8 @@ int bench_main(int argc, char** argv) {
            "Only M >= 1024: the bare cuBLASLt GEMM, the quantize kernel and cuda.cutlass_sm90's "
            "GEMM and op, each back to back for a second, with the GPU's energy per call, power "
            "and SM clock (NVML), in turns");
+  args.add("reads", &o.reads,
+           "Only every shape's weights read alone in each plain read form, and an empty launch");
   args.add("profile", &o.profile,
            "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
            "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "
@@ -2770,7 +2806,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.prefill && !o.energy && o.profile.empty()) {
+      !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;
