@@ -113,6 +113,7 @@ struct Options {
   bool diagnose = false;
   bool serving = false;
   bool cuda_graphs = true;
+  int64_t direct_output_kb = -1;  // -1: the serving path's default
   bool sweep = true;
   bool scheduler = false;
   bool stream_prefetch = false;
@@ -2402,19 +2403,28 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
     return absl::OkStatus();
   };
   // Graphs of parts of the call, none with events: which part costs what in a replay.
-  enum Parts { kOp = 1, kIn = 2, kOut = 4, kMappedY = 8 };
-  DeviceRunArgs mapped = a;
+  enum Parts { kOp = 1, kIn = 2, kOut = 4, kMappedY = 8, kMappedX = 16 };
+  DeviceRunArgs mapped = a, mapped_xy = a;
   {
     void* hy = nullptr;
+    void* hx = nullptr;
     RETURN_IF_CUDA_ERROR(cudaHostGetDevicePointer(&hy, h + d_y, 0));
+    RETURN_IF_CUDA_ERROR(cudaHostGetDevicePointer(&hx, h, 0));
     mapped.y = hy;
+    mapped_xy.y = hy;
+    mapped_xy.x = hx;
   }
   auto parts_call = [&](cudaGraphExec_t* exec, int parts) -> absl::Status {
     if (*exec == nullptr) {
       RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
       absl::Status st = absl::OkStatus();
       if (parts & kIn) st = copies_in();
-      if (st.ok()) st = p.run_device(parts & kMappedY ? mapped : a, scratch.get(), s, nullptr);
+      if (st.ok()) {
+        st = p.run_device(parts & kMappedX   ? mapped_xy
+                          : parts & kMappedY ? mapped
+                                             : a,
+                          scratch.get(), s, nullptr);
+      }
       if (st.ok() && (parts & kOut)) st = copies_out();
       cudaGraph_t g = nullptr;
       const cudaError_t e = cudaStreamEndCapture(s, &g);
@@ -2424,11 +2434,11 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
       cudaGraphDestroy(g);
       RETURN_IF_CUDA_ERROR(inst);
     }
-    if (parts & kIn) std::memcpy(h, xh.data(), x_bytes);
+    if (parts & (kIn | kMappedX)) std::memcpy(h, xh.data(), x_bytes);
     RETURN_IF_CUDA_ERROR(cudaGraphLaunch(*exec, s));
     return sync_out();
   };
-  cudaGraphExec_t part_graphs[4] = {nullptr, nullptr, nullptr, nullptr};
+  cudaGraphExec_t part_graphs[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   cudaGraphExec_t graph = nullptr, plain_graph = nullptr, around_graph = nullptr,
                   ends_graph = nullptr;
   cudaGraph_t captured = nullptr;
@@ -2473,6 +2483,8 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
        [&]() -> absl::Status { return parts_call(&part_graphs[2], kOp | kOut); }},
       {"graph: x in + op, y to mapped pinned",
        [&]() -> absl::Status { return parts_call(&part_graphs[3], kIn | kOp | kMappedY); }},
+      {"graph: op, x and y in mapped pinned",
+       [&]() -> absl::Status { return parts_call(&part_graphs[4], kOp | kMappedX); }},
   };
   absl::Status status;
   for (const Row& r : rows) {
@@ -2490,6 +2502,11 @@ absl::Status serving_breakdown(const CudaPreparedKernel& p, int64_t m,
     std::memset(h + d_y, 0, y_bytes);
     if (status.ok()) status = parts_call(&part_graphs[3], kIn | kOp | kMappedY);
     if (status.ok()) std::printf("  mapped y equals copied y: %s\n", yh == copied ? "yes" : "NO");
+    std::memset(h + d_y, 0, y_bytes);
+    if (status.ok()) status = parts_call(&part_graphs[4], kOp | kMappedX);
+    if (status.ok()) {
+      std::printf("  y from mapped x equals copied y: %s\n", yh == copied ? "yes" : "NO");
+    }
   }
   if (status.ok() && captured != nullptr) {
     // What keeping such a graph costs: 64 more instances of it.
@@ -2539,9 +2556,9 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
   std::printf(
       "\nserving path (run() on host buffers, copies and one sync included), 8B o %lldx%lld, "
       "CUDA graphs %s (calls of up to %lld rows; a replay's quantize_us is 0 and its gemm+ep_us "
-      "the whole call on the host clock)\n",
+      "the whole call on the host clock), y of up to %zu KB written straight to the host\n",
       static_cast<long long>(n), static_cast<long long>(k), o.cuda_graphs ? "on" : "off",
-      static_cast<long long>(kMaxGraphRows));
+      static_cast<long long>(kMaxGraphRows), direct_output_bytes() >> 10);
   std::printf(
       "up to 64 rows also as a server sees calls (medians): idle = 500 us of sleep before each "
       "call (a client's round trip), cold = x and y rotating over 64 buffers each\n");
@@ -2550,7 +2567,8 @@ absl::Status run_host_path(const Registry& registry, const Options& o) {
   for (const Kernel* kern : bench_kernels(registry)) {
     if (!registry.usable(*kern, host_info()).ok()) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weights));
-    for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{2048}}) {
+    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{16}, int64_t{64},
+                      int64_t{2048}}) {
       if (!kern->can_implement(weights->config, ProblemShape{m, n, k, DType::kBF16, DType::kBF16})
                .ok()) {
         continue;
@@ -2707,6 +2725,10 @@ int bench_main(int argc, char** argv) {
   args.add(
       "cuda_graphs", &o.cuda_graphs,
       "Let the serving path replay small calls from CUDA graphs (qlinear-server --cuda-graphs)");
+  args.add("direct_output_kb", &o.direct_output_kb,
+           "The largest y (KB) the serving path lets a kernel write straight into mapped pinned "
+           "memory instead of copying it back (set_direct_output_bytes; 0: never; default: the "
+           "serving path's)");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("scheduler", &o.scheduler,
            "Only cuda.cutlass_sm90's large-M tiles with each tile-scheduler walk (raster order, "
@@ -2752,6 +2774,8 @@ int bench_main(int argc, char** argv) {
   }
   o.reps = std::max<int64_t>(o.reps, 1);
   enable_cuda_graphs(o.cuda_graphs);
+  if (o.direct_output_kb >= 0)
+    set_direct_output_bytes(static_cast<size_t>(o.direct_output_kb) << 10);
 
   const HostInfo& host = host_info();
   if (absl::Status s = cuda_device_usable(host); !s.ok()) {

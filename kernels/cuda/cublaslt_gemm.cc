@@ -94,6 +94,8 @@ class CublasLtPrepared final : public HostCallPreparedKernel {
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
   // Only the quantize kernel reads x.
   bool x_read_once(const RunArgs&) const override { return true; }
+  // The epilogue kernel writes y once; the quantize kernel mirrors sa and azp.
+  bool outputs_direct(const RunArgs&) const override { return true; }
 
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t desc_ = nullptr;
@@ -201,7 +203,8 @@ absl::Status CublasLtPrepared::enqueue(const DeviceRunArgs& args, void* scratch,
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   const QuantizeParams qp = quantize_params(c);
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, qp,
-                                          xq, sa, azp, stream));
+                                          xq, sa, azp, stream, nullptr, 0, nullptr, true,
+                                          RowParamsMirror{args.sa_host, args.azp_host}));
   RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));
   RETURN_IF_ERROR(matmul(xq, m, acc, at<void>(scratch, L.workspace), stream));
   EpilogueArgs ep;

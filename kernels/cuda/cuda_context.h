@@ -226,7 +226,10 @@ class StreamLease {
 };
 
 // Device pointers for one call of a prepared CUDA kernel. x [m, k] in x_dtype, y [m, n] in
-// y_dtype; sa [m] and azp [m] may be null (then the kernel keeps them in its scratch).
+// y_dtype; sa [m] and azp [m] may be null (then the kernel keeps them in its scratch). sa_host and
+// azp_host, where not null (a kernel that writes its outputs straight to the host, see
+// HostCallPreparedKernel::outputs_direct), are mapped pinned memory where the call writes sa and
+// azp as well.
 struct DeviceRunArgs {
   const void* x = nullptr;
   DType x_dtype = DType::kBF16;
@@ -235,6 +238,8 @@ struct DeviceRunArgs {
   DType y_dtype = DType::kBF16;
   float* sa = nullptr;
   int32_t* azp = nullptr;
+  float* sa_host = nullptr;
+  int32_t* azp_host = nullptr;
 };
 
 // Optional events recorded around the stages of run_device: [0] before quantization, [1] before

@@ -206,6 +206,21 @@ absl::Status finish_call(const Layout& L, const RunArgs& args, const char* host,
 // this way, and past 2 MB a call's copies are chunked to overlap with the host's.
 constexpr size_t kMappedCopyBytes = size_t{1} << 20;
 
+// The largest y a kernel writes straight into mapped pinned memory (outputs_direct), with sa and
+// azp beside it, instead of the output copy: the copy's kernel and its launch drop out of the
+// call, but the epilogue's own stores then cross PCIe, which pays only while y is small.
+// Measured on the H200 host (bench --serving --direct_output_kb=0 / 1024 in turns, 4096 x 4096,
+// bf16, run() median us, two rounds; y is 8 KB per row):
+//   M                    1            2            4            8            16
+//   cuda.cutlass_sm90    20.5 / 18.4  21.8 / 20.1  24.9 / 22.9  31.2 / 29.2  43.0 / 40.4
+//                        20.0 / 19.2  21.5 / 20.6  23.3 / 23.4  30.4 / 28.9  40.1 / 41.5
+//   cuda.stream_s8       22.5 / 21.1  25.0 / 23.4  28.9 / 28.2  39.1 / 39.2  47.4 / 50.4
+//                        22.5 / 20.9  24.7 / 23.2  29.2 / 28.4  38.0 / 39.6  41.3 / 49.6
+//   cuda.cublaslt        26.8 / 25.3  26.1 / 24.3  28.2 / 27.3  35.8 / 32.8  45.7 / 44.4
+//                        26.8 / 25.2  25.6 / 24.0  27.5 / 27.0  33.7 / 33.3  45.6 / 47.6
+// (cuda.stream_s8's epilogue stores 2-byte values one by one, which PCIe takes worst.)
+constexpr size_t kDirectOutputBytes = size_t{32} << 10;
+
 // Queues x's copy from pinned to device memory: `len` bytes at `off`.
 cudaError_t queue_x_in(const Layout& L, char* dev, char* host, char* host_dev, size_t off,
                        size_t len, cudaStream_t s) {
@@ -226,25 +241,35 @@ cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* hos
   return cudaMemcpyAsync(host + L.h_y, dev + L.d_y, bytes, cudaMemcpyDeviceToHost, s);
 }
 
-// The GPU work of a call whose x and output are each one copy: x in (unless x_in_pinned: the
-// device half reads it there), the device half, y | sa | azp out, queued on `s` (or captured from
-// it). host_dev: the device's alias of `host` (mapped page-locked memory), for the copies done by
-// a kernel.
+// Where a call's x and outputs are handed to the device half: in the mapped pinned buffer
+// (read or written there by the device half itself) or in device memory (copied).
+struct Placement {
+  bool x_in_pinned = false;
+  bool out_in_pinned = false;
+};
+
+// The GPU work of a call whose x and output are each one copy: x in (unless the device half reads
+// it in pinned memory), the device half, y | sa | azp out (unless it wrote them there), queued on
+// `s` (or captured from it). host_dev: the device's alias of `host` (mapped page-locked memory),
+// for the copies done by a kernel.
 absl::Status queue_single_copy_call(const Layout& L, char* dev, char* host, char* host_dev,
-                                    bool x_in_pinned, const DeviceRunArgs& d, bool asym,
+                                    Placement at, const DeviceRunArgs& d, bool asym,
                                     DeviceEnqueue enqueue, const StageEvents* ev, cudaStream_t s) {
-  if (!x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, 0, L.x_bytes, s));
+  if (!at.x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, 0, L.x_bytes, s));
   RETURN_IF_ERROR(enqueue(d, dev + L.d_scratch, s, ev, nullptr));
-  RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
+  if (!at.out_in_pinned) {
+    RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
+  }
   return absl::OkStatus();
 }
 
 std::atomic<int> g_live_graphs{0};
 std::atomic<bool> g_graphs_enabled{true};
+std::atomic<size_t> g_direct_output_bytes{kDirectOutputBytes};
 
 // Captures queue_single_copy_call (without stage events) into `entry`; on any failure the entry
 // is left eager-only (the call then runs eagerly, which reports a real error as such).
-void capture_call(const Layout& L, char* dev, char* host, char* host_dev, bool x_in_pinned,
+void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placement at,
                   const DeviceRunArgs& d, bool asym, DeviceEnqueue enqueue, cudaStream_t s,
                   CallGraphs::Entry* entry) {
   entry->eager_only = true;
@@ -256,7 +281,7 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, bool x
   cudaGraphExec_t exec = nullptr;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
     const absl::Status queued =
-        queue_single_copy_call(L, dev, host, host_dev, x_in_pinned, d, asym, enqueue, nullptr, s);
+        queue_single_copy_call(L, dev, host, host_dev, at, d, asym, enqueue, nullptr, s);
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
     if (queued.ok() && ended == cudaSuccess && graph != nullptr &&
         cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
@@ -285,12 +310,12 @@ absl::Status finish_single_copy_call(const Layout& L, const RunArgs& args, const
 
 // One call on `ctx` (see the top of cuda_host_call.h). timed: record the context's stage events;
 // a graph replay sets *replay_ns to its host-clock time instead (see RunTimings). copy_ns: the
-// host copies' time is added to it. bad_row: the first non-finite row of x, or -1. x_read_once:
-// see run_on_host_buffers.
+// host copies' time is added to it. bad_row: the first non-finite row of x, or -1. x_read_once,
+// outputs_direct: see run_on_host_buffers.
 absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArgs& args,
                           size_t scratch_bytes, DeviceEnqueue enqueue, DebugOutputs* debug,
-                          CallGraphs* graphs, bool timed, bool x_read_once, int64_t* replay_ns,
-                          int64_t* copy_ns, int64_t* bad_row) {
+                          CallGraphs* graphs, bool timed, bool x_read_once, bool outputs_direct,
+                          int64_t* replay_ns, int64_t* copy_ns, int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
   RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
   RETURN_IF_ERROR(
@@ -308,15 +333,25 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   // --quick, 4096 x 4096, run() median us, four runs of each binary in turns): cuda.cutlass_sm90
   // M = 1 23.3-25.2 -> 22.3-23.5, cuda.stream_s8 (two-launch form) M = 16 43.4-44.6 ->
   // 41.8-43.3, cuda.cublaslt M = 1 27.1-27.9 -> 26.4-27.4; at M = 64 within the noise.
-  const bool x_in_pinned = x_read_once && host_dev != nullptr && L.x_bytes <= kMappedCopyBytes;
+  Placement at;
+  at.x_in_pinned = x_read_once && host_dev != nullptr && L.x_bytes <= kMappedCopyBytes;
+  // Likewise a small y goes straight into the pinned buffer where the device half can write it
+  // there, and sa and azp with it: the output copy's kernel and its launch drop out of the call.
+  // (A debug call's device half reads more back; it keeps the copy.)
+  at.out_in_pinned = outputs_direct && debug == nullptr && host_dev != nullptr &&
+                     L.y_bytes <= g_direct_output_bytes.load(std::memory_order_relaxed);
   DeviceRunArgs d;
-  d.x = x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
+  d.x = at.x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
   d.x_dtype = args.x_dtype;
   d.m = args.m;
-  d.y = dev + L.d_y;
+  d.y = at.out_in_pinned ? host_dev + L.h_y : dev + L.d_y;
   d.y_dtype = args.y_dtype;
   d.sa = reinterpret_cast<float*>(dev + L.d_sa);
   d.azp = reinterpret_cast<int32_t*>(dev + L.d_azp);
+  if (at.out_in_pinned) {
+    d.sa_host = reinterpret_cast<float*>(host_dev + L.h_sa);
+    d.azp_host = reinterpret_cast<int32_t*>(host_dev + L.h_azp);
+  }
   StageEvents ev;
   for (int i = 0; i < 3; ++i) ev.e[i] = ctx->events[i];
 
@@ -328,7 +363,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
     if (graph != nullptr && !graph->eager_only) {
       copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes, copy_ns);
       if (graph->exec == nullptr)
-        capture_call(L, dev, host, host_dev, x_in_pinned, d, asym, enqueue, s, graph);
+        capture_call(L, dev, host, host_dev, at, d, asym, enqueue, s, graph);
       if (graph->exec != nullptr) {
         // Timing events inside the graph or around its launch cost more than the graph saves
         // (see CallGraphs): the replay is timed on the host clock.
@@ -346,7 +381,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   for (size_t off = 0; off < L.x_bytes; off += x_chunk) {
     const size_t len = std::min(x_chunk, L.x_bytes - off);
     copy_x_in(host + L.h_x + off, static_cast<const char*>(args.x) + off, len, L.x_bytes, copy_ns);
-    if (!x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, off, len, s));
+    if (!at.x_in_pinned) RETURN_IF_CUDA_ERROR(queue_x_in(L, dev, host, host_dev, off, len, s));
   }
   DeviceDebugOutputs dbg;
   if (debug != nullptr) {
@@ -360,8 +395,10 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   // offsets in both buffers. Larger ones: sa (which also flags non-finite rows) and azp first,
   // then y in chunks, each chunk's arrival marked by an event so that the host copies it out
   // while the next one is in flight.
-  if (L.y_bytes <= y_chunk) {
-    RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
+  if (at.out_in_pinned || L.y_bytes <= y_chunk) {
+    if (!at.out_in_pinned) {
+      RETURN_IF_CUDA_ERROR(queue_single_output_copy(L, dev, host, host_dev, asym, s));
+    }
     if (debug != nullptr) RETURN_IF_ERROR(copy_debug_outputs(L, dbg, s, debug));
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s));
     return finish_single_copy_call(L, args, host, asym, debug, bad_row, copy_ns);
@@ -439,17 +476,24 @@ CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_d
   return nullptr;
 }
 
+void set_direct_output_bytes(size_t bytes) {
+  g_direct_output_bytes.store(bytes, std::memory_order_relaxed);
+}
+size_t direct_output_bytes() { return g_direct_output_bytes.load(std::memory_order_relaxed); }
+
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
-                                 DebugOutputs* debug, CallGraphs* graphs, bool x_read_once) {
+                                 DebugOutputs* debug, CallGraphs* graphs, bool x_read_once,
+                                 bool outputs_direct) {
   if (args.m < 1) return absl::InvalidArgumentError("M must be >= 1");
   int64_t bad_row = -1;
   int64_t replay_ns = 0;
   int64_t copy_ns = 0;
   {
     StreamLease ctx(pool);
-    absl::Status s = enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs,
-                                  timings != nullptr, x_read_once, &replay_ns, &copy_ns, &bad_row);
+    absl::Status s =
+        enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs, timings != nullptr,
+                     x_read_once, outputs_direct, &replay_ns, &copy_ns, &bad_row);
     if (!s.ok()) {
       // Work already queued may still read or write the context's buffers: drain it before the
       // next request can take them.
@@ -501,7 +545,7 @@ absl::Status HostCallPreparedKernel::run_host(const RunArgs& args, RunTimings* t
     return enqueue(a, scratch, stream, events, dbg);
   };
   return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
-                             timings, debug, &graphs_, x_read_once(args));
+                             timings, debug, &graphs_, x_read_once(args), outputs_direct(args));
 }
 
 absl::Status HostCallPreparedKernel::warm_up() const {

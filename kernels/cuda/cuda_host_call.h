@@ -6,14 +6,14 @@
 //   copied out of pinned memory as soon as its event fires; one stream synchronisation at the end.
 //   An output of up to 2 MB comes back in one copy (y, sa and azp together). Copies of up to
 //   1 MB between the pinned and device buffers are done by a small kernel on the mapped pinned
-//   memory instead of the copy engine (lower latency), and a quantize kernel that alone reads x
-//   takes a small x from the pinned buffer directly. x copies of 256 KB or more into pinned
-//   memory use streaming stores. Host copies of 512 KB or more are split among a pool of four
-//   copy threads.
-//   Calls of up to kMaxGraphRows rows replay a CUDA graph of the input copy, the device half and
-//   the output copy (CallGraphs), captured on the second call of that size on a stream context.
-//   A non-finite row (sa = NaN from the GPU) becomes INVALID_ARGUMENT with the reference's exact
-//   message and leaves y untouched.
+//   memory instead of the copy engine (lower latency), a quantize kernel that alone reads x
+//   takes a small x from the pinned buffer directly, and a device half that can (outputs_direct)
+//   writes a small y, sa and azp into the pinned buffer itself (no output copy). x copies of 256
+//   KB or more into pinned memory use streaming stores. Host copies of 512 KB or more are split
+//   among a pool of four copy threads. Calls of up to kMaxGraphRows rows replay a CUDA graph of the
+//   input copy, the device half and the output copy (CallGraphs), captured on the second call of
+//   that size on a stream context. A non-finite row (sa = NaN from the GPU) becomes
+//   INVALID_ARGUMENT with the reference's exact message and leaves y untouched.
 //
 // No allocation once the context's buffers have grown to the largest request seen; no descriptor
 // creation here (each family keeps its handles with the layer).
@@ -109,11 +109,21 @@ class CallGraphs {
 // debug: every intermediate, for the differential tests. graphs: where small calls keep their
 // graphs (null: none). x_read_once: the device half reads x in one pass of the quantize kernel
 // only, so a small x is handed to it in the mapped pinned buffer instead of being copied to the
-// device first.
+// device first. outputs_direct: the device half writes y into mapped pinned memory as well as
+// device memory (it never reads y back) and writes sa and azp to DeviceRunArgs::sa_host and
+// azp_host as well, so a small output (up to direct_output_bytes() of y) is handed to it there
+// and not copied back (not for debug calls).
 absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const RunArgs& args,
                                  size_t scratch_bytes, DeviceEnqueue enqueue, RunTimings* timings,
                                  DebugOutputs* debug, CallGraphs* graphs = nullptr,
-                                 bool x_read_once = false);
+                                 bool x_read_once = false, bool outputs_direct = false);
+
+// The largest y a kernel that can writes straight into mapped pinned memory (see
+// kDirectOutputBytes in cuda_host_call.cc; 0: never). Process-wide, for the benchmark's
+// comparisons; a call already captured in a graph keeps the form it was captured with until its
+// context's buffers change.
+void set_direct_output_bytes(size_t bytes);
+size_t direct_output_bytes();
 
 // A CUDA kernel family's prepared layer, on top of its device half (`enqueue`): `run` and
 // `run_debug` go through run_on_host_buffers on the process's stream pool, `run_device` enqueues
@@ -152,6 +162,12 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
   // Whether this call's device half reads x only in one pass of the quantize kernel (which may
   // then read it from mapped pinned memory; see run_on_host_buffers).
   virtual bool x_read_once(const RunArgs& args) const {
+    (void)args;
+    return false;
+  }
+  // Whether this call's device half can write y into mapped pinned memory (it never reads it
+  // back) and honours DeviceRunArgs::sa_host and azp_host (see run_on_host_buffers).
+  virtual bool outputs_direct(const RunArgs& args) const {
     (void)args;
     return false;
   }

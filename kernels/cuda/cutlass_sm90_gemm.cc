@@ -431,6 +431,9 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   bool x_read_once(const RunArgs& args) const override {
     return !tile_quantizes(tile_for_call(args.m));
   }
+  // The fused epilogue writes y once; the quantize kernel mirrors sa and azp (a quantizing
+  // tile's mainloop writes them itself, and does not).
+  bool outputs_direct(const RunArgs& args) const override { return x_read_once(args); }
 
   int sm_count_ = 0;
   DeviceBuffer adj_;
@@ -725,7 +728,8 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (!tile_quantizes(tile)) {
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
                                             g.qp, xq, sa, azp, stream, nullptr, 0, nullptr,
-                                            cutlass_sm90::split_quantize_rows(m, c.k, sm_count_)));
+                                            cutlass_sm90::split_quantize_rows(m, c.k, sm_count_),
+                                            RowParamsMirror{args.sa_host, args.azp_host}));
   }
   // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
   RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));

@@ -19,6 +19,22 @@ namespace {
 
 constexpr int kMaxWarps = 32;
 
+// Where a launch writes each row's sa and (azp not null, the row finite) azp: the caller's device
+// buffers, and their mirrors in mapped pinned memory where given (RowParamsMirror).
+struct RowOut {
+  float* sa = nullptr;
+  int32_t* azp = nullptr;
+  float* sa_host = nullptr;
+  int32_t* azp_host = nullptr;
+  __device__ __forceinline__ void store(int64_t row, const device::RowParams& rp) const {
+    sa[row] = rp.sa;
+    if (sa_host != nullptr) sa_host[row] = rp.sa;
+    if (rp.mode == device::kBadRow) return;
+    if (azp != nullptr) azp[row] = rp.zp;
+    if (azp_host != nullptr) azp_host[row] = rp.zp;
+  }
+};
+
 using device::bits16_to_f32;
 using device::kBadRow;
 using device::kQuantize;
@@ -84,8 +100,7 @@ __device__ __forceinline__ void start_quantize(int32_t* __restrict__ zero, int64
 template <typename T, QuantScheme S, int W>
 __global__ void __launch_bounds__(1024)
     quantize_rows_s8(const T* __restrict__ x, int64_t k, QuantizeParams p, int8_t* __restrict__ xq,
-                     float* __restrict__ sa, int32_t* __restrict__ azp, int32_t* __restrict__ zero,
-                     int64_t zero_count, XqLayout lay) {
+                     RowOut out, int32_t* __restrict__ zero, int64_t zero_count, XqLayout lay) {
   constexpr bool kAbsmax = S == QuantScheme::kDynamicSymmetric;
   constexpr bool kMinMax = S == QuantScheme::kDynamicAsymmetric;
   const int64_t row = blockIdx.x;
@@ -196,11 +211,10 @@ __global__ void __launch_bounds__(1024)
     st.mx = mx;
     st.bad = bad;
     const device::RowParams rp = device::row_params<S>(st, p);
-    sa[row] = rp.sa;
+    out.store(row, rp);
     const int mode = rp.mode;
     const float mul = rp.mul, div = rp.div;
     const int32_t zp = rp.zp;
-    if (azp != nullptr && mode != kBadRow) azp[row] = zp;
     s_mode = mode;
     s_mul = mul;
     s_div = div;
@@ -268,8 +282,7 @@ constexpr int kWarpBlocksPerSm = 2;
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
     quantize_rows_warp_s8(const T* __restrict__ x, int64_t m, int64_t k, QuantizeParams p,
-                          int8_t* __restrict__ xq, float* __restrict__ sa,
-                          int32_t* __restrict__ azp, int32_t* __restrict__ zero,
+                          int8_t* __restrict__ xq, RowOut out, int32_t* __restrict__ zero,
                           int64_t zero_count) {
   start_quantize(zero, zero_count);
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -293,8 +306,7 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
     }
     const device::RowParams rp = device::row_params<S>(ws.reduce(), p);
     if (lane == 0) {
-      sa[row] = rp.sa;
-      if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+      out.store(row, rp);
     }
     if (rp.mode == kBadRow) continue;
     uint2* qr = reinterpret_cast<uint2*>(xq + row * k);
@@ -355,8 +367,7 @@ constexpr int kSplitMaxBlocks = 8;
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(kSplitThreads)
     quantize_rows_split_s8(const T* __restrict__ x, int64_t k, QuantizeParams p,
-                           int8_t* __restrict__ xq, float* __restrict__ sa,
-                           int32_t* __restrict__ azp, int32_t* __restrict__ zero,
+                           int8_t* __restrict__ xq, RowOut out, int32_t* __restrict__ zero,
                            int64_t zero_count, XqLayout lay) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   start_quantize(zero, zero_count);
@@ -388,8 +399,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     for (unsigned r = 0; r < parts; ++r) all.merge(*cluster.map_shared_rank(&s_block, r));
     const device::RowParams rp = device::row_params<S>(all, p);
     if (part == 0) {
-      sa[row] = rp.sa;
-      if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+      out.store(row, rp);
     }
     s_rp = rp;
   }
@@ -433,9 +443,8 @@ constexpr int kBulkMaxThreads = 512;
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(kBulkMaxThreads)
     quantize_rows_bulk_s8(const T* __restrict__ x, int64_t k, QuantizeParams p,
-                          int8_t* __restrict__ xq, float* __restrict__ sa,
-                          int32_t* __restrict__ azp, int32_t* __restrict__ zero, int64_t zero_count,
-                          XqLayout lay) {
+                          int8_t* __restrict__ xq, RowOut out, int32_t* __restrict__ zero,
+                          int64_t zero_count, XqLayout lay) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char row_smem[];
   __shared__ __align__(8) uint64_t bar;
@@ -465,8 +474,7 @@ __global__ void __launch_bounds__(kBulkMaxThreads)
   const device::RowStats all = block_stats(ws.reduce(), s_warp);
   if (threadIdx.x == 0) {
     const device::RowParams rp = device::row_params<S>(all, p);
-    sa[row] = rp.sa;
-    if (azp != nullptr && rp.mode != kBadRow) azp[row] = rp.zp;
+    out.store(row, rp);
     s_rp = rp;
   }
   __syncthreads();
@@ -530,8 +538,8 @@ constexpr int64_t kWarpPerRowMinM = 1024;
 
 template <typename T, QuantScheme S>
 cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizeParams& p, int8_t* xq,
-                         float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
-                         const XqLayout& lay, bool split, cudaStream_t stream) {
+                         const RowOut& out, int32_t* zero, int64_t zero_count, const XqLayout& lay,
+                         bool split, cudaStream_t stream) {
   // Enough threads that each handles a few vectors (four in flight at once); a block per row
   // keeps the row's reduction in one block (no second launch, no atomics), and small blocks let
   // many rows share an SM. Up to 1024 threads for rows of over 16384 values measured slower on
@@ -574,8 +582,8 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       const int64_t need = (m + kRowsPerWarpBlock - 1) / kRowsPerWarpBlock;
       const unsigned blocks =
           static_cast<unsigned>(std::min<int64_t>(need, kWarpBlocksPerSm * sms));
-      quantize_rows_warp_s8<T, S><<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(
-          xt, m, k, p, xq, sa, azp, zero, zero_count);
+      quantize_rows_warp_s8<T, S>
+          <<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(xt, m, k, p, xq, out, zero, zero_count);
       return cudaGetLastError();
     }
     static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
@@ -599,47 +607,47 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       const size_t smem = static_cast<size_t>(k) * 2;
       const unsigned bulk_threads = k >= 16384 ? kBulkMaxThreads : kBulkMaxThreads / 2;
       quantize_rows_bulk_s8<T, S>
-          <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+          <<<grid, bulk_threads, smem, stream>>>(xt, k, p, xq, out, zero, zero_count, lay);
       return cudaGetLastError();
     }
     const int parts = split ? quantize_blocks_per_row(m, k) : 1;
     if (vectors && parts > 1) {
       const ClusterLaunch launch(static_cast<unsigned>(m * parts), kSplitThreads,
                                  static_cast<unsigned>(parts), 0, stream);
-      return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, sa, azp,
+      return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, out,
                                 zero, zero_count, lay);
     }
   }
   if (k % 8 == 0 && aligned(x, 8 * sizeof(T) < 16 ? 8 * sizeof(T) : 16) && aligned(xq, 8)) {
     quantize_rows_s8<T, S, 8>
-        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, out, zero, zero_count, lay);
   } else if (k % 4 == 0 && aligned(x, 4 * sizeof(T)) && aligned(xq, 4)) {
     quantize_rows_s8<T, S, 4>
-        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, out, zero, zero_count, lay);
   } else {
     quantize_rows_s8<T, S, 1>
-        <<<grid, threads, 0, stream>>>(xt, k, p, xq, sa, azp, zero, zero_count, lay);
+        <<<grid, threads, 0, stream>>>(xt, k, p, xq, out, zero, zero_count, lay);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeParams& p,
-                            int8_t* xq, float* sa, int32_t* azp, int32_t* zero, int64_t zero_count,
+                            int8_t* xq, const RowOut& out, int32_t* zero, int64_t zero_count,
                             const XqLayout& lay, bool split, cudaStream_t stream) {
   switch (p.scheme) {
     case QuantScheme::kDynamicSymmetric:
-      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                             zero_count, lay, split, stream);
+      return launch_typed<T, QuantScheme::kDynamicSymmetric>(x, m, k, p, xq, out, zero, zero_count,
+                                                             lay, split, stream);
     case QuantScheme::kStaticSymmetric:
-      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                            zero_count, lay, split, stream);
+      return launch_typed<T, QuantScheme::kStaticSymmetric>(x, m, k, p, xq, out, zero, zero_count,
+                                                            lay, split, stream);
     case QuantScheme::kDynamicAsymmetric:
-      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                              zero_count, lay, split, stream);
+      return launch_typed<T, QuantScheme::kDynamicAsymmetric>(x, m, k, p, xq, out, zero, zero_count,
+                                                              lay, split, stream);
     case QuantScheme::kStaticAsymmetric:
-      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, sa, azp, zero,
-                                                             zero_count, lay, split, stream);
+      return launch_typed<T, QuantScheme::kStaticAsymmetric>(x, m, k, p, xq, out, zero, zero_count,
+                                                             lay, split, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -649,8 +657,13 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero, int64_t zero_count,
-                               const XqLayout* layout, bool split) {
+                               const XqLayout* layout, bool split, RowParamsMirror mirror) {
   if (m < 1 || m > 0x7fffffff || k < 1 || zero_count < 0) return cudaErrorInvalidValue;
+  RowOut out;
+  out.sa = sa;
+  out.azp = azp;
+  out.sa_host = mirror.sa;
+  out.azp_host = azp != nullptr ? mirror.azp : nullptr;
   XqLayout lay;
   if (layout == nullptr || layout->chunk == 0) {
     lay.chunk = k;
@@ -661,14 +674,13 @@ cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_
   }
   switch (x_type) {
     case ElemType::kF32:
-      return launch_for_type<float>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, split,
-                                    stream);
+      return launch_for_type<float>(x, m, k, params, xq, out, zero, zero_count, lay, split, stream);
     case ElemType::kF16:
-      return launch_for_type<__half>(x, m, k, params, xq, sa, azp, zero, zero_count, lay, split,
+      return launch_for_type<__half>(x, m, k, params, xq, out, zero, zero_count, lay, split,
                                      stream);
     case ElemType::kBF16:
-      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, sa, azp, zero, zero_count, lay,
-                                            split, stream);
+      return launch_for_type<__nv_bfloat16>(x, m, k, params, xq, out, zero, zero_count, lay, split,
+                                            stream);
   }
   return cudaErrorInvalidValue;
 }

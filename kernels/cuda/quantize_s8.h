@@ -40,6 +40,14 @@ struct XqLayout {
   int64_t row_stride = 0;
 };
 
+// Second places, in mapped pinned memory, where a launch also writes each row's sa and (when the
+// launch's azp is not null) azp, so that the host reads them without a copy back: null, or
+// [m] each. The device buffers stay what a GEMM after the launch reads.
+struct RowParamsMirror {
+  float* sa = nullptr;
+  int32_t* azp = nullptr;
+};
+
 // Quantizes x [m, k] (row-major, x_type, device memory) into xq [m, k] int8, sa [m] and, when
 // azp is not null, azp [m] (0 for symmetric schemes). One block per row (a cluster of blocks per
 // row for up to 16 long rows of 16-bit values, the row in shared memory for 17-256 long rows of
@@ -53,11 +61,13 @@ struct XqLayout {
 // cuda.stream_s8, its programmatic dependent); with `layout`, xq is written in that layout instead
 // of row-major. With split false, the rows are never split between blocks (one block per row
 // where the split form would take up to 8 per row: fewer SMs busy while a programmatic
-// dependent's blocks wait to start). Returns the launch error, if any.
+// dependent's blocks wait to start). With `mirror`, sa and azp are written there as well.
+// Returns the launch error, if any.
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero = nullptr, int64_t zero_count = 0,
-                               const XqLayout* layout = nullptr, bool split = true);
+                               const XqLayout* layout = nullptr, bool split = true,
+                               RowParamsMirror mirror = {});
 
 // How many blocks launch_quantize_s8 gives each of m rows of k 16-bit values when it may split
 // them (vector-aligned rows): 2-8 for up to 16 rows of 4096 values or more, else 1.

@@ -61,6 +61,9 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   bool x_read_once(const RunArgs& args) const override {
     return !stream_s8_fuses(args.m, weights_.config.k, static_cast<ElemType>(args.x_dtype));
   }
+  // y is written once, by the epilogues; the quantize kernel mirrors sa and azp (the form that
+  // quantizes inside the launch keeps them in shared memory, and block 0 writes them out).
+  bool outputs_direct(const RunArgs&) const override { return true; }
   absl::Status tune_fused_ring();
 
   int grid_ = 0;
@@ -308,8 +311,8 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
     g.x = args.x;
     g.x_type = x_type;
     g.qp = qp;
-    g.sa_out = sa;
-    g.azp_out = azp;
+    g.sa_out = args.sa_host != nullptr ? args.sa_host : sa;
+    g.azp_out = args.sa_host != nullptr ? args.azp_host : azp;
     g.xq_out = debug != nullptr ? xq : nullptr;
     g.flags = at<uint64_t>(scratch, L.flags);
     g.token = token_;
@@ -317,7 +320,8 @@ absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
     g.prefetch = unfused_start_.slots;
     g.l2_prefetch = unfused_start_.ahead;
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, x_type, m, c.k, qp, xq, sa, azp, stream,
-                                            counters, stream_s8_counters(c.n), &layout));
+                                            counters, stream_s8_counters(c.n), &layout, true,
+                                            RowParamsMirror{args.sa_host, args.azp_host}));
   }
   // The event does not hold the programmatic launch back (measured on the H200: recording it
   // here or before the quantize kernel gives the same serving time): the quantize stage is the

@@ -170,6 +170,15 @@ TEST_F(CublasLtTest, ReplayedSmallCallsMatchTheReference) {
                        [](const LayerConfig&, int64_t, DType, DType) { return true; });
 }
 
+// Small calls with their outputs written straight to the host and copied back stay exact
+// (check_outputs_both_ways).
+TEST_F(CublasLtTest, OutputsWrittenToTheHostOrCopiedBackMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  check_outputs_both_ways(*kernel_, rng,
+                          [](const LayerConfig&, int64_t, DType, DType) { return true; });
+}
+
 // With CUDA graphs turned off (qlinear-server --cuda-graphs=false) calls stay exact, make no
 // graph and are timed stage by stage.
 TEST_F(CublasLtTest, GraphsTurnedOffMakeNone) {

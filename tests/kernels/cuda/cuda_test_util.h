@@ -345,6 +345,41 @@ inline bool check_run(const Prepared& p, const std::vector<uint8_t>& x, DType xt
 // grow a context's buffers (its graphs are captured again), and non-finite rows in replayed
 // calls. Every call bit-exact with the reference; graphs are made, and all of them are released
 // with the prepared kernel. `takes`: whether the kernel takes a call (layer, M, x and y dtypes).
+// The serving path's two ways of bringing a small call's outputs back, on one layer per scheme:
+// y, sa and azp written by the kernel straight into mapped pinned memory where it can
+// (HostCallPreparedKernel::outputs_direct; every y up to 1 MB) and copied back (none), each M
+// called enough times to be replayed from its graph, every answer exact. The limit is restored.
+inline void check_outputs_both_ways(
+    const Kernel& kernel, SplitMix64& rng,
+    const std::function<bool(const LayerConfig&, int64_t, DType, DType)>& takes) {
+  const size_t restore = direct_output_bytes();
+  struct Way {
+    size_t limit;
+    int64_t ms[3];  // distinct per way: a captured graph keeps the way it was captured with
+  };
+  const Way ways[] = {{size_t{1} << 20, {2, 5, 12}}, {0, {3, 6, 11}}};
+  for (Scheme scheme : kSchemes) {
+    const Prepared p = prepare(kernel, make_layer(rng, scheme, 1040, 272, true));
+    if (p.kernel == nullptr) break;
+    const LayerConfig& c = p.weights->config;
+    for (const Way& w : ways) {
+      set_direct_output_bytes(w.limit);
+      for (int r = 0; r < 3 * StreamPool::kContexts; ++r) {
+        const int64_t m = w.ms[r % 3];
+        const DType xt = kDTypes[r % 3], yt = kDTypes[(r / 3) % 3];
+        if (!takes(c, m, xt, yt)) continue;
+        if (!check_run(p, make_x(rng, m, c.k, xt), xt, m, yt)) {
+          ADD_FAILURE() << scheme_name(scheme) << ", y up to " << w.limit
+                        << " bytes direct, M=" << m;
+          set_direct_output_bytes(restore);
+          return;
+        }
+      }
+    }
+  }
+  set_direct_output_bytes(restore);
+}
+
 inline void check_replayed_calls(
     const Kernel& kernel, SplitMix64& rng,
     const std::function<bool(const LayerConfig&, int64_t, DType, DType)>& takes) {

@@ -181,6 +181,16 @@ TEST_P(FusedKernelTest, ReplayedSmallCallsMatchTheReference) {
   });
 }
 
+// Small calls with their outputs written straight to the host and copied back stay exact
+// (check_outputs_both_ways).
+TEST_P(FusedKernelTest, OutputsWrittenToTheHostOrCopiedBackMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  check_outputs_both_ways(*kernel_, rng, [&](const LayerConfig& c, int64_t m, DType xt, DType yt) {
+    return takes(c, m, xt, yt);
+  });
+}
+
 // Requests on one layer from many threads at once share the stream pool; each must get its own
 // answer.
 TEST_P(FusedKernelTest, ConcurrentRequestsGetTheirOwnResults) {
