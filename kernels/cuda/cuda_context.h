@@ -292,14 +292,15 @@ class CudaPreparedKernel : public PreparedKernel {
   // for x (random values in [-1, 1), so quantization does real work), y and the scratch; a few
   // untimed calls, then the median of timed calls, each preceded by a read of a buffer several
   // times the L2 so that the weights come from device memory. Times the device work between two
-  // events: host staging and copies are the same for every CUDA kernel and are left out. Every
-  // buffer, stream and event is released before returning, on errors too.
+  // events (a kernel on the serving path also times the copies of a small call, which depend on
+  // the kernel: HostCallPreparedKernel::measure_us). Every buffer, stream and event is released
+  // before returning, on errors too.
   absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
     return measure_us(shape, /*cold=*/true);
   }
   // The same, the L2 read before each timed call only when `cold` (otherwise the calls run back
   // to back).
-  absl::StatusOr<double> measure_us(const ProblemShape& shape, bool cold) const;
+  virtual absl::StatusOr<double> measure_us(const ProblemShape& shape, bool cold) const;
 };
 
 }  // namespace qlinear::gpu

@@ -298,6 +298,44 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placem
   entry->eager_only = false;
 }
 
+// Where the serving path hands a call to its device half (see enqueue_call). host_dev: the
+// device's alias of the pinned buffer, or null.
+Placement place(const Layout& L, bool x_read_once, bool outputs_direct, bool debug,
+                const char* host_dev) {
+  Placement at;
+  // A small x that only the quantize kernel reads, once, is read by it from the mapped pinned
+  // buffer: no copy of x to the device before it. Measured on the H200 host (bench --serving
+  // --quick, 4096 x 4096, run() median us, four runs of each binary in turns): cuda.cutlass_sm90
+  // M = 1 23.3-25.2 -> 22.3-23.5, cuda.stream_s8 (two-launch form) M = 16 43.4-44.6 ->
+  // 41.8-43.3, cuda.cublaslt M = 1 27.1-27.9 -> 26.4-27.4; at M = 64 within the noise.
+  at.x_in_pinned = x_read_once && host_dev != nullptr && L.x_bytes <= kMappedCopyBytes;
+  // Likewise a small y goes straight into the pinned buffer where the device half can write it
+  // there, and sa and azp with it: the output copy's kernel and its launch drop out of the call.
+  // (A debug call's device half reads more back; it keeps the copy.)
+  at.out_in_pinned = outputs_direct && !debug && host_dev != nullptr &&
+                     L.y_bytes <= g_direct_output_bytes.load(std::memory_order_relaxed);
+  return at;
+}
+
+// The device half's pointers for a call laid out as L in `dev` and the pinned buffer's device
+// alias `host_dev`, placed as `at`.
+DeviceRunArgs device_args(const Layout& L, int64_t m, DType x_dtype, DType y_dtype, char* dev,
+                          char* host_dev, Placement at) {
+  DeviceRunArgs d;
+  d.x = at.x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
+  d.x_dtype = x_dtype;
+  d.m = m;
+  d.y = at.out_in_pinned ? host_dev + L.h_y : dev + L.d_y;
+  d.y_dtype = y_dtype;
+  d.sa = reinterpret_cast<float*>(dev + L.d_sa);
+  d.azp = reinterpret_cast<int32_t*>(dev + L.d_azp);
+  if (at.out_in_pinned) {
+    d.sa_host = reinterpret_cast<float*>(host_dev + L.h_sa);
+    d.azp_host = reinterpret_cast<int32_t*>(host_dev + L.h_azp);
+  }
+  return d;
+}
+
 // After the one synchronisation of a call whose output came back in one copy.
 absl::Status finish_single_copy_call(const Layout& L, const RunArgs& args, const char* host,
                                      bool asym, DebugOutputs* debug, int64_t* bad_row,
@@ -328,30 +366,8 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   const size_t x_chunk = chunk_bytes(L.x_bytes);
   const size_t y_chunk = chunk_bytes(L.y_bytes);
 
-  // A small x that only the quantize kernel reads, once, is read by it from the mapped pinned
-  // buffer: no copy of x to the device before it. Measured on the H200 host (bench --serving
-  // --quick, 4096 x 4096, run() median us, four runs of each binary in turns): cuda.cutlass_sm90
-  // M = 1 23.3-25.2 -> 22.3-23.5, cuda.stream_s8 (two-launch form) M = 16 43.4-44.6 ->
-  // 41.8-43.3, cuda.cublaslt M = 1 27.1-27.9 -> 26.4-27.4; at M = 64 within the noise.
-  Placement at;
-  at.x_in_pinned = x_read_once && host_dev != nullptr && L.x_bytes <= kMappedCopyBytes;
-  // Likewise a small y goes straight into the pinned buffer where the device half can write it
-  // there, and sa and azp with it: the output copy's kernel and its launch drop out of the call.
-  // (A debug call's device half reads more back; it keeps the copy.)
-  at.out_in_pinned = outputs_direct && debug == nullptr && host_dev != nullptr &&
-                     L.y_bytes <= g_direct_output_bytes.load(std::memory_order_relaxed);
-  DeviceRunArgs d;
-  d.x = at.x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
-  d.x_dtype = args.x_dtype;
-  d.m = args.m;
-  d.y = at.out_in_pinned ? host_dev + L.h_y : dev + L.d_y;
-  d.y_dtype = args.y_dtype;
-  d.sa = reinterpret_cast<float*>(dev + L.d_sa);
-  d.azp = reinterpret_cast<int32_t*>(dev + L.d_azp);
-  if (at.out_in_pinned) {
-    d.sa_host = reinterpret_cast<float*>(host_dev + L.h_sa);
-    d.azp_host = reinterpret_cast<int32_t*>(host_dev + L.h_azp);
-  }
+  const Placement at = place(L, x_read_once, outputs_direct, debug != nullptr, host_dev);
+  const DeviceRunArgs d = device_args(L, args.m, args.x_dtype, args.y_dtype, dev, host_dev, at);
   StageEvents ev;
   for (int i = 0; i < 3; ++i) ev.e[i] = ctx->events[i];
 
@@ -546,6 +562,51 @@ absl::Status HostCallPreparedKernel::run_host(const RunArgs& args, RunTimings* t
   };
   return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
                              timings, debug, &graphs_, x_read_once(args), outputs_direct(args));
+}
+
+absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& shape,
+                                                          bool cold) const {
+  if (shape.m < 1 || shape.n < 1 || shape.k < 1) return CudaPreparedKernel::measure_us(shape, cold);
+  RunArgs ra;
+  ra.m = shape.m;
+  ra.x_dtype = shape.x_dtype;
+  ra.y_dtype = shape.y_dtype;
+  const Layout L(ra, shape.n, shape.k, device_scratch_bytes(shape.m), false);
+  // Larger calls' copies go through the copy engine, the same for every kernel.
+  if (L.x_bytes > kMappedCopyBytes || L.d_azp + L.row_bytes - L.d_y > kMappedCopyBytes) {
+    return CudaPreparedKernel::measure_us(shape, cold);
+  }
+  constexpr int kWarmupCalls = 3;
+  constexpr int kTimedCalls = 15;
+  // Declared before the timer, so freed after its stream has been synchronised.
+  DeviceBuffer device;
+  PinnedBuffer pinned;
+  RETURN_IF_ERROR(device.allocate(L.d_total, "the measurement's device buffers"));
+  RETURN_IF_ERROR(pinned.reserve(L.h_total, "the measurement's pinned buffers"));
+  if (pinned.device_alias() == nullptr) return CudaPreparedKernel::measure_us(shape, cold);
+  ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+  const cudaStream_t stream = timer->stream();
+  char* dev = static_cast<char*>(device.get());
+  char* host = static_cast<char*>(pinned.get());
+  char* host_dev = static_cast<char*>(pinned.device_alias());
+  RETURN_IF_ERROR(fill_made_up_activations(dev + L.d_x, shape.x_dtype,
+                                           static_cast<size_t>(shape.m * shape.k), stream));
+  RETURN_IF_CUDA_ERROR(
+      cudaMemcpyAsync(host + L.h_x, dev + L.d_x, L.x_bytes, cudaMemcpyDeviceToHost, stream));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  const Placement at = place(L, x_read_once(ra), outputs_direct(ra), false, host_dev);
+  const DeviceRunArgs d = device_args(L, shape.m, shape.x_dtype, shape.y_dtype, dev, host_dev, at);
+  const bool asym = is_asymmetric(weights_.config.scheme);
+  auto enqueue_fn = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t s,
+                           const StageEvents* events, const DeviceDebugOutputs* dbg) {
+    return enqueue(a, scratch, s, events, dbg);
+  };
+  auto call = [&](cudaStream_t s) {
+    return queue_single_copy_call(L, dev, host, host_dev, at, d, asym, enqueue_fn, nullptr, s);
+  };
+  for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(stream));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+  return timer->median_us(kTimedCalls, cold, call);
 }
 
 absl::Status HostCallPreparedKernel::warm_up() const {

@@ -146,6 +146,13 @@ class HostCallPreparedKernel : public CudaPreparedKernel {
     return owns_dev_ ? static_cast<int64_t>(dev_->bytes()) : 0;
   }
   std::string device() const override { return "cuda:0"; }
+  // A call whose copies the serving path does by a kernel (x and the outputs up to 1 MB each) is
+  // timed as served: x read from mapped pinned memory or copied in from it, and the outputs
+  // written straight there or copied back, as run() would for this kernel (x_read_once,
+  // outputs_direct); so that the load-time choice between kernels weighs what each call's copies
+  // cost on the GPU. Larger calls: the device work alone (CudaPreparedKernel::measure_us).
+  absl::StatusOr<double> measure_us(const ProblemShape& shape, bool cold) const override;
+  using CudaPreparedKernel::measure_us;
 
  protected:
   explicit HostCallPreparedKernel(const LayerWeights& weights) : weights_(weights) {}
