@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -578,17 +579,21 @@ absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& sh
   }
   constexpr int kWarmupCalls = 3;
   constexpr int kTimedCalls = 15;
+  // One pinned buffer serves every measurement in the process, held while measuring (up to 2 MB
+  // and a few rows): a load's dozens of measurements then page-lock host memory once.
+  static std::mutex pinned_mu;
+  static PinnedBuffer* const pinned = new PinnedBuffer();
+  const std::lock_guard<std::mutex> lock(pinned_mu);
+  RETURN_IF_ERROR(pinned->reserve(L.h_total, "the measurement's pinned buffers"));
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer device;
-  PinnedBuffer pinned;
   RETURN_IF_ERROR(device.allocate(L.d_total, "the measurement's device buffers"));
-  RETURN_IF_ERROR(pinned.reserve(L.h_total, "the measurement's pinned buffers"));
-  if (pinned.device_alias() == nullptr) return CudaPreparedKernel::measure_us(shape, cold);
+  if (pinned->device_alias() == nullptr) return CudaPreparedKernel::measure_us(shape, cold);
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   const cudaStream_t stream = timer->stream();
   char* dev = static_cast<char*>(device.get());
-  char* host = static_cast<char*>(pinned.get());
-  char* host_dev = static_cast<char*>(pinned.device_alias());
+  char* host = static_cast<char*>(pinned->get());
+  char* host_dev = static_cast<char*>(pinned->device_alias());
   RETURN_IF_ERROR(fill_made_up_activations(dev + L.d_x, shape.x_dtype,
                                            static_cast<size_t>(shape.m * shape.k), stream));
   RETURN_IF_CUDA_ERROR(
