@@ -371,9 +371,16 @@ absl::Status fill_made_up_activations(void* x, DType type, size_t count, cudaStr
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape, bool cold) const {
+absl::StatusOr<double> CudaPreparedKernel::time_measured_calls(
+    CallTimer& timer, bool cold, absl::FunctionRef<absl::Status(cudaStream_t)> call) {
   constexpr int kWarmupCalls = 3;
   constexpr int kTimedCalls = 15;
+  for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(timer.stream()));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(timer.stream()));
+  return timer.median_us(kTimedCalls, cold, call);
+}
+
+absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape, bool cold) const {
   if (shape.m < 1 || shape.n < 1 || shape.k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot measure M=", shape.m, ", N=", shape.n, ", K=", shape.k));
@@ -396,10 +403,8 @@ absl::StatusOr<double> CudaPreparedKernel::measure_us(const ProblemShape& shape,
   args.m = shape.m;
   args.y = y.get();
   args.y_dtype = shape.y_dtype;
-  auto call = [&](cudaStream_t s) { return run_device(args, scratch.get(), s, nullptr); };
-  for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(stream));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-  return timer->median_us(kTimedCalls, cold, call);
+  return time_measured_calls(
+      *timer, cold, [&](cudaStream_t s) { return run_device(args, scratch.get(), s, nullptr); });
 }
 
 }  // namespace qlinear::gpu

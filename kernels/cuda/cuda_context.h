@@ -301,6 +301,12 @@ class CudaPreparedKernel : public PreparedKernel {
   // The same, the L2 read before each timed call only when `cold` (otherwise the calls run back
   // to back).
   virtual absl::StatusOr<double> measure_us(const ProblemShape& shape, bool cold) const;
+
+ protected:
+  // The calls of one measurement on `timer`'s stream: a few untimed, then the median of the
+  // timed ones (`cold`: each after the L2 read).
+  static absl::StatusOr<double> time_measured_calls(
+      CallTimer& timer, bool cold, absl::FunctionRef<absl::Status(cudaStream_t)> call);
 };
 
 }  // namespace qlinear::gpu

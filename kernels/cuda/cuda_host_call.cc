@@ -13,6 +13,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "absl/functional/bind_front.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/host_info.h"
@@ -557,12 +558,9 @@ absl::Status HostCallPreparedKernel::attach() {
 
 absl::Status HostCallPreparedKernel::run_host(const RunArgs& args, RunTimings* timings,
                                               DebugOutputs* debug) const {
-  auto call = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t stream,
-                     const StageEvents* events, const DeviceDebugOutputs* dbg) {
-    return enqueue(a, scratch, stream, events, dbg);
-  };
-  return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m), call,
-                             timings, debug, &graphs_, x_read_once(args), outputs_direct(args));
+  return run_on_host_buffers(pool_, weights_.config, args, device_scratch_bytes(args.m),
+                             absl::bind_front(&HostCallPreparedKernel::enqueue, this), timings,
+                             debug, &graphs_, x_read_once(args), outputs_direct(args));
 }
 
 absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& shape,
@@ -577,8 +575,6 @@ absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& sh
   if (L.x_bytes > kMappedCopyBytes || L.d_azp + L.row_bytes - L.d_y > kMappedCopyBytes) {
     return CudaPreparedKernel::measure_us(shape, cold);
   }
-  constexpr int kWarmupCalls = 3;
-  constexpr int kTimedCalls = 15;
   // One pinned buffer serves every measurement in the process, held while measuring (up to 2 MB
   // and a few rows): a load's dozens of measurements then page-lock host memory once.
   static std::mutex pinned_mu;
@@ -602,16 +598,10 @@ absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& sh
   const Placement at = place(L, x_read_once(ra), outputs_direct(ra), false, host_dev);
   const DeviceRunArgs d = device_args(L, shape.m, shape.x_dtype, shape.y_dtype, dev, host_dev, at);
   const bool asym = is_asymmetric(weights_.config.scheme);
-  auto enqueue_fn = [this](const DeviceRunArgs& a, void* scratch, cudaStream_t s,
-                           const StageEvents* events, const DeviceDebugOutputs* dbg) {
-    return enqueue(a, scratch, s, events, dbg);
-  };
-  auto call = [&](cudaStream_t s) {
+  const auto enqueue_fn = absl::bind_front(&HostCallPreparedKernel::enqueue, this);
+  return time_measured_calls(*timer, cold, [&](cudaStream_t s) {
     return queue_single_copy_call(L, dev, host, host_dev, at, d, asym, enqueue_fn, nullptr, s);
-  };
-  for (int i = 0; i < kWarmupCalls; ++i) RETURN_IF_ERROR(call(stream));
-  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-  return timer->median_us(kTimedCalls, cold, call);
+  });
 }
 
 absl::Status HostCallPreparedKernel::warm_up() const {
