@@ -31,7 +31,8 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows] [--prefill] [--energy] [--reads]
+//                          [--weights_hint] [--pad_rows] [--swap] [--prefill] [--energy]
+//                          [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
@@ -41,9 +42,11 @@
 //  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
 //  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
 //  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
-//  --prefill: only its large-M ops, the quantize pass's cost beside the GEMM's, see
-//  compare_prefill; --energy: only the large-M ops' energy, power and SM clock, see
-//  compare_energy; --reads: only the weights read alone in each form, see compare_reads)
+//  --swap: only its ops and GEMMs at M = 1 and 16 on the 64-token tiles and on the tiles with
+//  their operands swapped, see compare_weights_hint; --prefill: only its large-M ops, the quantize
+//  pass's cost beside the GEMM's, see compare_prefill; --energy: only the large-M ops' energy,
+//  power and SM clock, see compare_energy; --reads: only the weights read alone in each form, see
+//  compare_reads)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -119,6 +122,7 @@ struct Options {
   bool stream_prefetch = false;
   bool weights_hint = false;
   bool pad_rows = false;
+  bool swap = false;
   bool prefill = false;
   bool energy = false;
   bool reads = false;
@@ -1220,7 +1224,8 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // served, with the token block's rows past M zero-filled by the TMA ("zf"; served: read from
 // xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
 // ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
-// ways.
+// ways. With --swap instead: at M = 1 and 16, the 64-token tiles without a cluster and the tiles
+// with their operands swapped (TileConfig::kSwapAB), the op as served and the GEMM alone.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1298,6 +1303,19 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     }
     return absl::OkStatus();
   };
+  if (o.swap) {
+    // The op as served on the 64-token tiles and on the tiles with their operands swapped (16
+    // tokens per tile, the weights on the MMA's M side), in turns; the GEMM alone as well.
+    for (int64_t m : {int64_t{1}, int64_t{16}}) {
+      RETURN_IF_ERROR(
+          compare(m,
+                  {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+                   CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x128PingpongSwap,
+                   CutlassSm90Tile::k16x256x128PingpongSwap},
+                  {{" op", true}, {" alone", true, false, false, true}}, 3, o));
+    }
+    return absl::OkStatus();
+  }
   if (o.pad_rows) {
     for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{32}, int64_t{64}}) {
       RETURN_IF_ERROR(
@@ -1511,12 +1529,16 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-      if (large || !tile_quantizes(static_cast<CutlassSm90Tile>(t))) variants.push_back({t});
+      const auto tile = static_cast<CutlassSm90Tile>(t);
+      if (tile_swaps_operands(tile) && m > 64) continue;  // 16 tokens per tile: small M only
+      if (large || !tile_quantizes(tile)) variants.push_back({t});
     }
     if (m <= 256) {
       for (CutlassSm90Tile t :
            {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x64x128Pingpong,
-            CutlassSm90Tile::k64x256x128Pingpong}) {
+            CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x128PingpongSwap,
+            CutlassSm90Tile::k16x256x128PingpongSwap}) {
+        if (tile_swaps_operands(t) && m > 64) continue;
         variants.push_back({static_cast<int>(t), -1, true, false});
         for (int64_t pf : {0, 64 << 10, 128 << 10}) {
           variants.push_back({static_cast<int>(t), -1, true, true, pf});
@@ -2144,7 +2166,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
-  if (o.weights_hint || o.pad_rows) return compare_weights_hint(sc, b, o, stream);
+  if (o.weights_hint || o.pad_rows || o.swap) return compare_weights_hint(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -2711,6 +2733,7 @@ int bench_main(int argc, char** argv) {
   ArgParser args(
       "qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--serving] [--reps=N] [--warmup=N] "
       "[--sweep=true|false] [--scheduler] [--stream_prefetch] [--weights_hint] [--pad_rows] "
+      "[--swap] "
       "[--prefill] [--energy] [--reads] [--profile=NxK --profile_tile=T --profile_m=M]",
       "W8A8 op of every CUDA kernel vs a bare cuBLASLt int8 GEMM on Llama-3 shapes.");
   args.add("quick", &o.quick, "Fewer shapes and repetitions");
@@ -2743,6 +2766,9 @@ int bench_main(int argc, char** argv) {
            "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
            "the token block's rows past M read from the activations' buffer or zero-filled, and "
            "the op with the quantize kernel never splitting a row, in turns");
+  args.add("swap", &o.swap,
+           "Only cuda.cutlass_sm90 at M = 1 and 16: the op as served and the GEMM alone on the "
+           "64-token tiles and on the tiles with their operands swapped, in turns");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -2830,7 +2856,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
+      !o.swap && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

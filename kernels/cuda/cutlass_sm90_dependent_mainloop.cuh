@@ -37,6 +37,9 @@
 // epilogue has no producer loads), and the quantizing mainloop waits the same way before it
 // reads its counters. Without a programmatic launch griddepcontrol.wait returns at once.
 //
+// With kWeightsA (the tiles with their operands swapped, cutlass_sm90_gemm.cuh) the weights are
+// the GEMM's A operand and the activations its B: everything above applies to A's loads instead.
+//
 // CUDA only; needs the CUTLASS headers and sm_90a.
 #pragma once
 
@@ -50,15 +53,20 @@
 
 namespace qlinear::gpu::cutlass_sm90 {
 
-template <class Base>
+template <class Base, bool kWeightsA = false>
 struct DependentMainloop : Base {
   using TileShape = typename Base::TileShape;
+  // The GEMM's extents (0: M, 1: N) that hold the weights' channels and the activations' tokens.
+  static constexpr int kChannelDim = kWeightsA ? 0 : 1;
+  static constexpr int kTokenDim = kWeightsA ? 1 : 0;
   // Bytes of weights in one k-tile of a tile (int8: channels x K).
-  static constexpr int kWeightTileBytes = cute::size<1>(TileShape{}) * cute::size<2>(TileShape{});
+  static constexpr int kWeightTileBytes =
+      cute::size<kChannelDim>(TileShape{}) * cute::size<2>(TileShape{});
+  using GmemTiledCopyW =
+      std::conditional_t<kWeightsA, typename Base::GmemTiledCopyA, typename Base::GmemTiledCopyB>;
   // The prefetch is issued by each CTA for its own weights; with a cluster the weights would be
   // multicast between CTAs, and these tiles do not prefetch.
-  static constexpr bool kCanPrefetch =
-      std::is_same_v<typename Base::GmemTiledCopyB, cute::SM90_TMA_LOAD>;
+  static constexpr bool kCanPrefetch = std::is_same_v<GmemTiledCopyW, cute::SM90_TMA_LOAD>;
 
   struct Arguments : Base::Arguments {
     int weight_prefetch_bytes = 0;     // per CTA, before the grid dependency wait; 0: none
@@ -78,7 +86,7 @@ struct DependentMainloop : Base {
   static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape,
                                                   Arguments const& args, void* workspace) {
     ProblemShape shape = problem_shape;
-    if (args.xq_rows > cute::get<0>(shape)) cute::get<0>(shape) = args.xq_rows;
+    if (args.xq_rows > cute::get<kTokenDim>(shape)) cute::get<kTokenDim>(shape) = args.xq_rows;
     return Params{Base::to_underlying_arguments(shape, args, workspace), args.weight_prefetch_bytes,
                   args.trace, args.weights_ahead, args.weights_evict_first};
   }
@@ -102,7 +110,8 @@ struct DependentMainloop : Base {
         }
         KTileIterator rest = k_tile_iter;
         for (int i = 0; i < ahead; ++i) ++rest;
-        prefetch_weights(params, cute::get<1>(load_inputs), blk_coord, rest, k_tile_count - ahead);
+        prefetch_weights(params, cute::get<kChannelDim>(load_inputs), blk_coord, rest,
+                         k_tile_count - ahead);
       }
       device::grid_dependency_wait();
       trace(params, 1);
@@ -198,12 +207,15 @@ struct DependentMainloop : Base {
       for (int m = 0; m < size<0>(cluster); ++m) mask_b |= uint16_t(1) << cluster(m, cy, Int<0>{});
     }
     const TMA::CacheHintSm90 hint = weights_hint(params);
+    const TMA::CacheHintSm90 hint_a = kWeightsA ? hint : TMA::CacheHintSm90::EVICT_NORMAL;
+    const TMA::CacheHintSm90 hint_b = kWeightsA ? TMA::CacheHintSm90::EVICT_NORMAL : hint;
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
-      copy(params.tma_load_a.with(*bar, mask_a), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*bar, mask_b, hint), tBgB(_, _, _, *k_tile_iter),
+      copy(params.tma_load_a.with(*bar, mask_a, hint_a), tAgA(_, _, _, *k_tile_iter),
+           tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mask_b, hint_b), tBgB(_, _, _, *k_tile_iter),
            tBsB(_, _, _, stage));
     }
   }
@@ -231,25 +243,37 @@ struct DependentMainloop : Base {
       if (weights) pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
-      if (weights) {
-        copy(params.tma_load_b.with(*bar, 0, hint), tBgB(_, _, _, *k_tile_iter),
-             tBsB(_, _, _, stage));
+      if (weights == kWeightsA) {  // the A operand
+        copy(params.tma_load_a.with(*bar, 0, weights ? hint : TMA::CacheHintSm90::EVICT_NORMAL),
+             tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
       } else {
-        copy(params.tma_load_a.with(*bar, 0), tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
+        copy(params.tma_load_b.with(*bar, 0, weights ? hint : TMA::CacheHintSm90::EVICT_NORMAL),
+             tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
       }
     }
   }
 
-  template <class TensorB, class BlockCoord, class KTileIterator>
-  static CUTLASS_DEVICE void prefetch_weights(Params const& params, TensorB const& gB_nkl,
+  template <class TensorW, class BlockCoord, class KTileIterator>
+  static CUTLASS_DEVICE void prefetch_weights(Params const& params, TensorW const& gW_nkl,
                                               BlockCoord const& blk_coord,
                                               KTileIterator k_tile_iter, int k_tile_count) {
     const int tiles = min(k_tile_count, params.weight_prefetch_bytes / kWeightTileBytes);
     if (tiles <= 0 || !cute::elect_one_sync()) return;
-    auto gB = gB_nkl(cute::_, cute::_, cute::get<1>(blk_coord), cute::_, cute::get<3>(blk_coord));
-    auto tBgB = params.tma_load_b.get_slice(0).partition_S(gB);  // (TMA, TMA_N, TMA_K, k)
+    auto gW = gW_nkl(cute::_, cute::_, cute::get<kChannelDim>(blk_coord), cute::_,
+                     cute::get<3>(blk_coord));
+    const auto& tma = weights_tma(params);
+    auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
     for (int i = 0; i < tiles; ++i, ++k_tile_iter) {
-      cute::prefetch(params.tma_load_b, tBgB(cute::_, cute::_, cute::_, *k_tile_iter));
+      cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
+    }
+  }
+
+  // The weights' TMA load.
+  static CUTLASS_DEVICE auto const& weights_tma(Params const& params) {
+    if constexpr (kWeightsA) {
+      return params.tma_load_a;
+    } else {
+      return params.tma_load_b;
     }
   }
 };

@@ -29,11 +29,20 @@ enum class CutlassSm90Tile : int {
   // 64 x 128 with a 2 x 1 cluster: the two CTAs of a cluster take neighbouring token blocks of
   // the same channels and share each weight tile by multicast (128-256 tokens).
   k64x128x128PingpongC2 = 7,
+  // Up to 16 tokens with the operands swapped (the weights' channels on the MMA's M side, see
+  // TileConfig::kSwapAB): 64 or 256 channels per tile.
+  k16x64x128PingpongSwap = 8,
+  k16x256x128PingpongSwap = 9,
 };
-inline constexpr int kCutlassSm90Tiles = 8;
+inline constexpr int kCutlassSm90Tiles = 10;
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
+}
+
+inline constexpr bool tile_swaps_operands(CutlassSm90Tile t) {
+  return t == CutlassSm90Tile::k16x64x128PingpongSwap ||
+         t == CutlassSm90Tile::k16x256x128PingpongSwap;
 }
 
 // Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
@@ -164,6 +173,8 @@ const TileOps* tile_64x256x128_pingpong(ElemType y);
 const TileOps* tile_128x128x128_pingpong_q(ElemType y);
 const TileOps* tile_64x256x128_pingpong_q(ElemType y);
 const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
+const TileOps* tile_16x64x128_pingpong_swap(ElemType y);
+const TileOps* tile_16x256x128_pingpong_swap(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -210,6 +221,10 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_64x256x128_pingpong_q(y);
     case CutlassSm90Tile::k64x128x128PingpongC2:
       return tile_64x128x128_pingpong_c2(y);
+    case CutlassSm90Tile::k16x64x128PingpongSwap:
+      return tile_16x64x128_pingpong_swap(y);
+    case CutlassSm90Tile::k16x256x128PingpongSwap:
+      return tile_16x256x128_pingpong_swap(y);
   }
   return nullptr;
 }

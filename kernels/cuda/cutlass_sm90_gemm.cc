@@ -363,6 +363,22 @@ constexpr int64_t kQuantizingMinM = 512;
 // They stay compiled, tested and benchmarked.
 constexpr bool kTuneQuantizingTiles = false;
 
+// Up to this M tune_tiles times the tiles with their operands swapped (16 tokens per tile, the
+// weights' channels on the MMA's M side, see TileConfig::kSwapAB); beyond it they would read every
+// weight tile once per 16 tokens. Measured on the H200 (bench --swap, the op as served, in turns,
+// three rounds, us, M = 1; the fastest 64-token tile / swapped 16 x 64 / swapped 16 x 256):
+//   6144 x 4096    14.0-14.1 (64x64)    14.1-14.2    16.1-16.2
+//   4096 x 4096    12.4-12.7 (64x64)    12.6-12.8    15.0-15.1
+//   28672 x 4096   35.6-35.9 (64x256)   34.8-35.0    34.3-34.5
+//   4096 x 14336   22.9-23.1 (64x64)    22.1-22.2    34.5-34.7
+//   8192 x 8192    23.4-23.6 (64x64)    22.7-22.9    26.9-27.1
+//   57344 x 8192  119.9-120.0 (64x64)  115.7-116.0  125.4-125.7
+//   8192 x 28672   63.1-63.6 (64x128)   62.1-62.3    74.8-74.9
+// and at M = 16 alike (57344 x 8192 119.5-119.6 -> 115.3-115.6, 8192 x 28672 64.5-64.7 ->
+// 61.4-61.6); docs/kernels.md has the whole table. At M = 64 (four token tiles) the load has not
+// picked them on any benchmark layer.
+constexpr int64_t kSwapMaxM = 64;
+
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
 CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
@@ -657,6 +673,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
       const bool q = tile_quantizes(static_cast<CutlassSm90Tile>(t));
       if (q && !(kTuneQuantizingTiles && whole_ops)) continue;
+      if (tile_swaps_operands(static_cast<CutlassSm90Tile>(t)) && g.m > kSwapMaxM) continue;
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;

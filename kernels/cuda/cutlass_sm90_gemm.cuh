@@ -110,8 +110,14 @@ struct FmaRn<cutlass::Array<float, N>> {
 
 // --- The kernel ---
 
+// TileShape is (A's rows, B's rows, K) of the GEMM and ClusterShape the same way. Normally A is
+// the activations (tokens) and B the weights (channels). With kSwapAB the operands trade places:
+// the GEMM computes y's transpose, the weights' channels on the MMA's M side (64 per warpgroup
+// instruction, its least) and the tokens on its N side (8 or more), so that a tile for a few
+// tokens need not load 64 rows of activations per k-tile (the rows past M are read as whole token
+// blocks, see CutlassSm90Args::xq_rows) and its pipeline stages hold mostly weights.
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
-          bool kQuantize_ = false>
+          bool kQuantize_ = false, bool kSwapAB_ = false>
 struct TileConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
@@ -119,6 +125,11 @@ struct TileConfig {
   using EpilogueSchedule = EpilogueSchedule_;
   // The activations are quantized inside the launch (cutlass_sm90_quantizing_mainloop.cuh).
   static constexpr bool kQuantize = kQuantize_;
+  static constexpr bool kSwapAB = kSwapAB_;
+  static_assert(!(kQuantize && kSwapAB), "a quantizing tile keeps the activations as A");
+  // The tile's and the cluster's extents along the tokens and along the channels.
+  static constexpr int kTokenDim = kSwapAB ? 1 : 0;
+  static constexpr int kChannelDim = kSwapAB ? 0 : 1;
 };
 
 template <class Config, class ElementD>
@@ -128,26 +139,33 @@ struct FusedGemm {
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
   template <class E>
-  using RowVec = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, E, E>;  // [n]
+  using RowVec = cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, E, E>;  // GEMM's N
   template <class E>
-  using ColVec = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, E, E>;  // [m]
+  using ColVec = cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, E, E>;  // GEMM's M
+  // Per token ([m]: sa, azp) and per channel ([n]: sb, adj, bias_v).
+  template <class E>
+  using TokenVec = std::conditional_t<Config::kSwapAB, RowVec<E>, ColVec<E>>;
+  template <class E>
+  using ChannelVec = std::conditional_t<Config::kSwapAB, ColVec<E>, RowVec<E>>;
   template <template <class> class Fn, class Out, class In>
   using Compute = cutlass::epilogue::fusion::Sm90Compute<Fn, Out, In, kRound>;
   using Acc = cutlass::epilogue::fusion::Sm90AccFetch;
   template <class... Ts>
   using EVT = cutlass::epilogue::fusion::Sm90EVT<Ts...>;
 
-  using ZpTerm = EVT<Compute<WrapMul, int32_t, int32_t>, ColVec<int32_t>, RowVec<int32_t>>;
+  using ZpTerm = EVT<Compute<WrapMul, int32_t, int32_t>, TokenVec<int32_t>, ChannelVec<int32_t>>;
   using T = EVT<Compute<WrapSub, float, int32_t>, Acc, ZpTerm>;
-  using Scaled = EVT<Compute<MulRn, float, float>, RowVec<float>, T>;
-  using Out = EVT<Compute<FmaRn, ElementD, float>, ColVec<float>, Scaled, RowVec<float>>;
+  using Scaled = EVT<Compute<MulRn, float, float>, ChannelVec<float>, T>;
+  using Out = EVT<Compute<FmaRn, ElementD, float>, TokenVec<float>, Scaled, ChannelVec<float>>;
 
   static constexpr int kAlignD = 16 / sizeof(ElementD);
+  // y [m, n] row-major; swapped, the GEMM's D is its transpose, [n, m] column-major.
+  using LayoutD =
+      std::conditional_t<Config::kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void,
-      cutlass::layout::RowMajor, kAlignD, ElementD, cutlass::layout::RowMajor, kAlignD,
-      typename Config::EpilogueSchedule, Out>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void, LayoutD, kAlignD,
+      ElementD, LayoutD, kAlignD, typename Config::EpilogueSchedule, Out>::CollectiveOp;
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
       int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
@@ -157,7 +175,7 @@ struct FusedGemm {
       typename Config::KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
       std::conditional_t<Config::kQuantize, QuantizingMainloop<DependentMainloop<StockMainloop>>,
-                         DependentMainloop<StockMainloop>>;
+                         DependentMainloop<StockMainloop, Config::kSwapAB>>;
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                            CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
@@ -165,6 +183,8 @@ struct FusedGemm {
 
   static typename Gemm::Arguments arguments(const CutlassSm90Args& a) {
     const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
+    // The GEMM's own M and N (swapped: channels, then tokens).
+    const int gm = Config::kSwapAB ? n : m, gn = Config::kSwapAB ? m : n;
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideC = typename Kernel::StrideC;
@@ -186,9 +206,11 @@ struct FusedGemm {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = a.sm_count;
+    const int8_t* ptr_a = Config::kSwapAB ? a.w : a.xq;
+    const int8_t* ptr_b = Config::kSwapAB ? a.xq : a.w;
     typename StockMainloop::Arguments mainloop{
-        a.xq, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(m, k, 1)), a.w,
-        cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(n, k, 1))};
+        ptr_a, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(gm, k, 1)), ptr_b,
+        cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(gn, k, 1))};
     using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
     typename Kernel::TileScheduler::Arguments scheduler;
     scheduler.max_swizzle_size = a.swizzle < 1 ? 1 : a.swizzle;
@@ -197,18 +219,19 @@ struct FusedGemm {
                                                                 : Raster::Heuristic;
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {m, n, k, 1},
+        {gm, gn, k, 1},
         mainloop_arguments(a, mainloop),
-        {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(m, n, 1)),
+        {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(gm, gn, 1)),
          static_cast<ElementD*>(a.y),
-         cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(m, n, 1))},
+         cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(gm, gn, 1))},
         hw,
         scheduler};
   }
 
-  static constexpr int kBlockM = cute::size<0>(TileShape{});
-  static constexpr int kBlockN = cute::size<1>(TileShape{});
-  static constexpr int kClusterM = cute::size<0>(ClusterShape{});
+  // Tokens and channels per tile, and CTAs per cluster along the tokens.
+  static constexpr int kBlockM = cute::size<Config::kTokenDim>(TileShape{});
+  static constexpr int kBlockN = cute::size<Config::kChannelDim>(TileShape{});
+  static constexpr int kClusterM = cute::size<Config::kTokenDim>(ClusterShape{});
 
   // The rows quantized before the GEMM: enough for the tiles of its first two waves (the
   // scheduler walks along N, so a wave covers about clusters / tiles_n cluster rows of m-blocks)
@@ -244,7 +267,7 @@ struct FusedGemm {
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
     const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
-    typename DependentMainloop<StockMainloop>::Arguments dependent{
+    typename DependentMainloop<StockMainloop, Config::kSwapAB>::Arguments dependent{
         stock,
         a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
         a.trace,
@@ -328,14 +351,16 @@ const char* tile_name() {
     using Schedule = typename Config::KernelSchedule;
     static_assert(std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> ||
                   std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>);
-    std::string s = std::to_string(cute::size<0>(T{})) + "x" + std::to_string(cute::size<1>(T{})) +
-                    "x" + std::to_string(cute::size<2>(T{}));
+    std::string s = std::to_string(cute::size<Config::kTokenDim>(T{})) + "x" +
+                    std::to_string(cute::size<Config::kChannelDim>(T{})) + "x" +
+                    std::to_string(cute::size<2>(T{}));
     s += std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> ? " pingpong"
                                                                                    : " cooperative";
     if (Config::kQuantize) s += " quantizing";
+    if (Config::kSwapAB) s += ", operands swapped";
     if (cute::size(C{}) > 1) {
-      s += ", " + std::to_string(cute::size<0>(C{})) + "x" + std::to_string(cute::size<1>(C{})) +
-           " cluster";
+      s += ", " + std::to_string(cute::size<Config::kTokenDim>(C{})) + "x" +
+           std::to_string(cute::size<Config::kChannelDim>(C{})) + " cluster";
     }
     return s;
   }();
@@ -350,7 +375,7 @@ constexpr TileOps tile_ops() {
                  &G::can_implement,
                  &G::launch,
                  static_cast<int>(cute::size(typename Config::ClusterShape{})),
-                 static_cast<int>(cute::size<0>(typename Config::TileShape{})),
+                 static_cast<int>(cute::size<Config::kTokenDim>(typename Config::TileShape{})),
                  &tile_name<Config>};
 }
 

@@ -213,15 +213,15 @@ struct TileBuffers {
 // own xq, sa and azp: y bit-exact for every scheme's form of the epilogue, with and without the
 // weights' evict-first L2 hint (their loads then take the mainloop's own loop where each weight
 // tile is read once), and with and without the last token block's rows past M read from xq
-// (xq_rows; -127 there). Two shapes: tails in M, N and K for every tile; and a decode-like one (16
-// tokens, 3 output tiles, 65 K steps).
+// (xq_rows; -127 there). Three shapes: tails in M, N and K for every tile; and two decode-like
+// ones (16 tokens, 3 output tiles, 65 K steps; one token, a channel tail, 33 K steps).
 TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
   struct Case {
     int64_t m, n, k;
   };
-  for (const Case& cs : {Case{300, 400, 336}, Case{16, 272, 8336}}) {
+  for (const Case& cs : {Case{300, 400, 336}, Case{16, 272, 8336}, Case{1, 336, 4160}}) {
     const int64_t m = cs.m, n = cs.n, k = cs.k;
     for (Scheme scheme : kSchemes) {
       for (bool bias : {false, true}) {
