@@ -377,6 +377,13 @@ constexpr bool kTuneQuantizingTiles = false;
 // and at M = 16 alike (57344 x 8192 119.5-119.6 -> 115.3-115.6, 8192 x 28672 64.5-64.7 ->
 // 61.4-61.6); docs/kernels.md has the whole table. At M = 64 (four token tiles) the load has not
 // picked them on any benchmark layer.
+// A swapped 16 x 128 tile on the cooperative schedule with CUTLASS's stream-K scheduler (every
+// SM an even share of the k-tiles, split tiles summed in a workspace whose barriers a memset
+// zeroes before each call) was compiled, tested and measured, and lost everywhere (same bench, M =
+// 1, us, op / GEMM alone, the swapped 16 x 64 tile in brackets): 4096 x 4096 18.7 / 14.9 (12.4 /
+// 10.5), 28672 x 4096 41.6 / 38.5 (35.5 / 34.8), 4096 x 14336 28.9 / 25.0 (22.2 / 20.7), 8192 x
+// 8192 30.5 / 26.7 (23.5 / 22.3), 57344 x 8192 120.2 / 117.1 (113.1 / 112.9), 8192 x 28672 68.7 /
+// 64.6 (61.3 / 59.8).
 constexpr int64_t kSwapMaxM = 64;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
