@@ -1307,12 +1307,12 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     // The op as served on the 64-token tiles and on the tiles with their operands swapped (16
     // tokens per tile, the weights on the MMA's M side), in turns; the GEMM alone as well.
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
-      RETURN_IF_ERROR(
-          compare(m,
-                  {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
-                   CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x128PingpongSwap,
-                   CutlassSm90Tile::k16x256x128PingpongSwap},
-                  {{" op", true}, {" alone", true, false, false, true}}, 3, o));
+      RETURN_IF_ERROR(compare(
+          m,
+          {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+           CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
+           CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
+          {{" op", true}, {" alone", true, false, false, true}}, 3, o));
     }
     return absl::OkStatus();
   }
@@ -1536,8 +1536,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     if (m <= 256) {
       for (CutlassSm90Tile t :
            {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x64x128Pingpong,
-            CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x128PingpongSwap,
-            CutlassSm90Tile::k16x256x128PingpongSwap}) {
+            CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap}) {
         if (tile_swaps_operands(t) && m > 64) continue;
         variants.push_back({static_cast<int>(t), -1, true, false});
         for (int64_t pf : {0, 64 << 10, 128 << 10}) {

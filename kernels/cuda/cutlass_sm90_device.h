@@ -30,19 +30,21 @@ enum class CutlassSm90Tile : int {
   // the same channels and share each weight tile by multicast (128-256 tokens).
   k64x128x128PingpongC2 = 7,
   // Up to 16 tokens with the operands swapped (the weights' channels on the MMA's M side, see
-  // TileConfig::kSwapAB): 64 or 256 channels per tile.
-  k16x64x128PingpongSwap = 8,
-  k16x256x128PingpongSwap = 9,
+  // TileConfig::kSwapAB): 64 channels with k-tiles of 256 or 512 bytes, 128 with 256.
+  k16x64x256PingpongSwap = 8,
+  k16x64x512PingpongSwap = 9,
+  k16x128x256PingpongSwap = 10,
 };
-inline constexpr int kCutlassSm90Tiles = 10;
+inline constexpr int kCutlassSm90Tiles = 11;
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
 }
 
 inline constexpr bool tile_swaps_operands(CutlassSm90Tile t) {
-  return t == CutlassSm90Tile::k16x64x128PingpongSwap ||
-         t == CutlassSm90Tile::k16x256x128PingpongSwap;
+  return t == CutlassSm90Tile::k16x64x256PingpongSwap ||
+         t == CutlassSm90Tile::k16x64x512PingpongSwap ||
+         t == CutlassSm90Tile::k16x128x256PingpongSwap;
 }
 
 // Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
@@ -173,8 +175,9 @@ const TileOps* tile_64x256x128_pingpong(ElemType y);
 const TileOps* tile_128x128x128_pingpong_q(ElemType y);
 const TileOps* tile_64x256x128_pingpong_q(ElemType y);
 const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
-const TileOps* tile_16x64x128_pingpong_swap(ElemType y);
-const TileOps* tile_16x256x128_pingpong_swap(ElemType y);
+const TileOps* tile_16x64x256_pingpong_swap(ElemType y);
+const TileOps* tile_16x64x512_pingpong_swap(ElemType y);
+const TileOps* tile_16x128x256_pingpong_swap(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -221,10 +224,12 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_64x256x128_pingpong_q(y);
     case CutlassSm90Tile::k64x128x128PingpongC2:
       return tile_64x128x128_pingpong_c2(y);
-    case CutlassSm90Tile::k16x64x128PingpongSwap:
-      return tile_16x64x128_pingpong_swap(y);
-    case CutlassSm90Tile::k16x256x128PingpongSwap:
-      return tile_16x256x128_pingpong_swap(y);
+    case CutlassSm90Tile::k16x64x256PingpongSwap:
+      return tile_16x64x256_pingpong_swap(y);
+    case CutlassSm90Tile::k16x64x512PingpongSwap:
+      return tile_16x64x512_pingpong_swap(y);
+    case CutlassSm90Tile::k16x128x256PingpongSwap:
+      return tile_16x128x256_pingpong_swap(y);
   }
   return nullptr;
 }

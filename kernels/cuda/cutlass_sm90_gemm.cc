@@ -366,24 +366,26 @@ constexpr bool kTuneQuantizingTiles = false;
 // Up to this M tune_tiles times the tiles with their operands swapped (16 tokens per tile, the
 // weights' channels on the MMA's M side, see TileConfig::kSwapAB); beyond it they would read every
 // weight tile once per 16 tokens. Measured on the H200 (bench --swap, the op as served, in turns,
-// three rounds, us, M = 1; the fastest 64-token tile / swapped 16 x 64 / swapped 16 x 256):
-//   6144 x 4096    14.0-14.1 (64x64)    14.1-14.2    16.1-16.2
-//   4096 x 4096    12.4-12.7 (64x64)    12.6-12.8    15.0-15.1
-//   28672 x 4096   35.6-35.9 (64x256)   34.8-35.0    34.3-34.5
-//   4096 x 14336   22.9-23.1 (64x64)    22.1-22.2    34.5-34.7
-//   8192 x 8192    23.4-23.6 (64x64)    22.7-22.9    26.9-27.1
-//   57344 x 8192  119.9-120.0 (64x64)  115.7-116.0  125.4-125.7
-//   8192 x 28672   63.1-63.6 (64x128)   62.1-62.3    74.8-74.9
-// and at M = 16 alike (57344 x 8192 119.5-119.6 -> 115.3-115.6, 8192 x 28672 64.5-64.7 ->
-// 61.4-61.6); docs/kernels.md has the whole table. At M = 64 (four token tiles) the load has not
-// picked them on any benchmark layer.
+// three rounds, us, M = 1; the 64 x 64 tile / swapped 16 x 64 x 256 / 16 x 64 x 512 /
+// 16 x 128 x 256):
+//   6144 x 4096     14.0-14.1    13.2-13.3    13.3         13.4
+//   4096 x 4096     12.5         11.5-11.6    11.4-11.5    12.4-12.5
+//   28672 x 4096    35.8-35.9    34.1-34.2    33.9-34.1    35.8-36.0
+//   4096 x 14336    22.6-22.7    21.1         21.2-21.3    24.5
+//   8192 x 8192     23.2-23.6    22.4-22.7    22.5-22.7    22.9
+//   57344 x 8192   117.4-117.8  112.0-112.1  112.4        115.6-116.0
+//   8192 x 28672    62.7-62.8    60.6-60.7    60.4-60.6    61.0-61.2
+// and at M = 16 alike (28672 x 4096: 36.2-36.3, 34.4-34.5, 34.2-34.3, 33.6-33.8); docs/kernels.md
+// has the whole table. With k-tiles of 128 bytes they were slower (same runs: 16 x 64 x 128
+// 12.6-12.7 on 4096 x 4096, 21.8 on 4096 x 14336, 112.4-112.7 on 57344 x 8192; 16 x 256 x 128
+// 34.1-34.4 on 28672 x 4096, 15.7-15.8 on 4096 x 4096), and were dropped.
 // A swapped 16 x 128 tile on the cooperative schedule with CUTLASS's stream-K scheduler (every
 // SM an even share of the k-tiles, split tiles summed in a workspace whose barriers a memset
 // zeroes before each call) was compiled, tested and measured, and lost everywhere (same bench, M =
-// 1, us, op / GEMM alone, the swapped 16 x 64 tile in brackets): 4096 x 4096 18.7 / 14.9 (12.4 /
-// 10.5), 28672 x 4096 41.6 / 38.5 (35.5 / 34.8), 4096 x 14336 28.9 / 25.0 (22.2 / 20.7), 8192 x
-// 8192 30.5 / 26.7 (23.5 / 22.3), 57344 x 8192 120.2 / 117.1 (113.1 / 112.9), 8192 x 28672 68.7 /
-// 64.6 (61.3 / 59.8).
+// 1, us, op / GEMM alone, the swapped 16 x 64 x 128 tile in brackets): 4096 x 4096 18.7 / 14.9
+// (12.4 / 10.5), 28672 x 4096 41.6 / 38.5 (35.5 / 34.8), 4096 x 14336 28.9 / 25.0 (22.2 / 20.7),
+// 8192 x 8192 30.5 / 26.7 (23.5 / 22.3), 57344 x 8192 120.2 / 117.1 (113.1 / 112.9), 8192 x 28672
+// 68.7 / 64.6 (61.3 / 59.8).
 constexpr int64_t kSwapMaxM = 64;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
