@@ -1530,14 +1530,15 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
       const auto tile = static_cast<CutlassSm90Tile>(t);
-      if (tile_swaps_operands(tile) && m > 64) continue;  // 16 tokens per tile: small M only
+      // 16 tokens per tile: small M only.
+      if (cutlass_sm90::tile_ops(tile, ElemType::kBF16)->swaps_operands && m > 64) continue;
       if (large || !tile_quantizes(tile)) variants.push_back({t});
     }
     if (m <= 256) {
       for (CutlassSm90Tile t :
            {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x64x128Pingpong,
             CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap}) {
-        if (tile_swaps_operands(t) && m > 64) continue;
+        if (cutlass_sm90::tile_ops(t, ElemType::kBF16)->swaps_operands && m > 64) continue;
         variants.push_back({static_cast<int>(t), -1, true, false});
         for (int64_t pf : {0, 64 << 10, 128 << 10}) {
           variants.push_back({static_cast<int>(t), -1, true, true, pf});

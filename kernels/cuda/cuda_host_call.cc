@@ -53,6 +53,8 @@ struct Layout {
     h_azp = h_sa + align_up(row_bytes);
     h_total = h_azp + align_up(row_bytes);
   }
+  // The bytes of the one copy that brings y, sa and (asym) azp back together.
+  size_t output_bytes(bool asym) const { return (asym ? d_azp : d_sa) + row_bytes - d_y; }
 };
 
 // Large copies go in chunks so that the host memcpy of one overlaps the DMA of the previous one
@@ -236,7 +238,7 @@ cudaError_t queue_x_in(const Layout& L, char* dev, char* host, char* host_dev, s
 // when small, see kMappedCopyBytes; host_dev: the device's alias of `host`, or null).
 cudaError_t queue_single_output_copy(const Layout& L, const char* dev, char* host, char* host_dev,
                                      bool asym, cudaStream_t s) {
-  const size_t bytes = (asym ? L.d_azp : L.d_sa) + L.row_bytes - L.d_y;
+  const size_t bytes = L.output_bytes(asym);
   if (host_dev != nullptr && bytes <= kMappedCopyBytes) {
     return launch_mapped_copy(host_dev + L.h_y, dev + L.d_y, bytes, s);
   }
@@ -572,7 +574,7 @@ absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& sh
   ra.y_dtype = shape.y_dtype;
   const Layout L(ra, shape.n, shape.k, device_scratch_bytes(shape.m), false);
   // Larger calls' copies go through the copy engine, the same for every kernel.
-  if (L.x_bytes > kMappedCopyBytes || L.d_azp + L.row_bytes - L.d_y > kMappedCopyBytes) {
+  if (L.x_bytes > kMappedCopyBytes || L.output_bytes(/*asym=*/true) > kMappedCopyBytes) {
     return CudaPreparedKernel::measure_us(shape, cold);
   }
   // One pinned buffer serves every measurement in the process, held while measuring (up to 2 MB
@@ -581,10 +583,10 @@ absl::StatusOr<double> HostCallPreparedKernel::measure_us(const ProblemShape& sh
   static PinnedBuffer* const pinned = new PinnedBuffer();
   const std::lock_guard<std::mutex> lock(pinned_mu);
   RETURN_IF_ERROR(pinned->reserve(L.h_total, "the measurement's pinned buffers"));
+  if (pinned->device_alias() == nullptr) return CudaPreparedKernel::measure_us(shape, cold);
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer device;
   RETURN_IF_ERROR(device.allocate(L.d_total, "the measurement's device buffers"));
-  if (pinned->device_alias() == nullptr) return CudaPreparedKernel::measure_us(shape, cold);
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   const cudaStream_t stream = timer->stream();
   char* dev = static_cast<char*>(device.get());

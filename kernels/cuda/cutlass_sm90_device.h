@@ -41,12 +41,6 @@ inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
 }
 
-inline constexpr bool tile_swaps_operands(CutlassSm90Tile t) {
-  return t == CutlassSm90Tile::k16x64x256PingpongSwap ||
-         t == CutlassSm90Tile::k16x64x512PingpongSwap ||
-         t == CutlassSm90Tile::k16x128x256PingpongSwap;
-}
-
 // Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
 // take (k * 2 bytes of 16-bit activations).
 inline constexpr int kAuxRingBytes = 32768;
@@ -159,8 +153,10 @@ struct TileOps {
   // CTAs per cluster (2: the two CTAs of a cluster share each weight tile by multicast), all
   // along the tokens.
   int cluster_ctas;
-  // Tokens per CTA tile (the tile's first extent).
+  // Tokens per CTA tile (the tile's first extent, its second with the operands swapped).
   int block_m;
+  // Whether the weights are the GEMM's A operand (TileConfig::kSwapAB).
+  bool swaps_operands;
   // The configuration as a request's explanation names it, from its CUTLASS types (e.g.
   // "128x128x128 pingpong, 2x1 cluster").
   const char* (*name)();

@@ -682,9 +682,9 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
       const bool q = tile_quantizes(static_cast<CutlassSm90Tile>(t));
       if (q && !(kTuneQuantizingTiles && whole_ops)) continue;
-      if (tile_swaps_operands(static_cast<CutlassSm90Tile>(t)) && g.m > kSwapMaxM) continue;
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+      if (ops->swaps_operands && g.m > kSwapMaxM) continue;
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
       if (cluster_has_idle_ctas(g.m, *ops)) continue;
       Candidate cand{t, g, ops, 0};
