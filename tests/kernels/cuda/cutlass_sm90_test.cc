@@ -354,6 +354,123 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
   }
 }
 
+// The tile that splits K, with 2, 4 and 5 slices of K = 4160 (slices of 2080, 1040 and 832 bytes:
+// each ends in a part of a k-tile): y bit-exact for every scheme and output type at 1, 7 and 16
+// tokens on N = 336 (a channel tail), launched alone and as served (the quantize kernel's
+// programmatic dependent, the quantize kernel zeroing the partial sums, which start as garbage),
+// on the whole GPU and on 4 CTAs (each then runs many tiles, the slices of a tile meeting in any
+// order). Each launch leaves the partial sums zero. Counts that do not cut K into 16-byte steps,
+// a missing partials buffer and a tile that does not split K are refused.
+TEST_F(CutlassSm90Test, SplitKTileMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  const int64_t n = 336, k = 4160;
+  const CutlassSm90Tile tile = CutlassSm90Tile::k16x64x256PingpongSwapSplitK;
+  for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{16}}) {
+    for (Scheme scheme : kSchemes) {
+      const bool bias = rng.range(0, 1) == 1;
+      const auto w = make_layer(rng, scheme, n, k, bias);
+      ASSERT_NE(w, nullptr);
+      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
+      TileBuffers d;
+      ASSERT_TRUE(d.init(*w, m).ok());
+      DeviceBuffer dx, partials;
+      ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
+      ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_TRUE(partials.allocate(static_cast<size_t>(m * n) * 8, "partial sums").ok());
+      ASSERT_EQ(cudaMemset(partials.get(), 0, partials.size()), cudaSuccess);
+      for (DType yt : kDTypes) {
+        const Expected want = reference_run(*w, x.data(), DType::kBF16, m, yt);
+        ASSERT_TRUE(want.status.ok());
+        ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+        for (int splits : {2, 4, 5}) {
+          for (int run = 0; run < 4; ++run) {
+            const bool served = run % 2 == 1, few_ctas = run >= 2;
+            SCOPED_TRACE(absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " M ", m,
+                                      " y ", dtype_name(yt), " splits ", splits,
+                                      served ? ", as served" : ", alone",
+                                      few_ctas ? ", 4 CTAs" : ""));
+            CutlassSm90Args g = d.args(yt);
+            g.splits = splits;
+            g.partials = partials.as<uint64_t>();
+            g.xq_rows = d.xq_rows;
+            g.weights_evict_first = true;
+            if (few_ctas) g.sm_count = 4;
+            const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
+            ASSERT_NE(ops, nullptr);
+            ASSERT_TRUE(ops->split_k);
+            ASSERT_EQ(ops->prepare(), cudaSuccess);
+            ASSERT_TRUE(ops->can_implement(g));
+            ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d.xq.get(), 0x5A, m * k), cudaSuccess);
+            if (served) {
+              // Garbage the quantize kernel must clear before the GEMM adds into it.
+              ASSERT_EQ(cudaMemset(partials.get(), 0xA5, partials.size()), cudaSuccess);
+              g.pdl = true;
+              g.weight_prefetch_bytes = 64 << 10;
+              g.weights_ahead = true;
+              ASSERT_EQ(
+                  launch_quantize_s8(dx.get(), ElemType::kBF16, m, k, quantize_params(w->config),
+                                     d.xq.as<int8_t>(), d.sa.as<float>(), d.azp.as<int32_t>(),
+                                     stream, reinterpret_cast<int32_t*>(partials.get()), m * n * 2),
+                  cudaSuccess);
+            } else {
+              std::vector<int32_t> azp = want.azp;
+              if (scheme == Scheme::kStaticAsymmetric) azp.assign(m, w->config.input_zero_point);
+              ASSERT_EQ(cudaMemcpy(d.xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
+                        cudaSuccess);
+              ASSERT_EQ(cudaMemcpy(d.sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
+                        cudaSuccess);
+              ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
+                        cudaSuccess);
+            }
+            ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            std::vector<uint8_t> y(m * n * dtype_size(yt));
+            ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            const int64_t i = first_y_mismatch(want.y, y, yt);
+            EXPECT_EQ(i, -1) << "row " << i / n << " col " << i % n << " want "
+                             << load_as_f32(want.y.data(), yt, i) << " got "
+                             << load_as_f32(y.data(), yt, i);
+            std::vector<uint64_t> left(static_cast<size_t>(m * n));
+            ASSERT_EQ(
+                cudaMemcpy(left.data(), partials.get(), partials.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+            EXPECT_EQ(std::count(left.begin(), left.end(), uint64_t{0}),
+                      static_cast<int64_t>(left.size()))
+                << "partial sums left non-zero";
+            if (HasFailure()) return;
+          }
+        }
+      }
+      // Refused: 3 slices of 4160 (not whole 16-byte steps), no partials, a tile without split K.
+      CutlassSm90Args g = d.args(DType::kBF16);
+      g.partials = partials.as<uint64_t>();
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
+      g.splits = 3;
+      EXPECT_FALSE(ops->can_implement(g));
+      EXPECT_EQ(ops->launch(g, nullptr, stream), cudaErrorInvalidValue);
+      g.splits = 2;
+      g.partials = nullptr;
+      EXPECT_FALSE(ops->can_implement(g));
+      EXPECT_EQ(ops->launch(g, nullptr, stream), cudaErrorInvalidValue);
+      g.partials = partials.as<uint64_t>();
+      const cutlass_sm90::TileOps* whole =
+          cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256PingpongSwap, g.y_type);
+      EXPECT_FALSE(whole->split_k);
+      EXPECT_FALSE(whole->can_implement(g));
+      EXPECT_EQ(whole->launch(g, nullptr, stream), cudaErrorInvalidValue);
+    }
+  }
+}
+
 // The quantizing tiles (activations quantized inside the GEMM launch) through the device entry
 // point on 16-bit x: y and sa bit-exact against the reference for every scheme, with the
 // quantize kernel doing 1 row, 129 rows or the tile's own choice and the GEMM's auxiliary warps
