@@ -1225,9 +1225,7 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
 // ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
 // ways. With --swap instead: at M = 1 and 16, the 64-token tiles without a cluster and the tiles
-// with their operands swapped (TileConfig::kSwapAB), the op as served and the GEMM alone, and the
-// swapped tile that splits K with 2 and 4 slices ("s2", "s4"; alone, its partial sums stay zero
-// between calls; as served, the quantize kernel zeroes them).
+// with their operands swapped (TileConfig::kSwapAB), the op as served and the GEMM alone.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1240,12 +1238,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool zero_fill = false;   // the token block's rows past m zero-filled, not read from xq
     bool alone = false;       // the GEMM alone, without the quantize kernel before it
     bool whole_rows = false;  // the quantize kernel never splitting a row between blocks
-    int splits = 1;           // slices of K (the tile that splits K only)
   };
-  // The split-K tile's partial sums for up to 16 tokens, zero (the launches leave them so).
-  DeviceBuffer partials;
-  RETURN_IF_ERROR(partials.allocate(static_cast<size_t>(16 * sc.n) * 8, "partial sums"));
-  RETURN_IF_CUDA_ERROR(cudaMemset(partials.get(), 0, partials.size()));
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
                      std::initializer_list<Hint> hints, int rounds,
@@ -1268,10 +1261,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       bool first = true;
       for (const Hint& h : hints) {
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
-        if ((h.splits > 1) != ops->split_k) continue;
-        g.splits = h.splits;
-        g.partials = h.splits > 1 ? partials.as<uint64_t>() : nullptr;
-        if (!ops->can_implement(g)) continue;
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
@@ -1279,12 +1268,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
         auto op = [&, g, ops, alone, split](int s) -> absl::Status {
           if (!alone) {
-            const bool zero = g.splits > 1;
-            RETURN_IF_CUDA_ERROR(
-                launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{},
-                                   b.xq.as<int8_t>(), b.sa.as<float>(), b.azp.as<int32_t>(), stream,
-                                   zero ? reinterpret_cast<int32_t*>(g.partials) : nullptr,
-                                   zero ? m * sc.n * 2 : 0, nullptr, split));
+            RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+                b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
+                b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
           }
           CutlassSm90Args gs = g;
           gs.w = b.w[s].as<int8_t>();
@@ -1323,16 +1309,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
       RETURN_IF_ERROR(compare(
           m,
-          {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
-           CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap,
-           CutlassSm90Tile::k16x64x256PingpongSwapSplitK},
-          {{" op", true},
-           {" op s2", true, false, false, false, false, 2},
-           {" op s4", true, false, false, false, false, 4},
-           {" alone", true, false, false, true},
-           {" alone s2", true, false, false, true, false, 2},
-           {" alone s4", true, false, false, true, false, 4}},
-          3, o));
+          {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
+           CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
+           CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
+          {{" op", true}, {" alone", true, false, false, true}}, 3, o));
     }
     return absl::OkStatus();
   }

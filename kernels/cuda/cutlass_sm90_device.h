@@ -34,11 +34,8 @@ enum class CutlassSm90Tile : int {
   k16x64x256PingpongSwap = 8,
   k16x64x512PingpongSwap = 9,
   k16x128x256PingpongSwap = 10,
-  // 16 x 64 x 256 swapped, K cut into CutlassSm90Args::splits slices, each its own CTA tile, their
-  // sums met in the epilogue (cutlass_sm90_split_k.cuh): more CTAs on layers of few channels.
-  k16x64x256PingpongSwapSplitK = 11,
 };
-inline constexpr int kCutlassSm90Tiles = 12;
+inline constexpr int kCutlassSm90Tiles = 11;
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
@@ -131,11 +128,6 @@ struct CutlassSm90Args {
   QuantizeParams qp;
   int32_t* counters = nullptr;
   int64_t prefix = -1;
-  // Split-K tiles only (TileOps::split_k): K cut into `splits` equal slices (k % (16 * splits) ==
-  // 0), each run by its own CTA tile, and with splits > 1 the slices' sums met in partials
-  // [m * n] (64-bit words, zero before the launch; the launch leaves them zero). 1: K whole.
-  int splits = 1;
-  uint64_t* partials = nullptr;
 };
 
 namespace cutlass_sm90 {
@@ -165,8 +157,6 @@ struct TileOps {
   int block_m;
   // Whether the weights are the GEMM's A operand (TileConfig::kSwapAB).
   bool swaps_operands;
-  // Whether the tile takes CutlassSm90Args::splits > 1 (TileConfig::kSplitK).
-  bool split_k;
   // The configuration as a request's explanation names it, from its CUTLASS types (e.g.
   // "128x128x128 pingpong, 2x1 cluster").
   const char* (*name)();
@@ -184,7 +174,6 @@ const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
 const TileOps* tile_16x64x256_pingpong_swap(ElemType y);
 const TileOps* tile_16x64x512_pingpong_swap(ElemType y);
 const TileOps* tile_16x128x256_pingpong_swap(ElemType y);
-const TileOps* tile_16x64x256_pingpong_swap_split_k(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -237,8 +226,6 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x512_pingpong_swap(y);
     case CutlassSm90Tile::k16x128x256PingpongSwap:
       return tile_16x128x256_pingpong_swap(y);
-    case CutlassSm90Tile::k16x64x256PingpongSwapSplitK:
-      return tile_16x64x256_pingpong_swap_split_k(y);
   }
   return nullptr;
 }

@@ -386,14 +386,20 @@ constexpr bool kTuneQuantizingTiles = false;
 // (12.4 / 10.5), 28672 x 4096 41.6 / 38.5 (35.5 / 34.8), 4096 x 14336 28.9 / 25.0 (22.2 / 20.7),
 // 8192 x 8192 30.5 / 26.7 (23.5 / 22.3), 57344 x 8192 120.2 / 117.1 (113.1 / 112.9), 8192 x 28672
 // 68.7 / 64.6 (61.3 / 59.8).
+// So did a split K of our own on the 16 x 64 x 256 swapped tile (commit 3170a88, reverted): K cut
+// into 2 or 4 slices run as the GEMM's batches, each element's int32 partial sums meeting in one
+// 64-bit word by an atomic add that also counts the slices (the last to arrive applies the
+// epilogue and stores y), the words zeroed by the quantize kernel. y was bit-exact, but twice the
+// CTAs on a 4096-wide layer did not stream its weights any faster, and the sums cost more at 16
+// tokens (same bench, the first of three rounds, the op / the GEMM alone, us, the unsplit tile /
+// 2 slices / 4 slices):
+//   4096 x 4096   M = 1   11.4 / 11.8 / 12.5    10.1 / 10.8 / 11.5
+//                 M = 16  11.5 / 14.3 / 17.1    10.1 / 12.7 / 15.1
+//   28672 x 4096  M = 1   33.3 / 37.0 / 41.1    32.7 / 33.9 / 37.7
+//   4096 x 14336  M = 1   21.5 / 21.6 / 21.6    20.4 / 20.7 / 21.0
+//   8192 x 28672  M = 1   59.6 / 59.6 / 59.6    58.7 / 59.3 / 59.6
+// and slower on the other layers too (57344 x 8192 at M = 16: 110.0 / 137.0 / 156.7).
 constexpr int64_t kSwapMaxM = 64;
-
-// Up to this M tune_tiles times the tile that splits K (one token block of 16), with each count of
-// kSplitCounts that divides the layer's K into slices of whole 16-byte steps. Its slices meet in
-// 64-bit words, m * n of them, which the quantize kernel launched before it zeroes.
-constexpr int64_t kSplitKMaxM = 16;
-constexpr int kSplitCounts[] = {2, 4};
-bool splits_fit(int64_t k, int splits) { return k % (16 * int64_t{splits}) == 0; }
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
@@ -411,11 +417,10 @@ CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
 constexpr DType kYTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 [[maybe_unused]] int y_index(DType t) { return t == DType::kF32 ? 0 : t == DType::kF16 ? 1 : 2; }
 
-// Where run_device keeps its intermediates inside the caller's scratch (each 256-byte aligned);
-// the split-K tile's partial sums for up to kSplitKMaxM tokens of n channels.
+// Where run_device keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
-  size_t xq = 0, sa = 0, azp = 0, counters = 0, partials = 0, workspace = 0, total = 0;
-  ScratchLayout(int64_t m, int64_t n, int64_t k, size_t workspace_bytes) {
+  size_t xq = 0, sa = 0, azp = 0, counters = 0, workspace = 0, total = 0;
+  ScratchLayout(int64_t m, int64_t k, size_t workspace_bytes) {
     size_t off = 0;
     auto take = [&off](size_t bytes) {
       const size_t at = off;
@@ -426,7 +431,6 @@ struct ScratchLayout {
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
     counters = take(static_cast<size_t>(quantizing_tile_counters(m)) * 4);
-    partials = take(m <= kSplitKMaxM ? static_cast<size_t>(m * n) * 8 : 0);
     workspace = take(workspace_bytes);
     total = off;
   }
@@ -437,7 +441,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights);
 
   size_t device_scratch_bytes(int64_t m) const override {
-    return ScratchLayout(m, weights_.config.n, weights_.config.k, 0).total;
+    return ScratchLayout(m, weights_.config.k, 0).total;
   }
   int64_t extra_bytes() const override {
     return HostCallPreparedKernel::extra_bytes() +
@@ -447,13 +451,10 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
  private:
   explicit CutlassSm90Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {
     tuned_.fill(-1);
-    tuned_splits_.fill(1);
   }
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
-  // The slices of K a call of m tokens cuts its GEMM into (1 but on the split-K tile).
-  int splits_for_call(int64_t m) const;
   // The index in kTuneMs whose timed choice a call of m tokens takes (tuned_ there may be -1).
   size_t tuned_index(int64_t m) const;
   std::string variant(int64_t m) const override;
@@ -477,8 +478,6 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
   // The tile timed fastest on this layer at each of kTuneMs; -1 where not timed (tile_for).
   std::array<int, std::size(kTuneMs)> tuned_;
-  // With it, the slices of K it was timed with (CutlassSm90Args::splits).
-  std::array<int, std::size(kTuneMs)> tuned_splits_;
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
@@ -538,7 +537,6 @@ absl::Status CutlassSm90Prepared::init() {
   const absl::Status tuned = tune_tiles();
   if (absl::IsResourceExhausted(tuned)) {
     tuned_.fill(-1);
-    tuned_splits_.fill(1);
     return absl::OkStatus();
   }
   return tuned;
@@ -560,18 +558,11 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
-int CutlassSm90Prepared::splits_for_call(int64_t m) const {
-  const size_t i = tuned_index(m);
-  return tuned_[i] >= 0 && m <= kSplitKMaxM ? tuned_splits_[i] : 1;
-}
-
 std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
   const size_t i = tuned_index(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
-  const int splits = splits_for_call(m);
   return absl::StrCat("tile ", ops.name(),
-                      splits > 1 ? absl::StrCat(" (K in ", splits, " slices)") : std::string(),
                       tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
                                      : std::string(" (by rule: not timed at load, its operands "
                                                    "over 256 MB or the GPU short of memory)"),
@@ -613,7 +604,6 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
 absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
-  tuned_splits_.fill(1);
   const LayerConfig& c = weights_.config;
   constexpr int64_t kTuneBytes = int64_t{256} << 20;
   int64_t max_m = 0;
@@ -622,7 +612,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   }
   if (max_m == 0) return absl::OkStatus();
   // Declared before the timer, so freed after its stream has been synchronised.
-  DeviceBuffer x, xq, sa, azp, counters, partials, y;
+  DeviceBuffer x, xq, sa, azp, counters, y;
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   RETURN_IF_ERROR(timer->reserve_cold());  // M = 1 is always timed cold
   // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
@@ -640,8 +630,6 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       RETURN_IF_ERROR(x.allocate(static_cast<size_t>(top * c.k) * 2, "tile tuning inputs"));
       RETURN_IF_ERROR(counters.allocate(static_cast<size_t>(quantizing_tile_counters(top)) * 4,
                                         "tile tuning counters"));
-      RETURN_IF_ERROR(partials.allocate(static_cast<size_t>(std::min(top, kSplitKMaxM) * c.n) * 8,
-                                        "tile tuning partial sums"));
     }
     return absl::OkStatus();
   };
@@ -649,7 +637,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   // than failing the layer; the buffers are freed before the load returns.
   for (absl::Status st = allocate(max_m); !st.ok(); st = allocate(max_m)) {
     if (!absl::IsResourceExhausted(st)) return st;
-    for (DeviceBuffer* b : {&x, &xq, &sa, &azp, &counters, &partials, &y}) b->reset();
+    for (DeviceBuffer* b : {&x, &xq, &sa, &azp, &counters, &y}) b->reset();
     int64_t lower = 0;
     for (int64_t m : kTuneMs) lower = m < max_m ? m : lower;
     max_m = lower;
@@ -695,13 +683,10 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     auto call_of = [&](const Candidate& candidate) {
       return [&, cp = &candidate](cudaStream_t stream) -> absl::Status {
         if (whole_ops && !tile_quantizes(static_cast<CutlassSm90Tile>(cp->tile))) {
-          // The quantize kernel (zeroing the split-K tile's partial sums), then the GEMM.
-          const bool split = cp->args.splits > 1;
+          // The quantize kernel, then the GEMM.
           RETURN_IF_CUDA_ERROR(launch_quantize_s8(
               g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(), sa.as<float>(), azp.as<int32_t>(),
-              stream, split ? reinterpret_cast<int32_t*>(cp->args.partials) : nullptr,
-              split ? g.m * g.n * 2 : 0, nullptr,
-              cutlass_sm90::split_quantize_rows(g.m, g.k, sm_count_)));
+              stream, nullptr, 0, nullptr, cutlass_sm90::split_quantize_rows(g.m, g.k, sm_count_)));
         }
         RETURN_IF_CUDA_ERROR(cp->ops->launch(cp->args, nullptr, stream));
         return absl::OkStatus();
@@ -715,29 +700,13 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       if (ops->swaps_operands && g.m > kSwapMaxM) continue;
       if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
       if (cluster_has_idle_ctas(g.m, *ops)) continue;
-      // The split-K tile with each count of slices that fits (as served: after the quantize
-      // kernel, which zeroes its partial sums); the others with K whole.
-      std::vector<int> split_counts{1};
-      if (ops->split_k) {
-        split_counts.clear();
-        if (whole_ops && g.m <= kSplitKMaxM && partials.get() != nullptr) {
-          for (int s : kSplitCounts) {
-            if (splits_fit(g.k, s)) split_counts.push_back(s);
-          }
-        }
-      }
-      for (int s : split_counts) {
-        Candidate cand{t, g, ops, 0};
-        cand.args.splits = s;
-        cand.args.partials = s > 1 ? partials.as<uint64_t>() : nullptr;
-        if (!ops->can_implement(cand.args)) continue;
-        // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
-        cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
-        candidates.push_back(cand);
-        const auto call = call_of(candidates.back());
-        RETURN_IF_ERROR(call(timer->stream()));  // warm-up
-        ASSIGN_OR_RETURN(candidates.back().us, timer->median_us(5, cold, call));
-      }
+      Candidate cand{t, g, ops, 0};
+      // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
+      cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
+      const auto call = call_of(cand);
+      RETURN_IF_ERROR(call(timer->stream()));  // warm-up
+      ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
+      candidates.push_back(cand);
     }
     if (candidates.empty()) continue;
     // The fastest few timed again in turns, one call each per round (kTuneRounds), and the
@@ -755,9 +724,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     for (size_t j = 0; j < candidates.size(); ++j) {
       if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
-    const Candidate& best = candidates[lowest_median(rounds)];
-    tuned_[i] = best.tile;
-    tuned_splits_[i] = best.args.splits;
+    tuned_[i] = candidates[lowest_median(rounds)].tile;
   }
   return absl::OkStatus();
 #else
@@ -774,7 +741,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (m < 1 || m > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError("M must be in 1..2^31-1");
   }
-  const ScratchLayout L(m, c.n, c.k, 0);
+  const ScratchLayout L(m, c.k, 0);
   int8_t* xq = at<int8_t>(scratch, L.xq);
   float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
@@ -795,16 +762,11 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
-  // The split-K tile's partial sums, zeroed by the quantize kernel.
-  g.splits = ops->split_k ? splits_for_call(m) : 1;
-  if (g.splits > 1) g.partials = at<uint64_t>(scratch, L.partials);
-  int32_t* zero = reinterpret_cast<int32_t*>(g.partials);
-  const int64_t zero_count = g.splits > 1 ? m * c.n * 2 : 0;
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {
     RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
-                                            g.qp, xq, sa, azp, stream, zero, zero_count, nullptr,
+                                            g.qp, xq, sa, azp, stream, nullptr, 0, nullptr,
                                             cutlass_sm90::split_quantize_rows(m, c.k, sm_count_),
                                             RowParamsMirror{args.sa_host, args.azp_host}));
   }

@@ -33,7 +33,6 @@
 #include "kernels/cuda/cutlass_sm90_dependent_mainloop.cuh"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_quantizing_mainloop.cuh"
-#include "kernels/cuda/cutlass_sm90_split_k.cuh"
 
 namespace qlinear::gpu::cutlass_sm90 {
 
@@ -117,10 +116,8 @@ struct FmaRn<cutlass::Array<float, N>> {
 // instruction, its least) and the tokens on its N side (8 or more), so that a tile for a few
 // tokens need not load 64 rows of activations per k-tile (the rows past M are read as whole token
 // blocks, see CutlassSm90Args::xq_rows) and its pipeline stages hold mostly weights.
-// With kSplitK (swapped tiles only) the GEMM runs CutlassSm90Args::splits slices of K as its
-// batches and the epilogue sums them (cutlass_sm90_split_k.cuh).
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
-          bool kQuantize_ = false, bool kSwapAB_ = false, bool kSplitK_ = false>
+          bool kQuantize_ = false, bool kSwapAB_ = false>
 struct TileConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
@@ -129,9 +126,7 @@ struct TileConfig {
   // The activations are quantized inside the launch (cutlass_sm90_quantizing_mainloop.cuh).
   static constexpr bool kQuantize = kQuantize_;
   static constexpr bool kSwapAB = kSwapAB_;
-  static constexpr bool kSplitK = kSplitK_;
   static_assert(!(kQuantize && kSwapAB), "a quantizing tile keeps the activations as A");
-  static_assert(!kSplitK || kSwapAB, "the split-K epilogue takes the channels as the GEMM's M");
   // The tile's and the cluster's extents along the tokens and along the channels.
   static constexpr int kTokenDim = kSwapAB ? 1 : 0;
   static constexpr int kChannelDim = kSwapAB ? 0 : 1;
@@ -162,12 +157,6 @@ struct FusedGemm {
   using T = EVT<Compute<WrapSub, float, int32_t>, Acc, ZpTerm>;
   using Scaled = EVT<Compute<MulRn, float, float>, ChannelVec<float>, T>;
   using Out = EVT<Compute<FmaRn, ElementD, float>, TokenVec<float>, Scaled, ChannelVec<float>>;
-  // Split K: one node sums the slices and applies the same steps (cutlass_sm90_split_k.cuh).
-  using SplitOut = EVT<SplitKStore<ElementD>, TokenVec<float>, TokenVec<int32_t>, ChannelVec<float>,
-                       ChannelVec<int32_t>, ChannelVec<float>>;
-  using Fusion = std::conditional_t<Config::kSplitK, SplitOut, Out>;
-  // The collective's own D: none where the split-K node stores y.
-  using StoredD = std::conditional_t<Config::kSplitK, void, ElementD>;
 
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   // y [m, n] row-major; swapped, the GEMM's D is its transpose, [n, m] column-major.
@@ -176,7 +165,7 @@ struct FusedGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void, LayoutD, kAlignD,
-      StoredD, LayoutD, kAlignD, typename Config::EpilogueSchedule, Fusion>::CollectiveOp;
+      ElementD, LayoutD, kAlignD, typename Config::EpilogueSchedule, Out>::CollectiveOp;
   using StockMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, cutlass::layout::RowMajor, 16,
       int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
@@ -196,14 +185,11 @@ struct FusedGemm {
     const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
     // The GEMM's own M and N (swapped: channels, then tokens).
     const int gm = Config::kSwapAB ? n : m, gn = Config::kSwapAB ? m : n;
-    // Split K: `splits` batches of k / splits, each row's slices one after another.
-    const int splits = Config::kSplitK && a.splits > 1 ? a.splits : 1;
-    const int gk = k / splits;
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
-    typename Out::Arguments out{
+    typename Out::Arguments evt{
         {a.sa},  // sa [m]
         {
             {a.sb},  // sb [n]
@@ -217,26 +203,14 @@ struct FusedGemm {
         {a.bias_v},  // bias_v [n]
         {},          // fma
     };
-    typename SplitOut::Arguments split_out{
-        {a.sa},  {a.azp},    {a.sb},
-        {a.adj}, {a.bias_v}, {a.partials, static_cast<ElementD*>(a.y), splits},
-    };
-    typename Fusion::Arguments evt;
-    if constexpr (Config::kSplitK) {
-      evt = split_out;
-    } else {
-      evt = out;
-    }
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = a.sm_count;
     const int8_t* ptr_a = Config::kSwapAB ? a.w : a.xq;
     const int8_t* ptr_b = Config::kSwapAB ? a.xq : a.w;
-    StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(gm, k, 1));
-    StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(gn, k, 1));
-    cute::get<2>(stride_a) = gk;  // the next slice of the same rows
-    cute::get<2>(stride_b) = gk;
-    typename StockMainloop::Arguments mainloop{ptr_a, stride_a, ptr_b, stride_b};
+    typename StockMainloop::Arguments mainloop{
+        ptr_a, cutlass::make_cute_packed_stride(StrideA{}, cute::make_shape(gm, k, 1)), ptr_b,
+        cutlass::make_cute_packed_stride(StrideB{}, cute::make_shape(gn, k, 1))};
     using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
     typename Kernel::TileScheduler::Arguments scheduler;
     scheduler.max_swizzle_size = a.swizzle < 1 ? 1 : a.swizzle;
@@ -245,10 +219,10 @@ struct FusedGemm {
                                                                 : Raster::Heuristic;
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {gm, gn, gk, splits},
+        {gm, gn, k, 1},
         mainloop_arguments(a, mainloop),
         {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(gm, gn, 1)),
-         static_cast<StoredD*>(Config::kSplitK ? nullptr : a.y),
+         static_cast<ElementD*>(a.y),
          cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(gm, gn, 1))},
         hw,
         scheduler};
@@ -335,23 +309,14 @@ struct FusedGemm {
     }
   }
 
-  // Split K: equal slices of whole 16-byte rows' worth (the TMA's alignment), and the partials'
-  // words for a call that has more than one.
-  static bool takes_splits(const CutlassSm90Args& a) {
-    if (a.splits == 1) return true;
-    return Config::kSplitK && a.splits > 1 && a.splits <= kMaxSplits &&
-           a.k % (16 * int64_t{a.splits}) == 0 && a.partials != nullptr;
-  }
-
   static bool can_implement(const CutlassSm90Args& a) {
-    return takes_activations(a) && takes_splits(a) &&
-           Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
+    return takes_activations(a) && Gemm::can_implement(arguments(a)) == cutlass::Status::kSuccess;
   }
 
   static cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
     cudaError_t e = prepare();
     if (e != cudaSuccess) return e;
-    if (!takes_activations(a) || !takes_splits(a)) return cudaErrorInvalidValue;
+    if (!takes_activations(a)) return cudaErrorInvalidValue;
     const typename Gemm::Arguments args = arguments(a);
     if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
     bool pdl = a.pdl;
@@ -393,7 +358,6 @@ const char* tile_name() {
                                                                                    : " cooperative";
     if (Config::kQuantize) s += " quantizing";
     if (Config::kSwapAB) s += ", operands swapped";
-    if (Config::kSplitK) s += ", split K";
     if (cute::size(C{}) > 1) {
       s += ", " + std::to_string(cute::size<Config::kTokenDim>(C{})) + "x" +
            std::to_string(cute::size<Config::kChannelDim>(C{})) + " cluster";
@@ -413,7 +377,6 @@ constexpr TileOps tile_ops() {
                  static_cast<int>(cute::size(typename Config::ClusterShape{})),
                  static_cast<int>(cute::size<Config::kTokenDim>(typename Config::TileShape{})),
                  Config::kSwapAB,
-                 Config::kSplitK,
                  &tile_name<Config>};
 }
 
