@@ -399,6 +399,13 @@ constexpr bool kTuneQuantizingTiles = false;
 //   4096 x 14336  M = 1   21.5 / 21.6 / 21.6    20.4 / 20.7 / 21.0
 //   8192 x 28672  M = 1   59.6 / 59.6 / 59.6    58.7 / 59.3 / 59.6
 // and slower on the other layers too (57344 x 8192 at M = 16: 110.0 / 137.0 / 156.7).
+// Two more swapped tiles measured slower as well (a later run of the same bench, three rounds,
+// the op at M = 1, us, 16 x 128 x 256 / 16 x 128 x 512 (fewer, larger stages) / 16 x 256 x 256 (on
+// 28672 x 4096 one tile per CTA, 112 CTAs), with the kept tiles' best in brackets):
+//   4096 x 4096     12.3-12.4    13.5-13.6    18.4-18.7    (16 x 64 x 256 11.5-11.6)
+//   28672 x 4096    35.4-35.5    35.9-36.0    34.9-35.0    (16 x 64 x 512 34.0-34.2)
+//   57344 x 8192   117.2-117.4  118.0-118.3  113.3-113.4   (16 x 64 x 256 111.0-111.2)
+// and in the first round 4096 x 14336 24.6 / 29.6 / 48.6, 8192 x 28672 61.2 / 65.1 / 100.3.
 constexpr int64_t kSwapMaxM = 64;
 
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
