@@ -95,13 +95,15 @@ constexpr TileStep kLadder[] = {
 // 8192 x 8192 31.0 / 29.6, 57344 x 8192 181.7 / 168.2, 8192 x 28672 89.9 / 83.8.
 // A layer times the tiles on its own weights at load (tune_tiles) and uses these rules only
 // where it did not (operands too large to time, or the GPU short of memory at load). From the
-// table: up to 64 tokens on layers 16384 or wider, 64 x 256 tiles (each SM streams twice the weight
+// table: 17..64 tokens on layers 16384 or wider, 64 x 256 tiles (each SM streams twice the weight
 // rows per K step: 57344 x 8192 at M = 1 runs at 3.95 TB/s); 17..64 tokens elsewhere, and 65..128
 // on 4096-wide layers, 64 x 64 tiles (twice the tiles, more SMs streaming); 129..256 tokens on
 // layers 8192 or wider, 128 x 128. Halving the tile again does not pay: a 64 x 32 tile (128 CTAs on
 // a 4096-wide layer) measured no faster than 64 x 64 anywhere (H200, GEMM alone, us, 64 x 64 / 64 x
 // 32: 4096 x 14336 at M = 64 22.6 / 23.0, at M = 1 34.7 / 37.2; 4096 x 4096 at M = 64 11.3 / 11.3;
-// 8192 x 8192 at M = 64 23.9 / 24.7), so it was not kept.
+// 8192 x 8192 at M = 64 23.9 / 24.7), so it was not kept. Up to 16 tokens the swapped 16 x 64 x
+// 256 tile beats every 64-token tile on all seven benchmark layers, and is within 0.9 us of the
+// fastest swapped tile on each (the table beside kSwapMaxM).
 // Two other configurations of the 128 x 128 tile were measured and not kept (H200, bench tile
 // sweep, GEMM alone, us, the pingpong tile with its 2 x 1 cluster / the variant):
 //   - a 2 x 2 cluster, each activation tile multicast to the two CTAs along N as well, which
@@ -121,6 +123,7 @@ constexpr TileStep kLadder[] = {
 // What bounds the pingpong tile there is the tensor pipe at the clock the GPU holds (Nsight
 // Compute on 8192 x 28672 at M = 256: busy 83% of the cycles at 1.49 GHz; docs/kernels.md).
 [[maybe_unused]] CutlassSm90Tile tile_for(int64_t m, int64_t n) {
+  if (m <= 16) return CutlassSm90Tile::k16x64x256PingpongSwap;
   if (m <= 64 && n >= 16384) return CutlassSm90Tile::k64x256x128Pingpong;
   if (m > 16 && (m <= 64 || (m <= 128 && n <= 4096))) return CutlassSm90Tile::k64x64x128Pingpong;
   if (m > 128 && m <= 256 && n >= 8192) return CutlassSm90Tile::k128x128x128Pingpong;

@@ -90,7 +90,7 @@ TEST_F(CutlassSm90Test, CallsPastTheLargestTimedMTakeItsTile) {
 // A layer loaded on a GPU short of memory still loads, y exact: with room for the load's timing
 // buffers at M = 4096 (80 MB) but not at 8192 (160 MB) it times the tiles up to 4096, and calls
 // past that take the choice there; without room for its cold timings' L2 flush buffer it times
-// nothing and takes the rules.
+// nothing and takes the rules (at M = 1 the swapped 16 x 64 x 256 tile).
 TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -122,6 +122,8 @@ TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
     } else {
       EXPECT_TRUE(absl::StrContains(at1, "(by rule: not timed at load")) << at1;
       EXPECT_TRUE(absl::StrContains(at_max, "(by rule: not timed at load")) << at_max;
+      // The rule up to 16 tokens: the swapped 16 x 64 x 256 tile.
+      EXPECT_TRUE(absl::StrContains(at1, "16x64x256 pingpong, operands swapped")) << at1;
     }
     for (int64_t m : {int64_t{1}, int64_t{64}}) {
       EXPECT_TRUE(check_call(p, make_x(rng, m, 4096, DType::kBF16), DType::kBF16, m, DType::kBF16));
