@@ -35,18 +35,18 @@
 //                          [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
-//  and 16, cuda.cutlass_sm90's CTAs at M = 64-256; see diagnose_gemv, diagnose_stream and
+//  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
 //  diagnose_cutlass; --scheduler: only the large-M tiles with each tile-scheduler walk, warm,
 //  after an L2 flush and after the quantize kernel, see sweep_scheduler; --stream_prefetch: only
 //  cuda.stream_s8's ring depths and L2 prefetches at M = 1 and 16, see compare_stream_prefetch;
 //  --weights_hint: only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights'
 //  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
 //  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
-//  --swap: only its ops and GEMMs at M = 1 and 16 on the 64-token tiles and on the tiles with
-//  their operands swapped, see compare_weights_hint; --prefill: only its large-M ops, the quantize
-//  pass's cost beside the GEMM's, see compare_prefill; --energy: only the large-M ops' energy,
-//  power and SM clock, see compare_energy; --reads: only the weights read alone in each form, see
-//  compare_reads)
+//  --swap: only its ops and GEMMs at M = 1 and 16 on the 64 x 64 tile and on the tiles with
+//  their operands swapped, with every stage or a few ahead, see compare_weights_hint; --prefill:
+//  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
+//  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
+//  read alone in each form, see compare_reads)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -1224,8 +1224,11 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // served, with the token block's rows past M zero-filled by the TMA ("zf"; served: read from
 // xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
 // ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
-// ways. With --swap instead: at M = 1 and 16, the 64-token tiles without a cluster and the tiles
-// with their operands swapped (TileConfig::kSwapAB), the op as served and the GEMM alone.
+// ways. With --swap instead: at M = 1 and 16, the 64 x 64 tile and the tiles with their operands
+// swapped (TileConfig::kSwapAB), the GEMM alone and the op as the quantize kernel's dependent with
+// every stage's weights issued before the wait ("op") or 4 or 2 stages' ("a4", "a2";
+// CutlassSm90Args::weights_ahead_stages), each with 64 KB of L2 prefetch per CTA but "pf0" (none)
+// and "a4pf256" (256 KB).
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1238,6 +1241,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool zero_fill = false;   // the token block's rows past m zero-filled, not read from xq
     bool alone = false;       // the GEMM alone, without the quantize kernel before it
     bool whole_rows = false;  // the quantize kernel never splitting a row between blocks
+    int ahead_stages = 0;     // CutlassSm90Args::weights_ahead_stages (0: every stage)
+    int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1263,6 +1268,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
+        g.weights_ahead_stages = h.ahead_stages;
+        g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1309,10 +1316,16 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
       RETURN_IF_ERROR(compare(
           m,
-          {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k64x128x128Pingpong,
-           CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
+          {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
            CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
-          {{" op", true}, {" alone", true, false, false, true}}, 3, o));
+          {{" op", true},
+           {" a4", true, false, false, false, false, 4},
+           {" a2", true, false, false, false, false, 2},
+           {" pf0", true, false, false, false, false, 0, 0},
+           {" a4pf0", true, false, false, false, false, 4, 0},
+           {" a4pf256", true, false, false, false, false, 4, 256},
+           {" alone", true, false, false, true}},
+          3, o));
     }
     return absl::OkStatus();
   }
@@ -1345,39 +1358,54 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   return absl::OkStatus();
 }
 
-// --diagnose, cuda.cutlass_sm90 at M = 64, 128 and 256: the quantize kernel then the 64 x 128
-// and 64 x 256 tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in
-// stream order, as its programmatic dependent ("pdl") and as that issuing its first stages'
-// weights before the wait ("pdl ahead", tiles without a cluster), with the producers' %globaltimer
-// stamps (medians over traced launches, us from the first CTA's start): the spread of CTA starts,
-// when the last producer got past the grid dependency, how many CTAs started only after it, and the
-// fastest, median and slowest CTA's time from then to its last loads issued; with the SMs the CTAs
-// ran on (distinct SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest
-// CTAs with their times.
+// --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
+// the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
+// rows, as served) and at M = 64, 128 and 256: the quantize kernel then the 64 x 128 and 64 x 256
+// tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in stream order, as
+// its programmatic dependent ("pdl") and as that issuing its first stages' weights before the wait
+// ("pdl ahead", tiles without a cluster), with the producers' %globaltimer stamps (medians over
+// traced launches, us from the first CTA's start): the spread of CTA starts, when the last producer
+// got past the grid dependency, how many CTAs started only after it, and the fastest, median and
+// slowest CTA's time from then to its last loads issued; with the SMs the CTAs ran on (distinct
+// SMs, most CTAs on one SM) and, for the last launch, the SMs of the 6 slowest CTAs with their
+// times.
 absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                               cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
   const int sms = host_info().gpus[0].sm_count;
   QuantizeParams qp;
-  for (int64_t m : {int64_t{64}, int64_t{128}, int64_t{256}}) {
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{128}, int64_t{256}}) {
     const int slots = m <= 64 ? b.copies : 1;
-    for (CutlassSm90Tile tile :
-         {CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
-          CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong}) {
+    const bool decode = m <= 16;
+    const std::vector<CutlassSm90Tile> tiles =
+        decode ? std::vector<CutlassSm90Tile>{CutlassSm90Tile::k64x64x128Pingpong,
+                                              CutlassSm90Tile::k16x64x256PingpongSwap,
+                                              CutlassSm90Tile::k16x64x512PingpongSwap,
+                                              CutlassSm90Tile::k16x128x256PingpongSwap}
+               : std::vector<CutlassSm90Tile>{
+                     CutlassSm90Tile::k64x128x128Pingpong, CutlassSm90Tile::k64x256x128Pingpong,
+                     CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong};
+    const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+    for (CutlassSm90Tile tile : tiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       if (ops->cluster_ctas > 1 && m < 128) continue;
       RETURN_IF_CUDA_ERROR(ops->prepare());
       for (int form : {0, 1, 2}) {  // stream order; dependent; dependent, weights ahead
         if (form == 2 && ops->cluster_ctas > 1) continue;  // (no such form with a cluster)
+        if (decode && form == 1) continue;
         const bool pdl = form > 0;
         auto op = [&](int s, uint64_t* trace) -> absl::Status {
-          RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, qp,
-                                                  b.xq.as<int8_t>(), b.sa.as<float>(),
-                                                  b.azp.as<int32_t>(), stream));
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+              b.x.get(), ElemType::kBF16, m, sc.k, qp, b.xq.as<int8_t>(), b.sa.as<float>(),
+              b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, !decode || split));
           CutlassSm90Args g = tile_args(sc, b, m);
           g.w = b.w[s].as<int8_t>();
           g.pdl = pdl;
           g.weights_ahead = form == 2;
+          if (decode) {
+            g.weights_evict_first = true;
+            g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
+          }
           g.trace = trace;
           if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
           RETURN_IF_CUDA_ERROR(ops->launch(g, b.workspace.get(), stream));
@@ -2742,7 +2770,7 @@ int bench_main(int argc, char** argv) {
   args.add(
       "diagnose", &o.diagnose,
       "Only where the time goes, from in-kernel stamps: cuda.gemv_s8 and cuda.stream_s8 at M = 1 "
-      "and 16, cuda.cutlass_sm90 at M = 64-256");
+      "and 16, cuda.cutlass_sm90 at M = 1-256");
   args.add("serving", &o.serving,
            "Only the serving path (run() on host buffers) and where its time goes at M = 1");
   args.add(
@@ -2767,8 +2795,9 @@ int bench_main(int argc, char** argv) {
            "the token block's rows past M read from the activations' buffer or zero-filled, and "
            "the op with the quantize kernel never splitting a row, in turns");
   args.add("swap", &o.swap,
-           "Only cuda.cutlass_sm90 at M = 1 and 16: the op as served and the GEMM alone on the "
-           "64-token tiles and on the tiles with their operands swapped, in turns");
+           "Only cuda.cutlass_sm90 at M = 1 and 16: the op (every stage's weights or 4 or 2 "
+           "issued before the wait, with and without L2 prefetch) and the GEMM alone on the 64 x "
+           "64 tile and on the tiles with their operands swapped, in turns");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");

@@ -12,8 +12,8 @@
 // so only the CTAs on the other SMs prefetch early.
 //
 // With weights_ahead (tiles without a cluster) the producer also starts the first tile's
-// pipeline before the wait: it
-// takes every stage (as many k-tiles as the pipeline holds, at most the tile's) and issues the
+// pipeline before the wait: it takes every stage (as many k-tiles as the pipeline holds, at most
+// the tile's; at most weights_ahead of them where that is positive, -1 taking all) and issues the
 // TMA loads of their weights into shared memory, then waits, then issues the activations' loads
 // into the same stages (each stage's barrier expects both, so the consumers see a stage only when
 // its activations are in too), and the stock loads go on from the next k-tile. The weights then
@@ -69,16 +69,16 @@ struct DependentMainloop : Base {
   static constexpr bool kCanPrefetch = std::is_same_v<GmemTiledCopyW, cute::SM90_TMA_LOAD>;
 
   struct Arguments : Base::Arguments {
-    int weight_prefetch_bytes = 0;     // per CTA, before the grid dependency wait; 0: none
-    uint64_t* trace = nullptr;         // CutlassSm90Args::trace
-    bool weights_ahead = false;        // the first stages' weights into shared memory before it
+    int weight_prefetch_bytes = 0;  // per CTA, before the grid dependency wait; 0: none
+    uint64_t* trace = nullptr;      // CutlassSm90Args::trace
+    int weights_ahead = 0;  // stages whose weights go into shared memory before it (-1: all)
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
     uint64_t* trace = nullptr;
-    bool weights_ahead = false;
+    int weights_ahead = 0;
     bool weights_evict_first = false;
   };
 
@@ -103,7 +103,8 @@ struct DependentMainloop : Base {
       trace(params, 0);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
-        if (params.weights_ahead) ahead = min(k_tile_count, Base::DispatchPolicy::Stages);
+        if (params.weights_ahead != 0) ahead = min(k_tile_count, Base::DispatchPolicy::Stages);
+        if (params.weights_ahead > 0) ahead = min(ahead, params.weights_ahead);
         if (ahead > 0) {
           load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
                       shared_tensors, /*weights=*/true);

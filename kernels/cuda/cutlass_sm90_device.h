@@ -101,6 +101,9 @@ struct CutlassSm90Args {
   // waits, the activations' loads following the wait (cutlass_sm90_dependent_mainloop.cuh; tiles
   // without a cluster, not the quantizing tiles).
   bool weights_ahead = false;
+  // With weights_ahead, at most this many stages (0: every stage the pipeline holds; the swapped
+  // tiles are served with 4, see kSwapWeightsAheadStages in cutlass_sm90_gemm.cc).
+  int weights_ahead_stages = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

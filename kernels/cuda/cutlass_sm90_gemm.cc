@@ -230,6 +230,31 @@ constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 // 74.4 -> 75.1), its CTAs mostly starting only as the quantize kernel's blocks leave the SMs.
 constexpr bool kWeightsAhead = true;
 
+// The tiles with their operands swapped issue only this many stages' weights ahead of the wait,
+// not every stage the pipeline holds (CutlassSm90Args::weights_ahead_stages): with every stage the
+// quantize kernel ended later (bench --diagnose, the producers' stamps: the grid dependency was
+// released 3.2 us after the first CTA started on 4096 x 4096 at M = 1 with the 16 x 64 x 256 tile,
+// 2.1 us with the 64 x 64 tile, whose stages hold half as many weights; 6.1 against 4.1 us on
+// 28672 x 4096), and the op with it. Measured on the H200 (bench --swap, the op as served, in
+// turns, three rounds, us, the fastest swapped tile with every stage ahead / 4 stages / 2):
+//   layer          M = 1                                M = 16
+//   6144 x 4096     13.4-13.6 / 12.7-12.8 / 12.9-13.1     13.6-13.8 / 12.9-13.0 / 13.1-13.4
+//   4096 x 4096     11.6-11.8 / 11.1-11.3 / 11.3-11.4     11.5-11.8 / 11.2-11.3 / 11.1-11.4
+//   28672 x 4096    33.6-33.8 / 32.7-32.8 / 32.8-32.9     33.9-34.2 / 33.1-33.6 / 33.2-33.3
+//   4096 x 14336    21.2-21.4 / 20.9-21.1 / 21.0-21.2     21.7-21.8 / 21.2-21.3 / 21.1-21.3
+//   8192 x 8192     23.0-23.2 / 22.2-22.3 / 22.2-22.5     23.1-23.3 / 22.4      / 22.4-22.5
+//   57344 x 8192   111.0-113.2 / 110.8-112.9 / 110.8-113.0  112.5-114.1 / 112.2-113.9 / 112.2-114.0
+//   8192 x 28672    60.3-60.4 / 59.7-60.1 / 60.2-60.4     61.2-61.5 / 60.3-60.4 / 61.7-61.9
+// With 4 stages the 16 x 64 x 512 tile was the fastest on four of the seven layers at M = 1.
+// Without the 64 KB L2 prefetch, or with 256 KB of it, 4 stages measured slower on most layers
+// (4096 x 4096 at M = 1, 16 x 64 x 512: 11.6-11.8 and 11.6-11.7 against 11.3-11.6). The 64 x 64
+// tile keeps every stage: with 4 it gained up to 0.7 us on some layers but lost up to 0.8 on
+// others (8192 x 28672 at M = 16: 64.0-64.3 -> 64.8-65.0).
+constexpr int kSwapWeightsAheadStages = 4;
+int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
+  return tile.swaps_operands ? kSwapWeightsAheadStages : 0;
+}
+
 // Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
 // carry an evict-first L2 hint (cutlass_sm90_dependent_mainloop.cuh): the weights pass through L2
 // once, and the stock loads' evict-normal let them push out the activations and the lines still in
@@ -713,6 +738,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       Candidate cand{t, g, ops, 0};
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
+      cand.args.weights_ahead_stages = served_ahead_stages(*ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
@@ -772,6 +798,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
+  g.weights_ahead_stages = served_ahead_stages(*ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {

@@ -271,7 +271,9 @@ struct FusedGemm {
         stock,
         a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
         a.trace,
-        a.pdl && a.weights_ahead && !Config::kQuantize,
+        a.pdl && a.weights_ahead && !Config::kQuantize
+            ? (a.weights_ahead_stages > 0 ? a.weights_ahead_stages : -1)
+            : 0,
         a.weights_evict_first && read_once && !Config::kQuantize,
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0

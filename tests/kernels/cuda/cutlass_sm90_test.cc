@@ -284,7 +284,8 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // and azp that the quantize kernel writes, not what was there before. y bit-exact for every
 // scheme, at one token block and at 130 tokens (a cluster's second CTA past the last token
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
-// the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead),
+// the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead;
+// there at most 3 stages of its weights ahead, as the swapped tiles are served with a few),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
 // cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
@@ -319,12 +320,14 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
-                                  ahead ? ", weights ahead" : "", few_ctas ? ", 4 CTAs" : "",
+                                  ahead ? ", weights ahead" : "",
+                                  few_ctas ? ", 4 CTAs, 3 stages ahead" : "",
                                   evict_first ? ", evict-first, xq_rows" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
         g.weights_ahead = ahead;
+        if (few_ctas) g.weights_ahead_stages = 3;
         g.weights_evict_first = evict_first;
         if (evict_first) g.xq_rows = d.xq_rows;  // as served; zero-filled without the hint
         if (few_ctas) g.sm_count = 4;
