@@ -1360,9 +1360,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
 
 // --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
 // the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
-// rows, as served) and at M = 64, 128 and 256: the quantize kernel then the 64 x 128 and 64 x 256
-// tiles (from M = 128 also the tiles with a cluster, 64 x 128 and 128 x 128) in stream order, as
-// its programmatic dependent ("pdl") and as that issuing its first stages' weights before the wait
+// rows, as served, but every stage's weights ahead in "pdl ahead", see kSwapWeightsAheadStages) and
+// at M = 64, 128 and 256: the quantize kernel then the 64 x 128 and 64 x 256 tiles (from M = 128
+// also the tiles with a cluster, 64 x 128 and 128 x 128) in stream order, as its programmatic
+// dependent ("pdl") and as that issuing its first stages' weights before the wait
 // ("pdl ahead", tiles without a cluster), with the producers' %globaltimer stamps (medians over
 // traced launches, us from the first CTA's start): the spread of CTA starts, when the last producer
 // got past the grid dependency, how many CTAs started only after it, and the fastest, median and

@@ -12,12 +12,12 @@
 // so only the CTAs on the other SMs prefetch early.
 //
 // With weights_ahead (tiles without a cluster) the producer also starts the first tile's
-// pipeline before the wait: it takes every stage (as many k-tiles as the pipeline holds, at most
-// the tile's; at most weights_ahead of them where that is positive, -1 taking all) and issues the
-// TMA loads of their weights into shared memory, then waits, then issues the activations' loads
-// into the same stages (each stage's barrier expects both, so the consumers see a stage only when
-// its activations are in too), and the stock loads go on from the next k-tile. The weights then
-// stream into the SM while the quantize kernel runs, not only into L2.
+// pipeline before the wait: it takes the first weights_ahead stages (at most the tile's k-tiles;
+// FusedGemm passes every stage the pipeline holds, or fewer) and issues the TMA loads of their
+// weights into shared memory, then waits, then issues the activations' loads into the same stages
+// (each stage's barrier expects both, so the consumers see a stage only when its activations are in
+// too), and the stock loads go on from the next k-tile. The weights then stream into the SM while
+// the quantize kernel runs, not only into L2.
 //
 // With weights_evict_first (where each weight tile is read by one CTA, or by one cluster through
 // multicast: the tile's m-blocks fit in one cluster) the weights' TMA loads carry an evict-first
@@ -71,7 +71,7 @@ struct DependentMainloop : Base {
   struct Arguments : Base::Arguments {
     int weight_prefetch_bytes = 0;  // per CTA, before the grid dependency wait; 0: none
     uint64_t* trace = nullptr;      // CutlassSm90Args::trace
-    int weights_ahead = 0;  // stages whose weights go into shared memory before it (-1: all)
+    int weights_ahead = 0;          // stages whose weights go into shared memory before it; 0: none
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
   };
@@ -103,8 +103,7 @@ struct DependentMainloop : Base {
       trace(params, 0);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
-        if (params.weights_ahead != 0) ahead = min(k_tile_count, Base::DispatchPolicy::Stages);
-        if (params.weights_ahead > 0) ahead = min(ahead, params.weights_ahead);
+        ahead = min(min(k_tile_count, params.weights_ahead), Base::DispatchPolicy::Stages);
         if (ahead > 0) {
           load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
                       shared_tensors, /*weights=*/true);

@@ -264,6 +264,14 @@ struct FusedGemm {
     return q;
   }
 
+  // The stages whose weights a dependent launch issues before its wait: every stage the pipeline
+  // holds, or CutlassSm90Args::weights_ahead_stages where fewer.
+  static int ahead_stages(const CutlassSm90Args& a) {
+    constexpr int kStages = StockMainloop::DispatchPolicy::Stages;
+    return a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
+                                                                          : kStages;
+  }
+
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
     const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
@@ -271,9 +279,7 @@ struct FusedGemm {
         stock,
         a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
         a.trace,
-        a.pdl && a.weights_ahead && !Config::kQuantize
-            ? (a.weights_ahead_stages > 0 ? a.weights_ahead_stages : -1)
-            : 0,
+        a.pdl && a.weights_ahead && !Config::kQuantize ? ahead_stages(a) : 0,
         a.weights_evict_first && read_once && !Config::kQuantize,
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
