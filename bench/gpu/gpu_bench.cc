@@ -31,8 +31,8 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows] [--swap] [--prefill] [--energy]
-//                          [--reads]
+//                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--prefill]
+//                          [--energy] [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -43,7 +43,9 @@
 //  evict-first L2 hint, see compare_weights_hint; --pad_rows: only its 64-token tiles at
 //  M = 1-64 with the token block's rows past M zero-filled or read, see compare_weights_hint;
 //  --swap: only its ops and GEMMs at M = 1 and 16 on the 64 x 64 tile and on the tiles with
-//  their operands swapped, with every stage or a few ahead, see compare_weights_hint; --prefill:
+//  their operands swapped, with every stage or a few ahead, see compare_weights_hint; --tail:
+//  only its swapped tiles' ops at M = 1 and 16 on the layers whose tiles outnumber the SMs, with
+//  and without the last wave's weights prefetched into L2, see compare_weights_hint; --prefill:
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
 //  read alone in each form, see compare_reads)
@@ -123,6 +125,7 @@ struct Options {
   bool weights_hint = false;
   bool pad_rows = false;
   bool swap = false;
+  bool tail = false;
   bool prefill = false;
   bool energy = false;
   bool reads = false;
@@ -1228,7 +1231,11 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // swapped (TileConfig::kSwapAB), the GEMM alone and the op as the quantize kernel's dependent with
 // every stage's weights issued before the wait ("op") or 4 or 2 stages' ("a4", "a2";
 // CutlassSm90Args::weights_ahead_stages), each with 64 KB of L2 prefetch per CTA but "pf0" (none)
-// and "a4pf256" (256 KB).
+// and "a4pf256" (256 KB). With --tail instead: at M = 1 and 16, on the layers whose 64-channel
+// tiles outnumber the SMs, the swapped tiles' op (4 stages ahead) with the CTAs that own no tile
+// of the last, partial wave prefetching the first k-tiles of that wave's tiles into L2 at their
+// start, up to 0, 2, 4, 8 or 16 MB over all of them ("t0" ... "t16"; CutlassSm90Args::
+// tail_prefetch_bytes; served: "t4"), and the GEMM alone with 0 and 4 MB.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1243,6 +1250,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool whole_rows = false;  // the quantize kernel never splitting a row between blocks
     int ahead_stages = 0;     // CutlassSm90Args::weights_ahead_stages (0: every stage)
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
+    int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1270,6 +1278,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_evict_first = h.read_once;
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
+        g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1310,6 +1319,25 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     }
     return absl::OkStatus();
   };
+  if (o.tail) {
+    // Only where the 64-channel tiles outnumber the SMs: there some CTAs take one tile more.
+    if (sc.n / 64 <= sms) return absl::OkStatus();
+    for (int64_t m : {int64_t{1}, int64_t{16}}) {
+      RETURN_IF_ERROR(
+          compare(m,
+                  {CutlassSm90Tile::k16x64x256PingpongSwap, CutlassSm90Tile::k16x64x512PingpongSwap,
+                   CutlassSm90Tile::k16x128x256PingpongSwap},
+                  {{" t0", true, false, false, false, false, 4, 64, 0},
+                   {" t2", true, false, false, false, false, 4, 64, 2},
+                   {" t4", true, false, false, false, false, 4, 64, 4},
+                   {" t8", true, false, false, false, false, 4, 64, 8},
+                   {" t16", true, false, false, false, false, 4, 64, 16},
+                   {" alone t0", true, false, false, true, false, 0, 64, 0},
+                   {" alone t4", true, false, false, true, false, 0, 64, 4}},
+                  3, o));
+    }
+    return absl::OkStatus();
+  }
   if (o.swap) {
     // The op as served on the 64-token tiles and on the tiles with their operands swapped (16
     // tokens per tile, the weights on the MMA's M side), in turns; the GEMM alone as well.
@@ -2139,6 +2167,7 @@ absl::Status compare_energy(const ShapeCase& sc, ShapeBuffers& b, cudaStream_t s
 absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Options& o,
                        cudaStream_t stream, cublasLtHandle_t lt, std::vector<Point>* points) {
   const int64_t n = sc.n, k = sc.k;
+  if (o.tail && n / 64 <= host_info().gpus[0].sm_count) return absl::OkStatus();  // no last wave
   std::vector<int64_t> ms(std::begin(kSmallMs), std::end(kSmallMs));
   ms.insert(ms.end(), sc.large_ms.begin(), sc.large_ms.end());
   if (o.small_m) ms = {1, 2, 4, 8, 16, 32};
@@ -2195,7 +2224,9 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
-  if (o.weights_hint || o.pad_rows || o.swap) return compare_weights_hint(sc, b, o, stream);
+  if (o.weights_hint || o.pad_rows || o.swap || o.tail) {
+    return compare_weights_hint(sc, b, o, stream);
+  }
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -2799,6 +2830,10 @@ int bench_main(int argc, char** argv) {
            "Only cuda.cutlass_sm90 at M = 1 and 16: the op (every stage's weights or 4 or 2 "
            "issued before the wait, with and without L2 prefetch) and the GEMM alone on the 64 x "
            "64 tile and on the tiles with their operands swapped, in turns");
+  args.add("tail", &o.tail,
+           "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16 on the layers whose tiles "
+           "outnumber the SMs: the op and the GEMM alone with 0-16 MB of the last wave's weights "
+           "prefetched into L2 by the other CTAs, in turns");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -2886,7 +2921,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.swap && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
+      !o.swap && !o.tail && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

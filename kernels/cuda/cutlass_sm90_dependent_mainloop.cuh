@@ -24,6 +24,11 @@
 // L2 hint: the weights stream through L2 once, and evicting them first keeps the activations and
 // the lines still in flight there. The stock loop is otherwise unchanged (load_tiles).
 //
+// With tail_prefetch_bytes (tiles without a cluster, calls of one token block), where the tiles
+// outnumber the persistent grid's CTAs, the CTAs that own no tile of the last, partial wave
+// prefetch the first k-tiles of that wave's tiles into L2 at their start: the last wave's
+// pipelines then start from L2, not DRAM, while the other SMs have gone idle.
+//
 // With xq_rows (CutlassSm90Args) the activations' TMA descriptor covers that many rows instead of
 // the problem's M: a token block's rows past M are then loaded from the buffer like any others
 // rather than zero-filled as out of bounds, which stalled the weights' stream (the table is
@@ -74,12 +79,14 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;          // stages whose weights go into shared memory before it; 0: none
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
+    int tail_prefetch_bytes = 0;       // of each last-wave tile's weights, into L2
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
     uint64_t* trace = nullptr;
     int weights_ahead = 0;
     bool weights_evict_first = false;
+    int tail_prefetch_bytes = 0;
   };
 
   template <class ProblemShape>
@@ -87,8 +94,12 @@ struct DependentMainloop : Base {
                                                   Arguments const& args, void* workspace) {
     ProblemShape shape = problem_shape;
     if (args.xq_rows > cute::get<kTokenDim>(shape)) cute::get<kTokenDim>(shape) = args.xq_rows;
-    return Params{Base::to_underlying_arguments(shape, args, workspace), args.weight_prefetch_bytes,
-                  args.trace, args.weights_ahead, args.weights_evict_first};
+    return Params{Base::to_underlying_arguments(shape, args, workspace),
+                  args.weight_prefetch_bytes,
+                  args.trace,
+                  args.weights_ahead,
+                  args.weights_evict_first,
+                  args.tail_prefetch_bytes};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -103,6 +114,8 @@ struct DependentMainloop : Base {
       trace(params, 0);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
+        const KTileIterator first = k_tile_iter;
+        const int first_count = k_tile_count;
         ahead = min(min(k_tile_count, params.weights_ahead), Base::DispatchPolicy::Stages);
         if (ahead > 0) {
           load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
@@ -112,6 +125,7 @@ struct DependentMainloop : Base {
         for (int i = 0; i < ahead; ++i) ++rest;
         prefetch_weights(params, cute::get<kChannelDim>(load_inputs), blk_coord, rest,
                          k_tile_count - ahead);
+        prefetch_tail(params, cute::get<kChannelDim>(load_inputs), blk_coord, first, first_count);
       }
       device::grid_dependency_wait();
       trace(params, 1);
@@ -264,6 +278,36 @@ struct DependentMainloop : Base {
     const auto& tma = weights_tma(params);
     auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
     for (int i = 0; i < tiles; ++i, ++k_tile_iter) {
+      cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
+    }
+  }
+
+  // With tail_prefetch_bytes: where the channel tiles outnumber the grid's CTAs, the CTAs that own
+  // no tile of the last, partial wave (they have one tile fewer to stream, so issuing prefetches
+  // costs them slack) prefetch the first k-tiles of that wave's tiles (up to tail_prefetch_bytes
+  // of each) into L2, k-tile by k-tile across the tiles, in turns. The persistent scheduler hands
+  // the CTA of linear index c the tiles c, c + grid, ... (FusedGemm sets the bytes only for calls
+  // of one token block and tiles without a cluster: then the grid is one-dimensional and tile i
+  // is channel block i).
+  template <class TensorW, class BlockCoord, class KTileIterator>
+  static CUTLASS_DEVICE void prefetch_tail(Params const& params, TensorW const& gW_nkl,
+                                           BlockCoord const& blk_coord, KTileIterator k_tile_iter,
+                                           int k_tile_count) {
+    if (params.tail_prefetch_bytes <= 0) return;
+    const int tiles = static_cast<int>(cute::size<2>(gW_nkl));
+    const int grid = static_cast<int>(gridDim.x * gridDim.y * gridDim.z);
+    const int cta = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
+    const int tail = tiles % grid, first_tail = tiles / grid * grid;
+    if (tiles <= grid || cta < tail) return;
+    const int per_tile = min(k_tile_count, params.tail_prefetch_bytes / kWeightTileBytes);
+    if (per_tile <= 0 || !cute::elect_one_sync()) return;
+    const auto& tma = weights_tma(params);
+    const int helpers = grid - tail, units = tail * per_tile;
+    int k = 0;
+    for (int u = cta - tail; u < units; u += helpers) {
+      for (; k < u / tail; ++k) ++k_tile_iter;
+      auto gW = gW_nkl(cute::_, cute::_, first_tail + u % tail, cute::_, cute::get<3>(blk_coord));
+      auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
       cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
     }
   }

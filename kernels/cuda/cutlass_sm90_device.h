@@ -104,6 +104,13 @@ struct CutlassSm90Args {
   // With weights_ahead, at most this many stages (0: every stage the pipeline holds; the swapped
   // tiles are served with 4, see kSwapWeightsAheadStages in cutlass_sm90_gemm.cc).
   int weights_ahead_stages = 0;
+  // Where a call's tiles outnumber the persistent grid's CTAs (some CTAs then take one tile more
+  // than the others, in a last, partial wave) and its tokens fit one token block, the CTAs that
+  // own no tile of that wave prefetch the first k-tiles of its tiles' weights into L2 at their
+  // start (before the grid dependency wait when launched as a dependent), up to this many bytes
+  // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
+  // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc). Needs sm_count.
+  int64_t tail_prefetch_bytes = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

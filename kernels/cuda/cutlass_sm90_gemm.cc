@@ -255,6 +255,30 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapWeightsAheadStages : 0;
 }
 
+// Where the swapped tiles outnumber the SMs (28672 x 4096 and 57344 x 8192 among the benchmark
+// layers), some CTAs stream one tile more than the others, the last wave on fewer SMs. The CTAs
+// without a last-wave tile prefetch the first k-tiles of those tiles into L2 at their start, this
+// many bytes over all of them (CutlassSm90Args::tail_prefetch_bytes; 1-5 k-tiles of each tile).
+// Measured on the H200 (bench --tail, the op with 4 stages ahead, in turns, three rounds, us,
+// without -> with 4 MB):
+//   layer, tile                    M = 1                        M = 16
+//   28672 x 4096, 16 x 64 x 256    33.4-33.6 -> 33.1-33.2       33.9-34.0 -> 33.6-33.8
+//                 16 x 64 x 512    33.1-33.3 -> 33.0-33.1       33.4-33.5 -> 33.2-33.4
+//                 16 x 128 x 256   33.6-33.8 -> 33.2-33.3       33.2-33.4 -> 32.7-32.8
+//   57344 x 8192, 16 x 64 x 256    110.8-111.1 -> 110.1-110.2   112.2-112.5 -> 111.8-111.9
+//                 16 x 64 x 512    110.5-110.7 -> 109.7-110.0   112.1-112.2 -> 110.8-110.9
+//                 16 x 128 x 256   119.0-119.2 -> 118.7-119.1   117.1-117.4 -> 116.8-117.1
+// With 8 MB the gain was smaller or none on 28672 x 4096 (16 x 64 x 256 at M = 1: 33.4-33.5),
+// and 16 or 32 MB lost, up to 10 us (16 x 64 x 256 on 57344 x 8192 at M = 16: 122.5-122.9 with
+// 32 MB). Prefetched instead by the CTAs that own those tiles, each its own, 4 and 8 MB gained up
+// to 1.1 us on 57344 x 8192 but were mixed on 28672 x 4096: 0.3-0.7 us faster with the 16 x 128
+// x 256 tile at M = 1 in a run on another machine, 0.2-0.4 us slower with 16 x 64 x 512 at M = 16
+// in the run above (33.6-33.9 against 33.4-33.5).
+constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
+int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
+  return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;
+}
+
 // Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
 // carry an evict-first L2 hint (cutlass_sm90_dependent_mainloop.cuh): the weights pass through L2
 // once, and the stock loads' evict-normal let them push out the activations and the lines still in
@@ -739,6 +763,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
+      cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
@@ -799,6 +824,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
   g.weights_ahead_stages = served_ahead_stages(*ops);
+  g.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {

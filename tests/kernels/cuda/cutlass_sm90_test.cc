@@ -285,7 +285,8 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // scheme, at one token block and at 130 tokens (a cluster's second CTA past the last token
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
 // the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead;
-// there at most 3 stages of its weights ahead, as the swapped tiles are served with a few),
+// there at most 3 stages of its weights ahead, as the swapped tiles are served with a few, and
+// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
 // cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
@@ -301,7 +302,7 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
   struct Case {
     int64_t m, k;
   };
-  for (const Case c : {Case{64, 4160}, Case{130, 4160}, Case{130, 256}}) {
+  for (const Case c : {Case{16, 4160}, Case{64, 4160}, Case{130, 4160}, Case{130, 256}}) {
     const int64_t m = c.m, k = c.k;
     for (Scheme scheme : kSchemes) {
       const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
@@ -321,7 +322,7 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
                                   ahead ? ", weights ahead" : "",
-                                  few_ctas ? ", 4 CTAs, 3 stages ahead" : "",
+                                  few_ctas ? ", 4 CTAs, 3 stages ahead, tail prefetch" : "",
                                   evict_first ? ", evict-first, xq_rows" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
@@ -330,7 +331,10 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         if (few_ctas) g.weights_ahead_stages = 3;
         g.weights_evict_first = evict_first;
         if (evict_first) g.xq_rows = d.xq_rows;  // as served; zero-filled without the hint
-        if (few_ctas) g.sm_count = 4;
+        if (few_ctas) {
+          g.sm_count = 4;
+          g.tail_prefetch_bytes = 1 << 20;
+        }
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
         ASSERT_NE(ops, nullptr);
