@@ -1229,11 +1229,9 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
 // ways. With --swap instead: at M = 1 and 16, the 64 x 64 tile and the tiles with their operands
 // swapped (TileConfig::kSwapAB), the GEMM alone and the op as the quantize kernel's dependent with
-// every stage's weights issued before the wait ("op") or 4 stages' ("a4", as served:
-// CutlassSm90Args::weights_ahead_stages, tail_prefetch_bytes), each with 64 KB of L2 prefetch per
-// CTA, and "a4" with each load's weights 2, 4 or 8 k-tiles ahead prefetched into L2 beside it
-// ("a4l2" ... "a4l8"; CutlassSm90Args::weights_l2_ahead), the GEMM alone without and with 4.
-// With --tail instead: at M = 1 and 16, on the layers whose 64-channel
+// every stage's weights issued before the wait ("op") or 4 or 2 stages' ("a4", "a2";
+// CutlassSm90Args::weights_ahead_stages), each with 64 KB of L2 prefetch per CTA but "pf0" (none)
+// and "a4pf256" (256 KB). With --tail instead: at M = 1 and 16, on the layers whose 64-channel
 // tiles outnumber the SMs, the swapped tiles' op (4 stages ahead) with the CTAs that own no tile
 // of the last, partial wave prefetching the first k-tiles of that wave's tiles into L2 at their
 // start, up to 0, 2, 4, 8 or 16 MB over all of them ("t0" ... "t16"; CutlassSm90Args::
@@ -1253,7 +1251,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int ahead_stages = 0;     // CutlassSm90Args::weights_ahead_stages (0: every stage)
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
-    int l2_ahead = 0;         // CutlassSm90Args::weights_l2_ahead
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1282,7 +1279,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
-        g.weights_l2_ahead = h.l2_ahead;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1351,12 +1347,12 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
           {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
            CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
           {{" op", true},
-           {" a4", true, false, false, false, false, 4, 64, 4},
-           {" a4l2", true, false, false, false, false, 4, 64, 4, 2},
-           {" a4l4", true, false, false, false, false, 4, 64, 4, 4},
-           {" a4l8", true, false, false, false, false, 4, 64, 4, 8},
-           {" alone", true, false, false, true},
-           {" alone l4", true, false, false, true, false, 0, 64, 0, 4}},
+           {" a4", true, false, false, false, false, 4},
+           {" a2", true, false, false, false, false, 2},
+           {" pf0", true, false, false, false, false, 0, 0},
+           {" a4pf0", true, false, false, false, false, 4, 0},
+           {" a4pf256", true, false, false, false, false, 4, 256},
+           {" alone", true, false, false, true}},
           3, o));
     }
     return absl::OkStatus();

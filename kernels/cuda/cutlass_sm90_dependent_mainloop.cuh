@@ -80,7 +80,6 @@ struct DependentMainloop : Base {
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
     int tail_prefetch_bytes = 0;       // of each last-wave tile's weights, into L2
-    int weights_l2_ahead = 0;          // k-tiles between a load and the L2 prefetch beside it
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -88,7 +87,6 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;
     bool weights_evict_first = false;
     int tail_prefetch_bytes = 0;
-    int weights_l2_ahead = 0;
   };
 
   template <class ProblemShape>
@@ -101,8 +99,7 @@ struct DependentMainloop : Base {
                   args.trace,
                   args.weights_ahead,
                   args.weights_evict_first,
-                  args.tail_prefetch_bytes,
-                  args.weights_l2_ahead};
+                  args.tail_prefetch_bytes};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -226,10 +223,6 @@ struct DependentMainloop : Base {
     const TMA::CacheHintSm90 hint = weights_hint(params);
     const TMA::CacheHintSm90 hint_a = kWeightsA ? hint : TMA::CacheHintSm90::EVICT_NORMAL;
     const TMA::CacheHintSm90 hint_b = kWeightsA ? TMA::CacheHintSm90::EVICT_NORMAL : hint;
-    // The weights' L2 prefetches, params.weights_l2_ahead k-tiles ahead of the loads.
-    KTileIterator pf_iter = k_tile_iter;
-    int pf_count = kCanPrefetch && params.weights_l2_ahead > 0 ? k_tile_count : 0;
-    for (int i = 0; i < params.weights_l2_ahead && pf_count > 0; ++i, --pf_count) ++pf_iter;
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
@@ -238,15 +231,6 @@ struct DependentMainloop : Base {
            tAsA(_, _, _, stage));
       copy(params.tma_load_b.with(*bar, mask_b, hint_b), tBgB(_, _, _, *k_tile_iter),
            tBsB(_, _, _, stage));
-      if (pf_count > 0) {
-        if constexpr (kWeightsA) {
-          cute::prefetch(params.tma_load_a, tAgA(_, _, _, *pf_iter));
-        } else {
-          cute::prefetch(params.tma_load_b, tBgB(_, _, _, *pf_iter));
-        }
-        ++pf_iter;
-        --pf_count;
-      }
     }
   }
 

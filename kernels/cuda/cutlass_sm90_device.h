@@ -111,10 +111,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc). Needs sm_count.
   int64_t tail_prefetch_bytes = 0;
-  // With weights_evict_first, tiles without a cluster: while it loads k-tile i of a tile into
-  // shared memory, each CTA's producer prefetches the weights of its k-tile i + this many into L2
-  // (0: none).
-  int weights_l2_ahead = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

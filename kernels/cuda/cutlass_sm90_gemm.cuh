@@ -300,8 +300,7 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_per_tile(a),
-        a.weights_l2_ahead};
+        tail_prefetch_per_tile(a)};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
