@@ -126,7 +126,6 @@ struct Options {
   bool pad_rows = false;
   bool swap = false;
   bool tail = false;
-  bool idle = false;
   bool prefill = false;
   bool energy = false;
   bool reads = false;
@@ -1252,7 +1251,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int ahead_stages = 0;     // CutlassSm90Args::weights_ahead_stages (0: every stage)
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
-    int idle_mb = 0;          // CutlassSm90Args::idle_prefetch_bytes / 2^20
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1281,7 +1279,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
-        g.idle_prefetch_bytes = int64_t{h.idle_mb} << 20;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1322,25 +1319,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     }
     return absl::OkStatus();
   };
-  if (o.idle) {
-    // Only where the 64-channel tiles are fewer than the SMs.
-    if (sc.n / 64 >= sms) return absl::OkStatus();
-    for (int64_t m : {int64_t{1}, int64_t{16}}) {
-      RETURN_IF_ERROR(
-          compare(m,
-                  {CutlassSm90Tile::k16x64x256PingpongSwap, CutlassSm90Tile::k16x64x512PingpongSwap,
-                   CutlassSm90Tile::k16x128x256PingpongSwap},
-                  {{" i0", true, false, false, false, false, 4, 64, 4, 0},
-                   {" i4", true, false, false, false, false, 4, 64, 4, 4},
-                   {" i8", true, false, false, false, false, 4, 64, 4, 8},
-                   {" i16", true, false, false, false, false, 4, 64, 4, 16},
-                   {" i32", true, false, false, false, false, 4, 64, 4, 32},
-                   {" alone i0", true, false, false, true, false, 0, 64, 0, 0},
-                   {" alone i8", true, false, false, true, false, 0, 64, 0, 8}},
-                  3, o));
-    }
-    return absl::OkStatus();
-  }
   if (o.tail) {
     // Only where the 64-channel tiles outnumber the SMs: there some CTAs take one tile more.
     if (sc.n / 64 <= sms) return absl::OkStatus();
@@ -2190,7 +2168,6 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
                        cudaStream_t stream, cublasLtHandle_t lt, std::vector<Point>* points) {
   const int64_t n = sc.n, k = sc.k;
   if (o.tail && n / 64 <= host_info().gpus[0].sm_count) return absl::OkStatus();  // no last wave
-  if (o.idle && n / 64 >= host_info().gpus[0].sm_count) return absl::OkStatus();  // no idle SM
   std::vector<int64_t> ms(std::begin(kSmallMs), std::end(kSmallMs));
   ms.insert(ms.end(), sc.large_ms.begin(), sc.large_ms.end());
   if (o.small_m) ms = {1, 2, 4, 8, 16, 32};
@@ -2247,7 +2224,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
-  if (o.weights_hint || o.pad_rows || o.swap || o.tail || o.idle) {
+  if (o.weights_hint || o.pad_rows || o.swap || o.tail) {
     return compare_weights_hint(sc, b, o, stream);
   }
   if (o.diagnose) {
@@ -2857,10 +2834,6 @@ int bench_main(int argc, char** argv) {
            "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16 on the layers whose tiles "
            "outnumber the SMs: the op and the GEMM alone with 0-16 MB of the last wave's weights "
            "prefetched into L2 by the other CTAs, in turns");
-  args.add("idle", &o.idle,
-           "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16 on the layers whose tiles are "
-           "fewer than the SMs: the op and the GEMM alone with 0-32 MB of the weights prefetched "
-           "into L2 by CTAs launched past the tiles, in turns");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -2948,7 +2921,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.swap && !o.tail && !o.idle && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
+      !o.swap && !o.tail && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -80,7 +80,6 @@ struct DependentMainloop : Base {
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
     int tail_prefetch_bytes = 0;       // of each last-wave tile's weights, into L2
-    int idle_prefetch_bytes = 0;       // of each tile's weights, by the CTAs past the tiles
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -88,7 +87,6 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;
     bool weights_evict_first = false;
     int tail_prefetch_bytes = 0;
-    int idle_prefetch_bytes = 0;
   };
 
   template <class ProblemShape>
@@ -101,25 +99,7 @@ struct DependentMainloop : Base {
                   args.trace,
                   args.weights_ahead,
                   args.weights_evict_first,
-                  args.tail_prefetch_bytes,
-                  args.idle_prefetch_bytes};
-  }
-
-  // The stock tensors; with idle_prefetch_bytes, in a CTA past the tiles (FusedGemm launches
-  // sm_count CTAs where the tiles are fewer), its first thread also prefetches the last k-tiles
-  // of the tiles' weights into L2, a share of the k-tiles in turns with the other such CTAs,
-  // from the last k-tile back. Every thread of the CTA calls this once, before its role's work;
-  // thread 0 is the mainloop producer's.
-  template <class ProblemShape_MNKL>
-  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& problem_shape_MNKL,
-                                Params const& params) const {
-    auto inputs = Base::load_init(problem_shape_MNKL, params);
-    if constexpr (kCanPrefetch) {
-      if (params.idle_prefetch_bytes > 0 && threadIdx.x == 0) {
-        prefetch_idle(params, cute::get<kChannelDim>(inputs));
-      }
-    }
-    return inputs;
+                  args.tail_prefetch_bytes};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -329,23 +309,6 @@ struct DependentMainloop : Base {
       auto gW = gW_nkl(cute::_, cute::_, first_tail + u % tail, cute::_, cute::get<3>(blk_coord));
       auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
       cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
-    }
-  }
-
-  template <class TensorW>
-  static CUTLASS_DEVICE void prefetch_idle(Params const& params, TensorW const& gW_nkl) {
-    const int tiles = static_cast<int>(cute::size<2>(gW_nkl));
-    const int k_tiles = static_cast<int>(cute::size<3>(gW_nkl));
-    const int grid = static_cast<int>(gridDim.x * gridDim.y * gridDim.z);
-    const int cta = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
-    if (cta < tiles) return;
-    const int per_tile = min(k_tiles, params.idle_prefetch_bytes / kWeightTileBytes);
-    const int helpers = grid - tiles, units = tiles * per_tile;
-    const auto& tma = weights_tma(params);
-    for (int u = cta - tiles; u < units; u += helpers) {
-      auto gW = gW_nkl(cute::_, cute::_, u % tiles, cute::_, 0);
-      auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
-      cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, k_tiles - 1 - u / tiles));
     }
   }
 

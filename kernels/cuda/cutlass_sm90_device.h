@@ -111,11 +111,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc). Needs sm_count.
   int64_t tail_prefetch_bytes = 0;
-  // Where a call's tiles are fewer than sm_count and its tokens fit one token block, the grid is
-  // launched with sm_count CTAs anyway: those past the tiles own none and, at their start,
-  // prefetch the last k-tiles of the tiles' weights into L2, up to this many bytes over all of
-  // them, then exit (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh).
-  int64_t idle_prefetch_bytes = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

@@ -282,7 +282,13 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // 32 MB). Prefetched instead by the CTAs that own those tiles, each its own, 4 and 8 MB gained up
 // to 1.1 us on 57344 x 8192 but were mixed on 28672 x 4096: 0.3-0.7 us faster with the 16 x 128
 // x 256 tile at M = 1 in a run on another machine, 0.2-0.4 us slower with 16 x 64 x 512 at M = 16
-// in the run above (33.6-33.9 against 33.4-33.5).
+// in the run above (33.6-33.9 against 33.4-33.5). Where the tiles are fewer than the SMs, filling
+// the grid with CTAs that only prefetched the tiles' last k-tiles into L2, 4-32 MB in all (commit
+// b1f0ad7, reverted; bench --idle, in turns, three rounds), was faster nowhere at M = 1 or 16: with
+// 4 MB 0.1-4.2 us slower where 36-68 CTAs prefetched (6144 x 4096, 4096 x 4096, 4096 x 14336; e.g.
+// 4096 x 4096 at M = 1 11.3-11.6 -> 12.6-12.9 us), the same within 0.5 us where 4 did (8192 x
+// 8192 and 8192 x 28672 with the 64-channel tiles), up to 30 us slower with 32 MB, and the GEMM
+// alone slower too (4096 x 4096 at M = 1 10.3-10.4 -> 12.8-13.0 us with 8 MB).
 constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
 int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;

@@ -288,24 +288,6 @@ struct FusedGemm {
     return static_cast<int>(std::min<int64_t>(per, std::numeric_limits<int>::max()));
   }
 
-  // The CTAs to launch beyond the tiles for CutlassSm90Args::idle_prefetch_bytes (the grid then
-  // holds sm_count CTAs), and the bytes of each tile's weights they prefetch; 0 where the call
-  // has as many tiles as SMs, spans several token blocks, or the tile has a cluster.
-  static int64_t idle_tiles(const CutlassSm90Args& a) {
-    if (a.idle_prefetch_bytes <= 0 || a.sm_count <= 0 || cute::size(ClusterShape{}) != 1 ||
-        a.m > kBlockM || Config::kQuantize) {
-      return 0;
-    }
-    const int64_t tiles = (a.n + kBlockN - 1) / kBlockN;
-    return tiles < a.sm_count ? tiles : 0;
-  }
-  static int idle_prefetch_per_tile(const CutlassSm90Args& a) {
-    const int64_t tiles = idle_tiles(a);
-    if (tiles == 0) return 0;
-    const int64_t per = std::min(a.idle_prefetch_bytes / tiles, int64_t{kBlockN} * a.k);
-    return static_cast<int>(std::min<int64_t>(per, std::numeric_limits<int>::max()));
-  }
-
   static typename CollectiveMainloop::Arguments mainloop_arguments(
       const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
     const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
@@ -318,8 +300,7 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_per_tile(a),
-        idle_prefetch_per_tile(a)};
+        tail_prefetch_per_tile(a)};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
@@ -377,21 +358,6 @@ struct FusedGemm {
     // launcher: no per-call attribute setting, no workspace initialisation kernel (the
     // persistent data-parallel scheduler needs none).
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    if constexpr (cute::size(ClusterShape{}) == 1) {
-      if (idle_prefetch_per_tile(a) > 0) {
-        // The scheduler's grid is one-dimensional here (one tile per CTA, no cluster); its CTAs
-        // past the tiles find no work and only prefetch (DependentMainloop::load_init).
-        dim3 grid = Kernel::get_grid_shape(params);
-        (grid.y > 1 ? grid.y : grid.x) = static_cast<unsigned>(a.sm_count);
-        if (cutlass::kernel_launch<Kernel>(grid, Kernel::get_block_shape(),
-                                           Kernel::SharedStorageSize, stream, params,
-                                           pdl) != cutlass::Status::kSuccess) {
-          e = cudaGetLastError();
-          return e != cudaSuccess ? e : cudaErrorLaunchFailure;
-        }
-        return cudaGetLastError();
-      }
-    }
     if (Gemm::run(params, stream, nullptr, pdl) != cutlass::Status::kSuccess) {
       e = cudaGetLastError();
       return e != cudaSuccess ? e : cudaErrorLaunchFailure;

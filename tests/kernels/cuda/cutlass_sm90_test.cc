@@ -286,8 +286,7 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
 // the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead;
 // there at most 3 stages of its weights ahead, as the swapped tiles are served with a few, and
-// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs; on
-// the whole GPU at one token block, the grid filled past the tiles with CTAs that only prefetch),
+// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
 // cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
@@ -321,10 +320,10 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         const int t = run / 8;
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
-        SCOPED_TRACE(absl::StrCat(
-            scheme_name(scheme), " M ", m, " K ", k, " tile ", t, ahead ? ", weights ahead" : "",
-            few_ctas ? ", 4 CTAs, 3 stages ahead, tail prefetch" : ", idle CTAs prefetching",
-            evict_first ? ", evict-first, xq_rows" : ""));
+        SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
+                                  ahead ? ", weights ahead" : "",
+                                  few_ctas ? ", 4 CTAs, 3 stages ahead, tail prefetch" : "",
+                                  evict_first ? ", evict-first, xq_rows" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
@@ -335,8 +334,6 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         if (few_ctas) {
           g.sm_count = 4;
           g.tail_prefetch_bytes = 1 << 20;
-        } else {
-          g.idle_prefetch_bytes = 1 << 20;
         }
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
