@@ -219,11 +219,12 @@ namespace {
 // (commit ac0dac1, reverted): no faster on 6144 x 4096 and 4096 x 4096 (within 0.1 us with the
 // 16 x 64 x 512 tile, whose 8 k-tiles a tile leave little to prefetch past its first 4 stages)
 // and 0.7-13 us slower on the other five layers at M = 1 and 16, the GEMM alone as well (bench
-// --swap, the op as served, in turns, three rounds, us, without /
-// 2 / 4 / 8 k-tiles ahead, the fastest swapped tile: 4096 x 4096 at M = 1 11.1-11.2 / 11.1-11.3 /
-// 11.1-11.3 / 11.3-11.5, 28672 x 4096 at M = 1 32.6-32.8 / 36.4-36.6 / 36.9-37.1 / 33.3-33.5,
-// 8192 x 28672 at M = 1 61.0-61.6 / 68.2-68.5 / 68.8-69.3 / 70.0-70.2, 57344 x 8192 at M = 16
-// 113.6-114.5 / 125.1-126.4 / 125.2-126.3 / 125.5-126.5).
+// --swap, the op as served, in turns, three rounds, us, the fastest swapped tile without / with
+// 2 / 4 / 8 k-tiles ahead):
+//   4096 x 4096, M = 1     11.1-11.2 / 11.1-11.3 / 11.1-11.3 / 11.3-11.5
+//   28672 x 4096, M = 1    32.6-32.8 / 36.4-36.6 / 36.9-37.1 / 33.3-33.5
+//   8192 x 28672, M = 1    61.0-61.6 / 68.2-68.5 / 68.8-69.3 / 70.0-70.2
+//   57344 x 8192, M = 16  113.6-114.5 / 125.1-126.4 / 125.2-126.3 / 125.5-126.5
 constexpr int64_t kWeightPrefetchBytes = 64 << 10;
 
 // With the programmatic launch, each CTA also issues its first tile's weights into every pipeline
