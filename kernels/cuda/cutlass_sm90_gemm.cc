@@ -278,6 +278,8 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 //   57344 x 8192, 16 x 64 x 256    110.8-111.1 -> 110.1-110.2   112.2-112.5 -> 111.8-111.9
 //                 16 x 64 x 512    110.5-110.7 -> 109.7-110.0   112.1-112.2 -> 110.8-110.9
 //                 16 x 128 x 256   119.0-119.2 -> 118.7-119.1   117.1-117.4 -> 116.8-117.1
+// In a later run on another machine 4 MB was again the fastest budget on 28672 x 4096 (16 x 128
+// x 256 at M = 16 33.9-34.0 -> 33.1-33.4; 2 MB 33.3-33.8) and within 0.3 us on 57344 x 8192.
 // With 8 MB the gain was smaller or none on 28672 x 4096 (16 x 64 x 256 at M = 1: 33.4-33.5),
 // and 16 or 32 MB lost, up to 10 us (16 x 64 x 256 on 57344 x 8192 at M = 16: 122.5-122.9 with
 // 32 MB). Prefetched instead by the CTAs that own those tiles, each its own, 4 and 8 MB gained up
