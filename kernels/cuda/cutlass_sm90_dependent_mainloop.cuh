@@ -79,7 +79,7 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;          // stages whose weights go into shared memory before it; 0: none
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
-    int tail_prefetch_bytes = 0;       // of each last-wave tile's weights, into L2
+    int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -114,8 +114,6 @@ struct DependentMainloop : Base {
       trace(params, 0);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
-        const KTileIterator first = k_tile_iter;
-        const int first_count = k_tile_count;
         ahead = min(min(k_tile_count, params.weights_ahead), Base::DispatchPolicy::Stages);
         if (ahead > 0) {
           load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
@@ -125,7 +123,7 @@ struct DependentMainloop : Base {
         for (int i = 0; i < ahead; ++i) ++rest;
         prefetch_weights(params, cute::get<kChannelDim>(load_inputs), blk_coord, rest,
                          k_tile_count - ahead);
-        prefetch_tail(params, cute::get<kChannelDim>(load_inputs), blk_coord, first, first_count);
+        prefetch_tail(params, cute::get<kChannelDim>(load_inputs), cute::get<3>(blk_coord));
       }
       device::grid_dependency_wait();
       trace(params, 1);
@@ -273,43 +271,43 @@ struct DependentMainloop : Base {
                                               KTileIterator k_tile_iter, int k_tile_count) {
     const int tiles = min(k_tile_count, params.weight_prefetch_bytes / kWeightTileBytes);
     if (tiles <= 0 || !cute::elect_one_sync()) return;
-    auto gW = gW_nkl(cute::_, cute::_, cute::get<kChannelDim>(blk_coord), cute::_,
-                     cute::get<3>(blk_coord));
-    const auto& tma = weights_tma(params);
-    auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
+    auto tWgW =
+        weight_tile(params, gW_nkl, cute::get<kChannelDim>(blk_coord), cute::get<3>(blk_coord));
     for (int i = 0; i < tiles; ++i, ++k_tile_iter) {
-      cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
+      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
     }
   }
 
   // With tail_prefetch_bytes: where the channel tiles outnumber the grid's CTAs, the CTAs that own
   // no tile of the last, partial wave (they have one tile fewer to stream, so issuing prefetches
-  // costs them slack) prefetch the first k-tiles of that wave's tiles (up to tail_prefetch_bytes
-  // of each) into L2, k-tile by k-tile across the tiles, in turns. The persistent scheduler hands
-  // the CTA of linear index c the tiles c, c + grid, ... (FusedGemm sets the bytes only for calls
-  // of one token block and tiles without a cluster: then the grid is one-dimensional and tile i
-  // is channel block i).
-  template <class TensorW, class BlockCoord, class KTileIterator>
-  static CUTLASS_DEVICE void prefetch_tail(Params const& params, TensorW const& gW_nkl,
-                                           BlockCoord const& blk_coord, KTileIterator k_tile_iter,
-                                           int k_tile_count) {
+  // costs them slack) prefetch the first k-tiles of that wave's tiles (tail_prefetch_bytes shared
+  // among those tiles) into L2, k-tile by k-tile across the tiles, in turns. The persistent
+  // scheduler hands the CTA of linear index c the tiles c, c + grid, ... (FusedGemm passes the
+  // bytes only for calls of one token block and tiles without a cluster: then the grid is
+  // one-dimensional and tile i is channel block i).
+  template <class TensorW>
+  static CUTLASS_DEVICE void prefetch_tail(Params const& params, TensorW const& gW_nkl, int l) {
     if (params.tail_prefetch_bytes <= 0) return;
     const int tiles = static_cast<int>(cute::size<2>(gW_nkl));
+    const int k_tiles = static_cast<int>(cute::size<3>(gW_nkl));
     const int grid = static_cast<int>(gridDim.x * gridDim.y * gridDim.z);
     const int cta = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
     const int tail = tiles % grid, first_tail = tiles / grid * grid;
     if (tiles <= grid || cta < tail) return;
-    const int per_tile = min(k_tile_count, params.tail_prefetch_bytes / kWeightTileBytes);
+    const int per_tile = min(k_tiles, params.tail_prefetch_bytes / tail / kWeightTileBytes);
     if (per_tile <= 0 || !cute::elect_one_sync()) return;
-    const auto& tma = weights_tma(params);
     const int helpers = grid - tail, units = tail * per_tile;
-    int k = 0;
     for (int u = cta - tail; u < units; u += helpers) {
-      for (; k < u / tail; ++k) ++k_tile_iter;
-      auto gW = gW_nkl(cute::_, cute::_, first_tail + u % tail, cute::_, cute::get<3>(blk_coord));
-      auto tWgW = tma.get_slice(0).partition_S(gW);  // (TMA, TMA_N, TMA_K, k)
-      cute::prefetch(tma, tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
+      auto tWgW = weight_tile(params, gW_nkl, first_tail + u % tail, l);
+      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, u / tail));
     }
+  }
+
+  // The TMA source partition of one channel tile's weights, (TMA, TMA_N, TMA_K, k).
+  template <class TensorW>
+  static CUTLASS_DEVICE auto weight_tile(Params const& params, TensorW const& gW_nkl, int tile,
+                                         int l) {
+    return weights_tma(params).get_slice(0).partition_S(gW_nkl(cute::_, cute::_, tile, cute::_, l));
   }
 
   // The weights' TMA load.

@@ -109,7 +109,7 @@ struct CutlassSm90Args {
   // own no tile of that wave prefetch the first k-tiles of its tiles' weights into L2 at their
   // start (before the grid dependency wait when launched as a dependent), up to this many bytes
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
-  // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc). Needs sm_count.
+  // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint

@@ -273,19 +273,15 @@ struct FusedGemm {
                                                                           : kStages;
   }
 
-  // The bytes of each last-wave tile's weights prefetched into L2 (CutlassSm90Args::
-  // tail_prefetch_bytes shared among those tiles; 0 where there is no such wave, the call spans
-  // several token blocks, or the tile has a cluster).
-  static int tail_prefetch_per_tile(const CutlassSm90Args& a) {
-    if (a.tail_prefetch_bytes <= 0 || a.sm_count <= 0 || cute::size(ClusterShape{}) != 1 ||
-        a.m > kBlockM || Config::kQuantize) {
+  // CutlassSm90Args::tail_prefetch_bytes where it applies (the mainloop finds the last wave, if
+  // any): calls of one token block on tiles without a cluster; 0 elsewhere.
+  static int tail_prefetch_bytes(const CutlassSm90Args& a) {
+    if (a.tail_prefetch_bytes <= 0 || cute::size(ClusterShape{}) != 1 || a.m > kBlockM ||
+        Config::kQuantize) {
       return 0;
     }
-    const int64_t tiles = (a.n + kBlockN - 1) / kBlockN;
-    const int64_t tail = tiles % a.sm_count;
-    if (tiles <= a.sm_count || tail == 0) return 0;
-    const int64_t per = std::min(a.tail_prefetch_bytes / tail, int64_t{kBlockN} * a.k);
-    return static_cast<int>(std::min<int64_t>(per, std::numeric_limits<int>::max()));
+    return static_cast<int>(
+        std::min<int64_t>(a.tail_prefetch_bytes, std::numeric_limits<int>::max()));
   }
 
   static typename CollectiveMainloop::Arguments mainloop_arguments(
@@ -300,7 +296,7 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_per_tile(a)};
+        tail_prefetch_bytes(a)};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
