@@ -3,6 +3,7 @@
 
 #include "bench/gpu/copy_kernel.h"
 #include "kernels/cuda/sm90_async_device.cuh"
+#include "kernels/cuda/stream_s8_device.h"
 
 namespace qlinear::gpu {
 namespace {
@@ -141,6 +142,49 @@ __global__ void __launch_bounds__(1024)
   sink[static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x] = acc;
 }
 
+// Reads an n x k int8 matrix in the order cuda.cutlass_sm90's swapped 16 x 64 x 256 tile streams
+// its weights: tiles of 64 rows, block b taking tiles b, b + gridDim.x, ...; each tile's K in
+// k-tiles of 256 bytes, each two 128-byte x 64-row TMA boxes (map: stream_s8_weights_map's, the
+// 128-byte swizzle of CUTLASS's loads), kStages k-tiles in flight, one thread issuing and waiting.
+// rotation r: tile t's k-loop starts at k-tile (r * t) % k_tiles and wraps, so that the tiles read
+// at one moment lie in different columns of the matrix (0: every tile from k = 0).
+constexpr int kTileRows = 64, kTileK = 256, kTileBox = 128;
+template <int kStages>
+__global__ void __launch_bounds__(32)
+    read_tiles(const __grid_constant__ StreamTmaMap map, int64_t n, int64_t k, int rotation,
+               uint32_t* __restrict__ sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) uint8_t ring[];
+  __shared__ __align__(8) uint64_t bars[kStages];
+  if (threadIdx.x != 0) return;
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows, k_tiles = (k + kTileK - 1) / kTileK;
+  const int64_t G = gridDim.x, b = blockIdx.x;
+  const int64_t count = (tiles - b + G - 1) / G * k_tiles;
+  for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
+  device::mbar_init_fence();
+  const uint64_t policy = device::l2_evict_first();
+  auto issue = [&](int64_t s) {
+    const int64_t t = b + s / k_tiles * G, kk = (s % k_tiles + rotation * t) % k_tiles;
+    const int slot = static_cast<int>(s % kStages);
+    const uint32_t bar = device::smem_addr(&bars[slot]);
+    const uint32_t dst = device::smem_addr(ring + slot * kTileRows * kTileK);
+    device::mbar_expect_tx(bar, kTileRows * kTileK);
+    for (int h = 0; h < kTileK / kTileBox; ++h) {
+      device::tma_load_2d(dst + h * kTileRows * kTileBox, &map,
+                          static_cast<int32_t>(kk * kTileK + h * kTileBox),
+                          static_cast<int32_t>(t * kTileRows), bar, policy);
+    }
+  };
+  for (int64_t s = 0; s < count && s < kStages; ++s) issue(s);
+  for (int64_t s = 0; s < count; ++s) {
+    device::mbar_wait(device::smem_addr(&bars[s % kStages]),
+                      static_cast<uint32_t>(s / kStages) & 1);
+    if (s + kStages < count) issue(s + kStages);
+  }
+  sink[blockIdx.x] = ring[0];
+#endif
+}
+
 __global__ void empty_kernel() {}
 
 }  // namespace
@@ -245,6 +289,20 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
     default:
       return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
+                              int sm_count, void* sink, cudaStream_t stream) {
+  constexpr int kStages = 10;
+  constexpr int smem = kStages * kTileRows * kTileK;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(read_tiles<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (attr != cudaSuccess) return attr;
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+  const auto grid = static_cast<unsigned>(tiles < sm_count ? tiles : sm_count);
+  read_tiles<kStages>
+      <<<grid, 32, smem, stream>>>(map, n, k, rotation, static_cast<uint32_t*>(sink));
   return cudaGetLastError();
 }
 

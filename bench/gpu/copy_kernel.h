@@ -39,6 +39,15 @@ cudaError_t launch_read_form(int form, const void* src, size_t bytes, int sm_cou
 cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int depth, int sm_count,
                              void* sink, cudaStream_t stream, bool interleaved = false);
 
+// Reads an n x k int8 matrix in the order cuda.cutlass_sm90's swapped 16 x 64 x 256 tile streams
+// its weights (tiles of 64 rows dealt to min(tiles, sm_count) blocks in turn, each tile's K in
+// k-tiles of 256 bytes as two 128-byte TMA boxes, 10 k-tiles in flight per block), from `map`
+// (stream_s8_weights_map of the matrix). rotation r: tile t starts its k-loop at k-tile
+// (r * t) % k_tiles and wraps around. sink: read_sink_bytes(sm_count).
+struct StreamTmaMap;
+cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
+                              int sm_count, void* sink, cudaStream_t stream);
+
 // One block that does nothing: what a launch costs in the benchmark's timing harness.
 cudaError_t launch_empty(cudaStream_t stream);
 

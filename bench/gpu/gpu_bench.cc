@@ -548,7 +548,43 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                      return absl::OkStatus();
                    }));
   std::printf("%-22s empty launch %.1f us\n", shape_name(sc).c_str(), empty_us);
-  return print_weights_read(sc, b, o, stream).status();
+  RETURN_IF_ERROR(print_weights_read(sc, b, o, stream).status());
+  // The same bytes in the order of cuda.cutlass_sm90's swapped 64-channel tiles (TMA boxes, tile
+  // after tile, K fastest), each tile's k-loop starting at k-tile 0 or rotated by r k-tiles per
+  // tile ("rot r"), in turns; and in cuda.stream_s8's order with plain loads (R64 D3).
+  const int sms = host_info().gpus[0].sm_count;
+  DeviceBuffer sink;
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
+  std::vector<StreamTmaMap> maps(b.copies);
+  for (int s = 0; s < b.copies; ++s) {
+    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
+  }
+  constexpr int kRotations[] = {0, 1, 3, 5};
+  std::vector<std::function<absl::Status(int)>> cands;
+  for (int r : kRotations) {
+    cands.push_back([&, r](int s) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[s], sc.n, sc.k, r, sms, sink.get(), stream));
+      return absl::OkStatus();
+    });
+  }
+  cands.push_back([&](int s) -> absl::Status {
+    RETURN_IF_CUDA_ERROR(
+        launch_read_rows(b.w[s].get(), sc.n, sc.k, 64, 3, sms, sink.get(), stream));
+    return absl::OkStatus();
+  });
+  const double w_bytes = static_cast<double>(sc.n * sc.k);
+  for (int round = 0; round < 3; ++round) {
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
+    std::string line = absl::StrFormat("%-22s tile-order reads, round %d |", shape_name(sc), round);
+    for (size_t c = 0; c < std::size(kRotations); ++c) {
+      absl::StrAppendFormat(&line, " rot%d %.1f %.2f", kRotations[c], us[c],
+                            w_bytes / (us[c] * 1e-6) / 1e12);
+    }
+    absl::StrAppendFormat(&line, " | R64 D3 %.1f us", us.back());
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
 }
 
 // --diagnose: where cuda.gemv_s8's time goes at M = 1 and 16. Next to the op's time it prints
@@ -1235,7 +1271,9 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // tiles outnumber the SMs, the swapped tiles' op (4 stages ahead) with the CTAs that own no tile
 // of the last, partial wave prefetching the first k-tiles of that wave's tiles into L2 at their
 // start, up to 0, 2, 4, 8 or 16 MB over all of them ("t0" ... "t16"; CutlassSm90Args::
-// tail_prefetch_bytes; served: "t4"), and the GEMM alone with 0 and 4 MB.
+// tail_prefetch_bytes; served: "t4"), and with no prefetch but the grid cut to as few CTAs as keep
+// the same number of waves, so that every CTA streams as many tiles ("bal": CutlassSm90Args::
+// sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1251,6 +1289,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int ahead_stages = 0;     // CutlassSm90Args::weights_ahead_stages (0: every stage)
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
+    bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1279,6 +1318,14 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
+        g.sm_count = sms;
+        if (h.balanced) {
+          // Channels per tile: 128 for the 16 x 128 swapped tile, 64 for the others here.
+          const int64_t per_tile = tile == CutlassSm90Tile::k16x128x256PingpongSwap ? 128 : 64;
+          const int64_t tiles = (sc.n + per_tile - 1) / per_tile;
+          const int64_t waves = (tiles + sms - 1) / sms;
+          g.sm_count = static_cast<int>((tiles + waves - 1) / waves);
+        }
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1330,8 +1377,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
                    {" t4", true, false, false, false, false, 4, 64, 4},
                    {" t8", true, false, false, false, false, 4, 64, 8},
                    {" t16", true, false, false, false, false, 4, 64, 16},
+                   {" bal", true, false, false, false, false, 4, 64, 0, true},
                    {" alone t0", true, false, false, true, false, 0, 64, 0},
-                   {" alone t4", true, false, false, true, false, 0, 64, 4}},
+                   {" alone t4", true, false, false, true, false, 0, 64, 4},
+                   {" alone bal", true, false, false, true, false, 0, 64, 0, true}},
                   3, o));
     }
     return absl::OkStatus();
@@ -2831,7 +2880,8 @@ int bench_main(int argc, char** argv) {
   args.add("tail", &o.tail,
            "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16 on the layers whose tiles "
            "outnumber the SMs: the op and the GEMM alone with 0-16 MB of the last wave's weights "
-           "prefetched into L2 by the other CTAs, in turns");
+           "prefetched into L2 by the other CTAs, and with the grid cut to as few CTAs as keep the "
+           "waves, in turns");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -2840,7 +2890,9 @@ int bench_main(int argc, char** argv) {
            "GEMM and op, each back to back for a second, with the GPU's energy per call, power "
            "and SM clock (NVML), in turns");
   args.add("reads", &o.reads,
-           "Only every shape's weights read alone in each plain read form, and an empty launch");
+           "Only every shape's weights read alone in each plain read form, an empty launch, and "
+           "the weights read by TMA in the swapped 16 x 64 x 256 tile's order, each tile's k-loop "
+           "from k-tile 0 or rotated, in turns");
   args.add("profile", &o.profile,
            "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
            "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "

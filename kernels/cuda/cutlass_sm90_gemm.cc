@@ -291,7 +291,12 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // 4 MB 0.1-4.2 us slower where 36-68 CTAs prefetched (6144 x 4096, 4096 x 4096, 4096 x 14336; e.g.
 // 4096 x 4096 at M = 1 11.3-11.6 -> 12.6-12.9 us), the same within 0.5 us where 4 did (8192 x
 // 8192 and 8192 x 28672 with the 64-channel tiles), up to 30 us slower with 32 MB, and the GEMM
-// alone slower too (4096 x 4096 at M = 1 10.3-10.4 -> 12.8-13.0 us with 8 MB).
+// alone slower too (4096 x 4096 at M = 1 10.3-10.4 -> 12.8-13.0 us with 8 MB). Nor, where the
+// tiles outnumber the SMs, did a grid cut to as few CTAs as keep the same number of waves (every
+// CTA as many tiles: 28672 x 4096 112 CTAs of 4, 57344 x 8192 128 of 7; bench --tail "bal", three
+// rounds, the fastest tile, us, 4 MB prefetch / cut grid): 28672 x 4096 at M = 1 32.7-32.9 /
+// 32.5-32.7, at M = 16 32.8-32.9 / 33.3-33.4; 57344 x 8192 at M = 1 111.7-111.9 / 111.7-111.8, at
+// M = 16 110.9-111.0 / 114.2-114.3.
 constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
 int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;

@@ -50,6 +50,17 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       : "memory");
 }
 
+// One box of a 2-D TMA descriptor (`map`: a CUtensorMap in global, constant or parameter memory)
+// at coordinates (c0, c1), innermost first, into shared `dst`, completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int32_t c0, int32_t c1,
+                                            uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+      : "memory");
+}
+
 // L2 cache policies for bulk copies: data read once, and data worth keeping.
 __device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;

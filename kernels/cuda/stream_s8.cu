@@ -182,16 +182,6 @@ __host__ __device__ constexpr uint32_t fused_raw_bytes(int64_t m, int64_t k) {
   return static_cast<uint32_t>((m * k * 2 + 127) / 128 * 128);
 }
 
-// One TMA box of the 2-D weights at (k0, n0) into shared `dst`, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const StreamTmaMap* map, int32_t k0,
-                                            int32_t n0, uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k0), "r"(n0), "r"(bar), "l"(policy)
-      : "memory");
-}
-
 // Prefetches one TMA box of the 2-D weights at (k0, n0) into L2.
 __device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t k0, int32_t n0) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
@@ -427,8 +417,9 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         __syncwarp();
       }
       if (weights && lane < boxes) {
-        tma_load_2d(slot + lane * kBoxBytes, &a.w_map, static_cast<int32_t>(k0 + lane * kBox),
-                    static_cast<int32_t>(n0), bar, evict_first);
+        device::tma_load_2d(slot + lane * kBoxBytes, &a.w_map,
+                            static_cast<int32_t>(k0 + lane * kBox), static_cast<int32_t>(n0), bar,
+                            evict_first);
       }
       if (acts && lane == 0) {
         bulk_copy(slot + kWeightBytes, a.xq + kc * xbytes, xbytes, bar, evict_last);
