@@ -1318,14 +1318,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
-        g.sm_count = sms;
-        if (h.balanced) {
-          // Channels per tile: 128 for the 16 x 128 swapped tile, 64 for the others here.
-          const int64_t per_tile = tile == CutlassSm90Tile::k16x128x256PingpongSwap ? 128 : 64;
-          const int64_t tiles = (sc.n + per_tile - 1) / per_tile;
-          const int64_t waves = (tiles + sms - 1) / sms;
-          g.sm_count = static_cast<int>((tiles + waves - 1) / waves);
-        }
+        g.sm_count = h.balanced
+                         ? cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(m, sc.n, *ops), sms)
+                         : sms;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);

@@ -165,6 +165,8 @@ struct TileOps {
   int cluster_ctas;
   // Tokens per CTA tile (the tile's first extent, its second with the operands swapped).
   int block_m;
+  // Channels per CTA tile (the tile's second extent, its first with the operands swapped).
+  int block_n;
   // Whether the weights are the GEMM's A operand (TileConfig::kSwapAB).
   bool swaps_operands;
   // The configuration as a request's explanation names it, from its CUTLASS types (e.g.
@@ -206,6 +208,18 @@ inline constexpr bool token_blocks_fit_cluster(int64_t m, int block_m, int clust
 // Whether a call of m tokens on `tile` launches the GEMM as the quantize kernel's programmatic
 // dependent (cutlass_sm90_gemm.cc, with the measurements behind it).
 bool served_with_pdl(int64_t m, const TileOps& tile);
+
+// The CTA tiles of a call of m tokens on an n-channel layer.
+inline constexpr int64_t tile_count(int64_t m, int64_t n, const TileOps& tile) {
+  return token_blocks(m, tile.block_m) * ((n + tile.block_n - 1) / tile.block_n);
+}
+
+// The fewest CTAs of a persistent grid that stream `tiles` tiles in as many waves as sm_count CTAs
+// would (so that no CTA streams more tiles than with sm_count, and all but a few stream as many):
+// fewer than sm_count only where the tiles outnumber the SMs without filling their last wave
+// (448 tiles on 132 SMs: 112 CTAs of 4 instead of 132 of 3 or 4); sm_count otherwise. A served
+// form of cuda.cutlass_sm90's swapped tiles (CutlassSm90Args::sm_count), timed at load.
+int balanced_grid(int64_t tiles, int sm_count);
 
 // Whether the quantize kernel before the GEMM may split each of a call's m rows of k 16-bit
 // values among several blocks (launch_quantize_s8's `split`; cutlass_sm90_gemm.cc, with the

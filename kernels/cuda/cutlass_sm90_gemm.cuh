@@ -397,6 +397,7 @@ constexpr TileOps tile_ops() {
                  &G::launch,
                  static_cast<int>(cute::size(typename Config::ClusterShape{})),
                  static_cast<int>(cute::size<Config::kTokenDim>(typename Config::TileShape{})),
+                 static_cast<int>(cute::size<Config::kChannelDim>(typename Config::TileShape{})),
                  Config::kSwapAB,
                  &tile_name<Config>};
 }

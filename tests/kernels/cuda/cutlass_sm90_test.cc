@@ -363,6 +363,91 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
   }
 }
 
+// A layer whose swapped tiles outnumber the SMs (N = 64 x (SMs + 4) channels: a last wave of four
+// 64-channel tiles): the swapped tiles launched as served, on every SM and on the grid cut to as
+// few CTAs as keep the waves (cutlass_sm90::balanced_grid), and the layer's own calls, whichever
+// form its load timed faster (named in the explanation): y bit-exact for every scheme at M = 1
+// and 16.
+TEST_F(CutlassSm90Test, SwappedTilesOnTheCutGridMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{stream};
+  const int sms = host_info().gpus[0].sm_count;
+  const int64_t n = 64 * (sms + 4), k = 1040;
+  for (Scheme scheme : kSchemes) {
+    const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
+    ASSERT_NE(w, nullptr);
+    for (int64_t m : {int64_t{1}, int64_t{16}}) {
+      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
+      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
+      ASSERT_TRUE(want.status.ok());
+      TileBuffers d;
+      ASSERT_TRUE(d.init(*w, m).ok());
+      ASSERT_TRUE(d.upload_bias(*w, DType::kBF16).ok());
+      DeviceBuffer dx;
+      ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
+      ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+        const cutlass_sm90::TileOps* ops =
+            cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+        ASSERT_NE(ops, nullptr);
+        if (!ops->swaps_operands) continue;
+        ASSERT_EQ(ops->prepare(), cudaSuccess);
+        const int cut = cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(m, n, *ops), sms);
+        for (const int grid : {sms, cut}) {
+          SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " tile ", ops->name(), ", ",
+                                    grid, " CTAs"));
+          CutlassSm90Args g = d.args(DType::kBF16);
+          g.pdl = true;
+          g.weight_prefetch_bytes = 64 << 10;
+          g.weights_ahead = true;
+          g.weights_ahead_stages = 4;
+          g.weights_evict_first = true;
+          g.xq_rows = d.xq_rows;
+          g.tail_prefetch_bytes = 4 << 20;
+          g.sm_count = grid;
+          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
+          ASSERT_EQ(
+              launch_quantize_s8(dx.get(), ElemType::kBF16, m, k, quantize_params(w->config),
+                                 d.xq.as<int8_t>(), d.sa.as<float>(), d.azp.as<int32_t>(), stream),
+              cudaSuccess);
+          ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          std::vector<uint8_t> y(m * n * 2);
+          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          const int64_t i = first_y_mismatch(want.y, y, DType::kBF16);
+          EXPECT_EQ(i, -1) << "row " << i / n << " col " << i % n << " want "
+                           << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
+                           << load_as_f32(y.data(), DType::kBF16, i);
+          if (HasFailure()) return;
+        }
+      }
+    }
+    // The load's timing is the slow part: the layer's own calls on two schemes.
+    if (scheme != Scheme::kDynamicSymmetric && scheme != Scheme::kStaticAsymmetric) continue;
+    const Prepared p = prepare(*kernel_, w);
+    if (p.kernel == nullptr) return;
+    for (int64_t m : {int64_t{1}, int64_t{16}}) {
+      EXPECT_TRUE(check_call(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16));
+      // A cut grid, where the load chose it, is named with its size: 64-channel tiles are 4 more
+      // than the SMs, so (sms + 4) / 2 CTAs of 2; 128-channel tiles do not outnumber them.
+      const std::string v = p.owner->variant(m);
+      if (absl::StrContains(v, "grid cut")) {
+        EXPECT_TRUE(absl::StrContains(
+            v, absl::StrCat(sms + 4, " tiles on a grid cut to ", (sms + 4 + 1) / 2,
+                            " CTAs (2 each "
+                            "at most)")))
+            << v;
+      }
+    }
+  }
+}
+
 // The quantizing tiles (activations quantized inside the GEMM launch) through the device entry
 // point on 16-bit x: y and sa bit-exact against the reference for every scheme, with the
 // quantize kernel doing 1 row, 129 rows or the tile's own choice and the GEMM's auxiliary warps
@@ -503,6 +588,25 @@ TEST(CutlassSm90Kernel, SaysWhetherItIsCompiledIn) {
   }
   h.gpus[0].cc_major = 10;
   EXPECT_FALSE(k->is_supported(h).ok());
+}
+
+// The cut grid of the swapped tiles: as few CTAs as stream the tiles in as many waves as every
+// SM would, and every SM where the tiles fill their last wave or do not outnumber the SMs.
+TEST(CutlassSm90Kernel, CutGridKeepsTheWavesOnFewerCtas) {
+  EXPECT_EQ(cutlass_sm90::balanced_grid(448, 132), 112);  // 28672 channels in tiles of 64
+  EXPECT_EQ(cutlass_sm90::balanced_grid(896, 132), 128);  // 57344
+  EXPECT_EQ(cutlass_sm90::balanced_grid(224, 132), 112);  // 28672 in tiles of 128
+  EXPECT_EQ(cutlass_sm90::balanced_grid(133, 132), 67);
+  EXPECT_EQ(cutlass_sm90::balanced_grid(264, 132), 132);
+  EXPECT_EQ(cutlass_sm90::balanced_grid(132, 132), 132);
+  EXPECT_EQ(cutlass_sm90::balanced_grid(64, 132), 132);
+  for (int64_t tiles = 1; tiles <= 3000; ++tiles) {
+    const int grid = cutlass_sm90::balanced_grid(tiles, 132);
+    ASSERT_LE(grid, 132) << tiles;
+    ASSERT_EQ((tiles + grid - 1) / grid, (tiles + 131) / 132) << tiles;  // the same waves
+    // And the fewest such: one CTA fewer would take another wave.
+    if (grid < 132) ASSERT_GT((tiles + grid - 2) / (grid - 1), (tiles + 131) / 132) << tiles;
+  }
 }
 
 TEST(CutlassSm90Kernel, DeclinesUnalignedShapes) {
