@@ -1274,6 +1274,15 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // tail_prefetch_bytes; served: "t4"), and with no prefetch but the grid cut to as few CTAs as keep
 // the same number of waves, so that every CTA streams as many tiles ("bal": CutlassSm90Args::
 // sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid.
+// The fewest CTAs of a persistent grid that stream `tiles` tiles in as many waves as sm_count CTAs
+// would: fewer than sm_count only where the tiles outnumber the SMs without filling their last
+// wave (448 tiles on 132 SMs: 112 CTAs of 4 instead of 132 of 3 or 4). --tail's "bal".
+[[maybe_unused]] int balanced_grid(int64_t tiles, int sm_count) {
+  if (sm_count < 1 || tiles <= sm_count) return sm_count;
+  const int64_t waves = (tiles + sm_count - 1) / sm_count;
+  return static_cast<int>((tiles + waves - 1) / waves);
+}
+
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1318,9 +1327,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
-        g.sm_count = h.balanced
-                         ? cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(m, sc.n, *ops), sms)
-                         : sms;
+        g.sm_count = h.balanced ? balanced_grid(cutlass_sm90::tile_count(m, sc.n, *ops), sms) : sms;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);

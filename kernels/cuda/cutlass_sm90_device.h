@@ -214,13 +214,6 @@ inline constexpr int64_t tile_count(int64_t m, int64_t n, const TileOps& tile) {
   return token_blocks(m, tile.block_m) * ((n + tile.block_n - 1) / tile.block_n);
 }
 
-// The fewest CTAs of a persistent grid that stream `tiles` tiles in as many waves as sm_count CTAs
-// would (so that no CTA streams more tiles than with sm_count, and all but a few stream as many):
-// fewer than sm_count only where the tiles outnumber the SMs without filling their last wave
-// (448 tiles on 132 SMs: 112 CTAs of 4 instead of 132 of 3 or 4); sm_count otherwise. A served
-// form of cuda.cutlass_sm90's swapped tiles (CutlassSm90Args::sm_count), timed at load.
-int balanced_grid(int64_t tiles, int sm_count);
-
 // Whether the quantize kernel before the GEMM may split each of a call's m rows of k 16-bit
 // values among several blocks (launch_quantize_s8's `split`; cutlass_sm90_gemm.cc, with the
 // measurements behind it), on a GPU of sm_count SMs.

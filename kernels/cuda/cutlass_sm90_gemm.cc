@@ -202,12 +202,6 @@ bool cutlass_sm90::split_quantize_rows(int64_t m, int64_t k, int sm_count) {
   return m * quantize_blocks_per_row(m, k) <= sm_count / 2;
 }
 
-int cutlass_sm90::balanced_grid(int64_t tiles, int sm_count) {
-  if (sm_count < 1 || tiles <= sm_count) return sm_count;
-  const int64_t waves = (tiles + sm_count - 1) / sm_count;
-  return static_cast<int>((tiles + waves - 1) / waves);
-}
-
 namespace {
 
 // With the programmatic launch, the weights each CTA prefetches into L2 before it waits for the
@@ -298,24 +292,26 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // 4096 x 4096 at M = 1 11.3-11.6 -> 12.6-12.9 us), the same within 0.5 us where 4 did (8192 x
 // 8192 and 8192 x 28672 with the 64-channel tiles), up to 30 us slower with 32 MB, and the GEMM
 // alone slower too (4096 x 4096 at M = 1 10.3-10.4 -> 12.8-13.0 us with 8 MB).
+// Nor, where the tiles outnumber the SMs, did a grid cut to as few CTAs as keep the same number of
+// waves, every CTA then streaming as many tiles (28672 x 4096: 112 CTAs of 4 tiles of 64 channels
+// instead of 132 of 3 or 4; 57344 x 8192: 128 of 7). Measured on the H200 (bench --tail "bal",
+// three runs on different machines, three rounds each, the op, the fastest tile, us, every SM with
+// the 4 MB prefetch / the cut grid):
+//   28672 x 4096  M = 1    32.7-32.9 / 32.5-32.7     33.0-33.3 / 32.4-32.5     32.4 / 32.4
+//                 M = 16   32.8-32.9 / 33.3-33.4     32.6-32.7 / 32.9-33.0     32.7-32.8
+//                 / 33.5-33.8
+//   57344 x 8192  M = 1   111.7-111.9 / 111.7-111.8  108.6-108.7 / 109.5-109.6  111.5-111.9 /
+//                                                                               111.6-112.3
+//                 M = 16  110.9-111.0 / 114.2-114.3  109.4-109.7 / 111.2-111.4  111.6-111.8 /
+//                                                                               113.3-113.8
+// Timed at load as a further form of each swapped tile (commit dd374ba, reverted), the cut grid
+// was picked at M = 16 on 28672 x 4096 in a full benchmark run and served 33.6 us there, where the
+// same run's --tail measured it 0.8-1.0 us slower than every SM. At most 0.6 us at M = 1 on one
+// layer did not pay for a form that the load's timing ranks wrongly.
 constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
 int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;
 }
-
-// Where the swapped tiles outnumber the SMs without filling their last wave, the load also times
-// each of them on a grid cut to as few CTAs as keep the waves (cutlass_sm90::balanced_grid:
-// 28672 x 4096 112 CTAs of 4 tiles of 64 channels, 57344 x 8192 128 of 7), and serves whichever
-// form it timed faster. Neither wins everywhere. Measured on the H200 (bench --tail, the op, in
-// turns, three rounds, the fastest tile, us, every SM with the 4 MB last-wave prefetch / the cut
-// grid; two runs on different machines):
-//   28672 x 4096  M = 1    32.7-32.9 / 32.5-32.7       33.0-33.3 / 32.4-32.5
-//                 M = 16   32.8-32.9 / 33.3-33.4       32.6-32.7 / 32.9-33.0
-//   57344 x 8192  M = 1   111.7-111.9 / 111.7-111.8   108.6-108.7 / 109.5-109.6
-//                 M = 16  110.9-111.0 / 114.2-114.3   109.4-109.7 / 111.2-111.4
-// (the cut grid fastest with 16 x 64 x 512 or 16 x 128 x 256 at M = 1 on 28672 x 4096, where
-// 16 x 128 x 256 on every SM was the slowest: 34.0-34.3).
-bool times_balanced_grid(const cutlass_sm90::TileOps& tile) { return tile.swaps_operands; }
 
 // Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
 // carry an evict-first L2 hint (cutlass_sm90_dependent_mainloop.cuh): the weights pass through L2
@@ -547,14 +543,11 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
 
  private:
   explicit CutlassSm90Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {
-    tuned_.fill(TunedChoice{});
+    tuned_.fill(-1);
   }
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
-  // The CTAs a call of m tokens on `tile` launches at most (CutlassSm90Args::sm_count): the SM
-  // count, or the cut grid where the load timed that faster (cutlass_sm90::balanced_grid).
-  int grid_for_call(int64_t m, const cutlass_sm90::TileOps& tile) const;
   // The index in kTuneMs whose timed choice a call of m tokens takes (tuned_ there may be -1).
   size_t tuned_index(int64_t m) const;
   std::string variant(int64_t m) const override;
@@ -576,13 +569,8 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   int sm_count_ = 0;
   DeviceBuffer adj_;
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
-  // What was timed fastest on this layer at each of kTuneMs: the tile (-1 where not timed:
-  // tile_for), and whether on the cut grid (times_balanced_grid).
-  struct TunedChoice {
-    int tile = -1;
-    bool balanced_grid = false;
-  };
-  std::array<TunedChoice, std::size(kTuneMs)> tuned_;
+  // The tile timed fastest on this layer at each of kTuneMs; -1 where not timed (tile_for).
+  std::array<int, std::size(kTuneMs)> tuned_;
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
@@ -641,7 +629,7 @@ absl::Status CutlassSm90Prepared::init() {
   // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer.
   const absl::Status tuned = tune_tiles();
   if (absl::IsResourceExhausted(tuned)) {
-    tuned_.fill(TunedChoice{});
+    tuned_.fill(-1);
     return absl::OkStatus();
   }
   return tuned;
@@ -654,39 +642,26 @@ absl::Status CutlassSm90Prepared::init() {
 // when m's is not.
 size_t CutlassSm90Prepared::tuned_index(int64_t m) const {
   size_t i = tune_index(m);
-  while (tuned_[i].tile < 0 && i > 0 && kTuneMs[i - 1] >= kTuneLargestTimedFromM) --i;
+  while (tuned_[i] < 0 && i > 0 && kTuneMs[i - 1] >= kTuneLargestTimedFromM) --i;
   return i;
 }
 
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   const size_t i = tuned_index(m);
-  return tuned_[i].tile >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i].tile)
-                             : tile_for(m, weights_.config.n);
-}
-
-int CutlassSm90Prepared::grid_for_call(int64_t m, const cutlass_sm90::TileOps& tile) const {
-  if (!tuned_[tuned_index(m)].balanced_grid) return sm_count_;
-  return cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(m, weights_.config.n, tile),
-                                     sm_count_);
+  return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
 std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
   const size_t i = tuned_index(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
-  const int grid = grid_for_call(m, ops);
-  const int64_t tiles = cutlass_sm90::tile_count(m, weights_.config.n, ops);
-  return absl::StrCat(
-      "tile ", ops.name(),
-      grid < sm_count_ ? absl::StrCat(", ", tiles, " tiles on a grid cut to ", grid, " CTAs (",
-                                      (tiles + grid - 1) / grid, " each at most)")
-                       : std::string(),
-      tuned_[i].tile >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                          : std::string(" (by rule: not timed at load, its operands "
-                                        "over 256 MB or the GPU short of memory)"),
-      cutlass_sm90::served_with_pdl(m, ops)
-          ? "; GEMM launched as the quantize kernel's programmatic dependent"
-          : "");
+  return absl::StrCat("tile ", ops.name(),
+                      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                                     : std::string(" (by rule: not timed at load, its operands "
+                                                   "over 256 MB or the GPU short of memory)"),
+                      cutlass_sm90::served_with_pdl(m, ops)
+                          ? "; GEMM launched as the quantize kernel's programmatic dependent"
+                          : "");
 #else
   (void)m;
   return "";
@@ -721,7 +696,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
 // (see kQuantizingMinM). Sizes whose operands would take over kTuneBytes are left to tile_for.
 absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
-  tuned_.fill(TunedChoice{});
+  tuned_.fill(-1);
   const LayerConfig& c = weights_.config;
   constexpr int64_t kTuneBytes = int64_t{256} << 20;
   int64_t max_m = 0;
@@ -795,7 +770,6 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       CutlassSm90Args args;
       const cutlass_sm90::TileOps* ops;
       double us;
-      bool balanced_grid = false;  // on the cut grid (times_balanced_grid)
     };
     std::vector<Candidate> candidates;
     const bool cold = g.m <= 256;  // cold L2 where the weights stream, as a served layer finds it
@@ -824,20 +798,10 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
       cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
-      std::vector<Candidate> forms = {cand};
-      const int cut =
-          cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(g.m, c.n, *ops), sm_count_);
-      if (times_balanced_grid(*ops) && cut < sm_count_) {
-        forms.push_back(cand);
-        forms.back().args.sm_count = cut;
-        forms.back().balanced_grid = true;
-      }
-      for (Candidate& form : forms) {
-        const auto call = call_of(form);
-        RETURN_IF_ERROR(call(timer->stream()));  // warm-up
-        ASSIGN_OR_RETURN(form.us, timer->median_us(5, cold, call));
-        candidates.push_back(form);
-      }
+      const auto call = call_of(cand);
+      RETURN_IF_ERROR(call(timer->stream()));  // warm-up
+      ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
+      candidates.push_back(cand);
     }
     if (candidates.empty()) continue;
     // The fastest few timed again in turns, one call each per round (kTuneRounds), and the
@@ -855,8 +819,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     for (size_t j = 0; j < candidates.size(); ++j) {
       if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
-    const Candidate& best = candidates[lowest_median(rounds)];
-    tuned_[i] = TunedChoice{best.tile, best.balanced_grid};
+    tuned_[i] = candidates[lowest_median(rounds)].tile;
   }
   return absl::OkStatus();
 #else
@@ -896,7 +859,6 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
   g.weights_ahead_stages = served_ahead_stages(*ops);
   g.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
-  g.sm_count = grid_for_call(m, *ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {

@@ -211,6 +211,68 @@ struct TileBuffers {
   }
 };
 
+// A non-blocking stream for one test, destroyed with it (null if it could not be made).
+struct TestStream {
+  cudaStream_t stream = nullptr;
+  TestStream() {
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) stream = nullptr;
+  }
+  ~TestStream() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+};
+
+// One call of the dependent-launch tests: random bf16 x for m tokens of layer lw in device memory,
+// the reference's y for it, and the tile buffers (bias_v for bf16 y).
+struct DependentCall {
+  QuantizeParams qp;
+  Expected want;
+  TileBuffers d;
+  DeviceBuffer x;
+
+  absl::Status init(SplitMix64& rng, const LayerWeights& lw, int64_t m) {
+    qp = quantize_params(lw.config);
+    const std::vector<uint8_t> hx = make_x(rng, m, lw.config.k, DType::kBF16);
+    want = reference_run(lw, hx.data(), DType::kBF16, m, DType::kBF16);
+    RETURN_IF_ERROR(want.status);
+    RETURN_IF_ERROR(d.init(lw, m));
+    RETURN_IF_ERROR(d.upload_bias(lw, DType::kBF16));
+    RETURN_IF_ERROR(x.allocate(hx.size(), "x"));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(x.get(), hx.data(), hx.size(), cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  }
+
+  // The quantize kernel, then `tile` launched with g (as its programmatic dependent where
+  // g.pdl), on `stream`; y checked against the reference's, the first mismatch named.
+  ::testing::AssertionResult matches(const cutlass_sm90::TileOps& tile, const CutlassSm90Args& g,
+                                     cudaStream_t stream) const {
+    if (const cudaError_t e =
+            launch_quantize_s8(x.get(), ElemType::kBF16, d.m, d.k, qp, d.xq.as<int8_t>(),
+                               d.sa.as<float>(), d.azp.as<int32_t>(), stream);
+        e != cudaSuccess) {
+      return ::testing::AssertionFailure() << "quantize launch: " << cudaGetErrorString(e);
+    }
+    if (const cudaError_t e = tile.launch(g, nullptr, stream); e != cudaSuccess) {
+      return ::testing::AssertionFailure() << "GEMM launch: " << cudaGetErrorString(e);
+    }
+    std::vector<uint8_t> y(static_cast<size_t>(d.m * d.n * 2));
+    if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+      return ::testing::AssertionFailure() << "the call: " << cudaGetErrorString(e);
+    }
+    if (const cudaError_t e = cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost);
+        e != cudaSuccess) {
+      return ::testing::AssertionFailure() << "y back: " << cudaGetErrorString(e);
+    }
+    const int64_t i = first_y_mismatch(want.y, y, DType::kBF16);
+    if (i < 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "row " << i / d.n << " col " << i % d.n << " want "
+                                         << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
+                                         << load_as_f32(y.data(), DType::kBF16, i);
+  }
+};
+
 // Each tile configuration and output type through the device entry point, on the reference's
 // own xq, sa and azp: y bit-exact for every scheme's form of the epilogue, with and without the
 // weights' evict-first L2 hint (their loads then take the mainloop's own loop where each weight
@@ -292,12 +354,9 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{stream};
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
   const int64_t n = 400;
   struct Case {
     int64_t m, k;
@@ -307,15 +366,9 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
     for (Scheme scheme : kSchemes) {
       const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
       ASSERT_NE(w, nullptr);
-      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
-      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
-      ASSERT_TRUE(want.status.ok());
-      TileBuffers d;
-      ASSERT_TRUE(d.init(*w, m).ok());
-      ASSERT_TRUE(d.upload_bias(*w, DType::kBF16).ok());
-      DeviceBuffer dx;
-      ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
-      ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      DependentCall call;
+      ASSERT_TRUE(call.init(rng, *w, m).ok());
+      TileBuffers& d = call.d;
       for (int run = 0; run < 8 * kCutlassSm90Tiles; ++run) {
         const int t = run / 8;
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
@@ -344,19 +397,7 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         ASSERT_EQ(cudaMemset(d.sa.get(), 0x3F, m * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
         ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
-        ASSERT_EQ(
-            launch_quantize_s8(dx.get(), ElemType::kBF16, m, k, quantize_params(w->config),
-                               d.xq.as<int8_t>(), d.sa.as<float>(), d.azp.as<int32_t>(), stream),
-            cudaSuccess);
-        ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        std::vector<uint8_t> y(m * n * 2);
-        ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-        const int64_t i = first_y_mismatch(want.y, y, DType::kBF16);
-        EXPECT_EQ(i, -1) << scheme_name(scheme) << " M " << m << " tile " << t << ": row " << i / n
-                         << " col " << i % n << " want "
-                         << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
-                         << load_as_f32(y.data(), DType::kBF16, i);
+        EXPECT_TRUE(call.matches(*ops, g, stream));
         if (HasFailure()) return;
       }
     }
@@ -364,42 +405,31 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
 }
 
 // A layer whose swapped tiles outnumber the SMs (N = 64 x (SMs + 4) channels: a last wave of four
-// 64-channel tiles): the swapped tiles launched as served, on every SM and on the grid cut to as
-// few CTAs as keep the waves (cutlass_sm90::balanced_grid), and the layer's own calls, whichever
-// form its load timed faster (named in the explanation): y bit-exact for every scheme at M = 1
-// and 16.
-TEST_F(CutlassSm90Test, SwappedTilesOnTheCutGridMatchTheReference) {
+// 64-channel tiles, whose first k-tiles the other CTAs prefetch into L2 as served): the swapped
+// tiles launched as served on every SM, and on half of them (each CTA two tiles), and the layer's
+// own calls as served; y bit-exact for every scheme at M = 1 and 16.
+TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } guard{stream};
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
   const int sms = host_info().gpus[0].sm_count;
   const int64_t n = 64 * (sms + 4), k = 1040;
   for (Scheme scheme : kSchemes) {
     const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
     ASSERT_NE(w, nullptr);
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
-      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
-      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
-      ASSERT_TRUE(want.status.ok());
-      TileBuffers d;
-      ASSERT_TRUE(d.init(*w, m).ok());
-      ASSERT_TRUE(d.upload_bias(*w, DType::kBF16).ok());
-      DeviceBuffer dx;
-      ASSERT_TRUE(dx.allocate(x.size(), "x").ok());
-      ASSERT_EQ(cudaMemcpy(dx.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      DependentCall call;
+      ASSERT_TRUE(call.init(rng, *w, m).ok());
+      TileBuffers& d = call.d;
       for (int t = 0; t < kCutlassSm90Tiles; ++t) {
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
         ASSERT_NE(ops, nullptr);
         if (!ops->swaps_operands) continue;
         ASSERT_EQ(ops->prepare(), cudaSuccess);
-        const int cut = cutlass_sm90::balanced_grid(cutlass_sm90::tile_count(m, n, *ops), sms);
-        for (const int grid : {sms, cut}) {
+        for (const int grid : {sms, (sms + 5) / 2}) {
           SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " tile ", ops->name(), ", ",
                                     grid, " CTAs"));
           CutlassSm90Args g = d.args(DType::kBF16);
@@ -412,18 +442,7 @@ TEST_F(CutlassSm90Test, SwappedTilesOnTheCutGridMatchTheReference) {
           g.tail_prefetch_bytes = 4 << 20;
           g.sm_count = grid;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
-          ASSERT_EQ(
-              launch_quantize_s8(dx.get(), ElemType::kBF16, m, k, quantize_params(w->config),
-                                 d.xq.as<int8_t>(), d.sa.as<float>(), d.azp.as<int32_t>(), stream),
-              cudaSuccess);
-          ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
-          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-          std::vector<uint8_t> y(m * n * 2);
-          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          const int64_t i = first_y_mismatch(want.y, y, DType::kBF16);
-          EXPECT_EQ(i, -1) << "row " << i / n << " col " << i % n << " want "
-                           << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
-                           << load_as_f32(y.data(), DType::kBF16, i);
+          EXPECT_TRUE(call.matches(*ops, g, stream));
           if (HasFailure()) return;
         }
       }
@@ -434,16 +453,6 @@ TEST_F(CutlassSm90Test, SwappedTilesOnTheCutGridMatchTheReference) {
     if (p.kernel == nullptr) return;
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
       EXPECT_TRUE(check_call(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16));
-      // A cut grid, where the load chose it, is named with its size: 64-channel tiles are 4 more
-      // than the SMs, so (sms + 4) / 2 CTAs of 2; 128-channel tiles do not outnumber them.
-      const std::string v = p.owner->variant(m);
-      if (absl::StrContains(v, "grid cut")) {
-        EXPECT_TRUE(absl::StrContains(
-            v, absl::StrCat(sms + 4, " tiles on a grid cut to ", (sms + 4 + 1) / 2,
-                            " CTAs (2 each "
-                            "at most)")))
-            << v;
-      }
     }
   }
 }
@@ -588,25 +597,6 @@ TEST(CutlassSm90Kernel, SaysWhetherItIsCompiledIn) {
   }
   h.gpus[0].cc_major = 10;
   EXPECT_FALSE(k->is_supported(h).ok());
-}
-
-// The cut grid of the swapped tiles: as few CTAs as stream the tiles in as many waves as every
-// SM would, and every SM where the tiles fill their last wave or do not outnumber the SMs.
-TEST(CutlassSm90Kernel, CutGridKeepsTheWavesOnFewerCtas) {
-  EXPECT_EQ(cutlass_sm90::balanced_grid(448, 132), 112);  // 28672 channels in tiles of 64
-  EXPECT_EQ(cutlass_sm90::balanced_grid(896, 132), 128);  // 57344
-  EXPECT_EQ(cutlass_sm90::balanced_grid(224, 132), 112);  // 28672 in tiles of 128
-  EXPECT_EQ(cutlass_sm90::balanced_grid(133, 132), 67);
-  EXPECT_EQ(cutlass_sm90::balanced_grid(264, 132), 132);
-  EXPECT_EQ(cutlass_sm90::balanced_grid(132, 132), 132);
-  EXPECT_EQ(cutlass_sm90::balanced_grid(64, 132), 132);
-  for (int64_t tiles = 1; tiles <= 3000; ++tiles) {
-    const int grid = cutlass_sm90::balanced_grid(tiles, 132);
-    ASSERT_LE(grid, 132) << tiles;
-    ASSERT_EQ((tiles + grid - 1) / grid, (tiles + 131) / 132) << tiles;  // the same waves
-    // And the fewest such: one CTA fewer would take another wave.
-    if (grid < 132) ASSERT_GT((tiles + grid - 2) / (grid - 1), (tiles + 131) / 132) << tiles;
-  }
 }
 
 TEST(CutlassSm90Kernel, DeclinesUnalignedShapes) {
