@@ -295,15 +295,13 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // Nor, where the tiles outnumber the SMs, did a grid cut to as few CTAs as keep the same number of
 // waves, every CTA then streaming as many tiles (28672 x 4096: 112 CTAs of 4 tiles of 64 channels
 // instead of 132 of 3 or 4; 57344 x 8192: 128 of 7). Measured on the H200 (bench --tail "bal",
-// three runs on different machines, three rounds each, the op, the fastest tile, us, every SM with
-// the 4 MB prefetch / the cut grid):
-//   28672 x 4096  M = 1    32.7-32.9 / 32.5-32.7     33.0-33.3 / 32.4-32.5     32.4 / 32.4
-//                 M = 16   32.8-32.9 / 33.3-33.4     32.6-32.7 / 32.9-33.0     32.7-32.8
-//                 / 33.5-33.8
-//   57344 x 8192  M = 1   111.7-111.9 / 111.7-111.8  108.6-108.7 / 109.5-109.6  111.5-111.9 /
-//                                                                               111.6-112.3
-//                 M = 16  110.9-111.0 / 114.2-114.3  109.4-109.7 / 111.2-111.4  111.6-111.8 /
-//                                                                               113.3-113.8
+// three runs on different machines, the op, the fastest tile's fastest of three rounds, us, every
+// SM with the 4 MB prefetch / the cut grid):
+//   layer, M             run 1            run 2            run 3
+//   28672 x 4096, 1      32.7 / 32.5      33.0 / 32.4      32.4 / 32.4
+//   28672 x 4096, 16     32.8 / 33.3      32.6 / 32.9      32.7 / 33.5
+//   57344 x 8192, 1     111.7 / 111.7    108.6 / 109.5    111.5 / 111.6
+//   57344 x 8192, 16    110.9 / 114.2    109.4 / 111.2    111.6 / 113.3
 // Timed at load as a further form of each swapped tile (commit dd374ba, reverted), the cut grid
 // was picked at M = 16 on 28672 x 4096 in a full benchmark run and served 33.6 us there, where the
 // same run's --tail measured it 0.8-1.0 us slower than every SM. At most 0.6 us at M = 1 on one
