@@ -296,7 +296,8 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_bytes(a)};
+        tail_prefetch_bytes(a),
+        a.k_rotation};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
