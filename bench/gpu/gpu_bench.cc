@@ -1299,7 +1299,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
     bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
-    int k_rotation = 0;       // CutlassSm90Args::k_rotation
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1330,7 +1329,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
         g.sm_count = h.balanced ? balanced_grid(cutlass_sm90::tile_count(m, sc.n, *ops), sms) : sms;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
-        g.k_rotation = h.k_rotation;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
         auto op = [&, g, ops, alone, split](int s) -> absl::Status {
@@ -1382,12 +1380,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
                    {" t8", true, false, false, false, false, 4, 64, 8},
                    {" t16", true, false, false, false, false, 4, 64, 16},
                    {" bal", true, false, false, false, false, 4, 64, 0, true},
-                   {" rot", true, false, false, false, false, 4, 64, 4, false, 1},
-                   {" rot3", true, false, false, false, false, 4, 64, 4, false, 3},
                    {" alone t0", true, false, false, true, false, 0, 64, 0},
                    {" alone t4", true, false, false, true, false, 0, 64, 4},
-                   {" alone bal", true, false, false, true, false, 0, 64, 0, true},
-                   {" alone rot", true, false, false, true, false, 0, 64, 4, false, 1}},
+                   {" alone bal", true, false, false, true, false, 0, 64, 0, true}},
                   3, o));
     }
     return absl::OkStatus();
@@ -1402,7 +1397,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
            CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
           {{" op", true},
            {" a4", true, false, false, false, false, 4},
-           {" a4rot", true, false, false, false, false, 4, 64, 0, false, 1},
            {" a2", true, false, false, false, false, 2},
            {" pf0", true, false, false, false, false, 0, 0},
            {" a4pf0", true, false, false, false, false, 4, 0},

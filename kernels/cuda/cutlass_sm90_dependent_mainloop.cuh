@@ -29,12 +29,6 @@
 // prefetch the first k-tiles of that wave's tiles into L2 at their start: the last wave's
 // pipelines then start from L2, not DRAM, while the other SMs have gone idle.
 //
-// With k_rotation (and weights_evict_first, whose loads are this mainloop's own) channel tile t
-// starts its k-loop at k-tile (k_rotation x t) mod the k-tiles and wraps around, every load of
-// the tile (ahead of the wait, L2 prefetches, the last wave's prefetch included) rotated alike:
-// the tiles streamed at one moment then read different columns of the weights rather than all
-// the same one. The int32 sums are exact in any order.
-//
 // With xq_rows (CutlassSm90Args) the activations' TMA descriptor covers that many rows instead of
 // the problem's M: a token block's rows past M are then loaded from the buffer like any others
 // rather than zero-filled as out of bounds, which stalled the weights' stream (the table is
@@ -86,7 +80,6 @@ struct DependentMainloop : Base {
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
-    int k_rotation = 0;  // k-tiles between neighbouring tiles' first loads (weights_evict_first)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -94,7 +87,6 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;
     bool weights_evict_first = false;
     int tail_prefetch_bytes = 0;
-    int k_rotation = 0;
   };
 
   template <class ProblemShape>
@@ -107,8 +99,7 @@ struct DependentMainloop : Base {
                   args.trace,
                   args.weights_ahead,
                   args.weights_evict_first,
-                  args.tail_prefetch_bytes,
-                  args.weights_evict_first ? args.k_rotation : 0};
+                  args.tail_prefetch_bytes};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -173,12 +164,6 @@ struct DependentMainloop : Base {
     t[3] = (uint64_t{tiles_} << 32) | sm;
   }
 
-  // The k-tile that position k of channel tile `tile`'s k-loop reads, of k_tiles (k_rotation).
-  static CUTLASS_DEVICE int rotated_k(Params const& params, int tile, int k, int k_tiles) {
-    if (params.k_rotation == 0) return k;
-    return static_cast<int>((k + static_cast<int64_t>(params.k_rotation) * tile) % k_tiles);
-  }
-
   // The L2 hint of the weights' TMA loads.
   static CUTLASS_DEVICE cute::TMA::CacheHintSm90 weights_hint(Params const& params) {
     return params.weights_evict_first ? cute::TMA::CacheHintSm90::EVICT_FIRST
@@ -236,15 +221,14 @@ struct DependentMainloop : Base {
     const TMA::CacheHintSm90 hint = weights_hint(params);
     const TMA::CacheHintSm90 hint_a = kWeightsA ? hint : TMA::CacheHintSm90::EVICT_NORMAL;
     const TMA::CacheHintSm90 hint_b = kWeightsA ? TMA::CacheHintSm90::EVICT_NORMAL : hint;
-    const int tile = static_cast<int>(get<kChannelDim>(blk_coord));
-    const int k_tiles = static_cast<int>(size<3>(tAgA));
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
-      const int k = rotated_k(params, tile, *k_tile_iter, k_tiles);
-      copy(params.tma_load_a.with(*bar, mask_a, hint_a), tAgA(_, _, _, k), tAsA(_, _, _, stage));
-      copy(params.tma_load_b.with(*bar, mask_b, hint_b), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      copy(params.tma_load_a.with(*bar, mask_a, hint_a), tAgA(_, _, _, *k_tile_iter),
+           tAsA(_, _, _, stage));
+      copy(params.tma_load_b.with(*bar, mask_b, hint_b), tBgB(_, _, _, *k_tile_iter),
+           tBsB(_, _, _, stage));
     }
   }
 
@@ -267,19 +251,16 @@ struct DependentMainloop : Base {
     auto [tAgA, tAsA, tBgB, tBsB] =
         partitions(params, load_inputs, blk_coord, shared_tensors, 0, 0);
     const TMA::CacheHintSm90 hint = weights_hint(params);
-    const int tile = static_cast<int>(get<kChannelDim>(blk_coord));
-    const int k_tiles = static_cast<int>(size<3>(tAgA));
     for (int i = 0; i < count; ++i, ++state, ++k_tile_iter) {
       if (weights) pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
-      const int k = rotated_k(params, tile, *k_tile_iter, k_tiles);
       if (weights == kWeightsA) {  // the A operand
         copy(params.tma_load_a.with(*bar, 0, weights ? hint : TMA::CacheHintSm90::EVICT_NORMAL),
-             tAgA(_, _, _, k), tAsA(_, _, _, stage));
+             tAgA(_, _, _, *k_tile_iter), tAsA(_, _, _, stage));
       } else {
         copy(params.tma_load_b.with(*bar, 0, weights ? hint : TMA::CacheHintSm90::EVICT_NORMAL),
-             tBgB(_, _, _, k), tBsB(_, _, _, stage));
+             tBgB(_, _, _, *k_tile_iter), tBsB(_, _, _, stage));
       }
     }
   }
@@ -290,12 +271,10 @@ struct DependentMainloop : Base {
                                               KTileIterator k_tile_iter, int k_tile_count) {
     const int tiles = min(k_tile_count, params.weight_prefetch_bytes / kWeightTileBytes);
     if (tiles <= 0 || !cute::elect_one_sync()) return;
-    const int tile = static_cast<int>(cute::get<kChannelDim>(blk_coord));
-    auto tWgW = weight_tile(params, gW_nkl, tile, cute::get<3>(blk_coord));
-    const int k_tiles = static_cast<int>(cute::size<3>(tWgW));
+    auto tWgW =
+        weight_tile(params, gW_nkl, cute::get<kChannelDim>(blk_coord), cute::get<3>(blk_coord));
     for (int i = 0; i < tiles; ++i, ++k_tile_iter) {
-      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_,
-                                               rotated_k(params, tile, *k_tile_iter, k_tiles)));
+      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, *k_tile_iter));
     }
   }
 
@@ -319,10 +298,8 @@ struct DependentMainloop : Base {
     if (per_tile <= 0 || !cute::elect_one_sync()) return;
     const int helpers = grid - tail, units = tail * per_tile;
     for (int u = cta - tail; u < units; u += helpers) {
-      const int tile = first_tail + u % tail;
-      auto tWgW = weight_tile(params, gW_nkl, tile, l);
-      cute::prefetch(weights_tma(params),
-                     tWgW(cute::_, cute::_, cute::_, rotated_k(params, tile, u / tail, k_tiles)));
+      auto tWgW = weight_tile(params, gW_nkl, first_tail + u % tail, l);
+      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, u / tail));
     }
   }
 

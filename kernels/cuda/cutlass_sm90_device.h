@@ -115,10 +115,6 @@ struct CutlassSm90Args {
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
   bool weights_evict_first = false;
-  // With weights_evict_first where it applies: channel tile t starts its k-loop at k-tile
-  // (k_rotation x t) mod the k-tiles and wraps around (0: every tile at k-tile 0), so that the
-  // tiles streamed at one moment read different columns of the weights.
-  int k_rotation = 0;
   // Rows of activations readable at xq (>= m; 0: m). The activations' TMA loads then cover
   // that many rows: a tile's token block whose rows past m lie inside the buffer loads them
   // as any other rows (their products land in accumulator rows the epilogue never stores)

@@ -296,8 +296,7 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_bytes(a),
-        a.k_rotation};
+        tail_prefetch_bytes(a)};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {

@@ -350,8 +350,7 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // there at most 3 stages of its weights ahead, as the swapped tiles are served with a few, and
 // at one token block the last, partial wave's weights prefetched into L2 by the other CTAs),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
-// cluster multicast their weights from the mainloop's own loop; with the hint and weights ahead,
-// every tile's k-loop rotated by 3 k-tiles per tile).
+// cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -377,16 +376,14 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
                                   ahead ? ", weights ahead" : "",
                                   few_ctas ? ", 4 CTAs, 3 stages ahead, tail prefetch" : "",
-                                  evict_first ? ", evict-first, xq_rows" : "",
-                                  evict_first && ahead ? ", k-loops rotated by 3" : ""));
+                                  evict_first ? ", evict-first, xq_rows" : ""));
         CutlassSm90Args g = d.args(DType::kBF16);
         g.pdl = true;
         g.weight_prefetch_bytes = 64 << 10;
         g.weights_ahead = ahead;
         if (few_ctas) g.weights_ahead_stages = 3;
         g.weights_evict_first = evict_first;
-        if (evict_first) g.xq_rows = d.xq_rows;       // as served; zero-filled without the hint
-        g.k_rotation = evict_first && ahead ? 3 : 0;  // (applies with the evict-first hint)
+        if (evict_first) g.xq_rows = d.xq_rows;  // as served; zero-filled without the hint
         if (few_ctas) {
           g.sm_count = 4;
           g.tail_prefetch_bytes = 1 << 20;
@@ -409,9 +406,8 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
 
 // A layer whose swapped tiles outnumber the SMs (N = 64 x (SMs + 4) channels: a last wave of four
 // 64-channel tiles, whose first k-tiles the other CTAs prefetch into L2 as served): the swapped
-// tiles launched as served on every SM, and on half of them (each CTA two tiles), each with every
-// tile's k-loop from k-tile 0 and rotated (k_rotation 1; K = 1040: the partial k-tile mid-loop),
-// and the layer's own calls as served; y bit-exact for every scheme at M = 1 and 16.
+// tiles launched as served on every SM, and on half of them (each CTA two tiles), and the layer's
+// own calls as served; y bit-exact for every scheme at M = 1 and 16.
 TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -433,10 +429,9 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
         ASSERT_NE(ops, nullptr);
         if (!ops->swaps_operands) continue;
         ASSERT_EQ(ops->prepare(), cudaSuccess);
-        for (int form = 0; form < 4; ++form) {
-          const int grid = form % 2 == 0 ? sms : (sms + 5) / 2, rotation = form / 2;
+        for (const int grid : {sms, (sms + 5) / 2}) {
           SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " tile ", ops->name(), ", ",
-                                    grid, " CTAs, k-loops rotated by ", rotation));
+                                    grid, " CTAs"));
           CutlassSm90Args g = d.args(DType::kBF16);
           g.pdl = true;
           g.weight_prefetch_bytes = 64 << 10;
@@ -446,7 +441,6 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
           g.xq_rows = d.xq_rows;
           g.tail_prefetch_bytes = 4 << 20;
           g.sm_count = grid;
-          g.k_rotation = rotation;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
           EXPECT_TRUE(call.matches(*ops, g, stream));
           if (HasFailure()) return;
