@@ -306,6 +306,20 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // was picked at M = 16 on 28672 x 4096 in a full benchmark run and served 33.6 us there, where the
 // same run's --tail measured it 0.8-1.0 us slower than every SM. At most 0.6 us at M = 1 on one
 // layer did not pay for a form that the load's timing ranks wrongly.
+// Nor did starting each channel tile's k-loop at a different k-tile (tile t at k-tile r t mod the
+// k-tiles, wrapping; the mainloop's own loads, those ahead of the wait and the L2 and last-wave
+// prefetches alike; commit 55bfdb4, reverted), although weights read alone in that order came
+// 1.0-1.3 us faster on 57344 x 8192 (docs/kernels.md, "What bounds the swapped tiles"). Measured
+// on the H200 (one run, in turns, three rounds, the op, the fastest tile, us). With the 4 MB
+// last-wave prefetch (bench --tail; without / r = 1 / r = 3):
+//   57344 x 8192  M = 1   110.8-110.9 / 109.9-110.0 / 110.0-110.2
+//                 M = 16  109.7-109.8 / 109.3-109.4 / 109.3-109.5
+//   28672 x 4096  M = 1    32.9-33.0  /  33.2-33.3  /  33.2
+//                 M = 16   32.8-32.9  /  32.7-32.9  /  32.5-32.7
+// With 4 stages ahead and no last-wave prefetch (bench --swap, without / r = 1), at M = 1:
+// 4096 x 4096 11.8-11.9 / 12.6-12.7, 4096 x 14336 21.8-21.9 / 22.4-22.5, 8192 x 28672 58.6-59.2 /
+// 59.8-60.0; within 0.2 us on 6144 x 4096 and 8192 x 8192; and 2.6-11.4 us slower on the 64 x 64
+// tile. A gain on one layer of seven did not pay for the rule.
 constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
 int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;
