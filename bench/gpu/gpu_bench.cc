@@ -1251,6 +1251,15 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
   return absl::OkStatus();
 }
 
+// The fewest CTAs of a persistent grid that stream `tiles` tiles in as many waves as sm_count CTAs
+// would: fewer than sm_count only where the tiles outnumber the SMs without filling their last
+// wave (448 tiles on 132 SMs: 112 CTAs of 4 instead of 132 of 3 or 4). --tail's "bal".
+[[maybe_unused]] int balanced_grid(int64_t tiles, int sm_count) {
+  if (sm_count < 1 || tiles <= sm_count) return sm_count;
+  const int64_t waves = (tiles + sm_count - 1) / sm_count;
+  return static_cast<int>((tiles + waves - 1) / waves);
+}
+
 // --weights_hint: cuda.cutlass_sm90's op (the quantize kernel, then the GEMM launched as served:
 // the programmatic dependent up to M = 64, and with a cluster up to 128 or while the tile's token
 // blocks fit in one cluster, the tiles without one then issuing their first stages' weights and
@@ -1274,15 +1283,6 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // tail_prefetch_bytes; served: "t4"), and with no prefetch but the grid cut to as few CTAs as keep
 // the same number of waves, so that every CTA streams as many tiles ("bal": CutlassSm90Args::
 // sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid.
-// The fewest CTAs of a persistent grid that stream `tiles` tiles in as many waves as sm_count CTAs
-// would: fewer than sm_count only where the tiles outnumber the SMs without filling their last
-// wave (448 tiles on 132 SMs: 112 CTAs of 4 instead of 132 of 3 or 4). --tail's "bal".
-[[maybe_unused]] int balanced_grid(int64_t tiles, int sm_count) {
-  if (sm_count < 1 || tiles <= sm_count) return sm_count;
-  const int64_t waves = (tiles + sm_count - 1) / sm_count;
-  return static_cast<int>((tiles + waves - 1) / waves);
-}
-
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
