@@ -148,23 +148,44 @@ __global__ void __launch_bounds__(1024)
 // 128-byte swizzle of CUTLASS's loads), kStages k-tiles in flight, one thread issuing and waiting.
 // rotation r: tile t's k-loop starts at k-tile (r * t) % k_tiles and wraps, so that the tiles read
 // at one moment lie in different columns of the matrix (0: every tile from k = 0).
+// split s > 1: the tiles past the last whole wave (tiles % gridDim.x of them) are each cut into s
+// slices of K, dealt to the blocks in turn after their whole tiles; s = kReadEvenSplit: every
+// block reads an equal contiguous share of all the tiles' k-tiles (tile after tile, K fastest).
 constexpr int kTileRows = 64, kTileK = 256, kTileBox = 128;
 template <int kStages>
 __global__ void __launch_bounds__(32)
     read_tiles(const __grid_constant__ StreamTmaMap map, int64_t n, int64_t k, int rotation,
-               uint32_t* __restrict__ sink) {
+               int split, int64_t first_tile, uint32_t* __restrict__ sink) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) uint8_t ring[];
   __shared__ __align__(8) uint64_t bars[kStages];
   if (threadIdx.x != 0) return;
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows, k_tiles = (k + kTileK - 1) / kTileK;
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows - first_tile;
+  const int64_t k_tiles = (k + kTileK - 1) / kTileK;
   const int64_t G = gridDim.x, b = blockIdx.x;
-  const int64_t count = (tiles - b + G - 1) / G * k_tiles;
+  int64_t count = (tiles - b + G - 1) / G * k_tiles;
+  // The tail's slices (split > 1): this block's whole tiles first, then its slices.
+  const int64_t whole = tiles / G, tail = tiles % G;
+  const bool sliced = split > 1 && tail > 0 && k_tiles % split == 0;
+  const int64_t slice_k = sliced ? k_tiles / split : k_tiles;
+  if (sliced) count = whole * k_tiles + (tail * split - b + G - 1) / G * slice_k;
+  // The even shares (split == kReadEvenSplit).
+  const int64_t total = tiles * k_tiles, first = b * total / G;
+  if (split == kReadEvenSplit) count = (b + 1) * total / G - first;
   for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
   device::mbar_init_fence();
   const uint64_t policy = device::l2_evict_first();
   auto issue = [&](int64_t s) {
-    const int64_t t = b + s / k_tiles * G, kk = (s % k_tiles + rotation * t) % k_tiles;
+    int64_t t = b + s / k_tiles * G, kk = (s % k_tiles + rotation * t) % k_tiles;
+    if (split == kReadEvenSplit) {
+      t = (first + s) / k_tiles;
+      kk = (first + s) % k_tiles;
+    } else if (sliced && s >= whole * k_tiles) {
+      const int64_t u = b + (s - whole * k_tiles) / slice_k * G;  // the tail's slice u
+      t = whole * G + u / split;
+      kk = u % split * slice_k + (s - whole * k_tiles) % slice_k;
+    }
+    t += first_tile;
     const int slot = static_cast<int>(s % kStages);
     const uint32_t bar = device::smem_addr(&bars[slot]);
     const uint32_t dst = device::smem_addr(ring + slot * kTileRows * kTileK);
@@ -293,16 +314,18 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
 }
 
 cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
-                              int sm_count, void* sink, cudaStream_t stream) {
+                              int split, int sm_count, void* sink, cudaStream_t stream,
+                              int64_t first_tile) {
   constexpr int kStages = 10;
   constexpr int smem = kStages * kTileRows * kTileK;
   static const cudaError_t attr =
       cudaFuncSetAttribute(read_tiles<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (attr != cudaSuccess) return attr;
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-  const auto grid = static_cast<unsigned>(tiles < sm_count ? tiles : sm_count);
-  read_tiles<kStages>
-      <<<grid, 32, smem, stream>>>(map, n, k, rotation, static_cast<uint32_t*>(sink));
+  const int64_t tiles = (n + kTileRows - 1) / kTileRows - first_tile;
+  // (Where K is split, every SM takes a share, however few the tiles.)
+  const auto grid = static_cast<unsigned>(tiles < sm_count && split == 0 ? tiles : sm_count);
+  read_tiles<kStages><<<grid, 32, smem, stream>>>(map, n, k, rotation, split, first_tile,
+                                                  static_cast<uint32_t*>(sink));
   return cudaGetLastError();
 }
 

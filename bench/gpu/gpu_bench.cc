@@ -551,7 +551,10 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   RETURN_IF_ERROR(print_weights_read(sc, b, o, stream).status());
   // The same bytes in the order of cuda.cutlass_sm90's swapped 64-channel tiles (TMA boxes, tile
   // after tile, K fastest), each tile's k-loop starting at k-tile 0 or rotated by r k-tiles per
-  // tile ("rot r"), in turns; and in cuda.stream_s8's order with plain loads (R64 D3).
+  // tile ("rot r"); with the tiles past the last whole wave cut into s slices of K ("tail s"),
+  // and with every block reading an equal share of all the k-tiles ("even"); the whole waves and
+  // the tail cut into 2 slices as two launches ("2L tail2"), in turns; and in cuda.stream_s8's
+  // order with plain loads (R64 D3).
   const int sms = host_info().gpus[0].sm_count;
   DeviceBuffer sink;
   RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
@@ -559,14 +562,33 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   for (int s = 0; s < b.copies; ++s) {
     RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
   }
-  constexpr int kRotations[] = {0, 1, 3, 5};
+  struct TileOrder {
+    const char* name;
+    int rotation, split;
+  };
+  constexpr TileOrder kOrders[] = {{"rot0", 0, 0},
+                                   {"rot1", 1, 0},
+                                   {"tail2", 0, 2},
+                                   {"tail8", 0, 8},
+                                   {"even", 0, kReadEvenSplit}};
   std::vector<std::function<absl::Status(int)>> cands;
-  for (int r : kRotations) {
-    cands.push_back([&, r](int s) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[s], sc.n, sc.k, r, sms, sink.get(), stream));
+  for (const TileOrder& t : kOrders) {
+    cands.push_back([&, t](int s) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(
+          launch_read_tiles(maps[s], sc.n, sc.k, t.rotation, t.split, sms, sink.get(), stream));
       return absl::OkStatus();
     });
   }
+  const int64_t whole_tiles = (sc.n + 63) / 64 / sms * sms;
+  cands.push_back([&](int s) -> absl::Status {
+    if (whole_tiles > 0) {
+      RETURN_IF_CUDA_ERROR(
+          launch_read_tiles(maps[s], whole_tiles * 64, sc.k, 0, 0, sms, sink.get(), stream));
+    }
+    RETURN_IF_CUDA_ERROR(
+        launch_read_tiles(maps[s], sc.n, sc.k, 0, 2, sms, sink.get(), stream, whole_tiles));
+    return absl::OkStatus();
+  });
   cands.push_back([&](int s) -> absl::Status {
     RETURN_IF_CUDA_ERROR(
         launch_read_rows(b.w[s].get(), sc.n, sc.k, 64, 3, sms, sink.get(), stream));
@@ -576,10 +598,11 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   for (int round = 0; round < 3; ++round) {
     ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
     std::string line = absl::StrFormat("%-22s tile-order reads, round %d |", shape_name(sc), round);
-    for (size_t c = 0; c < std::size(kRotations); ++c) {
-      absl::StrAppendFormat(&line, " rot%d %.1f %.2f", kRotations[c], us[c],
+    for (size_t c = 0; c < std::size(kOrders); ++c) {
+      absl::StrAppendFormat(&line, " %s %.1f %.2f", kOrders[c].name, us[c],
                             w_bytes / (us[c] * 1e-6) / 1e12);
     }
+    absl::StrAppendFormat(&line, " 2L tail2 %.1f", us[std::size(kOrders)]);
     absl::StrAppendFormat(&line, " | R64 D3 %.1f us", us.back());
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
