@@ -40,13 +40,13 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
                              void* sink, cudaStream_t stream, bool interleaved = false);
 
 // Reads an n x k int8 matrix in the order cuda.cutlass_sm90's swapped 16 x 64 x 256 tile streams
-// its weights (tiles of 64 rows dealt to min(tiles, sm_count) blocks in turn, each tile's K in
-// k-tiles of 256 bytes as two 128-byte TMA boxes, 10 k-tiles in flight per block), from `map`
-// (stream_s8_weights_map of the matrix). rotation r: tile t starts its k-loop at k-tile
-// (r * t) % k_tiles and wraps around. split s > 1: the tiles past the last whole wave are each
-// cut into s slices of K (k_tiles a multiple of s), dealt to the blocks in turn after their whole
-// tiles; kReadEvenSplit: every block reads an equal contiguous share of all the k-tiles. Only the
-// tiles from first_tile on are read. sink: read_sink_bytes(sm_count).
+// its weights (tiles of 64 rows dealt to min(tiles, sm_count) blocks in turn, sm_count blocks
+// where split != 0; each tile's K in k-tiles of 256 bytes as two 128-byte TMA boxes, 10 k-tiles
+// in flight per block), from `map` (stream_s8_weights_map of the matrix). rotation r: tile t
+// starts its k-loop at k-tile (r * t) % k_tiles and wraps around. split s > 1: the tiles past the
+// last whole wave are each cut into s slices of K (k_tiles a multiple of s), dealt to the blocks
+// in turn after their whole tiles; kReadEvenSplit: every block reads an equal contiguous share of
+// all the k-tiles. Only the tiles from first_tile on are read. sink: read_sink_bytes(sm_count).
 struct StreamTmaMap;
 inline constexpr int kReadEvenSplit = -1;
 cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
