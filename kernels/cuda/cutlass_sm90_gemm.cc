@@ -309,7 +309,8 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // Nor did starting each channel tile's k-loop at a different k-tile (tile t at k-tile r t mod the
 // k-tiles, wrapping; the mainloop's own loads, those ahead of the wait and the L2 and last-wave
 // prefetches alike; commit 55bfdb4, reverted), although weights read alone in that order came
-// 1.0-1.3 us faster on 57344 x 8192 (docs/kernels.md, "What bounds the swapped tiles"). Measured
+// 1.0-1.3 us faster on 57344 x 8192 (r = 1, 3 or 5; later runs, r = 1: 1.4-1.8 us, bench --reads
+// "rot1", docs/kernels.md, "What bounds the swapped tiles"). Measured
 // on the H200 (one run, in turns, three rounds, the op, the fastest tile, us). With the 4 MB
 // last-wave prefetch (bench --tail; without / r = 1 / r = 3):
 //   57344 x 8192  M = 1   110.8-110.9 / 109.9-110.0 / 110.0-110.2
