@@ -315,18 +315,30 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
 
 cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
                               int split, int sm_count, void* sink, cudaStream_t stream,
-                              int64_t first_tile) {
-  constexpr int kStages = 10;
-  constexpr int smem = kStages * kTileRows * kTileK;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(read_tiles<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (attr != cudaSuccess) return attr;
+                              int64_t first_tile, int stages) {
   const int64_t tiles = (n + kTileRows - 1) / kTileRows - first_tile;
   // (Where K is split, every SM takes a share, however few the tiles.)
   const auto grid = static_cast<unsigned>(tiles < sm_count && split == 0 ? tiles : sm_count);
-  read_tiles<kStages><<<grid, 32, smem, stream>>>(map, n, k, rotation, split, first_tile,
-                                                  static_cast<uint32_t*>(sink));
-  return cudaGetLastError();
+  auto launch = [&](auto depth) -> cudaError_t {
+    constexpr int kStages = decltype(depth)::value;
+    constexpr int smem = kStages * kTileRows * kTileK;
+    static const cudaError_t attr = cudaFuncSetAttribute(
+        read_tiles<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr != cudaSuccess) return attr;
+    read_tiles<kStages><<<grid, 32, smem, stream>>>(map, n, k, rotation, split, first_tile,
+                                                    static_cast<uint32_t*>(sink));
+    return cudaGetLastError();
+  };
+  switch (stages) {
+    case 4:
+      return launch(std::integral_constant<int, 4>{});
+    case 6:
+      return launch(std::integral_constant<int, 6>{});
+    case 10:
+      return launch(std::integral_constant<int, 10>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_copy_16b(const void* src, void* dst, size_t bytes, int sm_count,

@@ -552,7 +552,8 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   // The same bytes in the order of cuda.cutlass_sm90's swapped 64-channel tiles (TMA boxes, tile
   // after tile, K fastest), each tile's k-loop starting at k-tile 0 or rotated by r k-tiles per
   // tile ("rot r"); with the tiles past the last whole wave cut into s slices of K ("tail s"),
-  // and with every block reading an equal share of all the k-tiles ("even"); the whole waves and
+  // and with every block reading an equal share of all the k-tiles ("even", also with 6 and 4
+  // k-tiles in flight per SM instead of 10: "even6", "even4"); the whole waves and
   // the tail cut into 2 slices as two launches ("2L tail2"), in turns; and in cuda.stream_s8's
   // order with plain loads (R64 D3).
   const int sms = host_info().gpus[0].sm_count;
@@ -564,18 +565,20 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   }
   struct TileOrder {
     const char* name;
-    int rotation, split;
+    int rotation, split, stages;
   };
-  constexpr TileOrder kOrders[] = {{"rot0", 0, 0},
-                                   {"rot1", 1, 0},
-                                   {"tail2", 0, 2},
-                                   {"tail8", 0, 8},
-                                   {"even", 0, kReadEvenSplit}};
+  constexpr TileOrder kOrders[] = {{"rot0", 0, 0, 10},
+                                   {"rot1", 1, 0, 10},
+                                   {"tail2", 0, 2, 10},
+                                   {"tail8", 0, 8, 10},
+                                   {"even", 0, kReadEvenSplit, 10},
+                                   {"even6", 0, kReadEvenSplit, 6},
+                                   {"even4", 0, kReadEvenSplit, 4}};
   std::vector<std::function<absl::Status(int)>> cands;
   for (const TileOrder& t : kOrders) {
     cands.push_back([&, t](int s) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(
-          launch_read_tiles(maps[s], sc.n, sc.k, t.rotation, t.split, sms, sink.get(), stream));
+      RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[s], sc.n, sc.k, t.rotation, t.split, sms,
+                                             sink.get(), stream, 0, t.stages));
       return absl::OkStatus();
     });
   }
