@@ -20,6 +20,11 @@ inline constexpr int64_t kStreamMaxM = 32;
 // of equal length, one per block: each block streams long runs of the same rows, which the H200's
 // memory serves fastest (handing out smaller pieces to whichever block is free measured 5-20%
 // slower), and a row block shared by neighbouring ranges is summed by the last of them to finish.
+// Units of 32 rows, which deal most layers' rows out whole to 128 blocks so that no row block is
+// shared, streamed the weights slower in their boxes of 32 rows: the op at M = 1 on the H200 took
+// 7-81% longer on six of the seven benchmark layers (57344 x 8192 112.6 -> 156.5 and 204.2 us in
+// two runs, 28672 x 4096 36.1 -> 47.4 and 61.5) and gained only on 4096 x 4096 in one run (13.3
+// -> 12.3, 15.2 in the other; docs/kernels.md, "What bounds the swapped tiles").
 inline constexpr int kStreamRows = 64;
 inline constexpr int kStreamChunk = 512;
 
