@@ -24,7 +24,8 @@ inline constexpr int64_t kStreamMaxM = 32;
 // shared, streamed the weights slower in their boxes of 32 rows: the op at M = 1 on the H200 took
 // 7-81% longer on six of the seven benchmark layers (57344 x 8192 112.6 -> 156.5 and 204.2 us in
 // two runs, 28672 x 4096 36.1 -> 47.4 and 61.5) and gained only on 4096 x 4096 in one run (13.3
-// -> 12.3, 15.2 in the other; docs/kernels.md, "What bounds the swapped tiles").
+// -> 12.3, 15.2 in the other; docs/kernels.md, "What bounds the swapped tiles"). Units of 128
+// rows x 256 bytes streamed no faster than these.
 inline constexpr int kStreamRows = 64;
 inline constexpr int kStreamChunk = 512;
 
