@@ -146,13 +146,14 @@ __global__ void __launch_bounds__(1024)
 // its weights: tiles of 64 rows, block b taking tiles b, b + gridDim.x, ...; each tile's K in
 // k-tiles of 256 bytes, each two 128-byte x 64-row TMA boxes (map: stream_s8_weights_map's, the
 // 128-byte swizzle of CUTLASS's loads), kStages k-tiles in flight, one thread issuing and waiting.
+// kTileRows: the tiles' and the boxes' height (64 as the tile's; 32 and 128 to compare).
 // rotation r: tile t's k-loop starts at k-tile (r * t) % k_tiles and wraps, so that the tiles read
 // at one moment lie in different columns of the matrix (0: every tile from k = 0).
 // split s > 1: the tiles past the last whole wave (tiles % gridDim.x of them) are each cut into s
 // slices of K, dealt to the blocks in turn after their whole tiles; s = kReadEvenSplit: every
 // block reads an equal contiguous share of all the tiles' k-tiles (tile after tile, K fastest).
-constexpr int kTileRows = 64, kTileK = 256, kTileBox = 128;
-template <int kStages>
+constexpr int kTileK = 256, kTileBox = 128;
+template <int kStages, int kTileRows>
 __global__ void __launch_bounds__(32)
     read_tiles(const __grid_constant__ StreamTmaMap map, int64_t n, int64_t k, int rotation,
                int split, int64_t first_tile, uint32_t* __restrict__ sink) {
@@ -315,27 +316,35 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
 
 cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
                               int split, int sm_count, void* sink, cudaStream_t stream,
-                              int64_t first_tile, int stages) {
-  const int64_t tiles = (n + kTileRows - 1) / kTileRows - first_tile;
+                              int64_t first_tile, int stages, int rows) {
+  const int64_t tiles = (n + rows - 1) / rows - first_tile;
   // (Where K is split, every SM takes a share, however few the tiles.)
   const auto grid = static_cast<unsigned>(tiles < sm_count && split == 0 ? tiles : sm_count);
-  auto launch = [&](auto depth) -> cudaError_t {
+  auto launch = [&](auto depth, auto height) -> cudaError_t {
     constexpr int kStages = decltype(depth)::value;
-    constexpr int smem = kStages * kTileRows * kTileK;
+    constexpr int kRows = decltype(height)::value;
+    constexpr int smem = kStages * kRows * kTileK;
     static const cudaError_t attr = cudaFuncSetAttribute(
-        read_tiles<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        read_tiles<kStages, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr != cudaSuccess) return attr;
-    read_tiles<kStages><<<grid, 32, smem, stream>>>(map, n, k, rotation, split, first_tile,
-                                                    static_cast<uint32_t*>(sink));
+    read_tiles<kStages, kRows><<<grid, 32, smem, stream>>>(map, n, k, rotation, split, first_tile,
+                                                           static_cast<uint32_t*>(sink));
     return cudaGetLastError();
   };
+  using std::integral_constant;
+  if (rows == 32 && stages == 20)
+    return launch(integral_constant<int, 20>{}, integral_constant<int, 32>{});
+  if (rows == 128 && stages == 5)
+    return launch(integral_constant<int, 5>{}, integral_constant<int, 128>{});
+  if (rows != 64) return cudaErrorInvalidValue;
+  const integral_constant<int, 64> tall;
   switch (stages) {
     case 4:
-      return launch(std::integral_constant<int, 4>{});
+      return launch(integral_constant<int, 4>{}, tall);
     case 6:
-      return launch(std::integral_constant<int, 6>{});
+      return launch(integral_constant<int, 6>{}, tall);
     case 10:
-      return launch(std::integral_constant<int, 10>{});
+      return launch(integral_constant<int, 10>{}, tall);
     default:
       return cudaErrorInvalidValue;
   }

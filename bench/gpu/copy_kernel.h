@@ -43,6 +43,8 @@ cudaError_t launch_read_rows(const void* w, int64_t n, int64_t k, int rows, int 
 // its weights (tiles of 64 rows dealt to min(tiles, sm_count) blocks in turn, sm_count blocks
 // where split != 0; each tile's K in k-tiles of 256 bytes as two 128-byte TMA boxes, `stages`
 // (4, 6 or 10) k-tiles in flight per block), from `map` (stream_s8_weights_map of the matrix).
+// rows: the tiles' and the boxes' height (map's boxes must be as tall): 64, or 32 with 20 stages
+// or 128 with 5 (the same 160 KB in flight as 64 rows with 10).
 // rotation r: tile t starts its k-loop at k-tile (r * t) % k_tiles and wraps around. split s > 1:
 // the tiles past the last whole wave are each cut into s slices of K (k_tiles a multiple of s),
 // dealt to the blocks in turn after their whole tiles; kReadEvenSplit: every block reads an equal
@@ -52,7 +54,7 @@ struct StreamTmaMap;
 inline constexpr int kReadEvenSplit = -1;
 cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int rotation,
                               int split, int sm_count, void* sink, cudaStream_t stream,
-                              int64_t first_tile = 0, int stages = 10);
+                              int64_t first_tile = 0, int stages = 10, int rows = 64);
 
 // One block that does nothing: what a launch costs in the benchmark's timing harness.
 cudaError_t launch_empty(cudaStream_t stream);

@@ -553,16 +553,28 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   // after tile, K fastest), each tile's k-loop starting at k-tile 0 or rotated by r k-tiles per
   // tile ("rot r"); with the tiles past the last whole wave cut into s slices of K ("tail s"),
   // and with every block reading an equal share of all the k-tiles ("even", also with 6 and 4
-  // k-tiles in flight per SM instead of 10: "even6", "even4"); the whole waves and
+  // k-tiles in flight per SM instead of 10: "even6", "even4"); rot0 and even in boxes of 32 rows
+  // (20 k-tiles of 8 KB in flight) and of 128 rows (5 of 32 KB): "rot0-R32", "even-R32",
+  // "rot0-R128", "even-R128"; the whole waves and
   // the tail cut into 2 slices as two launches ("2L tail2"), in turns; and in cuda.stream_s8's
   // order with plain loads (R64 D3).
   const int sms = host_info().gpus[0].sm_count;
   DeviceBuffer sink;
   RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
-  std::vector<StreamTmaMap> maps(b.copies);
+  std::vector<StreamTmaMap> maps(b.copies), maps32(b.copies), maps128(b.copies);
   for (int s = 0; s < b.copies; ++s) {
     RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
+    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps32[s], 32));
+    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps128[s], 128));
   }
+  struct BoxOrder {
+    const char* name;
+    int rows, split, stages;
+  };
+  constexpr BoxOrder kBoxOrders[] = {{"rot0-R32", 32, 0, 20},
+                                     {"even-R32", 32, kReadEvenSplit, 20},
+                                     {"rot0-R128", 128, 0, 5},
+                                     {"even-R128", 128, kReadEvenSplit, 5}};
   struct TileOrder {
     const char* name;
     int rotation, split, stages;
@@ -579,6 +591,14 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
     cands.push_back([&, t](int s) -> absl::Status {
       RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[s], sc.n, sc.k, t.rotation, t.split, sms,
                                              sink.get(), stream, 0, t.stages));
+      return absl::OkStatus();
+    });
+  }
+  for (const BoxOrder& t : kBoxOrders) {
+    cands.push_back([&, t](int s) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(launch_read_tiles(t.rows == 32 ? maps32[s] : maps128[s], sc.n, sc.k, 0,
+                                             t.split, sms, sink.get(), stream, 0, t.stages,
+                                             t.rows));
       return absl::OkStatus();
     });
   }
@@ -605,7 +625,12 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
       absl::StrAppendFormat(&line, " %s %.1f %.2f", kOrders[c].name, us[c],
                             w_bytes / (us[c] * 1e-6) / 1e12);
     }
-    absl::StrAppendFormat(&line, " 2L tail2 %.1f", us[std::size(kOrders)]);
+    for (size_t c = 0; c < std::size(kBoxOrders); ++c) {
+      const double t = us[std::size(kOrders) + c];
+      absl::StrAppendFormat(&line, " %s %.1f %.2f", kBoxOrders[c].name, t,
+                            w_bytes / (t * 1e-6) / 1e12);
+    }
+    absl::StrAppendFormat(&line, " 2L tail2 %.1f", us[std::size(kOrders) + std::size(kBoxOrders)]);
     absl::StrAppendFormat(&line, " | R64 D3 %.1f us", us.back());
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -2920,7 +2945,7 @@ int bench_main(int argc, char** argv) {
   args.add("reads", &o.reads,
            "Only every shape's weights read alone in each plain read form, an empty launch, and "
            "the weights read by TMA in the swapped 16 x 64 x 256 tile's order, each tile's k-loop "
-           "from k-tile 0 or rotated, in turns");
+           "from k-tile 0 or rotated, and in boxes of 32 and 128 rows, in turns");
   args.add("profile", &o.profile,
            "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
            "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "

@@ -790,7 +790,8 @@ cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map) {
+cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map,
+                                  int box_rows) {
   static_assert(sizeof(StreamTmaMap) == sizeof(CUtensorMap), "StreamTmaMap holds a CUtensorMap");
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
@@ -805,7 +806,7 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-  const cuuint32_t box[2] = {kBox, kStreamRows};
+  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   // Each L2 fetch promoted to 128 bytes, one box row: promoting to 256 bytes made the weights
   // stream 4-8% slower on the H200. Read alone in this kernel's order (one block per SM, a ring of

@@ -24,8 +24,10 @@ inline constexpr int64_t kStreamMaxM = 32;
 // shared, streamed the weights slower in their boxes of 32 rows: the op at M = 1 on the H200 took
 // 7-81% longer on six of the seven benchmark layers (57344 x 8192 112.6 -> 156.5 and 204.2 us in
 // two runs, 28672 x 4096 36.1 -> 47.4 and 61.5) and gained only on 4096 x 4096 in one run (13.3
-// -> 12.3, 15.2 in the other; docs/kernels.md, "What bounds the swapped tiles"). Units of 128
-// rows x 256 bytes streamed no faster than these.
+// -> 12.3, 15.2 in the other; docs/kernels.md, "What bounds the swapped tiles"). Read alone by
+// TMA (bench --reads), the weights took 32-72% longer in boxes of 32 rows than in boxes of 64 on
+// the four largest layers, and as long in boxes of 128; units of 128 rows x 256 bytes streamed no
+// faster than these.
 inline constexpr int kStreamRows = 64;
 inline constexpr int kStreamChunk = 512;
 
@@ -169,9 +171,11 @@ inline bool stream_s8_can_fuse(int64_t m, int64_t k, ElemType x_type, const void
 }
 
 // Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):
-// boxes of 64 rows x 128 bytes, 128-byte swizzle. cudaErrorNotSupported without a driver that
-// has cuTensorMapEncodeTiled.
-cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map);
+// boxes of box_rows rows (the kernel's: 64; the benchmark reads with others, up to 256) x 128
+// bytes, 128-byte swizzle. cudaErrorNotSupported without a driver that has
+// cuTensorMapEncodeTiled.
+cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map,
+                                  int box_rows = kStreamRows);
 
 // The grid for an n x k layer on the current device: one block per SM, fewer when the layer has
 // fewer units. Sets the kernels' shared-memory limit on first use.
