@@ -561,23 +561,20 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   const int sms = host_info().gpus[0].sm_count;
   DeviceBuffer sink;
   RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
-  std::vector<StreamTmaMap> maps(b.copies), maps32(b.copies), maps128(b.copies);
-  for (int s = 0; s < b.copies; ++s) {
-    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s]));
-    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps32[s], 32));
-    RETURN_IF_CUDA_ERROR(stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps128[s], 128));
+  // The weights' descriptors per copy, in boxes of 64, 32 and 128 rows.
+  constexpr int kBoxRows[] = {64, 32, 128};
+  std::vector<StreamTmaMap> maps[std::size(kBoxRows)];
+  for (size_t r = 0; r < std::size(kBoxRows); ++r) {
+    maps[r].resize(b.copies);
+    for (int s = 0; s < b.copies; ++s) {
+      RETURN_IF_CUDA_ERROR(
+          stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[r][s], kBoxRows[r]));
+    }
   }
-  struct BoxOrder {
-    const char* name;
-    int rows, split, stages;
-  };
-  constexpr BoxOrder kBoxOrders[] = {{"rot0-R32", 32, 0, 20},
-                                     {"even-R32", 32, kReadEvenSplit, 20},
-                                     {"rot0-R128", 128, 0, 5},
-                                     {"even-R128", 128, kReadEvenSplit, 5}};
   struct TileOrder {
     const char* name;
     int rotation, split, stages;
+    int box = 0;  // index into kBoxRows
   };
   constexpr TileOrder kOrders[] = {{"rot0", 0, 0, 10},
                                    {"rot1", 1, 0, 10},
@@ -585,20 +582,16 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                                    {"tail8", 0, 8, 10},
                                    {"even", 0, kReadEvenSplit, 10},
                                    {"even6", 0, kReadEvenSplit, 6},
-                                   {"even4", 0, kReadEvenSplit, 4}};
+                                   {"even4", 0, kReadEvenSplit, 4},
+                                   {"rot0-R32", 0, 0, 20, 1},
+                                   {"even-R32", 0, kReadEvenSplit, 20, 1},
+                                   {"rot0-R128", 0, 0, 5, 2},
+                                   {"even-R128", 0, kReadEvenSplit, 5, 2}};
   std::vector<std::function<absl::Status(int)>> cands;
   for (const TileOrder& t : kOrders) {
     cands.push_back([&, t](int s) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[s], sc.n, sc.k, t.rotation, t.split, sms,
-                                             sink.get(), stream, 0, t.stages));
-      return absl::OkStatus();
-    });
-  }
-  for (const BoxOrder& t : kBoxOrders) {
-    cands.push_back([&, t](int s) -> absl::Status {
-      RETURN_IF_CUDA_ERROR(launch_read_tiles(t.rows == 32 ? maps32[s] : maps128[s], sc.n, sc.k, 0,
-                                             t.split, sms, sink.get(), stream, 0, t.stages,
-                                             t.rows));
+      RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[t.box][s], sc.n, sc.k, t.rotation, t.split, sms,
+                                             sink.get(), stream, 0, t.stages, kBoxRows[t.box]));
       return absl::OkStatus();
     });
   }
@@ -606,10 +599,10 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   cands.push_back([&](int s) -> absl::Status {
     if (whole_tiles > 0) {
       RETURN_IF_CUDA_ERROR(
-          launch_read_tiles(maps[s], whole_tiles * 64, sc.k, 0, 0, sms, sink.get(), stream));
+          launch_read_tiles(maps[0][s], whole_tiles * 64, sc.k, 0, 0, sms, sink.get(), stream));
     }
     RETURN_IF_CUDA_ERROR(
-        launch_read_tiles(maps[s], sc.n, sc.k, 0, 2, sms, sink.get(), stream, whole_tiles));
+        launch_read_tiles(maps[0][s], sc.n, sc.k, 0, 2, sms, sink.get(), stream, whole_tiles));
     return absl::OkStatus();
   });
   cands.push_back([&](int s) -> absl::Status {
@@ -625,12 +618,7 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
       absl::StrAppendFormat(&line, " %s %.1f %.2f", kOrders[c].name, us[c],
                             w_bytes / (us[c] * 1e-6) / 1e12);
     }
-    for (size_t c = 0; c < std::size(kBoxOrders); ++c) {
-      const double t = us[std::size(kOrders) + c];
-      absl::StrAppendFormat(&line, " %s %.1f %.2f", kBoxOrders[c].name, t,
-                            w_bytes / (t * 1e-6) / 1e12);
-    }
-    absl::StrAppendFormat(&line, " 2L tail2 %.1f", us[std::size(kOrders) + std::size(kBoxOrders)]);
+    absl::StrAppendFormat(&line, " 2L tail2 %.1f", us[std::size(kOrders)]);
     absl::StrAppendFormat(&line, " | R64 D3 %.1f us", us.back());
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
