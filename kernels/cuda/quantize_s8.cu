@@ -86,6 +86,27 @@ __device__ __forceinline__ void load_w(const T* p, float v[W]) {
 // (cuda.cutlass_sm90's GEMM, cuda.stream_s8) may start now, since it waits for this grid's
 // completion before it reads xq, sa or azp, and its set-up overlaps this kernel; and the launch's
 // zero[0, zero_count) is cleared, a grid-stride share per thread.
+// Letting the dependent start later, once the rows' loads have arrived (so that they do not queue
+// behind the weights the GEMM issues ahead of its wait) or once the rows' parameters are known,
+// measured slower on every benchmark layer at M = 1 and 16 (one block per row and the split-row
+// form; bench --swap, the op as served with cuda.cutlass_sm90's fastest swapped tile, in turns,
+// three rounds, us, trigger at the start / loads arrived / parameters known, and the GEMM alone):
+//   6144 x 4096   M = 1  12.8-12.9 / 13.3-13.4 / 14.5-14.6 (12.4)
+//                 M = 16 13.0-13.1 / 13.4-13.5 / 14.8-14.9 (12.3)
+//   4096 x 4096   M = 1  11.1-11.3 / 11.1-11.3 / 12.4-12.5 (10.2)
+//                 M = 16 11.0-11.3 / 11.2-11.4 / 12.5-12.6 (10.2)
+//   28672 x 4096  M = 1  33.2-33.3 / 33.7-33.9 / 34.9-35.1 (33.1)
+//                 M = 16 32.5-33.1 / 33.2-33.5 / 34.8-35.0 (34.2)
+//   4096 x 14336  M = 1  20.8-21.0 / 21.2 / 22.0-22.3 (20.2)
+//                 M = 16 20.8-21.0 / 20.9-21.2 / 21.9-22.1 (20.0)
+//   8192 x 8192   M = 1  21.7-21.8 / 22.1-22.3 / 23.4-23.6 (21.9)
+//                 M = 16 22.3-22.6 / 22.6 / 23.9-24.0 (21.7)
+//   57344 x 8192  M = 1  108.8-108.9 / 109.2-109.5 / 110.7-110.9 (109.5)
+//                 M = 16 109.9-110.0 / 110.4-110.5 / 111.7-111.9 (112.0)
+//   8192 x 28672  M = 1  58.4-58.9 / 59.0-59.5 / 61.6-61.7 (58.3)
+//                 M = 16 59.8-60.0 / 60.7-60.8 / 61.8-62.0 (58.6)
+// Beside the same tile's GEMM alone (in brackets) the quantize kernel costs the op up to 1.4 us,
+// and nothing on 57344 x 8192 and on 28672 x 4096 at M = 16.
 __device__ __forceinline__ void start_quantize(int32_t* __restrict__ zero, int64_t zero_count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
