@@ -89,8 +89,9 @@ __device__ __forceinline__ void load_w(const T* p, float v[W]) {
 // Letting the dependent start later, once the rows' loads have arrived (so that they do not queue
 // behind the weights the GEMM issues ahead of its wait) or once the rows' parameters are known,
 // measured no faster on any benchmark layer at M = 1 and 16 (one block per row and the split-row
-// form; bench --swap, the op as served with cuda.cutlass_sm90's fastest swapped tile, in turns,
-// three rounds, us, trigger at the start / loads arrived / parameters known, and the GEMM alone):
+// form; the trigger's place a kernel argument in a build not kept, timed by bench --swap: the op
+// as served with cuda.cutlass_sm90's fastest swapped tile, in turns, three rounds, us, trigger at
+// the start / loads arrived / parameters known, and the GEMM alone):
 //   6144 x 4096   M = 1  12.8-12.9 / 13.3-13.4 / 14.5-14.6 (12.4)
 //                 M = 16 13.0-13.1 / 13.4-13.5 / 14.8-14.9 (12.3)
 //   4096 x 4096   M = 1  11.1-11.3 / 11.1-11.3 / 12.4-12.5 (10.2)
