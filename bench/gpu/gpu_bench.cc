@@ -382,6 +382,8 @@ struct ShapeBuffers {
   int copies = 1;
   std::vector<DeviceBuffer> w;
   DeviceBuffer x, xq, y, acc, workspace, scratch, sb, bias, sa, azp, adj;
+  // Zeros for the tiles that sum shared tiles in a workspace (which they leave zeroed).
+  DeviceBuffer zero_workspace;
 };
 
 // The shape as --profile names it: "NxK".
@@ -1312,8 +1314,9 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // xq, CutlassSm90Args::xq_rows), with the quantize kernel keeping every row in one block
 // ("whole"; otherwise it splits rows as served, split_quantize_rows), and the GEMM alone both
 // ways. With --swap instead: at M = 1 and 16, the 64 x 64 tile and the tiles with their operands
-// swapped (TileConfig::kSwapAB), the GEMM alone and the op as the quantize kernel's dependent with
-// every stage's weights issued before the wait ("op") or 4 or 2 stages' ("a4", "a2";
+// swapped (TileConfig::kSwapAB, and the stream-K swapped tile of our own, "tile11", on a workspace
+// of zeros that it leaves zeroed), the GEMM alone and the op as the quantize kernel's dependent
+// with every stage's weights issued before the wait ("op") or 4 or 2 stages' ("a4", "a2";
 // CutlassSm90Args::weights_ahead_stages), each with 64 KB of L2 prefetch per CTA but "pf0" (none)
 // and "a4pf256" (256 KB). With --tail instead: at M = 1 and 16, on the layers whose 64-channel
 // tiles outnumber the SMs, the swapped tiles' op (4 stages ahead) with the CTAs that own no tile
@@ -1357,6 +1360,14 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       g.weight_prefetch_bytes = 64 << 10;
       g.weights_ahead = true;
       if (!ops->can_implement(g)) continue;
+      void* workspace = b.workspace.get();
+      if (const size_t bytes = ops->workspace_bytes(g); bytes > 0) {
+        if (b.zero_workspace.get() == nullptr) {
+          RETURN_IF_ERROR(b.zero_workspace.allocate(bytes, "zeroed workspace"));
+          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, bytes));
+        }
+        workspace = b.zero_workspace.get();
+      }
       std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
       bool first = true;
       for (const Hint& h : hints) {
@@ -1370,7 +1381,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-        auto op = [&, g, ops, alone, split](int s) -> absl::Status {
+        auto op = [&, g, ops, alone, split, workspace](int s) -> absl::Status {
           if (!alone) {
             RETURN_IF_CUDA_ERROR(launch_quantize_s8(
                 b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
@@ -1378,7 +1389,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
           }
           CutlassSm90Args gs = g;
           gs.w = b.w[s].as<int8_t>();
-          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+          RETURN_IF_CUDA_ERROR(ops->launch(gs, workspace, stream));
           return absl::OkStatus();
         };
         RETURN_IF_ERROR(op(0));
@@ -1433,7 +1444,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       RETURN_IF_ERROR(compare(
           m,
           {CutlassSm90Tile::k64x64x128Pingpong, CutlassSm90Tile::k16x64x256PingpongSwap,
-           CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap},
+           CutlassSm90Tile::k16x64x512PingpongSwap, CutlassSm90Tile::k16x128x256PingpongSwap,
+           CutlassSm90Tile::k16x64x256StreamKSwap},
           {{" op", true},
            {" a4", true, false, false, false, false, 4},
            {" a2", true, false, false, false, false, 2},
@@ -2917,7 +2929,8 @@ int bench_main(int argc, char** argv) {
   args.add("swap", &o.swap,
            "Only cuda.cutlass_sm90 at M = 1 and 16: the op (every stage's weights or 4 or 2 "
            "issued before the wait, with and without L2 prefetch) and the GEMM alone on the 64 x "
-           "64 tile and on the tiles with their operands swapped, in turns");
+           "64 tile and on the tiles with their operands swapped (the stream-K one too), in "
+           "turns");
   args.add("tail", &o.tail,
            "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16 on the layers whose tiles "
            "outnumber the SMs: the op and the GEMM alone with 0-16 MB of the last wave's weights "

@@ -34,6 +34,11 @@ enum class CutlassSm90Tile : int {
   k16x64x256PingpongSwap = 8,
   k16x64x512PingpongSwap = 9,
   k16x128x256PingpongSwap = 10,
+  // 16 x 64 x 256 with the operands swapped on a stream-K schedule (a kernel of our own: every CTA
+  // an equal share of the (tile, k-tile) pairs, shared tiles summed in a workspace). Not among the
+  // kCutlassSm90Tiles that a layer times and serves: it measured slower as served (the table is in
+  // cutlass_sm90_tile_16x64x256_streamk.cu), and it needs a workspace of zeros.
+  k16x64x256StreamKSwap = 11,
 };
 inline constexpr int kCutlassSm90Tiles = 11;
 
@@ -149,7 +154,8 @@ struct TileOps {
   // Raises the kernel's shared memory limit (once); cudaSuccess or the error.
   cudaError_t (*prepare)();
   // Bytes of workspace for this problem (256-byte aligned pointer); 0 for the data-parallel
-  // persistent scheduler used here.
+  // persistent scheduler of the CUTLASS tiles. The stream-K tile needs one of zeros, which each
+  // call leaves zeroed.
   size_t (*workspace_bytes)(const CutlassSm90Args&);
   // Whether CUTLASS accepts the problem (alignment, sizes), and for a quantizing tile whether
   // it takes the activations (see CutlassSm90Args).
@@ -186,6 +192,7 @@ const TileOps* tile_64x128x128_pingpong_c2(ElemType y);
 const TileOps* tile_16x64x256_pingpong_swap(ElemType y);
 const TileOps* tile_16x64x512_pingpong_swap(ElemType y);
 const TileOps* tile_16x128x256_pingpong_swap(ElemType y);
+const TileOps* tile_16x64x256_streamk_swap(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -243,6 +250,8 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x512_pingpong_swap(y);
     case CutlassSm90Tile::k16x128x256PingpongSwap:
       return tile_16x128x256_pingpong_swap(y);
+    case CutlassSm90Tile::k16x64x256StreamKSwap:
+      return tile_16x64x256_streamk_swap(y);
   }
   return nullptr;
 }

@@ -93,6 +93,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "kernels/cuda/cluster_launch.h"
 #include "kernels/cuda/epilogue_s32_device.cuh"
 #include "kernels/cuda/quantize_s8_device.cuh"
 #include "kernels/cuda/sm90_async_device.cuh"
@@ -775,17 +776,9 @@ cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
   kp.prefetch = a.prefetch != 0 ? a.prefetch : kp.stages;
   // No block without work: the reduction counts every block between a row block's first and last.
   const int64_t grid = a.grid < kp.units ? a.grid : kp.units;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kFuse ? kFusedThreads : kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, stream_s8_kernel<NT, XT>, kp);
+  const DependentLaunch launch(static_cast<unsigned>(grid), kFuse ? kFusedThreads : kThreads, smem,
+                               stream, a.pdl);
+  return cudaLaunchKernelEx(&launch.config, stream_s8_kernel<NT, XT>, kp);
 }
 
 }  // namespace

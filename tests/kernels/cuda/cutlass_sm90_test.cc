@@ -247,14 +247,14 @@ struct DependentCall {
   // The quantize kernel, then `tile` launched with g (as its programmatic dependent where
   // g.pdl), on `stream`; y checked against the reference's, the first mismatch named.
   ::testing::AssertionResult matches(const cutlass_sm90::TileOps& tile, const CutlassSm90Args& g,
-                                     cudaStream_t stream) const {
+                                     cudaStream_t stream, void* workspace = nullptr) const {
     if (const cudaError_t e =
             launch_quantize_s8(x.get(), ElemType::kBF16, d.m, d.k, qp, d.xq.as<int8_t>(),
                                d.sa.as<float>(), d.azp.as<int32_t>(), stream);
         e != cudaSuccess) {
       return ::testing::AssertionFailure() << "quantize launch: " << cudaGetErrorString(e);
     }
-    if (const cudaError_t e = tile.launch(g, nullptr, stream); e != cudaSuccess) {
+    if (const cudaError_t e = tile.launch(g, workspace, stream); e != cudaSuccess) {
       return ::testing::AssertionFailure() << "GEMM launch: " << cudaGetErrorString(e);
     }
     std::vector<uint8_t> y(static_cast<size_t>(d.m * d.n * 2));
@@ -453,6 +453,68 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
     if (p.kernel == nullptr) return;
     for (int64_t m : {int64_t{1}, int64_t{16}}) {
       EXPECT_TRUE(check_call(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16));
+    }
+  }
+}
+
+// The swapped 16 x 64 x 256 tile on a stream-K schedule (a kernel of our own): every CTA an equal
+// share of the (tile, k-tile) pairs, so that a tile is shared by up to every CTA and summed in the
+// workspace, which each call leaves zeroed. y bit-exact for every scheme at M = 1, 5 and 16, after
+// the quantize kernel in stream order and as its programmatic dependent (4 k-tiles of weights
+// issued before the wait), on 7 tiles of 17 k-tiles (a channel tail, a partial k-tile) and on a
+// layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs, with the last token
+// block's rows past M zero-filled and read from xq; the workspace all zeros at the end.
+TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
+  const int sms = host_info().gpus[0].sm_count;
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256StreamKSwap, ElemType::kBF16);
+  ASSERT_NE(ops, nullptr);
+  ASSERT_EQ(ops->prepare(), cudaSuccess);
+  struct Case {
+    int64_t n, k;
+  };
+  for (const Case c : {Case{400, 4160}, Case{64 * (sms + 4), 1040}}) {
+    for (Scheme scheme : kSchemes) {
+      const auto w = make_layer(rng, scheme, c.n, c.k, /*bias=*/true);
+      ASSERT_NE(w, nullptr);
+      for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}}) {
+        DependentCall call;
+        ASSERT_TRUE(call.init(rng, *w, m).ok());
+        TileBuffers& d = call.d;
+        const size_t ws_bytes = ops->workspace_bytes(d.args(DType::kBF16));
+        ASSERT_GT(ws_bytes, 0u);
+        DeviceBuffer ws;
+        ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
+        ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
+        for (const int grid : {sms, 7, 3}) {
+          for (int run = 0; run < 4; ++run) {
+            const bool pdl = run % 2 == 1, read_rows = run >= 2;
+            SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " N ", c.n, " K ", c.k, " M ", m, ", ",
+                                      grid, " CTAs", pdl ? ", dependent" : "",
+                                      read_rows ? ", xq_rows" : ""));
+            CutlassSm90Args g = d.args(DType::kBF16);
+            g.sm_count = grid;
+            g.pdl = pdl;
+            g.weights_ahead = true;
+            g.weights_ahead_stages = 4;
+            if (read_rows) g.xq_rows = d.xq_rows;
+            ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
+            ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
+            EXPECT_TRUE(call.matches(*ops, g, stream, ws.get()));
+            if (HasFailure()) return;
+          }
+        }
+        std::vector<uint64_t> words(ws_bytes / 8, 1);
+        ASSERT_EQ(cudaMemcpy(words.data(), ws.get(), ws_bytes, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
+                  static_cast<int64_t>(words.size()));
+      }
     }
   }
 }

@@ -1,0 +1,404 @@
+// cuda.cutlass_sm90, tile 16 x 64 x 256 with the operands swapped on a stream-K schedule: a kernel
+// of our own beside the CUTLASS tiles (CUTLASS's ping-pong kernel takes every tile's whole K from
+// its tile scheduler, and its stream-K scheduler is for the cooperative kernel only).
+//
+// The work is the layer's (64-channel tile, 256-byte k-tile) pairs, tile after tile, K fastest,
+// cut into `grid` contiguous ranges of equal length, one per CTA: every SM streams the same bytes
+// of weights, where whole tiles dealt in turn leave SMs idle in a last, partial wave. A tile whose
+// k-tiles two or more CTAs share is summed in 64-bit words of a workspace, one per element: each
+// share adds its int32 partial sums (two's complement, wrapping into bits 32-39) and one count in
+// bits 40 and up; the share that brings the count to the number of shares applies the epilogue
+// and clears the word, so the workspace is all zeros again after every call.
+//
+// Per CTA: one producer warp issuing TMA loads (the weights in boxes of 64 rows x 128 bytes, the
+// activations in boxes of 16 rows x 128 bytes, 128-byte swizzle) into a ring of kStages k-tiles,
+// and one consumer warpgroup multiplying each k-tile with eight wgmma m64n16k32 (s8 x s8 -> s32,
+// both operands from shared memory), then applying the fused epilogue of CutlassSm90Args to the
+// channels and tokens it owns.
+//
+// Not served: it is not among the kCutlassSm90Tiles that a layer times at load. Measured on the
+// H200 (bench --swap, in turns, three rounds, us; the GEMM alone / the op as the quantize kernel's
+// dependent with 4 k-tiles of weights ahead; this kernel, then the fastest CUTLASS swapped tile):
+//   M = 1          stream-K                 CUTLASS
+//   6144 x 4096    14.3-14.6 / 16.6-16.9    12.2-12.5 / 12.9-13.0
+//   4096 x 4096    11.8-12.0 / 14.6-14.8    10.2-10.3 / 11.3-11.4
+//   28672 x 4096   33.7-34.0 / 37.3-37.4    33.0-33.1 / 32.6
+//   4096 x 14336   22.1-22.2 / 25.5-25.7    20.0-20.2 / 21.1-21.2
+//   8192 x 8192    23.1-23.2 / 26.6-26.9    22.0-22.1 / 21.7-21.9
+//   57344 x 8192   109.9 / 113.5-113.7      111.0-111.1 / 110.4-110.7
+//   8192 x 28672   59.6-59.9 / 63.7-64.0    58.4-58.6 / 58.7-59.0
+//   M = 16
+//   6144 x 4096    15.4-15.6 / 18.1-18.2    12.4-12.5 / 13.0-13.2
+//   4096 x 4096    12.8-13.0 / 15.9-16.0    10.2-10.3 / 11.3-11.5
+//   28672 x 4096   36.6 / 38.8-39.1         33.2-33.7 / 32.9
+//   4096 x 14336   24.5-24.8 / 27.6-27.8    20.1-20.2 / 21.3
+//   8192 x 8192    25.2-25.5 / 28.8-29.1    21.7 / 22.3-22.6
+//   57344 x 8192   114.8-115.1 / 118.7-119.0  111.6 / 110.5
+//   8192 x 28672   61.0-61.3 / 64.7-64.9    57.7-58.1 / 60.2-60.6
+// (y identical in every round). Alone it wins only on 57344 x 8192 at M = 1. As the dependent it
+// loses 3-4 us more than alone, where the CUTLASS tiles lose 0-1 (a likely cause, not yet traced:
+// with equal shares, the CTAs that start on the SMs the quantize kernel holds end that much later).
+// At 16 tokens a share of a shared tile makes 8 atomic adds per thread, issued together: in a build
+// that waited for each before the next, the epilogue took 6.8 us of the GEMM's 16.9 on 4096 x 4096
+// at M = 16 (10.1 without it). Working out each k-tile's tile and offset with 64-bit divisions in
+// the producer made the GEMM take up to 17% longer (57344 x 8192 at M = 1, alone: 129.0 us, against
+// 109.9 counting them). What is left to try: smaller shares for the CTAs that start late, and a
+// cheaper sum than an atomic round trip at the end of every shared tile.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cluster_launch.h"
+#include "kernels/cuda/cutlass_sm90_device.h"
+#include "kernels/cuda/epilogue_s32_device.cuh"
+#include "kernels/cuda/sm90_async_device.cuh"
+#include "kernels/cuda/stream_s8_device.h"
+
+namespace qlinear::gpu::cutlass_sm90 {
+namespace {
+
+constexpr int kRows = 64;    // channels per tile (the MMA's M)
+constexpr int kTokens = 16;  // tokens per tile (the MMA's N)
+constexpr int kKTile = 256;  // bytes of K per k-tile
+constexpr int kBox = 128;    // bytes of K per TMA box (the swizzle's width)
+constexpr int kStages = 10;  // k-tiles in flight per CTA
+constexpr int kWBytes = kRows * kKTile;
+constexpr int kXBytes = kTokens * kKTile;
+constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: every box swizzle-aligned
+constexpr int kConsumers = 128;
+constexpr int kThreads = kConsumers + 32;
+constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+constexpr int kWordsPerTile = kRows * kTokens;
+constexpr int kCountShift = 40;
+// Independent accumulators per k-tile (k-step j into chain j % kChains), summed at the end of each
+// tile's share: 1, 2, 4 and 8 measured alike on the H200, and 4 is what was timed last.
+constexpr int kChains = 4;
+
+struct Params {
+  StreamTmaMap wmap;  // weights [n, k], boxes of 64 rows
+  StreamTmaMap xmap;  // activations [rows, k], boxes of 16 rows
+  const float* sa;
+  const int32_t* azp;
+  const float* sb;
+  const int32_t* adj;
+  const float* bias_v;
+  void* y;
+  uint64_t* ws;
+  int64_t units;  // tiles * kt
+  int m, n, kt, grid;
+  int ahead;  // with pdl: the ring slots whose weights are issued before the dependency wait
+  ElemType y_type;
+  bool pdl;
+};
+
+// The CTA whose range holds unit u.
+__device__ __forceinline__ int owner_of(int64_t u, int64_t units, int grid) {
+  return static_cast<int>(((u + 1) * grid - 1) / units);
+}
+
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  // K-major, 128-byte swizzle: 8-row groups 1024 bytes apart (stride byte offset), the leading
+  // byte offset unused.
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_64x16x32(int32_t (&d)[8], uint64_t a, uint64_t b,
+                                               int accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8"
+      " {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p;\n}"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
+        "+r"(d[7])
+      : "l"(a), "l"(b), "r"(accumulate)
+      : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    streamk_swap_kernel(const __grid_constant__ Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+  const uint32_t base = device::smem_addr(smem);
+  const uint32_t full = base + kStages * kStageBytes;
+  const uint32_t empty = full + kStages * 8;
+  const int cta = blockIdx.x;
+  const int64_t u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
+  const int64_t u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      device::mbar_init(full + 8 * s, 1);
+      device::mbar_init(empty + 8 * s, 1);
+    }
+    device::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kConsumers) {
+    // The producer warp: one thread issues every load.
+    if (threadIdx.x != kConsumers) return;
+    const uint64_t w_policy = device::l2_evict_first();
+    const uint64_t x_policy = device::l2_evict_last();
+    // Unit (tile, kk) into ring slot s, completing on its full barrier.
+    auto issue_w = [&](int tile, int kk, int s) {
+      const uint32_t dst = base + s * kStageBytes;
+      for (int b = 0; b < kKTile / kBox; ++b) {
+        device::tma_load_2d(dst + b * (kRows * kBox), &p.wmap, kk * kKTile + b * kBox, tile * kRows,
+                            full + 8 * s, w_policy);
+      }
+    };
+    auto issue_x = [&](int kk, int s) {
+      const uint32_t dst = base + s * kStageBytes + kWBytes;
+      for (int b = 0; b < kKTile / kBox; ++b) {
+        device::tma_load_2d(dst + b * (kTokens * kBox), &p.xmap, kk * kKTile + b * kBox, 0,
+                            full + 8 * s, x_policy);
+      }
+    };
+    int tile = static_cast<int>(u_begin / p.kt), kk = static_cast<int>(u_begin % p.kt);
+    int s = 0;
+    uint32_t round = 0;
+    int64_t left = u_end - u_begin;
+    auto next = [&] {
+      if (++kk == p.kt) {
+        kk = 0;
+        ++tile;
+      }
+      if (++s == kStages) {
+        s = 0;
+        ++round;
+      }
+      --left;
+    };
+    if (p.pdl) {
+      // The weights of the first ring slots before the wait, the activations after it.
+      const int first = static_cast<int>(left < p.ahead ? left : p.ahead);
+      const int kk0 = kk;
+      for (int j = 0; j < first; ++j) {
+        device::mbar_expect_tx(full + 8 * s, kStageBytes);
+        issue_w(tile, kk, s);
+        next();
+      }
+      device::grid_dependency_wait();
+      int kx = kk0;
+      for (int j = 0; j < first; ++j) {
+        issue_x(kx, j);
+        if (++kx == p.kt) kx = 0;
+      }
+    }
+    while (left > 0) {
+      if (round > 0) device::mbar_wait(empty + 8 * s, (round - 1) & 1);
+      device::mbar_expect_tx(full + 8 * s, kStageBytes);
+      issue_w(tile, kk, s);
+      issue_x(kk, s);
+      next();
+    }
+    return;
+  }
+
+  // The consumer warpgroup. Accumulator d[4j + h * 2 + c]: channel row0 + 8h, token col0 + 8j + c.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = warp * 16 + lane / 4, col0 = (lane % 4) * 2;
+  // The per-token operands of this thread's four tokens (col0 + (j & 1) + 8 * (j >> 1)), from the
+  // quantize kernel: the first multiply waits for its activations anyway.
+  if (p.pdl) device::grid_dependency_wait();
+  float sa_t[4];
+  int32_t azp_t[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int t = col0 + (j & 1) + 8 * (j >> 1);
+    sa_t[j] = t < p.m ? __ldg(p.sa + t) : 0.f;
+    azp_t[j] = t < p.m && p.azp != nullptr ? __ldg(p.azp + t) : 0;
+  }
+  int64_t i = 0;  // k-tiles consumed
+  for (int64_t u = u_begin; u < u_end;) {
+    const int tile = static_cast<int>(u / p.kt);
+    const int64_t tile_end = static_cast<int64_t>(tile + 1) * p.kt;
+    const int64_t seg_end = tile_end < u_end ? tile_end : u_end;
+    const bool whole = u == static_cast<int64_t>(tile) * p.kt && seg_end == tile_end;
+    // The per-channel operands of this thread's two channels (row0 + 8h), loaded before the
+    // k-loop so that their latency hides behind it.
+    float sb_c[2], bias_c[2];
+    int32_t adj_c[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int ch = tile * kRows + row0 + 8 * h;
+      const bool in = ch < p.n;
+      sb_c[h] = in ? __ldg(p.sb + ch) : 0.f;
+      bias_c[h] = in ? __ldg(p.bias_v + ch) : 0.f;
+      adj_c[h] = in && p.adj != nullptr ? __ldg(p.adj + ch) : 0;
+    }
+    int32_t dc[kChains][8];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) dc[c][j] = 0;
+    }
+    for (; u < seg_end; ++u, ++i) {
+      const int s = static_cast<int>(i % kStages);
+      device::mbar_wait(full + 8 * s, static_cast<uint32_t>(i / kStages) & 1);
+      const uint32_t w = base + s * kStageBytes, x = w + kWBytes;
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(dc[c][j])::"memory");
+      }
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < kKTile / 32; ++ks) {
+        const int b = ks / (kBox / 32), off = (ks % (kBox / 32)) * 32;
+        wgmma_64x16x32(dc[ks % kChains], smem_desc(w + b * (kRows * kBox) + off),
+                       smem_desc(x + b * (kTokens * kBox) + off), 1);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(dc[c][j])::"memory");
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      if (threadIdx.x == 0) device::mbar_arrive(empty + 8 * s);
+    }
+    int32_t d[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t sum = 0;
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) sum += static_cast<uint32_t>(dc[c][j]);
+      d[j] = static_cast<int32_t>(sum);
+    }
+    // The shares of this tile, and its words in the workspace (the slot of its first CTA).
+    int shares = 1;
+    uint64_t* words = nullptr;
+    if (!whole) {
+      const int first = owner_of(static_cast<int64_t>(tile) * p.kt, p.units, p.grid);
+      const int last = owner_of(tile_end - 1, p.units, p.grid);
+      shares = last - first + 1;
+      words = p.ws + static_cast<int64_t>(first) * kWordsPerTile;
+    }
+    // A shared tile's sums: every element's atomic add issued before any result is used, so that
+    // their round trips overlap; the share that completes an element applies the epilogue to it.
+    bool keep[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int r = row0 + 8 * ((e >> 1) & 1);
+      const int t = col0 + 8 * (e >> 2) + (e & 1);
+      keep[e] = t < p.m && tile * kRows + r < p.n;
+    }
+    if (!whole) {
+      uint64_t old[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = row0 + 8 * ((e >> 1) & 1);
+        const int t = col0 + 8 * (e >> 2) + (e & 1);
+        const uint64_t add = (uint64_t{1} << kCountShift) + static_cast<uint32_t>(d[e]);
+        old[e] =
+            keep[e] ? atomicAdd(reinterpret_cast<unsigned long long*>(words + r * kTokens + t), add)
+                    : 0;
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = row0 + 8 * ((e >> 1) & 1);
+        const int t = col0 + 8 * (e >> 2) + (e & 1);
+        if (keep[e] && static_cast<int>(old[e] >> kCountShift) + 1 == shares) {
+          d[e] = static_cast<int32_t>(static_cast<uint32_t>(old[e]) + static_cast<uint32_t>(d[e]));
+          words[r * kTokens + t] = 0;
+        } else {
+          keep[e] = false;
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (!keep[e]) continue;
+      const int h = (e >> 1) & 1, j = (e & 1) + 2 * (e >> 2);
+      const int t = col0 + 8 * (e >> 2) + (e & 1);
+      const int ch = tile * kRows + row0 + 8 * h;
+      const uint32_t zp = static_cast<uint32_t>(azp_t[j]) * static_cast<uint32_t>(adj_c[h]);
+      const float tv = __int2float_rn(static_cast<int32_t>(static_cast<uint32_t>(d[e]) - zp));
+      const float v = __fmaf_rn(sa_t[j], __fmul_rn(sb_c[h], tv), bias_c[h]);
+      device::store_y(p.y, p.y_type, static_cast<int64_t>(t) * p.n + ch, v);
+    }
+  }
+}
+
+int grid_for(const CutlassSm90Args& a, int64_t units) {
+  // At most 255 CTAs: a word's low 32 bits carry into bits 32-39 once per share at most.
+  const int sms = a.sm_count > 0 ? (a.sm_count < 255 ? a.sm_count : 255) : 132;
+  return static_cast<int>(units < sms ? units : sms);
+}
+
+int64_t units_for(const CutlassSm90Args& a) {
+  return (a.n + kRows - 1) / kRows * ((a.k + kKTile - 1) / kKTile);
+}
+
+cudaError_t prepare() {
+  static const cudaError_t e = [] {
+    cudaFuncSetAttribute(streamk_swap_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         cudaSharedmemCarveoutMaxShared);
+    return cudaFuncSetAttribute(streamk_swap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes);
+  }();
+  return e;
+}
+
+size_t workspace_bytes(const CutlassSm90Args& a) {
+  return static_cast<size_t>(grid_for(a, units_for(a))) * kWordsPerTile * sizeof(uint64_t);
+}
+
+bool can_implement(const CutlassSm90Args& a) {
+  return a.m >= 1 && a.m <= kTokens && a.n >= 16 && a.n % 16 == 0 && a.k >= 16 && a.k % 16 == 0 &&
+         a.n <= (int64_t{1} << 30) && a.k <= (int64_t{1} << 30) &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
+}
+
+cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
+  if (!can_implement(a) || workspace == nullptr) return cudaErrorInvalidValue;
+  if (const cudaError_t e = prepare(); e != cudaSuccess) return e;
+  Params p{};
+  const int64_t x_rows = a.xq_rows > a.m ? a.xq_rows : a.m;
+  // (cuda.stream_s8's descriptors: boxes of 128 bytes x box_rows, 128-byte swizzle, for any
+  // rows x k int8 matrix.)
+  if (const cudaError_t e = stream_s8_weights_map(a.w, a.n, a.k, &p.wmap, kRows);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens);
+      e != cudaSuccess) {
+    return e;
+  }
+  p.sa = a.sa;
+  p.azp = a.azp;
+  p.sb = a.sb;
+  p.adj = a.adj;
+  p.bias_v = a.bias_v;
+  p.y = a.y;
+  p.ws = static_cast<uint64_t*>(workspace);
+  p.units = units_for(a);
+  p.m = static_cast<int>(a.m);
+  p.n = static_cast<int>(a.n);
+  p.kt = static_cast<int>((a.k + kKTile - 1) / kKTile);
+  p.grid = grid_for(a, p.units);
+  p.ahead = a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
+                                                                           : kStages;
+  if (!a.weights_ahead) p.ahead = 0;
+  p.y_type = a.y_type;
+  p.pdl = a.pdl;
+  const DependentLaunch launch(static_cast<unsigned>(p.grid), kThreads, kSmemBytes, stream, a.pdl);
+  return cudaLaunchKernelEx(&launch.config, streamk_swap_kernel, p);
+}
+
+const char* name() { return "16x64x256 stream-K, operands swapped"; }
+
+const TileOps kOps = {prepare, workspace_bytes, can_implement, launch, 1,
+                      kTokens, kRows,           true,          name};
+
+}  // namespace
+
+const TileOps* tile_16x64x256_streamk_swap(ElemType y) {
+  (void)y;  // the output type is a launch argument
+  return &kOps;
+}
+
+}  // namespace qlinear::gpu::cutlass_sm90
