@@ -389,8 +389,8 @@ cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t strea
   if (!a.weights_ahead) p.ahead = 0;
   p.y_type = a.y_type;
   p.pdl = a.pdl;
-  const DependentLaunch launch(static_cast<unsigned>(p.grid), kThreads, kSmemBytes, stream, a.pdl);
-  return cudaLaunchKernelEx(&launch.config, streamk_swap_kernel, p);
+  const DependentLaunch cfg(static_cast<unsigned>(p.grid), kThreads, kSmemBytes, stream, a.pdl);
+  return cudaLaunchKernelEx(&cfg.config, streamk_swap_kernel, p);
 }
 
 const char* name() { return "16x64x256 stream-K, operands swapped"; }
