@@ -1362,9 +1362,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       if (!ops->can_implement(g)) continue;
       void* workspace = b.workspace.get();
       if (const size_t bytes = ops->workspace_bytes(g); bytes > 0) {
-        if (b.zero_workspace.get() == nullptr) {
-          RETURN_IF_ERROR(b.zero_workspace.allocate(bytes, "zeroed workspace"));
-          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, bytes));
+        if (b.zero_workspace.size() < bytes) {
+          RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
+          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
         }
         workspace = b.zero_workspace.get();
       }

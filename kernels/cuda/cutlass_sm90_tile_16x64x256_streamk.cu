@@ -204,6 +204,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The consumer warpgroup. Accumulator d[4j + h * 2 + c]: channel row0 + 8h, token col0 + 8j + c.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16 + lane / 4, col0 = (lane % 4) * 2;
+  // Accumulator e's row in the tile (channel) and column (token).
+  auto row_of = [&](int e) { return row0 + 8 * ((e >> 1) & 1); };
+  auto token_of = [&](int e) { return col0 + 8 * (e >> 2) + (e & 1); };
   // The per-token operands of this thread's four tokens (col0 + (j & 1) + 8 * (j >> 1)), from the
   // quantize kernel: the first multiply waits for its activations anyway.
   if (p.pdl) device::grid_dependency_wait();
@@ -285,29 +288,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     // their round trips overlap; the share that completes an element applies the epilogue to it.
     bool keep[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int r = row0 + 8 * ((e >> 1) & 1);
-      const int t = col0 + 8 * (e >> 2) + (e & 1);
-      keep[e] = t < p.m && tile * kRows + r < p.n;
-    }
+    for (int e = 0; e < 8; ++e) keep[e] = token_of(e) < p.m && tile * kRows + row_of(e) < p.n;
     if (!whole) {
       uint64_t old[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int r = row0 + 8 * ((e >> 1) & 1);
-        const int t = col0 + 8 * (e >> 2) + (e & 1);
         const uint64_t add = (uint64_t{1} << kCountShift) + static_cast<uint32_t>(d[e]);
-        old[e] =
-            keep[e] ? atomicAdd(reinterpret_cast<unsigned long long*>(words + r * kTokens + t), add)
-                    : 0;
+        old[e] = keep[e] ? atomicAdd(reinterpret_cast<unsigned long long*>(
+                                         words + row_of(e) * kTokens + token_of(e)),
+                                     add)
+                         : 0;
       }
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int r = row0 + 8 * ((e >> 1) & 1);
-        const int t = col0 + 8 * (e >> 2) + (e & 1);
         if (keep[e] && static_cast<int>(old[e] >> kCountShift) + 1 == shares) {
           d[e] = static_cast<int32_t>(static_cast<uint32_t>(old[e]) + static_cast<uint32_t>(d[e]));
-          words[r * kTokens + t] = 0;
+          words[row_of(e) * kTokens + token_of(e)] = 0;
         } else {
           keep[e] = false;
         }
@@ -317,8 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 8; ++e) {
       if (!keep[e]) continue;
       const int h = (e >> 1) & 1, j = (e & 1) + 2 * (e >> 2);
-      const int t = col0 + 8 * (e >> 2) + (e & 1);
-      const int ch = tile * kRows + row0 + 8 * h;
+      const int t = token_of(e), ch = tile * kRows + row_of(e);
       const uint32_t zp = static_cast<uint32_t>(azp_t[j]) * static_cast<uint32_t>(adj_c[h]);
       const float tv = __int2float_rn(static_cast<int32_t>(static_cast<uint32_t>(d[e]) - zp));
       const float v = __fmaf_rn(sa_t[j], __fmul_rn(sb_c[h], tv), bias_c[h]);
