@@ -31,8 +31,8 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
-//                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--prefill]
-//                          [--energy] [--reads]
+//                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
+//                          [--prefill] [--energy] [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -45,7 +45,9 @@
 //  --swap: only its ops and GEMMs at M = 1 and 16 on the 64 x 64 tile and on the tiles with
 //  their operands swapped, with every stage or a few ahead, see compare_weights_hint; --tail:
 //  only its swapped tiles' ops at M = 1 and 16 on the layers whose tiles outnumber the SMs, with
-//  and without the last wave's weights prefetched into L2, see compare_weights_hint; --prefill:
+//  and without the last wave's weights prefetched into L2, see compare_weights_hint; --streamk:
+//  only the stream-K swapped tile at M = 1 and 16, its shares and where its time goes, see
+//  compare_streamk; --prefill:
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
 //  read alone in each form, see compare_reads)
@@ -126,6 +128,7 @@ struct Options {
   bool pad_rows = false;
   bool swap = false;
   bool tail = false;
+  bool streamk = false;
   bool prefill = false;
   bool energy = false;
   bool reads = false;
@@ -1486,6 +1489,180 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   return absl::OkStatus();
 }
 
+// --streamk: the stream-K swapped tile (tile 11) at M = 1 and 16 against the CUTLASS 16 x 64 x 256
+// swapped tile (tile 8), in turns over three rounds, the outputs compared bit for bit: the GEMM
+// alone, and the op as served (the quantize kernel, then the GEMM as its programmatic dependent
+// with 4 stages of weights issued before the wait, 64 KB of L2 prefetch per CTA, and for tile 8
+// the last wave's 4 MB), the stream-K op with the last CTAs of its grid, as many as the quantize
+// kernel has blocks (those that start only as its blocks leave their SMs), taking 4, 3, 2 or 1
+// quarters of a share ("q4" ... "q1") or left out of the grid ("q0"; CutlassSm90Args::late_ctas,
+// late_share). Then where tile 11's time goes, from its CTAs' %globaltimer stamps
+// (kStreamKTracePoints; medians over traced launches, us from the first CTA's start): the spread
+// of CTA starts, how many started over 1 us after the first (and the lowest such CTA index), each
+// CTA's wait for its first k-tile (median), when the last loads were issued, when the last
+// multiplies and the last epilogue were done (median / max over CTAs), and the last traced
+// launch's 4 slowest CTAs (index@SM:start-end).
+absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                             cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const int sms = host_info().gpus[0].sm_count;
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    const int slots = b.copies;
+    const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+    const int quantize_blocks =
+        static_cast<int>(m * (split ? quantize_blocks_per_row(m, sc.k) : 1));
+    struct Form {
+      std::string name;
+      CutlassSm90Tile tile;
+      bool alone;
+      int late_share;
+    };
+    const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
+    const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
+    const std::vector<Form> forms = {
+        {"tile8 alone", cutlass, true, 4},  {"tile8 op", cutlass, false, 4},
+        {"tile11 alone", streamk, true, 4}, {"tile11 q4", streamk, false, 4},
+        {"tile11 q3", streamk, false, 3},   {"tile11 q2", streamk, false, 2},
+        {"tile11 q1", streamk, false, 1},   {"tile11 q0", streamk, false, 0}};
+    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+    std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
+    bool same = true;
+    // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
+    auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
+      if (!f.alone) {
+        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+            b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
+            b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
+      }
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[s].as<int8_t>();
+      g.sm_count = sms;
+      g.pdl = !f.alone;
+      g.weights_evict_first = true;
+      g.weights_ahead = true;
+      g.weights_ahead_stages = 4;
+      g.weight_prefetch_bytes = 64 << 10;
+      g.tail_prefetch_bytes = f.tile == cutlass ? int64_t{4} << 20 : 0;
+      g.late_ctas = f.alone ? 0 : quantize_blocks;
+      g.late_share = f.late_share;
+      g.trace = trace;
+      void* workspace = b.workspace.get();
+      if (const size_t bytes = ops->workspace_bytes(g); bytes > 0) {
+        if (b.zero_workspace.size() < bytes) {
+          RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
+          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
+        }
+        workspace = b.zero_workspace.get();
+      }
+      if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
+      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, stream));
+      return absl::OkStatus();
+    };
+    std::vector<std::function<absl::Status(int)>> cands;
+    for (size_t f = 0; f < forms.size(); ++f) {
+      RETURN_IF_CUDA_ERROR(cutlass_sm90::tile_ops(forms[f].tile, ElemType::kBF16)->prepare());
+      RETURN_IF_ERROR(op(forms[f], 0, nullptr));
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy((f == 0 ? y_first : y_other).data(), b.y.get(), y_bytes,
+                                      cudaMemcpyDeviceToHost));
+      if (f > 0 && y_other != y_first) same = false;
+      cands.push_back([&, f](int s) { return op(forms[f], s, nullptr); });
+    }
+    for (int round = 0; round < 3; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
+      std::string line =
+          absl::StrFormat("streamk %-22s M=%-3lld round %d (quantize blocks %d) |", shape_name(sc),
+                          static_cast<long long>(m), round, quantize_blocks);
+      for (size_t c = 0; c < cands.size(); ++c) {
+        absl::StrAppendFormat(&line, " %s %6.1f", forms[c].name, us[c]);
+      }
+      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
+                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+                            same ? "identical" : "DIFFERENT");
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    // Tile 11's timelines.
+    for (size_t f = 2; f < forms.size(); ++f) {
+      if (forms[f].late_share == 3 || forms[f].late_share == 1) continue;
+      const int launches = 4 * slots + 4;
+      const size_t per_launch = static_cast<size_t>(sms) * kStreamKTracePoints;
+      DeviceBuffer trace;
+      RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < launches; ++i) {
+        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch));
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+      std::vector<double> spread, late, first_late, wait_first, issued, mma_med, mma_max, end_med,
+          end_max;
+      std::string slowest;
+      int ctas = 0;
+      for (int i = launches / 4; i < launches; ++i) {
+        const uint64_t* ti = t.data() + i * per_launch;
+        uint64_t t0 = UINT64_MAX, t0_max = 0, last_issue = 0;
+        ctas = 0;
+        for (int c = 0; c < sms; ++c) {
+          const uint64_t* p = ti + c * kStreamKTracePoints;
+          if (p[0] == 0) continue;
+          ++ctas;
+          t0 = std::min(t0, p[0]);
+          t0_max = std::max(t0_max, p[0]);
+          last_issue = std::max(last_issue, p[2]);
+        }
+        if (ctas == 0) continue;
+        int n_late = 0, lowest_late = -1;
+        std::vector<double> wait, mma, end;
+        std::vector<std::pair<double, std::string>> by_end;
+        for (int c = 0; c < sms; ++c) {
+          const uint64_t* p = ti + c * kStreamKTracePoints;
+          if (p[0] == 0) continue;
+          if (p[0] > t0 + 1000) {
+            ++n_late;
+            if (lowest_late < 0) lowest_late = c;
+          }
+          wait.push_back((p[3] - p[0]) * 1e-3);
+          mma.push_back((p[4] - t0) * 1e-3);
+          end.push_back((p[5] - t0) * 1e-3);
+          by_end.push_back({(p[5] - t0) * 1e-3,
+                            absl::StrFormat("%d@%u:%.1f-%.1f", c, static_cast<uint32_t>(p[6]),
+                                            (p[0] - t0) * 1e-3, (p[5] - t0) * 1e-3)});
+        }
+        std::sort(by_end.begin(), by_end.end());
+        slowest.clear();
+        for (size_t j = by_end.size() > 4 ? by_end.size() - 4 : 0; j < by_end.size(); ++j) {
+          absl::StrAppendFormat(&slowest, " %s", by_end[j].second);
+        }
+        spread.push_back((t0_max - t0) * 1e-3);
+        late.push_back(n_late);
+        first_late.push_back(lowest_late);
+        wait_first.push_back(median(wait));
+        issued.push_back((last_issue - t0) * 1e-3);
+        mma_med.push_back(median(mma));
+        mma_max.push_back(*std::max_element(mma.begin(), mma.end()));
+        end_med.push_back(median(end));
+        end_max.push_back(*std::max_element(end.begin(), end.end()));
+      }
+      ASSIGN_OR_RETURN(const double us, median_us(stream, slots, o,
+                                                  [&](int s) { return op(forms[f], s, nullptr); }));
+      std::printf(
+          "streamk-trace %-22s M=%-3lld %-12s | %6.1f us | %3d CTAs, start spread %4.1f, %3.0f "
+          "late from CTA %3.0f | first k-tile after %4.1f | loads issued %6.1f | multiplies done "
+          "%6.1f / %6.1f | epilogue done %6.1f / %6.1f (median/max) | slowest%s\n",
+          shape_name(sc).c_str(), static_cast<long long>(m), forms[f].name.c_str(), us, ctas,
+          median(spread), median(late), median(first_late), median(wait_first), median(issued),
+          median(mma_med), median(mma_max), median(end_med), median(end_max), slowest.c_str());
+      std::fflush(stdout);
+    }
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
 // the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
 // rows, as served, but every stage's weights ahead in "pdl ahead", see kSwapWeightsAheadStages) and
@@ -2327,6 +2504,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.weights_hint || o.pad_rows || o.swap || o.tail) {
     return compare_weights_hint(sc, b, o, stream);
   }
+  if (o.streamk) return compare_streamk(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -2936,6 +3114,10 @@ int bench_main(int argc, char** argv) {
            "outnumber the SMs: the op and the GEMM alone with 0-16 MB of the last wave's weights "
            "prefetched into L2 by the other CTAs, and with the grid cut to as few CTAs as keep the "
            "waves, in turns");
+  args.add("streamk", &o.streamk,
+           "Only cuda.cutlass_sm90's stream-K swapped tile at M = 1 and 16 against the 16 x 64 x "
+           "256 swapped tile, alone and as the op, with the CTAs that start after the quantize "
+           "kernel's blocks taking smaller shares, in turns; then its CTAs' timelines");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -3025,7 +3207,8 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.swap && !o.tail && !o.prefill && !o.energy && !o.reads && o.profile.empty()) {
+      !o.swap && !o.tail && !o.streamk && !o.prefill && !o.energy && !o.reads &&
+      o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -55,6 +55,14 @@ inline constexpr int kAuxRingBytes = 32768;
 // tile's loads; then its SM id in the low 32 bits and the number of tiles it ran in the high 32.
 inline constexpr int kCutlassTracePoints = 4;
 
+// The values one CTA of the stream-K swapped tile (tile 11) writes with CutlassSm90Args::trace, at
+// trace[cta * kStreamKTracePoints]: %globaltimer (ns) at its start, when its producer got past the
+// grid dependency, when the producer had issued its last loads, when its first k-tile had arrived,
+// when its last k-tile's multiplies were done, and when its epilogue was done (the consumer's first
+// thread); then its SM id in the low 32 bits and its k-tiles in the high 32, and the number of
+// tiles it shares with other CTAs.
+inline constexpr int kStreamKTracePoints = 8;
+
 // What the quantizing tiles' auxiliary warps need (device pointers; filled by the launch from
 // CutlassSm90Args). Rows [0, prefix) are quantized by the quantize kernel launched first; rows
 // [prefix, m) by the GEMM. counters[0] hands out rows, counters[1 + b] counts the rows of m-block
@@ -116,6 +124,11 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
+  // The stream-K swapped tile (tile 11) only: the last late_ctas CTAs of its grid, those that
+  // start only as the kernel before it (the quantize kernel, launched with pdl) leaves their SMs,
+  // each take late_share quarters of the others' share of the work (0-4; 4: equal shares).
+  int late_ctas = 0;
+  int late_share = 4;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
@@ -132,7 +145,8 @@ struct CutlassSm90Args {
   int raster = 0;
   // Diagnostics (the benchmark's --diagnose): when set, each CTA's producer writes
   // kCutlassTracePoints values at trace[cta * kCutlassTracePoints] (see cutlass_sm90_dependent_
-  // mainloop.cuh); size it for sm_count CTAs (the persistent grid is never larger).
+  // mainloop.cuh; the stream-K tile kStreamKTracePoints); size it for sm_count CTAs (the
+  // persistent grid is never larger).
   uint64_t* trace = nullptr;
   // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=
   // kAuxRingBytes) and the layer's scheme, with xq, sa and azp above as the outputs; counters

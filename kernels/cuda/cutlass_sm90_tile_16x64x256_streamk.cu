@@ -88,16 +88,40 @@ struct Params {
   const float* bias_v;
   void* y;
   uint64_t* ws;
-  int64_t units;  // tiles * kt
+  uint64_t* trace;  // CutlassSm90Args::trace: kStreamKTracePoints per CTA, or null
+  int64_t units;    // tiles * kt
+  int64_t weight;   // the grid's weight: 4 per CTA, late_share per late CTA
   int m, n, kt, grid;
-  int ahead;  // with pdl: the ring slots whose weights are issued before the dependency wait
+  int early;       // CTAs of a whole share; the rest (late) late_share quarters of one
+  int late_share;  // 1-4 (an early CTA's share is 4)
+  int ahead;       // with pdl: the ring slots whose weights are issued before the dependency wait
   ElemType y_type;
   bool pdl;
 };
 
-// The CTA whose range holds unit u.
-__device__ __forceinline__ int owner_of(int64_t u, int64_t units, int grid) {
-  return static_cast<int>(((u + 1) * grid - 1) / units);
+// The CTAs' ranges: CTA c's begins at units * weight_before(c) / weight, each early CTA
+// weighing 4 and each late one late_share (launch keeps every range non-empty).
+__device__ __forceinline__ int64_t weight_before(const Params& p, int c) {
+  return c <= p.early ? 4 * int64_t{c}
+                      : 4 * int64_t{p.early} + int64_t{p.late_share} * (c - p.early);
+}
+
+// The CTA whose range holds unit u: the last c whose range begins at or before u, that is
+// whose weight_before(c) <= ((u + 1) * weight - 1) / units.
+__device__ __forceinline__ int owner_of(const Params& p, int64_t u) {
+  const int64_t v = ((u + 1) * p.weight - 1) / p.units;
+  const int c = v < 4 * int64_t{p.early}
+                    ? static_cast<int>(v / 4)
+                    : p.early + static_cast<int>((v - 4 * int64_t{p.early}) / p.late_share);
+  return c < p.grid - 1 ? c : p.grid - 1;
+}
+
+// %globaltimer into the CTA's trace point `point` (benchmarks only).
+__device__ __forceinline__ void stamp(const Params& p, int point) {
+  if (p.trace == nullptr) return;
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  p.trace[static_cast<int64_t>(blockIdx.x) * kStreamKTracePoints + point] = now;
 }
 
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
@@ -128,9 +152,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full = base + kStages * kStageBytes;
   const uint32_t empty = full + kStages * 8;
   const int cta = blockIdx.x;
-  const int64_t u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
-  const int64_t u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
+  if (threadIdx.x == 0) stamp(p, 0);
+  const int64_t u_begin = p.units * weight_before(p, cta) / p.weight;
+  const int64_t u_end = p.units * weight_before(p, cta + 1) / p.weight;
 
+  if (threadIdx.x == kConsumers) {
+    // The descriptors into the TMA unit's cache while the barriers are set up.
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.wmap)) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.xmap)) : "memory");
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       device::mbar_init(full + 8 * s, 1);
@@ -185,11 +215,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         next();
       }
       device::grid_dependency_wait();
+      stamp(p, 1);
       int kx = kk0;
       for (int j = 0; j < first; ++j) {
         issue_x(kx, j);
         if (++kx == p.kt) kx = 0;
       }
+    } else {
+      stamp(p, 1);
     }
     while (left > 0) {
       if (round > 0) device::mbar_wait(empty + 8 * s, (round - 1) & 1);
@@ -198,6 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_x(kk, s);
       next();
     }
+    stamp(p, 2);
     return;
   }
 
@@ -219,6 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     azp_t[j] = t < p.m && p.azp != nullptr ? __ldg(p.azp + t) : 0;
   }
   int64_t i = 0;  // k-tiles consumed
+  int shared_tiles = 0;
   for (int64_t u = u_begin; u < u_end;) {
     const int tile = static_cast<int>(u / p.kt);
     const int64_t tile_end = static_cast<int64_t>(tile + 1) * p.kt;
@@ -245,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (; u < seg_end; ++u, ++i) {
       const int s = static_cast<int>(i % kStages);
       device::mbar_wait(full + 8 * s, static_cast<uint32_t>(i / kStages) & 1);
+      if (i == 0 && threadIdx.x == 0) stamp(p, 3);
       const uint32_t w = base + s * kStageBytes, x = w + kWBytes;
 #pragma unroll
       for (int c = 0; c < kChains; ++c) {
@@ -267,6 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       if (threadIdx.x == 0) device::mbar_arrive(empty + 8 * s);
     }
+    if (u == u_end && threadIdx.x == 0) stamp(p, 4);
     int32_t d[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -279,9 +316,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     int shares = 1;
     uint64_t* words = nullptr;
     if (!whole) {
-      const int first = owner_of(static_cast<int64_t>(tile) * p.kt, p.units, p.grid);
-      const int last = owner_of(tile_end - 1, p.units, p.grid);
+      const int first = owner_of(p, static_cast<int64_t>(tile) * p.kt);
+      const int last = owner_of(p, tile_end - 1);
       shares = last - first + 1;
+      ++shared_tiles;
       words = p.ws + static_cast<int64_t>(first) * kWordsPerTile;
     }
     // A shared tile's sums: every element's atomic add issued before any result is used, so that
@@ -319,6 +357,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float v = __fmaf_rn(sa_t[j], __fmul_rn(sb_c[h], tv), bias_c[h]);
       device::store_y(p.y, p.y_type, static_cast<int64_t>(t) * p.n + ch, v);
     }
+  }
+  if (p.trace != nullptr && threadIdx.x == 0) {
+    stamp(p, 5);
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    uint64_t* t = p.trace + static_cast<int64_t>(cta) * kStreamKTracePoints;
+    t[6] = (static_cast<uint64_t>(u_end - u_begin) << 32) | sm;
+    t[7] = static_cast<uint64_t>(shared_tiles);
   }
 }
 
@@ -379,6 +425,24 @@ cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t strea
   p.n = static_cast<int>(a.n);
   p.kt = static_cast<int>((a.k + kKTile - 1) / kKTile);
   p.grid = grid_for(a, p.units);
+  // Late CTAs with a smaller share where every range stays non-empty (each late CTA's share at
+  // least one unit: units * late_share >= weight); late_share 0 leaves them out of the grid.
+  p.early = p.grid;
+  p.late_share = 4;
+  if (a.late_ctas > 0 && a.late_ctas < p.grid && a.late_share >= 0 && a.late_share < 4) {
+    if (a.late_share == 0) {
+      p.grid -= a.late_ctas;
+      p.early = p.grid;
+    } else {
+      const int early = p.grid - a.late_ctas;
+      if (p.units * a.late_share >= 4 * int64_t{early} + int64_t{a.late_share} * a.late_ctas) {
+        p.early = early;
+        p.late_share = a.late_share;
+      }
+    }
+  }
+  p.weight = 4 * int64_t{p.early} + int64_t{p.late_share} * (p.grid - p.early);
+  p.trace = a.trace;
   p.ahead = a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
                                                                            : kStages;
   if (!a.weights_ahead) p.ahead = 0;
