@@ -1490,18 +1490,17 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
 }
 
 // --streamk: the stream-K swapped tile (tile 11) at M = 1 and 16 against the CUTLASS 16 x 64 x 256
-// swapped tile (tile 8), in turns over three rounds, the outputs compared bit for bit: the GEMM
-// alone, and the op as served (the quantize kernel, then the GEMM as its programmatic dependent
-// with 4 stages of weights issued before the wait, 64 KB of L2 prefetch per CTA, and for tile 8
-// the last wave's 4 MB), the stream-K op with the last CTAs of its grid, as many as the quantize
-// kernel has blocks (those that start only as its blocks leave their SMs), taking 4, 3, 2 or 1
-// quarters of a share ("q4" ... "q1") or left out of the grid ("q0"; CutlassSm90Args::late_ctas,
-// late_share). Then where tile 11's time goes, from its CTAs' %globaltimer stamps
-// (kStreamKTracePoints; medians over traced launches, us from the first CTA's start): the spread
-// of CTA starts, how many started over 1 us after the first (and the lowest such CTA index), each
-// CTA's wait for its first k-tile (median), when the last loads were issued, when the last
-// multiplies and the last epilogue were done (median / max over CTAs), and the last traced
-// launch's 4 slowest CTAs (index@SM:start-end).
+// swapped tile (tile 8), in turns over three rounds, the outputs compared bit for bit: the op as
+// served for tile 8 (the quantize kernel, then the GEMM as its programmatic dependent with 4
+// stages of weights issued before the wait, 64 KB of L2 prefetch per CTA and the last wave's 4
+// MB), the GEMM alone, and tile 11's op with 4 stages of weights ahead or every stage (10), each
+// with 0, 64 or 128 KB of the following weights prefetched into L2 before the wait ("a4pf64"
+// ...). Then where tile 11's time goes, from its CTAs' %globaltimer stamps (kStreamKTracePoints;
+// medians over traced launches, us from the first CTA's start): the spread of CTA starts, how
+// many started over 1 us after the first (and the lowest such CTA index), each CTA's wait for its
+// first k-tile (median), when the last loads were issued, when the last multiplies and the last
+// epilogue were done (median / max over CTAs), and the last traced launch's 4 slowest CTAs
+// (index@SM:start-end).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1510,21 +1509,20 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
     const int slots = b.copies;
     const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-    const int quantize_blocks =
-        static_cast<int>(m * (split ? quantize_blocks_per_row(m, sc.k) : 1));
     struct Form {
       std::string name;
       CutlassSm90Tile tile;
       bool alone;
-      int late_share;
+      int ahead = 4;         // CutlassSm90Args::weights_ahead_stages (0: every stage)
+      int prefetch_kb = 64;  // CutlassSm90Args::weight_prefetch_bytes / 1024
     };
     const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
     const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
     const std::vector<Form> forms = {
-        {"tile8 alone", cutlass, true, 4},  {"tile8 op", cutlass, false, 4},
-        {"tile11 alone", streamk, true, 4}, {"tile11 q4", streamk, false, 4},
-        {"tile11 q3", streamk, false, 3},   {"tile11 q2", streamk, false, 2},
-        {"tile11 q1", streamk, false, 1},   {"tile11 q0", streamk, false, 0}};
+        {"tile8 op", cutlass, false},          {"tile8 alone", cutlass, true},
+        {"tile11 alone", streamk, true},       {"tile11 a4", streamk, false, 4, 0},
+        {"tile11 a4pf64", streamk, false},     {"tile11 a10", streamk, false, 0, 0},
+        {"tile11 a10pf64", streamk, false, 0}, {"tile11 a10pf128", streamk, false, 0, 128}};
     const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
     std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
     bool same = true;
@@ -1542,11 +1540,9 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       g.pdl = !f.alone;
       g.weights_evict_first = true;
       g.weights_ahead = true;
-      g.weights_ahead_stages = 4;
-      g.weight_prefetch_bytes = 64 << 10;
+      g.weights_ahead_stages = f.ahead;
+      g.weight_prefetch_bytes = int64_t{f.prefetch_kb} << 10;
       g.tail_prefetch_bytes = f.tile == cutlass ? int64_t{4} << 20 : 0;
-      g.late_ctas = f.alone ? 0 : quantize_blocks;
-      g.late_share = f.late_share;
       g.trace = trace;
       void* workspace = b.workspace.get();
       if (const size_t bytes = ops->workspace_bytes(g); bytes > 0) {
@@ -1572,9 +1568,8 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     }
     for (int round = 0; round < 3; ++round) {
       ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
-      std::string line =
-          absl::StrFormat("streamk %-22s M=%-3lld round %d (quantize blocks %d) |", shape_name(sc),
-                          static_cast<long long>(m), round, quantize_blocks);
+      std::string line = absl::StrFormat("streamk %-22s M=%-3lld round %d |", shape_name(sc),
+                                         static_cast<long long>(m), round);
       for (size_t c = 0; c < cands.size(); ++c) {
         absl::StrAppendFormat(&line, " %s %6.1f", forms[c].name, us[c]);
       }
@@ -1586,7 +1581,10 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     }
     // Tile 11's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
-      if (forms[f].late_share == 3 || forms[f].late_share == 1) continue;
+      if (forms[f].name != "tile11 alone" && forms[f].name != "tile11 a4pf64" &&
+          forms[f].name != "tile11 a10pf64") {
+        continue;
+      }
       const int launches = 4 * slots + 4;
       const size_t per_launch = static_cast<size_t>(sms) * kStreamKTracePoints;
       DeviceBuffer trace;
@@ -3116,8 +3114,8 @@ int bench_main(int argc, char** argv) {
            "waves, in turns");
   args.add("streamk", &o.streamk,
            "Only cuda.cutlass_sm90's stream-K swapped tile at M = 1 and 16 against the 16 x 64 x "
-           "256 swapped tile, alone and as the op, with the CTAs that start after the quantize "
-           "kernel's blocks taking smaller shares, in turns; then its CTAs' timelines");
+           "256 swapped tile, alone and as the op with more or fewer weights issued before the "
+           "wait, in turns; then its CTAs' timelines");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");

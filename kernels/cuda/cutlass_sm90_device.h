@@ -124,11 +124,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
-  // The stream-K swapped tile (tile 11) only: the last late_ctas CTAs of its grid, those that
-  // start only as the kernel before it (the quantize kernel, launched with pdl) leaves their SMs,
-  // each take late_share quarters of the others' share of the work (0-4; 4: equal shares).
-  int late_ctas = 0;
-  int late_share = 4;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

@@ -90,30 +90,24 @@ struct Params {
   uint64_t* ws;
   uint64_t* trace;  // CutlassSm90Args::trace: kStreamKTracePoints per CTA, or null
   int64_t units;    // tiles * kt
-  int64_t weight;   // the grid's weight: 4 per CTA, late_share per late CTA
   int m, n, kt, grid;
-  int early;       // CTAs of a whole share; the rest (late) late_share quarters of one
-  int late_share;  // 1-4 (an early CTA's share is 4)
-  int ahead;       // with pdl: the ring slots whose weights are issued before the dependency wait
+  int ahead;     // with pdl: the ring slots whose weights are issued before the dependency wait
+  int l2_ahead;  // with pdl: the units after those whose weights are prefetched into L2 then
   ElemType y_type;
   bool pdl;
 };
 
-// The CTAs' ranges: CTA c's begins at units * weight_before(c) / weight, each early CTA
-// weighing 4 and each late one late_share (launch keeps every range non-empty).
-__device__ __forceinline__ int64_t weight_before(const Params& p, int c) {
-  return c <= p.early ? 4 * int64_t{c}
-                      : 4 * int64_t{p.early} + int64_t{p.late_share} * (c - p.early);
+// The CTA whose range holds unit u.
+__device__ __forceinline__ int owner_of(int64_t u, int64_t units, int grid) {
+  return static_cast<int>(((u + 1) * grid - 1) / units);
 }
 
-// The CTA whose range holds unit u: the last c whose range begins at or before u, that is
-// whose weight_before(c) <= ((u + 1) * weight - 1) / units.
-__device__ __forceinline__ int owner_of(const Params& p, int64_t u) {
-  const int64_t v = ((u + 1) * p.weight - 1) / p.units;
-  const int c = v < 4 * int64_t{p.early}
-                    ? static_cast<int>(v / 4)
-                    : p.early + static_cast<int>((v - 4 * int64_t{p.early}) / p.late_share);
-  return c < p.grid - 1 ? c : p.grid - 1;
+// The weights' box at (k0, n0) into L2, without waiting.
+__device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t k0, int32_t n0) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(k0), "r"(n0)
+               : "memory");
 }
 
 // %globaltimer into the CTA's trace point `point` (benchmarks only).
@@ -153,8 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t empty = full + kStages * 8;
   const int cta = blockIdx.x;
   if (threadIdx.x == 0) stamp(p, 0);
-  const int64_t u_begin = p.units * weight_before(p, cta) / p.weight;
-  const int64_t u_end = p.units * weight_before(p, cta + 1) / p.weight;
+  const int64_t u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
+  const int64_t u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
 
   if (threadIdx.x == kConsumers) {
     // The descriptors into the TMA unit's cache while the barriers are set up.
@@ -213,6 +207,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         device::mbar_expect_tx(full + 8 * s, kStageBytes);
         issue_w(tile, kk, s);
         next();
+      }
+      // The next l2_ahead units' weights into L2, so that DRAM keeps streaming while the ring
+      // waits for the activations.
+      {
+        int pt = tile, pk = kk;
+        const int64_t count = left < p.l2_ahead ? left : p.l2_ahead;
+        for (int64_t j = 0; j < count; ++j) {
+          for (int b = 0; b < kKTile / kBox; ++b) {
+            tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
+          }
+          if (++pk == p.kt) {
+            pk = 0;
+            ++pt;
+          }
+        }
       }
       device::grid_dependency_wait();
       stamp(p, 1);
@@ -316,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int shares = 1;
     uint64_t* words = nullptr;
     if (!whole) {
-      const int first = owner_of(p, static_cast<int64_t>(tile) * p.kt);
-      const int last = owner_of(p, tile_end - 1);
+      const int first = owner_of(static_cast<int64_t>(tile) * p.kt, p.units, p.grid);
+      const int last = owner_of(tile_end - 1, p.units, p.grid);
       shares = last - first + 1;
       ++shared_tiles;
       words = p.ws + static_cast<int64_t>(first) * kWordsPerTile;
@@ -425,27 +434,11 @@ cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t strea
   p.n = static_cast<int>(a.n);
   p.kt = static_cast<int>((a.k + kKTile - 1) / kKTile);
   p.grid = grid_for(a, p.units);
-  // Late CTAs with a smaller share where every range stays non-empty (each late CTA's share at
-  // least one unit: units * late_share >= weight); late_share 0 leaves them out of the grid.
-  p.early = p.grid;
-  p.late_share = 4;
-  if (a.late_ctas > 0 && a.late_ctas < p.grid && a.late_share >= 0 && a.late_share < 4) {
-    if (a.late_share == 0) {
-      p.grid -= a.late_ctas;
-      p.early = p.grid;
-    } else {
-      const int early = p.grid - a.late_ctas;
-      if (p.units * a.late_share >= 4 * int64_t{early} + int64_t{a.late_share} * a.late_ctas) {
-        p.early = early;
-        p.late_share = a.late_share;
-      }
-    }
-  }
-  p.weight = 4 * int64_t{p.early} + int64_t{p.late_share} * (p.grid - p.early);
   p.trace = a.trace;
   p.ahead = a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
                                                                            : kStages;
   if (!a.weights_ahead) p.ahead = 0;
+  p.l2_ahead = static_cast<int>(a.weight_prefetch_bytes / kWBytes);
   p.y_type = a.y_type;
   p.pdl = a.pdl;
   const DependentLaunch cfg(static_cast<unsigned>(p.grid), kThreads, kSmemBytes, stream, a.pdl);

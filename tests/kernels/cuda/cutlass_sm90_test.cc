@@ -463,8 +463,7 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
 // the quantize kernel in stream order and as its programmatic dependent (4 k-tiles of weights
 // issued before the wait), on 7 tiles of 17 k-tiles (a channel tail, a partial k-tile) and on a
 // layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs, with the last token
-// block's rows past M zero-filled and read from xq, and as the dependent with the last CTAs
-// taking a smaller share or none (CutlassSm90Args::late_ctas); the workspace all zeros at the end.
+// block's rows past M zero-filled and read from xq; the workspace all zeros at the end.
 TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -493,22 +492,15 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
         ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
         ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
         for (const int grid : {sms, 7, 3}) {
-          // Runs 4-6: the last CTAs with a smaller share (1 or 3 quarters) or none (the grid
-          // cut to one CTA), where each range keeps at least one unit, else equal shares.
-          struct Late {
-            int ctas, share;
-          };
-          const Late lates[] = {{0, 4}, {0, 4}, {0, 4}, {0, 4}, {5, 1}, {grid - 1, 0}, {2, 3}};
-          for (int run = 0; run < 7; ++run) {
-            const bool pdl = run % 2 == 1 || run >= 4, read_rows = run >= 2 && run < 4;
+          for (int run = 0; run < 4; ++run) {
+            const bool pdl = run % 2 == 1, read_rows = run >= 2;
             SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " N ", c.n, " K ", c.k, " M ", m, ", ",
                                       grid, " CTAs", pdl ? ", dependent" : "",
-                                      read_rows ? ", xq_rows" : "", ", the last ", lates[run].ctas,
-                                      " CTAs ", lates[run].share, "/4"));
+                                      read_rows ? ", xq_rows" : ""));
             CutlassSm90Args g = d.args(DType::kBF16);
             g.sm_count = grid;
-            g.late_ctas = lates[run].ctas;
-            g.late_share = lates[run].share;
+            // As the dependent, 64 KB of weights prefetched into L2 before the wait.
+            g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
             g.pdl = pdl;
             g.weights_ahead = true;
             g.weights_ahead_stages = 4;
