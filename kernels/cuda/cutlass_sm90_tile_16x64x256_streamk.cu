@@ -36,14 +36,22 @@
 //   57344 x 8192   114.8-115.1 / 118.7-119.0  111.6 / 110.5
 //   8192 x 28672   61.0-61.3 / 64.7-64.9    57.7-58.1 / 60.2-60.6
 // (y identical in every round). Alone it wins only on 57344 x 8192 at M = 1. As the dependent it
-// loses 3-4 us more than alone, where the CUTLASS tiles lose 0-1 (a likely cause, not yet traced:
-// with equal shares, the CTAs that start on the SMs the quantize kernel holds end that much later).
+// loses 3-4 us more than alone, where the CUTLASS tiles lose 0-1. Its CTAs' %globaltimer stamps
+// (CutlassSm90Args::trace, bench --streamk) show every CTA starting within 0.2 us of the first, as
+// the dependent too, so no CTA starts late on the quantize kernel's SMs; giving the last CTAs a
+// smaller share gained nothing that held (57344 x 8192, M = 16, the op: 118.7 us equal, 123.4 /
+// 127.1 / 133.0 / 130.1 with 3 / 2 / 1 / 0 quarters of a share) and was not kept. Instead, on
+// 8192 x 28672 at M = 1 (us from the first CTA's start): each CTA's first k-tile arrived 2.2 us
+// after its start alone and 5.5-5.7 as the dependent, the stream waiting for the quantize kernel
+// with only 4 ring slots issued; and equal shares did not end together (multiplies done at 52.9 /
+// 55.9, the median CTA / the last). So as the dependent it prefetches the weights after its first
+// ring slots into L2 before the wait (weight_prefetch_bytes, as the CUTLASS tiles do).
 // At 16 tokens a share of a shared tile makes 8 atomic adds per thread, issued together: in a build
 // that waited for each before the next, the epilogue took 6.8 us of the GEMM's 16.9 on 4096 x 4096
 // at M = 16 (10.1 without it). Working out each k-tile's tile and offset with 64-bit divisions in
 // the producer made the GEMM take up to 17% longer (57344 x 8192 at M = 1, alone: 129.0 us, against
-// 109.9 counting them). What is left to try: smaller shares for the CTAs that start late, and a
-// cheaper sum than an atomic round trip at the end of every shared tile. One more open question
+// 109.9 counting them). What is left to try: shares handed out while the kernel runs (a slow SM
+// taking fewer), and a cheaper sum than an atomic round trip at the end of every shared tile. One more open question
 // before it could be served: a diagnostic build whose consumer skipped the multiplies (releasing
 // each k-tile as soon as it arrived) hung at 28672 x 4096, M = 16, in three runs out of three;
 // the measured build (whose default path this kernel is) ran every benchmark layer and its test
