@@ -45,7 +45,10 @@
 // after its start alone and 5.5-5.7 as the dependent, the stream waiting for the quantize kernel
 // with only 4 ring slots issued; and equal shares did not end together (multiplies done at 52.9 /
 // 55.9, the median CTA / the last). So as the dependent it prefetches the weights after its first
-// ring slots into L2 before the wait (weight_prefetch_bytes, as the CUTLASS tiles do).
+// ring slots into L2 before the wait (weight_prefetch_bytes, as the CUTLASS tiles do): with 64 KB
+// the op at M = 1 took 0.8-1.5 us less on the four largest layers (bench --streamk: 28672 x 4096
+// 37.2 -> 36.4, 57344 x 8192 116.2 -> 114.7, 8192 x 28672 65.1 -> 63.8) and 0.3-0.4 us more on
+// 6144 x 4096 and 4096 x 4096, still behind the CUTLASS tile (33.1, 111.7, 60.4 in that run).
 // At 16 tokens a share of a shared tile makes 8 atomic adds per thread, issued together: in a build
 // that waited for each before the next, the epilogue took 6.8 us of the GEMM's 16.9 on 4096 x 4096
 // at M = 16 (10.1 without it). Working out each k-tile's tile and offset with 64-bit divisions in
