@@ -54,11 +54,11 @@
 // at M = 16 (10.1 without it). Working out each k-tile's tile and offset with 64-bit divisions in
 // the producer made the GEMM take up to 17% longer (57344 x 8192 at M = 1, alone: 129.0 us, against
 // 109.9 counting them). What is left to try: shares handed out while the kernel runs (a slow SM
-// taking fewer), and a cheaper sum than an atomic round trip at the end of every shared tile. One more open question
-// before it could be served: a diagnostic build whose consumer skipped the multiplies (releasing
-// each k-tile as soon as it arrived) hung at 28672 x 4096, M = 16, in three runs out of three;
-// the measured build (whose default path this kernel is) ran every benchmark layer and its test
-// without a hang, and why the other hung is not understood.
+// taking fewer), and a cheaper sum than an atomic round trip at the end of every shared tile. One
+// more open question before it could be served: a diagnostic build whose consumer skipped the
+// multiplies (releasing each k-tile as soon as it arrived) hung at 28672 x 4096, M = 16, in three
+// runs out of three; the measured build (whose default path this kernel is) ran every benchmark
+// layer and its test without a hang, and why the other hung is not understood.
 #include <cuda_runtime.h>
 
 #include <cstdint>
