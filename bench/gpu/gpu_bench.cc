@@ -32,7 +32,7 @@
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
-//                          [--prefill] [--energy] [--reads]
+//                          [--claim] [--prefill] [--energy] [--reads]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -47,7 +47,9 @@
 //  only its swapped tiles' ops at M = 1 and 16 on the layers whose tiles outnumber the SMs, with
 //  and without the last wave's weights prefetched into L2, see compare_weights_hint; --streamk:
 //  only the stream-K swapped tile at M = 1 and 16, its shares and where its time goes, see
-//  compare_streamk; --prefill:
+//  compare_streamk; --claim: only the swapped tiles whose CTAs claim their tiles at run time
+//  against the static ones at M = 1 and 16, and their CTAs' timelines, see compare_claim;
+//  --prefill:
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
 //  read alone in each form, see compare_reads)
@@ -129,6 +131,7 @@ struct Options {
   bool swap = false;
   bool tail = false;
   bool streamk = false;
+  bool claim = false;
   bool prefill = false;
   bool energy = false;
   bool reads = false;
@@ -1661,6 +1664,155 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
+// --claim: the swapped tiles whose CTAs claim their tiles at run time (tiles 12 and 13,
+// cutlass_sm90_claiming_scheduler.cuh) against the same tiles on the static deal (tiles 8 and 9) at
+// M = 1 and 16, in turns over three rounds, the outputs compared bit for bit. Each form is the op
+// as served (the quantize kernel, then the GEMM as its programmatic dependent with 4 stages of
+// weights issued before the wait, 64 KB of L2 prefetch per CTA, the last wave's 4 MB, evict-first
+// weights): tile 8 and 9 ("t8", "t9"), tile 12 on the static deal through the claiming kernel (no
+// counter: "c8 st"), tiles 12 and 13 drawing the next tile as the current one's loads start
+// ("c8 l0", as served) or 1-4 k-tiles before they end ("c8 l1" ...); and the GEMM alone for tiles
+// 8 and 12. Then the CTAs' timelines for t8, c8 l0 and c9 l0 (the producers' stamps,
+// kCutlassTracePoints; medians
+// over traced launches): when the last CTA got past the grid dependency, each CTA's time from then
+// to its last loads issued (min / median / max), and the tiles per CTA (min / max).
+absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                           cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const int sms = host_info().gpus[0].sm_count;
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  const CutlassSm90Tile t8 = CutlassSm90Tile::k16x64x256PingpongSwap,
+                        t9 = CutlassSm90Tile::k16x64x512PingpongSwap,
+                        c8 = CutlassSm90Tile::k16x64x256ClaimSwap,
+                        c9 = CutlassSm90Tile::k16x64x512ClaimSwap;
+  struct Form {
+    std::string name;
+    CutlassSm90Tile tile;
+    int lead = -1;  // CutlassSm90Args::claim_lead; -1: no counter (the static deal)
+    bool alone = false;
+  };
+  const std::vector<Form> forms = {{"t8", t8},
+                                   {"t9", t9},
+                                   {"c8 st", c8},
+                                   {"c8 l0", c8, 0},
+                                   {"c8 l1", c8, 1},
+                                   {"c8 l4", c8, 4},
+                                   {"c9 l0", c9, 0},
+                                   {"c9 l2", c9, 2},
+                                   {"t8 alone", t8, -1, true},
+                                   {"c8 l0 alone", c8, 0, true}};
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    const int slots = b.copies;
+    const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+    std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
+    bool same = true;
+    auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
+      if (!f.alone) {
+        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+            b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
+            b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
+      }
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[s].as<int8_t>();
+      g.sm_count = sms;
+      g.pdl = !f.alone;
+      g.weights_evict_first = true;
+      g.weights_ahead = true;
+      g.weights_ahead_stages = 4;
+      g.weight_prefetch_bytes = int64_t{64} << 10;
+      g.tail_prefetch_bytes = int64_t{4} << 20;
+      g.claim_lead = f.lead < 0 ? 0 : f.lead;
+      g.trace = trace;
+      void* workspace = nullptr;
+      if (const size_t bytes = ops->workspace_bytes(g); bytes > 0 && f.lead >= 0) {
+        if (b.zero_workspace.size() < bytes) {
+          RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
+          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
+        }
+        workspace = b.zero_workspace.get();
+      }
+      if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
+      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, stream));
+      return absl::OkStatus();
+    };
+    std::vector<std::function<absl::Status(int)>> cands;
+    for (size_t f = 0; f < forms.size(); ++f) {
+      RETURN_IF_CUDA_ERROR(cutlass_sm90::tile_ops(forms[f].tile, ElemType::kBF16)->prepare());
+      RETURN_IF_ERROR(op(forms[f], 0, nullptr));
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy((f == 0 ? y_first : y_other).data(), b.y.get(), y_bytes,
+                                      cudaMemcpyDeviceToHost));
+      if (f > 0 && y_other != y_first) same = false;
+      cands.push_back([&, f](int s) { return op(forms[f], s, nullptr); });
+    }
+    for (int round = 0; round < 3; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
+      std::string line = absl::StrFormat("claim %-22s M=%-3lld round %d |", shape_name(sc),
+                                         static_cast<long long>(m), round);
+      for (size_t c = 0; c < cands.size(); ++c) {
+        absl::StrAppendFormat(&line, " %s %6.1f", forms[c].name, us[c]);
+      }
+      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
+                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+                            same ? "identical" : "DIFFERENT");
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    for (const size_t f : {size_t{0}, size_t{3}, size_t{6}}) {  // t8, c8 l0, c9 l0
+      const int launches = 4 * slots + 4;
+      const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;
+      DeviceBuffer trace;
+      RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < launches; ++i) {
+        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch));
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+      std::vector<double> released, d_min, d_med, d_max, tiles_min, tiles_max;
+      for (int i = launches / 4; i < launches; ++i) {
+        const uint64_t* ti = t.data() + i * per_launch;
+        uint64_t t0 = UINT64_MAX, rel = 0;
+        for (int c = 0; c < sms; ++c) {
+          const uint64_t* p = ti + c * kCutlassTracePoints;
+          if (p[0] == 0) continue;
+          t0 = std::min(t0, p[0]);
+          rel = std::max(rel, p[1]);
+        }
+        if (t0 == UINT64_MAX) continue;
+        std::vector<double> d;
+        double lo = 1e9, hi = 0;
+        for (int c = 0; c < sms; ++c) {
+          const uint64_t* p = ti + c * kCutlassTracePoints;
+          if (p[0] == 0) continue;
+          d.push_back((static_cast<double>(p[2]) - static_cast<double>(rel)) * 1e-3);
+          const double tiles = static_cast<double>(p[3] >> 32);
+          lo = std::min(lo, tiles);
+          hi = std::max(hi, tiles);
+        }
+        released.push_back((rel - t0) * 1e-3);
+        d_min.push_back(*std::min_element(d.begin(), d.end()));
+        d_med.push_back(median(d));
+        d_max.push_back(*std::max_element(d.begin(), d.end()));
+        tiles_min.push_back(lo);
+        tiles_max.push_back(hi);
+      }
+      std::printf(
+          "claim-trace %-22s M=%-3lld %-6s | dependency released %4.1f | loads done after it "
+          "%6.1f / %6.1f / %6.1f (min/median/max) | tiles per CTA %2.0f-%2.0f\n",
+          shape_name(sc).c_str(), static_cast<long long>(m), forms[f].name.c_str(),
+          median(released), median(d_min), median(d_med), median(d_max), median(tiles_min),
+          median(tiles_max));
+      std::fflush(stdout);
+    }
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
 // the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
 // rows, as served, but every stage's weights ahead in "pdl ahead", see kSwapWeightsAheadStages) and
@@ -2503,6 +2655,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     return compare_weights_hint(sc, b, o, stream);
   }
   if (o.streamk) return compare_streamk(sc, b, o, stream);
+  if (o.claim) return compare_claim(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -3116,6 +3269,10 @@ int bench_main(int argc, char** argv) {
            "Only cuda.cutlass_sm90's stream-K swapped tile at M = 1 and 16 against the 16 x 64 x "
            "256 swapped tile, alone and as the op with more or fewer weights issued before the "
            "wait, in turns; then its CTAs' timelines");
+  args.add("claim", &o.claim,
+           "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16: the op as served with the "
+           "static tile deal and with the CTAs claiming their tiles at run time (0-4 k-tiles "
+           "before the end of a tile's loads), in turns; then the CTAs' timelines");
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
@@ -3205,7 +3362,7 @@ int bench_main(int argc, char** argv) {
     }
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
-      !o.swap && !o.tail && !o.streamk && !o.prefill && !o.energy && !o.reads &&
+      !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
       o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());

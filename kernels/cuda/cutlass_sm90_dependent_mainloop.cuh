@@ -45,6 +45,10 @@
 // With kWeightsA (the tiles with their operands swapped, cutlass_sm90_gemm.cuh) the weights are
 // the GEMM's A operand and the activations its B: everything above applies to A's loads instead.
 //
+// With kClaim (the tiles whose CTAs claim their tiles at run time,
+// cutlass_sm90_claiming_scheduler.cuh) and a claim lead, the producer tells the scheduler warp when
+// to draw the next tile: once `claim_lead` k-tiles of the current tile's loads are left to issue.
+//
 // CUDA only; needs the CUTLASS headers and sm_90a.
 #pragma once
 
@@ -53,12 +57,13 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "kernels/cuda/cutlass_sm90_claiming_scheduler.cuh"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/sm90_async_device.cuh"
 
 namespace qlinear::gpu::cutlass_sm90 {
 
-template <class Base, bool kWeightsA = false>
+template <class Base, bool kWeightsA = false, bool kClaim = false>
 struct DependentMainloop : Base {
   using TileShape = typename Base::TileShape;
   // The GEMM's extents (0: M, 1: N) that hold the weights' channels and the activations' tokens.
@@ -80,6 +85,8 @@ struct DependentMainloop : Base {
     bool weights_evict_first = false;  // the weights' loads with an evict-first L2 hint
     int xq_rows = 0;                   // the activations' TMA extent in rows (0: the problem's M)
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
+    int claim_lead = 0;  // kClaim: k-tiles left to issue when the next tile is drawn; 0: no signal
+    uint32_t* claim_signals = nullptr;  // kClaim: the workspace's words per CTA (null: no signal)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -87,6 +94,8 @@ struct DependentMainloop : Base {
     int weights_ahead = 0;
     bool weights_evict_first = false;
     int tail_prefetch_bytes = 0;
+    int claim_lead = 0;
+    uint32_t* claim_signals = nullptr;
   };
 
   template <class ProblemShape>
@@ -99,7 +108,9 @@ struct DependentMainloop : Base {
                   args.trace,
                   args.weights_ahead,
                   args.weights_evict_first,
-                  args.tail_prefetch_bytes};
+                  args.tail_prefetch_bytes,
+                  kClaim ? args.claim_lead : 0,
+                  kClaim ? args.claim_signals : nullptr};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -137,10 +148,17 @@ struct DependentMainloop : Base {
       }
     }
     ++tiles_;
+    // Where the scheduler warp may draw the next tile: before the load of this many k-tiles of the
+    // rest (-1: no signal).
+    const int claim_at = kClaim && params.claim_lead > 0 && params.claim_signals != nullptr
+                             ? max(k_tile_count - params.claim_lead, 0)
+                             : -1;
     if (params.weights_evict_first) {
       load_tiles(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
-                 k_tile_count, block_rank_in_cluster, shared_tensors);
+                 k_tile_count, block_rank_in_cluster, shared_tensors, claim_at, tiles_);
     } else {
+      if (claim_at >= 0 && cute::elect_one_sync()) signal_claim(params, tiles_);
+      __syncwarp();
       Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter,
                  k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
     }
@@ -162,6 +180,13 @@ struct DependentMainloop : Base {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;
+  }
+
+  // Lets the scheduler warp draw the tile after the `tiles`-th (one thread; kClaim only).
+  static CUTLASS_DEVICE void signal_claim(Params const& params, uint32_t tiles) {
+    if constexpr (kClaim) {
+      *reinterpret_cast<volatile uint32_t*>(params.claim_signals + claim_cta()) = tiles;
+    }
   }
 
   // The L2 hint of the weights' TMA loads.
@@ -193,7 +218,8 @@ struct DependentMainloop : Base {
   }
 
   // The stock load's loop (each k-tile: acquire the stage, then the TMA loads of both operands,
-  // multicast within the cluster where the tile has one), with the weights' loads hinted.
+  // multicast within the cluster where the tile has one), with the weights' loads hinted; with
+  // claim_at >= 0, signal_claim(tiles) before the k-tile of that index (or at the end).
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
   static CUTLASS_DEVICE void load_tiles(Params const& params,
                                         typename Base::MainloopPipeline pipeline,
@@ -201,7 +227,8 @@ struct DependentMainloop : Base {
                                         cute::tuple<TensorA, TensorB> const& load_inputs,
                                         BlockCoord const& blk_coord, KTileIterator k_tile_iter,
                                         int k_tile_count, uint32_t block_rank_in_cluster,
-                                        typename Base::TensorStorage& shared_tensors) {
+                                        typename Base::TensorStorage& shared_tensors, int claim_at,
+                                        uint32_t tiles) {
     using namespace cute;
     if (!elect_one_sync()) return;
     using ClusterShape = typename Base::DispatchPolicy::ClusterShape;
@@ -221,7 +248,9 @@ struct DependentMainloop : Base {
     const TMA::CacheHintSm90 hint = weights_hint(params);
     const TMA::CacheHintSm90 hint_a = kWeightsA ? hint : TMA::CacheHintSm90::EVICT_NORMAL;
     const TMA::CacheHintSm90 hint_b = kWeightsA ? TMA::CacheHintSm90::EVICT_NORMAL : hint;
-    for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state) {
+    int i = 0;
+    for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++state, ++i) {
+      if (i == claim_at) signal_claim(params, tiles);
       pipeline.producer_acquire(state);
       auto* bar = pipeline.producer_get_barrier(state);
       const int stage = state.index();
@@ -230,6 +259,7 @@ struct DependentMainloop : Base {
       copy(params.tma_load_b.with(*bar, mask_b, hint_b), tBgB(_, _, _, *k_tile_iter),
            tBsB(_, _, _, stage));
     }
+    if (i <= claim_at) signal_claim(params, tiles);  // (no k-tile left to load)
   }
 
   // One half of the stock load's work for the `count` k-tiles from k_tile_iter, into the stages

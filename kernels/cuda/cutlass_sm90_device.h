@@ -39,8 +39,27 @@ enum class CutlassSm90Tile : int {
   // kCutlassSm90Tiles that a layer times and serves: it measured slower as served (the table is in
   // cutlass_sm90_tile_16x64x256_streamk.cu), and it needs a workspace of zeros.
   k16x64x256StreamKSwap = 11,
+  // The 16 x 64 x 256 and 16 x 64 x 512 swapped tiles whose CTAs claim their tiles at run time
+  // from a counter (cutlass_sm90_claiming_scheduler.cuh; CutlassSm90Args::claim_lead). A layer
+  // times and serves them after the kCutlassSm90Tiles (kClaimingTiles); they need a workspace of
+  // claim_workspace_bytes zeros, which each call leaves zeroed (a null workspace runs them on the
+  // static deal).
+  k16x64x256ClaimSwap = 12,
+  k16x64x512ClaimSwap = 13,
 };
+// The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
 inline constexpr int kCutlassSm90Tiles = 11;
+inline constexpr CutlassSm90Tile kClaimingTiles[] = {CutlassSm90Tile::k16x64x256ClaimSwap,
+                                                     CutlassSm90Tile::k16x64x512ClaimSwap};
+inline constexpr bool tile_claims(CutlassSm90Tile t) {
+  return t == CutlassSm90Tile::k16x64x256ClaimSwap || t == CutlassSm90Tile::k16x64x512ClaimSwap;
+}
+// A claiming tile's workspace on a grid of `ctas` CTAs: the counter, then from kClaimSignalsOffset
+// one word per CTA (cutlass_sm90_claiming_scheduler.cuh).
+inline constexpr size_t kClaimSignalsOffset = 16;
+inline constexpr size_t claim_workspace_bytes(int ctas) {
+  return (kClaimSignalsOffset + 4 * static_cast<size_t>(ctas < 0 ? 0 : ctas) + 255) / 256 * 256;
+}
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
@@ -138,6 +157,11 @@ struct CutlassSm90Args {
   // 2: along N). The quantizing tiles always walk along N.
   int swizzle = 1;
   int raster = 0;
+  // The claiming tiles (k16x64x256ClaimSwap, k16x64x512ClaimSwap): a CTA draws its next tile once
+  // this many k-tiles of the current tile's loads are left to issue (0: as soon as it starts
+  // loading the current tile, CUTLASS's way, as served; the table is beside kClaimLead in
+  // cutlass_sm90_gemm.cc).
+  int claim_lead = 0;
   // Diagnostics (the benchmark's --diagnose): when set, each CTA's producer writes
   // kCutlassTracePoints values at trace[cta * kCutlassTracePoints] (see cutlass_sm90_dependent_
   // mainloop.cuh; the stream-K tile kStreamKTracePoints); size it for sm_count CTAs (the
@@ -163,8 +187,8 @@ struct TileOps {
   // Raises the kernel's shared memory limit (once); cudaSuccess or the error.
   cudaError_t (*prepare)();
   // Bytes of workspace for this problem (256-byte aligned pointer); 0 for the data-parallel
-  // persistent scheduler of the CUTLASS tiles. The stream-K tile needs one of zeros, which each
-  // call leaves zeroed.
+  // persistent scheduler of the CUTLASS tiles. The stream-K tile and the claiming tiles need one of
+  // zeros, which each call leaves zeroed.
   size_t (*workspace_bytes)(const CutlassSm90Args&);
   // Whether CUTLASS accepts the problem (alignment, sizes), and for a quantizing tile whether
   // it takes the activations (see CutlassSm90Args).
@@ -202,6 +226,8 @@ const TileOps* tile_16x64x256_pingpong_swap(ElemType y);
 const TileOps* tile_16x64x512_pingpong_swap(ElemType y);
 const TileOps* tile_16x128x256_pingpong_swap(ElemType y);
 const TileOps* tile_16x64x256_streamk_swap(ElemType y);
+const TileOps* tile_16x64x256_claim_swap(ElemType y);
+const TileOps* tile_16x64x512_claim_swap(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -261,6 +287,10 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x128x256_pingpong_swap(y);
     case CutlassSm90Tile::k16x64x256StreamKSwap:
       return tile_16x64x256_streamk_swap(y);
+    case CutlassSm90Tile::k16x64x256ClaimSwap:
+      return tile_16x64x256_claim_swap(y);
+    case CutlassSm90Tile::k16x64x512ClaimSwap:
+      return tile_16x64x512_claim_swap(y);
   }
   return nullptr;
 }

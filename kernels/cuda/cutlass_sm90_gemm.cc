@@ -507,6 +507,34 @@ constexpr bool kTuneQuantizingTiles = false;
 // and in the first round 4096 x 14336 24.6 / 29.6 / 48.6, 8192 x 28672 61.2 / 65.1 / 100.3.
 constexpr int64_t kSwapMaxM = 64;
 
+// The claiming tiles (CutlassSm90Tile::k16x64x256ClaimSwap, k16x64x512ClaimSwap: the swapped
+// tiles whose CTAs claim their tiles at run time from a counter,
+// cutlass_sm90_claiming_scheduler.cuh) draw their next tile as they start loading the current one
+// (CUTLASS's dynamic-persistent way). Drawing it later, once 1, 2 or 4 k-tiles of the current
+// tile's loads were left (the producer signalling the scheduler warp through a word in global
+// memory), was slower on every layer, also where each CTA has one tile. Measured on the H200
+// (qlinear_gpu_bench --claim, the op as served, in turns, three rounds, us; the 16 x 64 x 256 tile
+// on the static deal / claiming with the draw at the start / 1, 2, 4 k-tiles before the end; the 16
+// x 64 x 512 tile on the static deal):
+//   28672 x 4096  M = 1   34.3 / 33.4-33.5 / 35.7-36.0, 35.5-35.6, 35.2-35.6   (33.7-34.0)
+//                 M = 16  34.0-34.1 / 33.3-33.4 / 35.8-36.0, 35.3-35.5, 35.0-35.2   (33.6-33.7)
+//   57344 x 8192  M = 1   111.4-111.6 / 110.8-110.9 / 114.9-115.0, 115.0, 114.6-114.7 (111.3-111.6)
+//                 M = 16  112.0-112.2 / 111.8-111.9 / 115.2-115.3, 115.1-115.3, 115.1-115.2
+//                         (110.4-110.6)
+//   8192 x 8192   M = 1   22.4-22.6 / 22.5-22.7 / 23.4-23.8, 23.5-23.8, 22.9-23.2   (22.0-22.2)
+// and within 0.3 us of the static deal at the draw's start on the layers whose tiles do not
+// outnumber the SMs (one tile per CTA), but 8192 x 8192 at M = 16 (22.9-23.2 against 23.6).
+constexpr int kClaimLead = 0;
+
+// The tiles a layer times at load: those without a workspace, then the claiming tiles.
+constexpr auto kTimedTiles = [] {
+  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles)> t{};
+  for (int i = 0; i < kCutlassSm90Tiles; ++i) t[i] = static_cast<CutlassSm90Tile>(i);
+  for (size_t i = 0; i < std::size(kClaimingTiles); ++i)
+    t[kCutlassSm90Tiles + i] = kClaimingTiles[i];
+  return t;
+}();
+
 // The plain tile with the same GEMM as a quantizing one (for calls it cannot take: fp32
 // activations, long rows, unaligned x).
 CutlassSm90Tile plain_twin(CutlassSm90Tile t) {
@@ -525,8 +553,9 @@ constexpr DType kYTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
 // Where run_device keeps its intermediates inside the caller's scratch (each 256-byte aligned).
 struct ScratchLayout {
-  size_t xq = 0, sa = 0, azp = 0, counters = 0, workspace = 0, total = 0;
-  ScratchLayout(int64_t m, int64_t k, size_t workspace_bytes) {
+  size_t xq = 0, sa = 0, azp = 0, counters = 0, workspace = 0, workspace_bytes = 0, total = 0;
+  // (ws_bytes: the tile's workspace, a claiming tile's counter and signals.)
+  ScratchLayout(int64_t m, int64_t k, size_t ws_bytes) : workspace_bytes(ws_bytes) {
     size_t off = 0;
     auto take = [&off](size_t bytes) {
       const size_t at = off;
@@ -537,7 +566,7 @@ struct ScratchLayout {
     sa = take(static_cast<size_t>(m) * 4);
     azp = take(static_cast<size_t>(m) * 4);
     counters = take(static_cast<size_t>(quantizing_tile_counters(m)) * 4);
-    workspace = take(workspace_bytes);
+    workspace = take(ws_bytes);
     total = off;
   }
 };
@@ -547,7 +576,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights);
 
   size_t device_scratch_bytes(int64_t m) const override {
-    return ScratchLayout(m, weights_.config.k, 0).total;
+    return ScratchLayout(m, weights_.config.k, claim_workspace_bytes(sm_count_)).total;
   }
   int64_t extra_bytes() const override {
     return HostCallPreparedKernel::extra_bytes() +
@@ -603,10 +632,9 @@ absl::Status CutlassSm90Prepared::init() {
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+  for (const CutlassSm90Tile t : kTimedTiles) {
     for (DType y : kYTypes) {
-      const cutlass_sm90::TileOps* ops =
-          cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), static_cast<ElemType>(y));
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, static_cast<ElemType>(y));
       if (ops == nullptr)
         return absl::InternalError("cuda.cutlass_sm90: no tile for an output type");
       RETURN_IF_CUDA_ERROR(ops->prepare());
@@ -698,6 +726,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.weights_ahead = kWeightsAhead;
   g.weights_evict_first = kWeightsEvictFirst;
   g.xq_rows = served_xq_rows(m);
+  g.claim_lead = kClaimLead;
   g.qp = quantize_params(c);
   return g;
 }
@@ -718,7 +747,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   }
   if (max_m == 0) return absl::OkStatus();
   // Declared before the timer, so freed after its stream has been synchronised.
-  DeviceBuffer x, xq, sa, azp, counters, y;
+  DeviceBuffer x, xq, sa, azp, counters, y, claim;
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   RETURN_IF_ERROR(timer->reserve_cold());  // M = 1 is always timed cold
   // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
@@ -730,6 +759,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     RETURN_IF_ERROR(sa.allocate(static_cast<size_t>(top) * 4, "tile tuning scales"));
     RETURN_IF_ERROR(azp.allocate(static_cast<size_t>(top) * 4, "tile tuning zero points"));
     RETURN_IF_ERROR(y.allocate(static_cast<size_t>(top * c.n) * 2, "tile tuning outputs"));
+    RETURN_IF_ERROR(claim.allocate(claim_workspace_bytes(sm_count_), "tile tuning claim counter"));
     bool whole_ops_from_x = false;
     for (int64_t m : kTuneMs) whole_ops_from_x |= m <= top && whole_op_m(m);
     if (whole_ops_from_x) {
@@ -743,7 +773,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   // than failing the layer; the buffers are freed before the load returns.
   for (absl::Status st = allocate(max_m); !st.ok(); st = allocate(max_m)) {
     if (!absl::IsResourceExhausted(st)) return st;
-    for (DeviceBuffer* b : {&x, &xq, &sa, &azp, &counters, &y}) b->reset();
+    for (DeviceBuffer* b : {&x, &xq, &sa, &azp, &counters, &y, &claim}) b->reset();
     int64_t lower = 0;
     for (int64_t m : kTuneMs) lower = m < max_m ? m : lower;
     max_m = lower;
@@ -762,6 +792,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     const std::vector<float> scales(static_cast<size_t>(max_m), 1e-3f);
     RETURN_IF_CUDA_ERROR(cudaMemcpy(sa.get(), scales.data(), sa.size(), cudaMemcpyHostToDevice));
     RETURN_IF_CUDA_ERROR(cudaMemset(azp.get(), 0, azp.size()));
+    // The claiming tiles' workspace: zeros, which each of their calls leaves zeroed.
+    RETURN_IF_CUDA_ERROR(cudaMemset(claim.get(), 0, claim.size()));
     // The timer's stream does not wait for the legacy stream these ran on.
     RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   }
@@ -794,19 +826,23 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
               g.x, g.x_type, g.m, g.k, g.qp, xq.as<int8_t>(), sa.as<float>(), azp.as<int32_t>(),
               stream, nullptr, 0, nullptr, cutlass_sm90::split_quantize_rows(g.m, g.k, sm_count_)));
         }
-        RETURN_IF_CUDA_ERROR(cp->ops->launch(cp->args, nullptr, stream));
+        RETURN_IF_CUDA_ERROR(cp->ops->launch(
+            cp->args, tile_claims(static_cast<CutlassSm90Tile>(cp->tile)) ? claim.get() : nullptr,
+            stream));
         return absl::OkStatus();
       };
     };
-    for (int t = 0; t < kCutlassSm90Tiles; ++t) {
-      const bool q = tile_quantizes(static_cast<CutlassSm90Tile>(t));
-      if (q && !(kTuneQuantizingTiles && whole_ops)) continue;
-      const cutlass_sm90::TileOps* ops =
-          cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
+    for (const CutlassSm90Tile t : kTimedTiles) {
+      if (tile_quantizes(t) && !(kTuneQuantizingTiles && whole_ops)) continue;
+      const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       if (ops->swaps_operands && g.m > kSwapMaxM) continue;
-      if (!ops->can_implement(g) || ops->workspace_bytes(g) != 0) continue;
+      if (!ops->can_implement(g)) continue;
+      if (const size_t ws = ops->workspace_bytes(g);
+          ws != 0 && !(tile_claims(t) && ws <= claim.size())) {
+        continue;
+      }
       if (cluster_has_idle_ctas(g.m, *ops)) continue;
-      Candidate cand{t, g, ops, 0};
+      Candidate cand{static_cast<int>(t), g, ops, 0};
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
@@ -849,7 +885,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   if (m < 1 || m > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError("M must be in 1..2^31-1");
   }
-  const ScratchLayout L(m, c.k, 0);
+  const ScratchLayout L(m, c.k, claim_workspace_bytes(sm_count_));
   int8_t* xq = at<int8_t>(scratch, L.xq);
   float* sa = args.sa != nullptr ? args.sa : at<float>(scratch, L.sa);
   int32_t* azp = args.azp != nullptr ? args.azp : at<int32_t>(scratch, L.azp);
@@ -875,10 +911,15 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {
-    RETURN_IF_CUDA_ERROR(launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k,
-                                            g.qp, xq, sa, azp, stream, nullptr, 0, nullptr,
-                                            cutlass_sm90::split_quantize_rows(m, c.k, sm_count_),
-                                            RowParamsMirror{args.sa_host, args.azp_host}));
+    // A claiming tile's workspace zeroed by the quantize kernel (the scratch is shared with other
+    // layers' calls); the GEMM, its programmatic dependent, draws tiles only after it.
+    const bool claims = tile_claims(tile);
+    RETURN_IF_CUDA_ERROR(
+        launch_quantize_s8(args.x, static_cast<ElemType>(args.x_dtype), m, c.k, g.qp, xq, sa, azp,
+                           stream, claims ? at<int32_t>(scratch, L.workspace) : nullptr,
+                           claims ? static_cast<int64_t>(L.workspace_bytes / 4) : 0, nullptr,
+                           cutlass_sm90::split_quantize_rows(m, c.k, sm_count_),
+                           RowParamsMirror{args.sa_host, args.azp_host}));
   }
   // A quantizing tile's whole op counts as GEMM time (its quantization runs inside the GEMM).
   RETURN_IF_CUDA_ERROR(record_stage(events, 1, stream));

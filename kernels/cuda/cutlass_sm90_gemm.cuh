@@ -117,8 +117,11 @@ struct FmaRn<cutlass::Array<float, N>> {
 // instruction, its least) and the tokens on its N side (8 or more), so that a tile for a few
 // tokens need not load 64 rows of activations per k-tile (the rows past M are read as whole token
 // blocks, see CutlassSm90Args::xq_rows) and its pipeline stages hold mostly weights.
+//
+// With kClaim the CTAs claim their tiles at run time from a counter instead of taking a static
+// share (cutlass_sm90_claiming_scheduler.cuh; tiles without a cluster on the ping-pong schedule).
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
-          bool kQuantize_ = false, bool kSwapAB_ = false>
+          bool kQuantize_ = false, bool kSwapAB_ = false, bool kClaim_ = false>
 struct TileConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
@@ -127,11 +130,22 @@ struct TileConfig {
   // The activations are quantized inside the launch (cutlass_sm90_quantizing_mainloop.cuh).
   static constexpr bool kQuantize = kQuantize_;
   static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr bool kClaim = kClaim_;
   static_assert(!(kQuantize && kSwapAB), "a quantizing tile keeps the activations as A");
+  static_assert(
+      !kClaim || (cute::size(ClusterShape{}) == 1 &&
+                  std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> &&
+                  !kQuantize),
+      "the claiming scheduler takes ping-pong tiles of one CTA");
   // The tile's and the cluster's extents along the tokens and along the channels.
   static constexpr int kTokenDim = kSwapAB ? 1 : 0;
   static constexpr int kChannelDim = kSwapAB ? 0 : 1;
 };
+
+// Shared memory per block on sm_90 (227 KB), and what a claiming tile's stage count leaves for the
+// scheduler's ring.
+inline constexpr int kSm90MaxSmem = 232448;
+inline constexpr int kClaimExtraSmem = 1024;
 
 template <class Config, class ElementD>
 struct FusedGemm {
@@ -172,17 +186,19 @@ struct FusedGemm {
       int8_t, cutlass::layout::ColumnMajor, 16, int32_t, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) +
-          (Config::kQuantize ? kAuxExtraSmem : 0)>,
+          (Config::kQuantize ? kAuxExtraSmem : 0) + (Config::kClaim ? kClaimExtraSmem : 0)>,
       typename Config::KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
       std::conditional_t<Config::kQuantize, QuantizingMainloop<DependentMainloop<StockMainloop>>,
-                         DependentMainloop<StockMainloop, Config::kSwapAB>>;
-  using Kernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                           CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+                         DependentMainloop<StockMainloop, Config::kSwapAB, Config::kClaim>>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+      std::conditional_t<Config::kClaim, ClaimingScheduler, cutlass::gemm::PersistentScheduler>>;
+  static_assert(Kernel::SharedStorageSize <= kSm90MaxSmem, "the kernel's shared memory");
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static typename Gemm::Arguments arguments(const CutlassSm90Args& a) {
+  // (workspace: the launch's, where a claiming tile's producer signals; null elsewhere.)
+  static typename Gemm::Arguments arguments(const CutlassSm90Args& a, void* workspace = nullptr) {
     const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
     // The GEMM's own M and N (swapped: channels, then tokens).
     const int gm = Config::kSwapAB ? n : m, gn = Config::kSwapAB ? m : n;
@@ -218,10 +234,11 @@ struct FusedGemm {
     scheduler.raster_order = Config::kQuantize || a.raster == 2 ? Raster::AlongN
                              : a.raster == 1                    ? Raster::AlongM
                                                                 : Raster::Heuristic;
+    if constexpr (Config::kClaim) scheduler.lead = a.claim_lead;
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {gm, gn, k, 1},
-        mainloop_arguments(a, mainloop),
+        mainloop_arguments(a, mainloop, workspace),
         {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(gm, gn, 1)),
          static_cast<ElementD*>(a.y),
          cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(gm, gn, 1))},
@@ -285,9 +302,9 @@ struct FusedGemm {
   }
 
   static typename CollectiveMainloop::Arguments mainloop_arguments(
-      const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock) {
+      const CutlassSm90Args& a, const typename StockMainloop::Arguments& stock, void* workspace) {
     const bool read_once = token_blocks_fit_cluster(a.m, kBlockM, kClusterM);
-    typename DependentMainloop<StockMainloop, Config::kSwapAB>::Arguments dependent{
+    typename DependentMainloop<StockMainloop, Config::kSwapAB, Config::kClaim>::Arguments dependent{
         stock,
         a.pdl ? static_cast<int>(a.weight_prefetch_bytes) : 0,
         a.trace,
@@ -296,7 +313,11 @@ struct FusedGemm {
         Config::kQuantize || a.xq_rows > std::numeric_limits<int>::max()
             ? 0
             : static_cast<int>(a.xq_rows),
-        tail_prefetch_bytes(a)};
+        tail_prefetch_bytes(a),
+        Config::kClaim ? a.claim_lead : 0,
+        Config::kClaim && workspace != nullptr
+            ? reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + kClaimSignalsOffset)
+            : nullptr};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {
@@ -338,7 +359,7 @@ struct FusedGemm {
     cudaError_t e = prepare();
     if (e != cudaSuccess) return e;
     if (!takes_activations(a)) return cudaErrorInvalidValue;
-    const typename Gemm::Arguments args = arguments(a);
+    const typename Gemm::Arguments args = arguments(a, workspace);
     if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
     bool pdl = a.pdl;
     if constexpr (Config::kQuantize) {
@@ -379,6 +400,7 @@ const char* tile_name() {
                                                                                    : " cooperative";
     if (Config::kQuantize) s += " quantizing";
     if (Config::kSwapAB) s += ", operands swapped";
+    if (Config::kClaim) s += ", tiles claimed at run time";
     if (cute::size(C{}) > 1) {
       s += ", " + std::to_string(cute::size<Config::kTokenDim>(C{})) + "x" +
            std::to_string(cute::size<Config::kChannelDim>(C{})) + " cluster";

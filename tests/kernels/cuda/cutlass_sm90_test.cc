@@ -244,13 +244,15 @@ struct DependentCall {
     return absl::OkStatus();
   }
 
-  // The quantize kernel, then `tile` launched with g (as its programmatic dependent where
-  // g.pdl), on `stream`; y checked against the reference's, the first mismatch named.
+  // The quantize kernel (zeroing zero_count words at `zero`, as served for a claiming tile), then
+  // `tile` launched with g (as its programmatic dependent where g.pdl), on `stream`; y checked
+  // against the reference's, the first mismatch named.
   ::testing::AssertionResult matches(const cutlass_sm90::TileOps& tile, const CutlassSm90Args& g,
-                                     cudaStream_t stream, void* workspace = nullptr) const {
+                                     cudaStream_t stream, void* workspace = nullptr,
+                                     int32_t* zero = nullptr, int64_t zero_count = 0) const {
     if (const cudaError_t e =
             launch_quantize_s8(x.get(), ElemType::kBF16, d.m, d.k, qp, d.xq.as<int8_t>(),
-                               d.sa.as<float>(), d.azp.as<int32_t>(), stream);
+                               d.sa.as<float>(), d.azp.as<int32_t>(), stream, zero, zero_count);
         e != cudaSuccess) {
       return ::testing::AssertionFailure() << "quantize launch: " << cudaGetErrorString(e);
     }
@@ -516,6 +518,97 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
                   cudaSuccess);
         EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
                   static_cast<int64_t>(words.size()));
+      }
+    }
+  }
+}
+
+// The swapped tiles whose CTAs claim their tiles at run time from a counter
+// (cutlass_sm90_claiming_scheduler.cuh): y bit-exact for every scheme at M = 1 and 16, after the
+// quantize kernel in stream order and as its programmatic dependent (4 k-tiles of weights issued
+// before the wait), the next tile drawn 0, 1 or 3 k-tiles before the end of a tile's loads, and on
+// the static deal without a counter; with the weights' loads in the mainloop's own loop and in
+// CUTLASS's (which the claim signal precedes); on 7 tiles of 17 k-tiles (a channel tail, a partial
+// k-tile) and on a layer of 64 x (3 x SMs + 5) channels (every CTA drawing three or four tiles), on
+// grids of every SM and of 3 CTAs; the workspace (the counter, the claim signals) back at zeros
+// after every call. And as served: the workspace holding garbage that the quantize kernel zeroes
+// before the GEMM, its programmatic dependent, draws.
+TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
+  const int sms = host_info().gpus[0].sm_count;
+  struct Case {
+    int64_t n, k;
+  };
+  for (const CutlassSm90Tile tile :
+       {CutlassSm90Tile::k16x64x256ClaimSwap, CutlassSm90Tile::k16x64x512ClaimSwap}) {
+    const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+    ASSERT_NE(ops, nullptr);
+    ASSERT_EQ(ops->prepare(), cudaSuccess);
+    for (const Case c : {Case{400, 4160}, Case{64 * (3 * sms + 5), 1040}}) {
+      for (Scheme scheme : kSchemes) {
+        const auto w = make_layer(rng, scheme, c.n, c.k, /*bias=*/true);
+        ASSERT_NE(w, nullptr);
+        for (int64_t m : {int64_t{1}, int64_t{16}}) {
+          DependentCall call;
+          ASSERT_TRUE(call.init(rng, *w, m).ok());
+          TileBuffers& d = call.d;
+          const size_t ws_bytes = ops->workspace_bytes(d.args(DType::kBF16));
+          ASSERT_GT(ws_bytes, 0u);
+          DeviceBuffer ws;
+          ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
+          ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
+          for (const int grid : {sms, 3}) {
+            for (const int lead : {-1, 0, 1, 3}) {  // -1: the static deal
+              for (const bool pdl : {false, true}) {
+                const bool own_loop = lead != 1;
+                SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " tile ", ops->name(), " N ", c.n,
+                                          " K ", c.k, " M ", m, ", ", grid, " CTAs, lead ", lead,
+                                          pdl ? ", dependent" : "",
+                                          own_loop ? "" : ", CUTLASS's loads"));
+                CutlassSm90Args g = d.args(DType::kBF16);
+                g.sm_count = grid;
+                g.pdl = pdl;
+                g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
+                g.weights_ahead = true;
+                g.weights_ahead_stages = 4;
+                g.weights_evict_first = own_loop;
+                if (own_loop) g.xq_rows = d.xq_rows;  // as served; zero-filled otherwise
+                g.tail_prefetch_bytes = 4 << 20;
+                g.claim_lead = lead < 0 ? 0 : lead;
+                ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
+                ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
+                EXPECT_TRUE(call.matches(*ops, g, stream, lead < 0 ? nullptr : ws.get()));
+                std::vector<uint8_t> counter(ws_bytes, 1);
+                ASSERT_EQ(cudaMemcpy(counter.data(), ws.get(), ws_bytes, cudaMemcpyDeviceToHost),
+                          cudaSuccess);
+                EXPECT_EQ(std::count(counter.begin(), counter.end(), uint8_t{0}),
+                          static_cast<int64_t>(ws_bytes));
+                if (HasFailure()) return;
+              }
+            }
+          }
+          SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " tile ", ops->name(), " N ", c.n, " K ",
+                                    c.k, " M ", m, ", as served, the workspace zeroed first"));
+          CutlassSm90Args g = d.args(DType::kBF16);
+          g.sm_count = sms;
+          g.pdl = true;
+          g.weight_prefetch_bytes = 64 << 10;
+          g.weights_ahead = true;
+          g.weights_ahead_stages = 4;
+          g.weights_evict_first = true;
+          g.xq_rows = d.xq_rows;
+          g.tail_prefetch_bytes = 4 << 20;
+          g.claim_lead = 0;
+          ASSERT_EQ(cudaMemset(ws.get(), 0x7F, ws_bytes), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
+          EXPECT_TRUE(call.matches(*ops, g, stream, ws.get(), static_cast<int32_t*>(ws.get()),
+                                   static_cast<int64_t>(ws_bytes / 4)));
+          if (HasFailure()) return;
+        }
       }
     }
   }
