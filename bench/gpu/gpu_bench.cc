@@ -1492,6 +1492,56 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
   return absl::OkStatus();
 }
 
+// A workspace of at least `bytes` zeros (b.zero_workspace, zeroed once; the tiles that take one
+// leave it zeroed).
+absl::StatusOr<void*> zeroed_workspace(ShapeBuffers& b, size_t bytes) {
+  if (b.zero_workspace.size() < bytes) {
+    RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
+    RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
+  }
+  return b.zero_workspace.get();
+}
+
+// Runs each of a cuda.cutlass_sm90 comparison's forms once on weight copy 0 (its tile prepared
+// first), comparing y bit for bit with the first form's, then times them in turns over three
+// rounds (medians_in_turns), a line per round: "<label> <shape> M=<m> round <r> | <name> <us> ...
+// us | best <weights TB/s> | y identical" (or DIFFERENT). op(form, slot) enqueues one form's op on
+// weight copy `slot`.
+absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBuffers& b, int64_t m,
+                                 const std::vector<std::string>& names,
+                                 const std::vector<CutlassSm90Tile>& tiles,
+                                 const std::function<absl::Status(size_t, int)>& op,
+                                 const Options& o, cudaStream_t stream) {
+  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
+  const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+  std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
+  bool same = true;
+  std::vector<std::function<absl::Status(int)>> cands;
+  for (size_t f = 0; f < names.size(); ++f) {
+    RETURN_IF_CUDA_ERROR(cutlass_sm90::tile_ops(tiles[f], ElemType::kBF16)->prepare());
+    RETURN_IF_ERROR(op(f, 0));
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy((f == 0 ? y_first : y_other).data(), b.y.get(), y_bytes,
+                                    cudaMemcpyDeviceToHost));
+    if (f > 0 && y_other != y_first) same = false;
+    cands.push_back([&op, f](int s) { return op(f, s); });
+  }
+  for (int round = 0; round < 3; ++round) {
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
+    std::string line = absl::StrFormat("%s %-22s M=%-3lld round %d |", label, shape_name(sc),
+                                       static_cast<long long>(m), round);
+    for (size_t c = 0; c < cands.size(); ++c) {
+      absl::StrAppendFormat(&line, " %s %6.1f", names[c], us[c]);
+    }
+    absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
+                          w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+                          same ? "identical" : "DIFFERENT");
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 // --streamk: the stream-K swapped tile (tile 11) at M = 1 and 16 against the CUTLASS 16 x 64 x 256
 // swapped tile (tile 8), in turns over three rounds, the outputs compared bit for bit: the op as
 // served for tile 8 (the quantize kernel, then the GEMM as its programmatic dependent with 4
@@ -1508,7 +1558,6 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
   const int sms = host_info().gpus[0].sm_count;
-  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
     const int slots = b.copies;
     const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1526,9 +1575,6 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         {"tile11 alone", streamk, true},       {"tile11 a4", streamk, false, 4, 0},
         {"tile11 a4pf64", streamk, false},     {"tile11 a10", streamk, false, 0, 0},
         {"tile11 a10pf64", streamk, false, 0}, {"tile11 a10pf128", streamk, false, 0, 128}};
-    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
-    std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
-    bool same = true;
     // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
@@ -1549,39 +1595,21 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       g.trace = trace;
       void* workspace = b.workspace.get();
       if (const size_t bytes = ops->workspace_bytes(g); bytes > 0) {
-        if (b.zero_workspace.size() < bytes) {
-          RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
-          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
-        }
-        workspace = b.zero_workspace.get();
+        ASSIGN_OR_RETURN(workspace, zeroed_workspace(b, bytes));
       }
       if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
       RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, stream));
       return absl::OkStatus();
     };
-    std::vector<std::function<absl::Status(int)>> cands;
-    for (size_t f = 0; f < forms.size(); ++f) {
-      RETURN_IF_CUDA_ERROR(cutlass_sm90::tile_ops(forms[f].tile, ElemType::kBF16)->prepare());
-      RETURN_IF_ERROR(op(forms[f], 0, nullptr));
-      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-      RETURN_IF_CUDA_ERROR(cudaMemcpy((f == 0 ? y_first : y_other).data(), b.y.get(), y_bytes,
-                                      cudaMemcpyDeviceToHost));
-      if (f > 0 && y_other != y_first) same = false;
-      cands.push_back([&, f](int s) { return op(forms[f], s, nullptr); });
+    std::vector<std::string> names;
+    std::vector<CutlassSm90Tile> tiles;
+    for (const Form& f : forms) {
+      names.push_back(f.name);
+      tiles.push_back(f.tile);
     }
-    for (int round = 0; round < 3; ++round) {
-      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
-      std::string line = absl::StrFormat("streamk %-22s M=%-3lld round %d |", shape_name(sc),
-                                         static_cast<long long>(m), round);
-      for (size_t c = 0; c < cands.size(); ++c) {
-        absl::StrAppendFormat(&line, " %s %6.1f", forms[c].name, us[c]);
-      }
-      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
-                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
-                            same ? "identical" : "DIFFERENT");
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    }
+    RETURN_IF_ERROR(time_forms_in_turns(
+        "streamk", sc, b, m, names, tiles,
+        [&](size_t f, int s) { return op(forms[f], s, nullptr); }, o, stream));
     // Tile 11's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
       if (forms[f].name != "tile11 alone" && forms[f].name != "tile11 a4pf64" &&
@@ -1680,7 +1708,6 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
                            cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
   const int sms = host_info().gpus[0].sm_count;
-  const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   const CutlassSm90Tile t8 = CutlassSm90Tile::k16x64x256PingpongSwap,
                         t9 = CutlassSm90Tile::k16x64x512PingpongSwap,
                         c8 = CutlassSm90Tile::k16x64x256ClaimSwap,
@@ -1704,9 +1731,6 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
     const int slots = b.copies;
     const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-    const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
-    std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
-    bool same = true;
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
       if (!f.alone) {
@@ -1727,39 +1751,21 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
       g.trace = trace;
       void* workspace = nullptr;
       if (const size_t bytes = ops->workspace_bytes(g); bytes > 0 && f.lead >= 0) {
-        if (b.zero_workspace.size() < bytes) {
-          RETURN_IF_ERROR(b.zero_workspace.reserve(bytes, "zeroed workspace"));
-          RETURN_IF_CUDA_ERROR(cudaMemset(b.zero_workspace.get(), 0, b.zero_workspace.size()));
-        }
-        workspace = b.zero_workspace.get();
+        ASSIGN_OR_RETURN(workspace, zeroed_workspace(b, bytes));
       }
       if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
       RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, stream));
       return absl::OkStatus();
     };
-    std::vector<std::function<absl::Status(int)>> cands;
-    for (size_t f = 0; f < forms.size(); ++f) {
-      RETURN_IF_CUDA_ERROR(cutlass_sm90::tile_ops(forms[f].tile, ElemType::kBF16)->prepare());
-      RETURN_IF_ERROR(op(forms[f], 0, nullptr));
-      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-      RETURN_IF_CUDA_ERROR(cudaMemcpy((f == 0 ? y_first : y_other).data(), b.y.get(), y_bytes,
-                                      cudaMemcpyDeviceToHost));
-      if (f > 0 && y_other != y_first) same = false;
-      cands.push_back([&, f](int s) { return op(forms[f], s, nullptr); });
+    std::vector<std::string> names;
+    std::vector<CutlassSm90Tile> tiles;
+    for (const Form& f : forms) {
+      names.push_back(f.name);
+      tiles.push_back(f.tile);
     }
-    for (int round = 0; round < 3; ++round) {
-      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, o, cands));
-      std::string line = absl::StrFormat("claim %-22s M=%-3lld round %d |", shape_name(sc),
-                                         static_cast<long long>(m), round);
-      for (size_t c = 0; c < cands.size(); ++c) {
-        absl::StrAppendFormat(&line, " %s %6.1f", forms[c].name, us[c]);
-      }
-      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
-                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
-                            same ? "identical" : "DIFFERENT");
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    }
+    RETURN_IF_ERROR(time_forms_in_turns(
+        "claim", sc, b, m, names, tiles, [&](size_t f, int s) { return op(forms[f], s, nullptr); },
+        o, stream));
     for (const size_t f : {size_t{0}, size_t{3}, size_t{6}}) {  // t8, c8 l0, c9 l0
       const int launches = 4 * slots + 4;
       const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;

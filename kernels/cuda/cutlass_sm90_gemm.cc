@@ -513,18 +513,37 @@ constexpr int64_t kSwapMaxM = 64;
 // (CUTLASS's dynamic-persistent way). Drawing it later, once 1, 2 or 4 k-tiles of the current
 // tile's loads were left (the producer signalling the scheduler warp through a word in global
 // memory), was slower on every layer, also where each CTA has one tile. Measured on the H200
-// (qlinear_gpu_bench --claim, the op as served, in turns, three rounds, us; the 16 x 64 x 256 tile
-// on the static deal / claiming with the draw at the start / 1, 2, 4 k-tiles before the end; the 16
-// x 64 x 512 tile on the static deal):
-//   28672 x 4096  M = 1   34.3 / 33.4-33.5 / 35.7-36.0, 35.5-35.6, 35.2-35.6   (33.7-34.0)
-//                 M = 16  34.0-34.1 / 33.3-33.4 / 35.8-36.0, 35.3-35.5, 35.0-35.2   (33.6-33.7)
-//   57344 x 8192  M = 1   111.4-111.6 / 110.8-110.9 / 114.9-115.0, 115.0, 114.6-114.7 (111.3-111.6)
-//                 M = 16  112.0-112.2 / 111.8-111.9 / 115.2-115.3, 115.1-115.3, 115.1-115.2
-//                         (110.4-110.6)
-//   8192 x 8192   M = 1   22.4-22.6 / 22.5-22.7 / 23.4-23.8, 23.5-23.8, 22.9-23.2   (22.0-22.2)
+// (qlinear_gpu_bench --claim, the op as served, in turns, three rounds, us, two runs on different
+// machines; 16 x 64 x 256 on the static deal / claiming, drawing at the start / drawing 1 and 4
+// k-tiles before the end; 16 x 64 x 512 on the static deal / claiming, drawing at the start):
+//   28672 x 4096 M=1  34.3 / 33.4-33.5 / 35.7-36.0, 35.2-35.6    33.7-34.0 / (not timed)
+//                     33.5-33.7 / 33.4-33.5 / 35.5-35.7, 35.4    33.2 / 32.8-32.9
+//               M=16  34.0-34.1 / 33.3-33.4 / 35.8-36.0, 35.0-35.2    33.6-33.7 / (not timed)
+//                     33.7-33.8 / 33.2-33.4 / 35.4-35.6, 35.1-35.2    33.1-33.3 / 33.2-33.3
+//   57344 x 8192 M=1  111.4-111.6 / 110.8-110.9 / 114.9-115.0, 114.6-114.7    111.3-111.6 / -
+//                     110.0 / 111.5-111.8 / 114.8-114.9, 114.7-115.1    109.8-110.0 / 111.0-111.3
+//               M=16  112.0-112.2 / 111.8-111.9 / 115.2-115.3, 115.1-115.2    110.4-110.6 / -
+//                     111.8-112.1 / 112.0-112.2 / 115.4-115.5, 115.5-115.7   111.2-111.4 /
+//                     111.6-111.8
+//   8192 x 8192  M=1  22.4-22.6 / 22.5-22.7 / 23.4-23.8, 22.9-23.2    22.0-22.2 / (not timed)
 // and within 0.3 us of the static deal at the draw's start on the layers whose tiles do not
-// outnumber the SMs (one tile per CTA), but 8192 x 8192 at M = 16 (22.9-23.2 against 23.6).
+// outnumber the SMs (one tile per CTA), but 8192 x 8192 at M = 16 in the first run (23.2-23.6
+// against 22.9-23.2). So claiming pays where the tiles past the last whole wave are few (28672 x
+// 4096: 52 of 448 tiles of 64 channels on 132 SMs; the fastest CTAs take them) and not where they
+// nearly fill a wave (57344 x 8192: 104 of 896), and a layer times the claiming tiles at load only
+// where its last, partial wave fills at most half the grid (kClaimMaxTailShare): in the second run
+// the load, timing them on 57344 x 8192 as well, served the claiming 16 x 64 x 256 tile there at
+// M = 1, 111.7 us, where the static tile took 110.0 in the same run's --claim.
 constexpr int kClaimLead = 0;
+constexpr int kClaimMaxTailShare = 2;  // the last wave's tiles at most 1 / this of the grid
+
+// Whether a layer times a claiming tile at load: its tiles outnumber the grid's CTAs and those past
+// the last whole wave fill at most 1 / kClaimMaxTailShare of the grid (see kClaimLead).
+bool claiming_pays(int64_t tiles, int ctas) {
+  if (ctas <= 0 || tiles <= ctas) return false;
+  const int64_t tail = tiles % ctas;
+  return tail > 0 && tail * kClaimMaxTailShare <= ctas;
+}
 
 // The tiles a layer times at load: those without a workspace, then the claiming tiles.
 constexpr auto kTimedTiles = [] {
@@ -837,6 +856,9 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       if (ops->swaps_operands && g.m > kSwapMaxM) continue;
       if (!ops->can_implement(g)) continue;
+      if (tile_claims(t) && !claiming_pays(cutlass_sm90::tile_count(g.m, g.n, *ops), sm_count_)) {
+        continue;
+      }
       if (const size_t ws = ops->workspace_bytes(g);
           ws != 0 && !(tile_claims(t) && ws <= claim.size())) {
         continue;
