@@ -26,11 +26,12 @@
 // would.
 //
 // When a CTA draws: CUTLASS lets the scheduler warp draw the next tile as soon as the producer
-// starts loading the current one (the throttle pipeline), which on these layers is a whole tile
-// ahead, too early for a slow SM to leave its tile to a faster one. With a lead (Arguments::lead
-// > 0) the scheduler warp draws only once the producer is `lead` k-tiles from the end of the
-// current tile's loads (a word per CTA in the workspace, which the mainloop sets:
-// DependentMainloop with kClaim).
+// starts loading the current one (the throttle pipeline), a whole tile ahead on these layers. With
+// a lead (Arguments::lead > 0) the scheduler warp draws only once the producer is `lead` k-tiles
+// from the end of the current tile's loads (a word per CTA in the workspace, which the mainloop
+// sets: DependentMainloop with kClaim, and the scheduler warp polls). That measured slower on every
+// benchmark layer, so the tiles are served drawing a tile ahead (kClaimLead in
+// cutlass_sm90_gemm.cc, with the table).
 //
 // CUDA only; needs the CUTLASS headers and sm_90a.
 #pragma once
