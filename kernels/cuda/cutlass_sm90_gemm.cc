@@ -528,12 +528,13 @@ constexpr int64_t kSwapMaxM = 64;
 //   8192 x 8192  M=1  22.4-22.6 / 22.5-22.7 / 23.4-23.8, 22.9-23.2    22.0-22.2 / (not timed)
 // and within 0.3 us of the static deal at the draw's start on the layers whose tiles do not
 // outnumber the SMs (one tile per CTA), but 8192 x 8192 at M = 16 in the first run (23.2-23.6
-// against 22.9-23.2). So claiming pays where the tiles past the last whole wave are few (28672 x
-// 4096: 52 of 448 tiles of 64 channels on 132 SMs; the fastest CTAs take them) and not where they
-// nearly fill a wave (57344 x 8192: 104 of 896), and a layer times the claiming tiles at load only
-// where its last, partial wave fills at most half the grid (kClaimMaxTailShare): in the second run
-// the load, timing them on 57344 x 8192 as well, served the claiming 16 x 64 x 256 tile there at
-// M = 1, 111.7 us, where the static tile took 110.0 in the same run's --claim.
+// against 22.9-23.2) and 6144 x 4096 at M = 16 in the second (13.2-13.5 against 13.8). So claiming
+// pays where the tiles past the last whole wave are few (28672 x 4096: 52 of 448 tiles of 64
+// channels on 132 SMs; the fastest CTAs take them) and not where they nearly fill a wave (57344 x
+// 8192: 104 of 896), and a layer times the claiming tiles at load only where its last, partial wave
+// fills at most half the grid (kClaimMaxTailShare): in the second run the load, timing them on
+// 57344 x 8192 as well, served the claiming 16 x 64 x 256 tile there at M = 1, 111.7 us, where the
+// static tile took 110.0 in the same run's --claim.
 constexpr int kClaimLead = 0;
 constexpr int kClaimMaxTailShare = 2;  // the last wave's tiles at most 1 / this of the grid
 
