@@ -1073,13 +1073,32 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
 }
 
 // The quantize kernel on the shape's first m rows of x (bf16, dynamic symmetric, as the op
-// sections run) into xq, with the shape's sa and azp.
+// sections run) into xq, with the shape's sa and azp; `split` as launch_quantize_s8's.
 [[maybe_unused]] absl::Status quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m,
-                                         int8_t* xq, cudaStream_t stream) {
+                                         int8_t* xq, cudaStream_t stream, bool split = true) {
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, xq,
-                                          b.sa.as<float>(), b.azp.as<int32_t>(), stream));
+                                          b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0,
+                                          nullptr, split));
   return absl::OkStatus();
 }
+
+#if QLINEAR_HAVE_CUTLASS
+// The swapped tiles' GEMM at up to 16 tokens as served, on weight copy s (--streamk, --claim): the
+// quantize kernel's programmatic dependent unless `alone`, its weights evict-first, 4 stages of
+// them issued before the wait, 64 KB more prefetched into L2, and the last wave's 4 MB.
+CutlassSm90Args served_swap_args(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int s,
+                                 bool alone) {
+  CutlassSm90Args g = tile_args(sc, b, m);
+  g.w = b.w[s].as<int8_t>();
+  g.pdl = !alone;
+  g.weights_evict_first = true;
+  g.weights_ahead = true;
+  g.weights_ahead_stages = 4;
+  g.weight_prefetch_bytes = int64_t{64} << 10;
+  g.tail_prefetch_bytes = int64_t{4} << 20;
+  return g;
+}
+#endif
 
 // Named candidates for medians_in_turns and the like, each queueing one call (--prefill,
 // --energy).
@@ -1388,11 +1407,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
         auto op = [&, g, ops, alone, split, workspace](int s) -> absl::Status {
-          if (!alone) {
-            RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-                b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
-                b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
-          }
+          if (!alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
           CutlassSm90Args gs = g;
           gs.w = b.w[s].as<int8_t>();
           RETURN_IF_CUDA_ERROR(ops->launch(gs, workspace, stream));
@@ -1578,17 +1593,8 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
-      if (!f.alone) {
-        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-            b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
-            b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
-      }
-      CutlassSm90Args g = tile_args(sc, b, m);
-      g.w = b.w[s].as<int8_t>();
-      g.sm_count = sms;
-      g.pdl = !f.alone;
-      g.weights_evict_first = true;
-      g.weights_ahead = true;
+      if (!f.alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+      CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       g.weights_ahead_stages = f.ahead;
       g.weight_prefetch_bytes = int64_t{f.prefetch_kb} << 10;
       g.tail_prefetch_bytes = f.tile == cutlass ? int64_t{4} << 20 : 0;
@@ -1733,20 +1739,8 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
     const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
-      if (!f.alone) {
-        RETURN_IF_CUDA_ERROR(launch_quantize_s8(
-            b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, b.xq.as<int8_t>(),
-            b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0, nullptr, split));
-      }
-      CutlassSm90Args g = tile_args(sc, b, m);
-      g.w = b.w[s].as<int8_t>();
-      g.sm_count = sms;
-      g.pdl = !f.alone;
-      g.weights_evict_first = true;
-      g.weights_ahead = true;
-      g.weights_ahead_stages = 4;
-      g.weight_prefetch_bytes = int64_t{64} << 10;
-      g.tail_prefetch_bytes = int64_t{4} << 20;
+      if (!f.alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+      CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       g.claim_lead = f.lead < 0 ? 0 : f.lead;
       g.trace = trace;
       void* workspace = nullptr;

@@ -860,10 +860,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       if (tile_claims(t) && !claiming_pays(cutlass_sm90::tile_count(g.m, g.n, *ops), sm_count_)) {
         continue;
       }
-      if (const size_t ws = ops->workspace_bytes(g);
-          ws != 0 && !(tile_claims(t) && ws <= claim.size())) {
-        continue;
-      }
+      // (Only the claiming tiles take a workspace: `claim`.)
+      if (ops->workspace_bytes(g) > (tile_claims(t) ? claim.size() : 0)) continue;
       if (cluster_has_idle_ctas(g.m, *ops)) continue;
       Candidate cand{static_cast<int>(t), g, ops, 0};
       // As enqueue launches it (the GEMM alone has no kernel before it to depend on).
