@@ -326,6 +326,14 @@ int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;
 }
 
+// On the same layers, the CTAs done issuing their loads prefetch the last k-tiles of the last
+// wave's tiles into L2 while that wave streams (CutlassSm90Args::late_prefetch_bytes): not served
+// yet (0), pending its measurement (bench --claim).
+constexpr int64_t kSwapLatePrefetchBytes = 0;
+int64_t served_late_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
+  return tile.swaps_operands ? kSwapLatePrefetchBytes : 0;
+}
+
 // Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
 // carry an evict-first L2 hint (cutlass_sm90_dependent_mainloop.cuh): the weights pass through L2
 // once, and the stock loads' evict-normal let them push out the activations and the lines still in
@@ -868,6 +876,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
       cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
+      cand.args.late_prefetch_bytes = served_late_prefetch_bytes(*ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
@@ -929,6 +938,7 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
   g.weights_ahead_stages = served_ahead_stages(*ops);
   g.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
+  g.late_prefetch_bytes = served_late_prefetch_bytes(*ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {
