@@ -48,8 +48,7 @@
 //  and without the last wave's weights prefetched into L2, see compare_weights_hint; --streamk:
 //  only the stream-K swapped tile at M = 1 and 16, its shares and where its time goes, see
 //  compare_streamk; --claim: only the swapped tiles whose CTAs claim their tiles at run time
-//  against the static ones at M = 1 and 16, with and without the late prefetch of the last wave,
-//  and their CTAs' timelines, on the layers whose tiles outnumber the SMs, see compare_claim;
+//  against the static ones at M = 1 and 16, and their CTAs' timelines, see compare_claim;
 //  --prefill:
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
@@ -1699,19 +1698,18 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
-// --claim: on the layers whose 64-channel tiles outnumber the SMs, the swapped tiles whose CTAs
-// claim their tiles at run time (tiles 12 and 13, cutlass_sm90_claiming_scheduler.cuh) against the
-// same tiles on the static deal (tiles 8 and 9) at M = 1 and 16, each with and without the late
-// prefetch of the last wave's last k-tiles (CutlassSm90Args::late_prefetch_bytes), in turns over
-// three rounds, the outputs compared bit for bit. Each form is the op as served (the quantize
-// kernel, then the GEMM as its programmatic dependent with 4 stages of weights issued before the
-// wait, 64 KB of L2 prefetch per CTA, the last wave's first 4 MB, evict-first weights): tile 8 and
-// 9 ("t8", "t9"), tiles 12 and 13 drawing the next tile as the current one's loads start ("c8 l0",
-// as served) or a k-tile before they end ("c8 l1"), those with 4, 8 or 16 MB of late prefetch
-// ("t8 late8" ...); and the GEMM alone for tile 12. Then the CTAs' timelines for t8 and c8 l0,
-// without and with 8 MB of late prefetch (the producers' stamps, kCutlassTracePoints; medians over
-// traced launches): when the last CTA got past the grid dependency, each CTA's time from then to
-// its last loads issued (min / median / max), and the tiles per CTA (min / max).
+// --claim: the swapped tiles whose CTAs claim their tiles at run time (tiles 12 and 13,
+// cutlass_sm90_claiming_scheduler.cuh) against the same tiles on the static deal (tiles 8 and 9) at
+// M = 1 and 16, in turns over three rounds, the outputs compared bit for bit. Each form is the op
+// as served (the quantize kernel, then the GEMM as its programmatic dependent with 4 stages of
+// weights issued before the wait, 64 KB of L2 prefetch per CTA, the last wave's 4 MB, evict-first
+// weights): tile 8 and 9 ("t8", "t9"), tile 12 on the static deal through the claiming kernel (no
+// counter: "c8 st"), tiles 12 and 13 drawing the next tile as the current one's loads start
+// ("c8 l0", as served) or 1-4 k-tiles before they end ("c8 l1" ...); and the GEMM alone for tiles
+// 8 and 12. Then the CTAs' timelines for t8, c8 l0 and c9 l0 (the producers' stamps,
+// kCutlassTracePoints; medians
+// over traced launches): when the last CTA got past the grid dependency, each CTA's time from then
+// to its last loads issued (min / median / max), and the tiles per CTA (min / max).
 absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                            cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1724,25 +1722,18 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
     std::string name;
     CutlassSm90Tile tile;
     int lead = -1;  // CutlassSm90Args::claim_lead; -1: no counter (the static deal)
-    int late_mb = 0;  // CutlassSm90Args::late_prefetch_bytes, MB
     bool alone = false;
   };
   const std::vector<Form> forms = {{"t8", t8},
                                    {"t9", t9},
+                                   {"c8 st", c8},
                                    {"c8 l0", c8, 0},
                                    {"c8 l1", c8, 1},
+                                   {"c8 l4", c8, 4},
                                    {"c9 l0", c9, 0},
-                                   {"t8 late4", t8, -1, 4},
-                                   {"t8 late8", t8, -1, 8},
-                                   {"t9 late8", t9, -1, 8},
-                                   {"c8 l0 late4", c8, 0, 4},
-                                   {"c8 l0 late8", c8, 0, 8},
-                                   {"c8 l0 late16", c8, 0, 16},
-                                   {"c9 l0 late8", c9, 0, 8},
-                                   {"c8 l0 alone", c8, 0, 0, true}};
-  // Only where the 64-channel tiles outnumber the SMs: elsewhere each CTA has one tile at most,
-  // and the late prefetch has no last wave to fetch.
-  if ((sc.n + 63) / 64 <= sms) return absl::OkStatus();
+                                   {"c9 l2", c9, 2},
+                                   {"t8 alone", t8, -1, true},
+                                   {"c8 l0 alone", c8, 0, true}};
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
     const int slots = b.copies;
     const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
@@ -1751,7 +1742,6 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
       if (!f.alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       g.claim_lead = f.lead < 0 ? 0 : f.lead;
-      g.late_prefetch_bytes = int64_t{f.late_mb} << 20;
       g.trace = trace;
       void* workspace = nullptr;
       if (const size_t bytes = ops->workspace_bytes(g); bytes > 0 && f.lead >= 0) {
@@ -1770,8 +1760,7 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
     RETURN_IF_ERROR(time_forms_in_turns(
         "claim", sc, b, m, names, tiles, [&](size_t f, int s) { return op(forms[f], s, nullptr); },
         o, stream));
-    // t8, c8 l0, and both with the late prefetch of 8 MB.
-    for (const size_t f : {size_t{0}, size_t{2}, size_t{6}, size_t{9}}) {
+    for (const size_t f : {size_t{0}, size_t{3}, size_t{6}}) {  // t8, c8 l0, c9 l0
       const int launches = 4 * slots + 4;
       const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;
       DeviceBuffer trace;

@@ -87,8 +87,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
     int claim_lead = 0;  // kClaim: k-tiles left to issue when the next tile is drawn; 0: no signal
     uint32_t* claim_signals = nullptr;  // kClaim: the workspace's words per CTA (null: no signal)
-    int late_prefetch_bytes = 0;        // CutlassSm90Args::late_prefetch_bytes; 0: none
-    uint32_t* late_counter = nullptr;   // the order the CTAs finish in (null: the static deal's)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -98,9 +96,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;
     int claim_lead = 0;
     uint32_t* claim_signals = nullptr;
-    int late_prefetch_bytes = 0;
-    uint32_t* late_counter = nullptr;
-    int shape[4] = {};  // the GEMM's M, N, K, L (for the weights' tiles in load_tail)
   };
 
   template <class ProblemShape>
@@ -115,13 +110,7 @@ struct DependentMainloop : Base {
                   args.weights_evict_first,
                   args.tail_prefetch_bytes,
                   kClaim ? args.claim_lead : 0,
-                  kClaim ? args.claim_signals : nullptr,
-                  args.late_prefetch_bytes,
-                  args.late_counter,
-                  {static_cast<int>(cute::get<0>(problem_shape)),
-                   static_cast<int>(cute::get<1>(problem_shape)),
-                   static_cast<int>(cute::get<2>(problem_shape)),
-                   static_cast<int>(cute::get<3>(problem_shape))}};
+                  kClaim ? args.claim_signals : nullptr};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -133,7 +122,6 @@ struct DependentMainloop : Base {
                            typename Base::TensorStorage& shared_tensors) {
     if (!waited_) {
       waited_ = true;
-      params_ = &params;
       trace(params, 0);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
@@ -177,18 +165,9 @@ struct DependentMainloop : Base {
     trace(params, 2);
   }
 
-  // The producer's end, once it has issued its last tile's loads: the late prefetch
-  // (prefetch_late), then the stock wait for the consumers to release every stage.
-  CUTLASS_DEVICE void load_tail(typename Base::MainloopPipeline pipeline,
-                                typename Base::PipelineState smem_pipe_write) {
-    if (params_ != nullptr) prefetch_late(*params_);
-    Base::load_tail(pipeline, smem_pipe_write);
-  }
-
  private:
   bool waited_ = false;
   uint32_t tiles_ = 0;
-  Params const* params_ = nullptr;  // the kernel's, from the first load (null: no tile)
 
   // The producer's stamp `point` (and its SM and tile count) into params.trace, if set.
   CUTLASS_DEVICE void trace(Params const& params, int point) const {
@@ -351,44 +330,6 @@ struct DependentMainloop : Base {
     for (int u = cta - tail; u < units; u += helpers) {
       auto tWgW = weight_tile(params, gW_nkl, first_tail + u % tail, l);
       cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, u / tail));
-    }
-  }
-
-  // With late_prefetch_bytes: where the channel tiles outnumber the grid's CTAs, a CTA whose
-  // producer has issued its last loads while the last, partial wave still streams prefetches the
-  // last k-tiles of that wave's tiles (late_prefetch_bytes shared among those tiles) into L2, in
-  // turns with the other helpers, so that their owners' last loads come from L2 while DRAM would
-  // otherwise serve only them. The helpers are the first grid - tail CTAs to get here, counted in
-  // late_counter (its last arrival sets it back to zero: every CTA gets here once, after the grid
-  // dependency wait), or without a counter the CTAs that own no tile of that wave on the static
-  // deal (prefetch_tail). Calls of one token block, tiles without a cluster (FusedGemm passes the
-  // bytes only then), so that tile i is channel block i and the last wave the last tiles.
-  CUTLASS_DEVICE void prefetch_late(Params const& params) const {
-    if (params.late_prefetch_bytes <= 0) return;
-    const auto inputs = Base::load_init(
-        cute::make_shape(params.shape[0], params.shape[1], params.shape[2], params.shape[3]),
-        params);
-    const auto& gW_nkl = cute::get<kChannelDim>(inputs);
-    const int tiles = static_cast<int>(cute::size<2>(gW_nkl));
-    const int k_tiles = static_cast<int>(cute::size<3>(gW_nkl));
-    const int grid = static_cast<int>(gridDim.x * gridDim.y * gridDim.z);
-    const int tail = tiles % grid;
-    if (tiles <= grid || tail == 0) return;
-    const int per_tile = min(k_tiles, params.late_prefetch_bytes / tail / kWeightTileBytes);
-    if (per_tile <= 0 || !cute::elect_one_sync()) return;
-    int helper;
-    if (params.late_counter != nullptr) {
-      helper = static_cast<int>(atomicAdd(params.late_counter, 1u));
-      if (helper == grid - 1) atomicExch(params.late_counter, 0u);  // the last to get here
-    } else {
-      helper = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x) - tail;
-    }
-    const int helpers = grid - tail;
-    if (helper < 0 || helper >= helpers) return;
-    const int first_tail = tiles - tail, first_k = k_tiles - per_tile, units = tail * per_tile;
-    for (int u = helper; u < units; u += helpers) {
-      auto tWgW = weight_tile(params, gW_nkl, first_tail + u % tail, 0);
-      cute::prefetch(weights_tma(params), tWgW(cute::_, cute::_, cute::_, first_k + u / tail));
     }
   }
 

@@ -54,10 +54,8 @@ inline constexpr CutlassSm90Tile kClaimingTiles[] = {CutlassSm90Tile::k16x64x256
 inline constexpr bool tile_claims(CutlassSm90Tile t) {
   return t == CutlassSm90Tile::k16x64x256ClaimSwap || t == CutlassSm90Tile::k16x64x512ClaimSwap;
 }
-// A claiming tile's workspace on a grid of `ctas` CTAs: the counter, the late prefetch's counter
-// (kClaimLateCounterOffset, CutlassSm90Args::late_prefetch_bytes), then from kClaimSignalsOffset
+// A claiming tile's workspace on a grid of `ctas` CTAs: the counter, then from kClaimSignalsOffset
 // one word per CTA (cutlass_sm90_claiming_scheduler.cuh).
-inline constexpr size_t kClaimLateCounterOffset = 4;
 inline constexpr size_t kClaimSignalsOffset = 16;
 inline constexpr size_t claim_workspace_bytes(int ctas) {
   return (kClaimSignalsOffset + 4 * static_cast<size_t>(ctas < 0 ? 0 : ctas) + 255) / 256 * 256;
@@ -145,11 +143,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
-  // On the same calls, the CTAs whose producer has issued its last tile's loads while that wave
-  // is still streaming prefetch the last k-tiles of its tiles' weights into L2, up to this many
-  // bytes over all of them (0: none). A claiming tile's CTAs help in the order they finish (a
-  // counter in its workspace); on the static deal the CTAs that own no tile of that wave help.
-  int64_t late_prefetch_bytes = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

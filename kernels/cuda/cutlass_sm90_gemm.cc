@@ -321,17 +321,31 @@ int served_ahead_stages(const cutlass_sm90::TileOps& tile) {
 // 4096 x 4096 11.8-11.9 / 12.6-12.7, 4096 x 14336 21.8-21.9 / 22.4-22.5, 8192 x 28672 58.6-59.2 /
 // 59.8-60.0; within 0.2 us on 6144 x 4096 and 8192 x 8192; and 2.6-11.4 us slower on the 64 x 64
 // tile. A gain on one layer of seven did not pay for the rule.
+// Nor did prefetching the last wave's last k-tiles into L2 late, once a CTA had issued its own
+// last loads (its producer's load_tail; on the claiming tiles the first grid - tail CTAs to get
+// there, counted in the workspace, on the static deal the CTAs that own no tile of that wave; the
+// bytes shared among that wave's tiles; commit 2b57ff8, reverted), so that the wave's owners
+// would read their last k-tiles from L2. Measured on the H200 (bench --claim,
+// one run, the op as served with the 4 MB above, in turns, three rounds, us; without / 4 / 8 /
+// 16 MB late; t8, t9: the 16 x 64 x 256 and 16 x 64 x 512 tiles, c8, c9: their claiming forms):
+//   28672 x 4096, M = 1   t8 34.4-34.5 / 34.6-34.8 / 34.0-34.3, t9 33.8-33.9 / - / 34.0-34.1,
+//                         c8 33.3-33.4 / 33.1-33.2 / 33.4 / 34.2, c9 32.9-33.0 / - / 33.1-33.3
+//                 M = 16  t8 33.8-33.9 / 33.9-34.2 / 33.9-34.0, t9 33.3-33.5 / - / 33.4-33.5,
+//                         c8 33.0-33.5 / 33.4-33.6 / 33.6-33.9 / 34.4-34.6, c9 33.1-33.3 / - /
+//                         33.3-33.6
+//   57344 x 8192, M = 1   t8 110.5-110.6 / 110.8-110.9 / 111.0-111.1, t9 110.3-110.4 / - /
+//                         110.8-111.0, c8 109.0-109.5 / 109.0-109.1 / 109.2 / 109.6-109.9,
+//                         c9 109.3-109.4 / - / 109.1
+//                 M = 16  t8 110.0-110.1 / 109.8-110.1 / 109.9-110.1, t9 109.0-109.2 / - /
+//                         109.3-109.5, c8 110.1-110.2 / 109.9-110.1 / 110.2-110.5 / 111.3-111.4,
+//                         c9 109.6-109.8 / - / 109.5-109.8
+// At most 0.4 us faster (t8 at M = 1, which the claiming tiles beat by more without it), as often
+// slower, and with 16 MB 0.4-1.6 us slower on both layers at both M. The last CTA issued its last
+// loads no sooner with it (28672 x 4096 at M = 1, claiming 16 x 64 x 256: 23.6 us after the grid
+// dependency without and with 8 MB).
 constexpr int64_t kSwapTailPrefetchBytes = int64_t{4} << 20;
 int64_t served_tail_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
   return tile.swaps_operands ? kSwapTailPrefetchBytes : 0;
-}
-
-// On the same layers, the CTAs done issuing their loads prefetch the last k-tiles of the last
-// wave's tiles into L2 while that wave streams (CutlassSm90Args::late_prefetch_bytes): not served
-// yet (0), pending its measurement (bench --claim).
-constexpr int64_t kSwapLatePrefetchBytes = 0;
-int64_t served_late_prefetch_bytes(const cutlass_sm90::TileOps& tile) {
-  return tile.swaps_operands ? kSwapLatePrefetchBytes : 0;
 }
 
 // Where each weight tile is read once (its m-blocks within one cluster), the weights' TMA loads
@@ -876,7 +890,6 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       cand.args.pdl = whole_ops && cutlass_sm90::served_with_pdl(g.m, *ops);
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
       cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
-      cand.args.late_prefetch_bytes = served_late_prefetch_bytes(*ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
       ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call));
@@ -938,7 +951,6 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
   g.pdl = cutlass_sm90::served_with_pdl(m, *ops);
   g.weights_ahead_stages = served_ahead_stages(*ops);
   g.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
-  g.late_prefetch_bytes = served_late_prefetch_bytes(*ops);
 
   RETURN_IF_CUDA_ERROR(record_stage(events, 0, stream));
   if (!tile_quantizes(tile)) {

@@ -293,17 +293,12 @@ struct FusedGemm {
   // CutlassSm90Args::tail_prefetch_bytes where it applies (the mainloop finds the last wave, if
   // any): calls of one token block on tiles without a cluster; 0 elsewhere.
   static int tail_prefetch_bytes(const CutlassSm90Args& a) {
-    return one_wave_block_bytes(a, a.tail_prefetch_bytes);
-  }
-  // CutlassSm90Args::late_prefetch_bytes where it applies: the same calls.
-  static int late_prefetch_bytes(const CutlassSm90Args& a) {
-    return one_wave_block_bytes(a, a.late_prefetch_bytes);
-  }
-  static int one_wave_block_bytes(const CutlassSm90Args& a, int64_t bytes) {
-    if (bytes <= 0 || cute::size(ClusterShape{}) != 1 || a.m > kBlockM || Config::kQuantize) {
+    if (a.tail_prefetch_bytes <= 0 || cute::size(ClusterShape{}) != 1 || a.m > kBlockM ||
+        Config::kQuantize) {
       return 0;
     }
-    return static_cast<int>(std::min<int64_t>(bytes, std::numeric_limits<int>::max()));
+    return static_cast<int>(
+        std::min<int64_t>(a.tail_prefetch_bytes, std::numeric_limits<int>::max()));
   }
 
   static typename CollectiveMainloop::Arguments mainloop_arguments(
@@ -322,10 +317,6 @@ struct FusedGemm {
         Config::kClaim ? a.claim_lead : 0,
         Config::kClaim && workspace != nullptr
             ? reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + kClaimSignalsOffset)
-            : nullptr,
-        late_prefetch_bytes(a),
-        Config::kClaim && workspace != nullptr
-            ? reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + kClaimLateCounterOffset)
             : nullptr};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};

@@ -350,8 +350,7 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
 // the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead;
 // there at most 3 stages of its weights ahead, as the swapped tiles are served with a few, and
-// at one token block the last, partial wave's first and last k-tiles prefetched into L2 by the
-// other CTAs, at their start and once they have issued their own loads),
+// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
 // cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
@@ -390,7 +389,6 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
         if (few_ctas) {
           g.sm_count = 4;
           g.tail_prefetch_bytes = 1 << 20;
-          g.late_prefetch_bytes = 1 << 20;
         }
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
@@ -410,9 +408,8 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
 
 // A layer whose swapped tiles outnumber the SMs (N = 64 x (SMs + 4) channels: a last wave of four
 // 64-channel tiles, whose first k-tiles the other CTAs prefetch into L2 as served): the swapped
-// tiles launched as served on every SM, and on half of them (each CTA two tiles), with and without
-// the other CTAs prefetching that wave's last k-tiles once they have issued their own loads, and
-// the layer's own calls as served; y bit-exact for every scheme at M = 1 and 16.
+// tiles launched as served on every SM, and on half of them (each CTA two tiles), and the layer's
+// own calls as served; y bit-exact for every scheme at M = 1 and 16.
 TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -435,9 +432,8 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
         if (!ops->swaps_operands) continue;
         ASSERT_EQ(ops->prepare(), cudaSuccess);
         for (const int grid : {sms, (sms + 5) / 2}) {
-         for (const int64_t late : {int64_t{0}, int64_t{8} << 20}) {
           SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " tile ", ops->name(), ", ",
-                                    grid, " CTAs, late prefetch ", late));
+                                    grid, " CTAs"));
           CutlassSm90Args g = d.args(DType::kBF16);
           g.pdl = true;
           g.weight_prefetch_bytes = 64 << 10;
@@ -446,12 +442,10 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
           g.weights_evict_first = true;
           g.xq_rows = d.xq_rows;
           g.tail_prefetch_bytes = 4 << 20;
-          g.late_prefetch_bytes = late;
           g.sm_count = grid;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
           EXPECT_TRUE(call.matches(*ops, g, stream));
           if (HasFailure()) return;
-         }
         }
       }
     }
@@ -536,9 +530,8 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
 // the static deal without a counter; with the weights' loads in the mainloop's own loop and in
 // CUTLASS's (which the claim signal precedes); on 7 tiles of 17 k-tiles (a channel tail, a partial
 // k-tile) and on a layer of 64 x (3 x SMs + 5) channels (every CTA drawing three or four tiles), on
-// grids of every SM and of 3 CTAs, with and without the CTAs that are done loading prefetching the
-// last wave's last k-tiles in the order they finish (counted in the workspace); the workspace (the
-// counters, the claim signals) back at zeros after every call. And as served: the workspace holding garbage that the quantize kernel zeroes
+// grids of every SM and of 3 CTAs; the workspace (the counter, the claim signals) back at zeros
+// after every call. And as served: the workspace holding garbage that the quantize kernel zeroes
 // before the GEMM, its programmatic dependent, draws.
 TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
   SCOPED_TRACE(seed_note());
@@ -572,12 +565,10 @@ TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
             for (const int lead : {-1, 0, 1, 3}) {  // -1: the static deal
               for (const bool pdl : {false, true}) {
                 const bool own_loop = lead != 1;
-                const bool late = lead != 3;
                 SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " tile ", ops->name(), " N ", c.n,
                                           " K ", c.k, " M ", m, ", ", grid, " CTAs, lead ", lead,
                                           pdl ? ", dependent" : "",
-                                          own_loop ? "" : ", CUTLASS's loads",
-                                          late ? ", late prefetch" : ""));
+                                          own_loop ? "" : ", CUTLASS's loads"));
                 CutlassSm90Args g = d.args(DType::kBF16);
                 g.sm_count = grid;
                 g.pdl = pdl;
@@ -587,7 +578,6 @@ TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
                 g.weights_evict_first = own_loop;
                 if (own_loop) g.xq_rows = d.xq_rows;  // as served; zero-filled otherwise
                 g.tail_prefetch_bytes = 4 << 20;
-                g.late_prefetch_bytes = late ? 8 << 20 : 0;
                 g.claim_lead = lead < 0 ? 0 : lead;
                 ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
                 ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
@@ -612,7 +602,6 @@ TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
           g.weights_evict_first = true;
           g.xq_rows = d.xq_rows;
           g.tail_prefetch_bytes = 4 << 20;
-          g.late_prefetch_bytes = 8 << 20;
           g.claim_lead = 0;
           ASSERT_EQ(cudaMemset(ws.get(), 0x7F, ws_bytes), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
