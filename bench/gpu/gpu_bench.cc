@@ -32,7 +32,7 @@
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
-//                          [--claim] [--prefill] [--energy] [--reads]
+//                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -52,7 +52,8 @@
 //  --prefill:
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
-//  read alone in each form, see compare_reads)
+//  read alone in each form, see compare_reads; --sm_rate: only how fast one SM streams weights by
+//  itself, see compare_sm_rate)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -135,6 +136,7 @@ struct Options {
   bool prefill = false;
   bool energy = false;
   bool reads = false;
+  bool sm_rate = false;
   // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
   std::string profile;
   int64_t profile_tile = -1;
@@ -630,6 +632,75 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
     absl::StrAppendFormat(&line, " | R64 D3 %.1f us", us.back());
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// --sm_rate: how fast one SM streams weights by itself, as against all of them at once: the first
+// g x rows rows of the shape's weights read by g CTAs (g = 4, 16, 64 and every SM), each one tile
+// of `rows` rows x K, in turns over two rounds. In TMA boxes as the swapped tiles load them (64
+// rows, 10, 6 or 4 k-tiles of 256 bytes in flight: "tma64x10" ...; 32 rows with 20, 128 rows with
+// 5: the same 160 KB in flight), and as contiguous bulk copies into shared memory (one thread per
+// CTA, six of 32 KB or eight of 16 KB in flight: "bulk32Kx6", "bulk16Kx8", launch_read_form). Each
+// form prints its time, what one CTA streamed per second (its bytes over the time less the empty
+// launch's) and all of them together. Only shapes of at least 128 rows per SM.
+absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                             cudaStream_t stream) {
+  const int sms = host_info().gpus[0].sm_count;
+  if (sc.n < int64_t{128} * sms) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const double empty_us, median_us(stream, 1, o, [&](int) -> absl::Status {
+                     RETURN_IF_CUDA_ERROR(launch_empty(stream));
+                     return absl::OkStatus();
+                   }));
+  DeviceBuffer sink;
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(sms), "the read stream"));
+  constexpr int kBoxRows[] = {64, 32, 128};
+  std::vector<StreamTmaMap> maps[std::size(kBoxRows)];
+  for (size_t r = 0; r < std::size(kBoxRows); ++r) {
+    maps[r].resize(b.copies);
+    for (int s = 0; s < b.copies; ++s) {
+      RETURN_IF_CUDA_ERROR(
+          stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[r][s], kBoxRows[r]));
+    }
+  }
+  struct Form {
+    const char* name;
+    int box;     // index into kBoxRows; -1: bulk copies
+    int stages;  // TMA: k-tiles in flight; bulk: launch_read_form's form
+  };
+  constexpr Form kForms[] = {{"tma64x10", 0, 10}, {"tma64x6", 0, 6},  {"tma64x4", 0, 4},
+                             {"tma32x20", 1, 20}, {"tma128x5", 2, 5}, {"bulk32Kx6", -1, 3},
+                             {"bulk16Kx8", -1, 4}};
+  for (const int g : {4, 16, 64, sms}) {
+    std::vector<std::function<absl::Status(int)>> cands;
+    std::vector<int64_t> cta_bytes;
+    for (const Form& f : kForms) {
+      const int rows = f.box < 0 ? 64 : kBoxRows[f.box];
+      cta_bytes.push_back(int64_t{rows} * sc.k);
+      cands.push_back([&, f, rows, g](int s) -> absl::Status {
+        if (f.box < 0) {
+          RETURN_IF_CUDA_ERROR(launch_read_form(
+              f.stages, b.w[s].get(), static_cast<size_t>(g) * rows * sc.k, g, sink.get(), stream));
+        } else {
+          RETURN_IF_CUDA_ERROR(launch_read_tiles(maps[f.box][s], int64_t{g} * rows, sc.k, 0, 0, g,
+                                                 sink.get(), stream, 0, f.stages, rows));
+        }
+        return absl::OkStatus();
+      });
+    }
+    for (int round = 0; round < 2; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
+      std::string line =
+          absl::StrFormat("sm-rate %-22s %3d CTAs, round %d (empty launch %.1f us) |",
+                          shape_name(sc), g, round, empty_us);
+      for (size_t f = 0; f < std::size(kForms); ++f) {
+        const double per_cta = static_cast<double>(cta_bytes[f]) / ((us[f] - empty_us) * 1e3);
+        absl::StrAppendFormat(&line, " %s %.1f us %.0f GB/s/CTA %.2f TB/s |", kForms[f].name, us[f],
+                              per_cta, per_cta * g / 1e3);
+      }
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
   }
   return absl::OkStatus();
 }
@@ -2647,6 +2718,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   if (!o.profile.empty()) return profile_tile(sc, b, o, stream);
   if (o.reads) return compare_reads(sc, b, o, stream);
+  if (o.sm_rate) return compare_sm_rate(sc, b, o, stream);
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
@@ -3284,6 +3356,9 @@ int bench_main(int argc, char** argv) {
            "Only every shape's weights read alone in each plain read form, an empty launch, and "
            "the weights read by TMA in the swapped 16 x 64 x 256 tile's order, each tile's k-loop "
            "from k-tile 0 or rotated, and in boxes of 32 and 128 rows, in turns");
+  args.add("sm_rate", &o.sm_rate,
+           "Only the shapes of at least 128 rows per SM: one tile of weights per CTA on 4, 16, 64 "
+           "and every SM, in TMA boxes and bulk copies, with what each CTA streamed per second");
   args.add("profile", &o.profile,
            "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
            "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "
@@ -3363,7 +3438,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
       !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
-      o.profile.empty()) {
+      !o.sm_rate && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;
