@@ -1,3 +1,6 @@
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -207,6 +210,41 @@ __global__ void __launch_bounds__(32)
 #endif
 }
 
+// read_tiles with one 3-D load per k-tile (launch_read_tiles_3d).
+template <int kChunks>
+__global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ StreamTmaMap map,
+                                                    int64_t k, uint32_t* __restrict__ sink) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kStages = 20 / kChunks, kTileBytes = 64 * 128 * kChunks;
+  extern __shared__ __align__(1024) uint8_t ring[];
+  __shared__ __align__(8) uint64_t bars[kStages];
+  if (threadIdx.x != 0) return;
+  const int64_t count = (k + 128 * kChunks - 1) / (128 * kChunks);
+  for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
+  device::mbar_init_fence();
+  const uint64_t policy = device::l2_evict_first();
+  auto issue = [&](int64_t s) {
+    const int slot = static_cast<int>(s % kStages);
+    const uint32_t bar = device::smem_addr(&bars[slot]);
+    const uint32_t dst = device::smem_addr(ring + slot * kTileBytes);
+    device::mbar_expect_tx(bar, kTileBytes);
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(static_cast<int32_t>(blockIdx.x * 64)),
+        "r"(static_cast<int32_t>(s * kChunks)), "r"(bar), "l"(policy)
+        : "memory");
+  };
+  for (int64_t s = 0; s < count && s < kStages; ++s) issue(s);
+  for (int64_t s = 0; s < count; ++s) {
+    device::mbar_wait(device::smem_addr(&bars[s % kStages]),
+                      static_cast<uint32_t>(s / kStages) & 1);
+    if (s + kStages < count) issue(s + kStages);
+  }
+  sink[blockIdx.x] = ring[0];
+#endif
+}
+
 __global__ void empty_kernel() {}
 
 }  // namespace
@@ -348,6 +386,46 @@ cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t weights_map_3d(const int8_t* w, int64_t n, int64_t k, int chunks, StreamTmaMap* map) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  if (k % 128 != 0 || (chunks != 2 && chunks != 4)) return cudaErrorInvalidValue;
+  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k / 128)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k), 128};
+  const cuuint32_t box[3] = {128, 64, static_cast<cuuint32_t>(chunks)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
+                            const_cast<int8_t*>(w), dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t launch_read_tiles_3d(const StreamTmaMap& map, int64_t k, int chunks, int ctas,
+                                 void* sink, cudaStream_t stream) {
+  auto launch = [&](auto c) -> cudaError_t {
+    constexpr int kChunks = decltype(c)::value;
+    constexpr int smem = 20 / kChunks * 64 * 128 * kChunks;
+    static const cudaError_t attr = cudaFuncSetAttribute(
+        read_tiles_3d<kChunks>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr != cudaSuccess) return attr;
+    read_tiles_3d<kChunks><<<ctas, 32, smem, stream>>>(map, k, static_cast<uint32_t*>(sink));
+    return cudaGetLastError();
+  };
+  if (chunks == 2) return launch(std::integral_constant<int, 2>{});
+  if (chunks == 4) return launch(std::integral_constant<int, 4>{});
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_copy_16b(const void* src, void* dst, size_t bytes, int sm_count,

@@ -137,6 +137,7 @@ struct Options {
   bool energy = false;
   bool reads = false;
   bool sm_rate = false;
+  bool epilogue_prefetch = false;
   // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
   std::string profile;
   int64_t profile_tile = -1;
@@ -638,12 +639,18 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 
 // --sm_rate: how fast one SM streams weights by itself, as against all of them at once: the first
 // g x rows rows of the shape's weights read by g CTAs (g = 4, 16, 64 and every SM), each one tile
-// of `rows` rows x K, in turns over two rounds. In TMA boxes as the swapped tiles load them (64
+// of `rows` rows x K, in turns over two rounds. In 2-D TMA boxes of 128 bytes, two per k-tile (64
 // rows, 10, 6 or 4 k-tiles of 256 bytes in flight: "tma64x10" ...; 32 rows with 20, 128 rows with
-// 5: the same 160 KB in flight), and as contiguous bulk copies into shared memory (one thread per
-// CTA, six of 32 KB or eight of 16 KB in flight: "bulk32Kx6", "bulk16Kx8", launch_read_form). Each
-// form prints its time, what one CTA streamed per second (its bytes over the time less the empty
-// launch's) and all of them together. Only shapes of at least 128 rows per SM.
+// 5: the same 160 KB in flight); as contiguous bulk copies into shared memory (one thread per CTA,
+// six of 32 KB or eight of 16 KB in flight: "bulk32Kx6", "bulk16Kx8", launch_read_form); in one
+// 3-D load per 64-row k-tile of 256 or 512 bytes (160 KB in flight: "tma3d-256B", "tma3d-512B");
+// and by cuda.cutlass_sm90's swapped tiles, the GEMM alone at M = 1 on g CTAs of one tile each
+// ("gemm16x64x256" ...; "-ep": with CutlassSm90Args::epilogue_prefetch). Each form prints its time,
+// what one CTA streamed per second (its bytes over the time less the empty launch's) and all of
+// them together. Only shapes of at least 128 rows per SM.
+#if QLINEAR_HAVE_CUTLASS
+CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m);
+#endif
 absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
   const int sms = host_info().gpus[0].sm_count;
@@ -663,22 +670,65 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
           stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[r][s], kBoxRows[r]));
     }
   }
+  // The same 64-row k-tiles as one 3-D load each (weights_map_3d): 256 or 512 bytes of K.
+  std::vector<StreamTmaMap> maps3d[2];
+  for (int c = 0; c < 2; ++c) {
+    maps3d[c].resize(b.copies);
+    for (int s = 0; s < b.copies; ++s) {
+      RETURN_IF_CUDA_ERROR(
+          weights_map_3d(b.w[s].as<int8_t>(), sc.n, sc.k, c == 0 ? 2 : 4, &maps3d[c][s]));
+    }
+  }
   struct Form {
     const char* name;
-    int box;     // index into kBoxRows; -1: bulk copies
-    int stages;  // TMA: k-tiles in flight; bulk: launch_read_form's form
+    int box;  // index into kBoxRows; -1: bulk copies; -2: 3-D loads; -3: a swapped tile's GEMM; -4:
+              // the same with the epilogue's values prefetched into L1
+    int stages;  // TMA: k-tiles in flight; bulk: launch_read_form's form; 3-D: chunks; GEMM: tile
   };
-  constexpr Form kForms[] = {{"tma64x10", 0, 10}, {"tma64x6", 0, 6},  {"tma64x4", 0, 4},
-                             {"tma32x20", 1, 20}, {"tma128x5", 2, 5}, {"bulk32Kx6", -1, 3},
-                             {"bulk16Kx8", -1, 4}};
+  constexpr Form kForms[] = {
+      {"tma64x10", 0, 10},
+      {"tma64x6", 0, 6},
+      {"tma64x4", 0, 4},
+      {"tma32x20", 1, 20},
+      {"tma128x5", 2, 5},
+      {"bulk32Kx6", -1, 3},
+      {"bulk16Kx8", -1, 4},
+      {"tma3d-256B", -2, 2},
+      {"tma3d-512B", -2, 4},
+      {"gemm16x64x256", -3, static_cast<int>(CutlassSm90Tile::k16x64x256PingpongSwap)},
+      {"gemm16x64x512", -3, static_cast<int>(CutlassSm90Tile::k16x64x512PingpongSwap)},
+      {"gemm16x128x256", -3, static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)},
+      {"gemm16x64x256-ep", -4, static_cast<int>(CutlassSm90Tile::k16x64x256PingpongSwap)},
+      {"gemm16x64x512-ep", -4, static_cast<int>(CutlassSm90Tile::k16x64x512PingpongSwap)}};
   for (const int g : {4, 16, 64, sms}) {
     std::vector<std::function<absl::Status(int)>> cands;
     std::vector<int64_t> cta_bytes;
     for (const Form& f : kForms) {
-      const int rows = f.box < 0 ? 64 : kBoxRows[f.box];
+      const int rows =
+          f.box >= 0 ? kBoxRows[f.box]
+          : f.box <= -3 && f.stages == static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)
+              ? 128
+              : 64;
       cta_bytes.push_back(int64_t{rows} * sc.k);
       cands.push_back([&, f, rows, g](int s) -> absl::Status {
-        if (f.box < 0) {
+        if (f.box <= -3) {
+#if QLINEAR_HAVE_CUTLASS
+          // The swapped tile's GEMM alone at M = 1 on the first g x rows channels, g CTAs.
+          const cutlass_sm90::TileOps* ops =
+              cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(f.stages), ElemType::kBF16);
+          CutlassSm90Args a = tile_args(sc, b, 1);
+          a.w = b.w[s].as<int8_t>();
+          a.n = int64_t{g} * rows;
+          a.sm_count = g;
+          a.weights_evict_first = true;
+          a.epilogue_prefetch = f.box == -4;
+          if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
+          RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
+#endif
+        } else if (f.box == -2) {
+          RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps3d[f.stages == 2 ? 0 : 1][s], sc.k,
+                                                    f.stages, g, sink.get(), stream));
+        } else if (f.box == -1) {
           RETURN_IF_CUDA_ERROR(launch_read_form(
               f.stages, b.w[s].get(), static_cast<size_t>(g) * rows * sc.k, g, sink.get(), stream));
         } else {
@@ -701,6 +751,63 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
+#if QLINEAR_HAVE_CUTLASS
+    // Where the swapped 16 x 64 x 256 tile's time goes: its CTAs' stamps (kCutlassTracePoints),
+    // medians over traced launches of each CTA's time from the first CTA's producer start.
+    {
+      const cutlass_sm90::TileOps* ops =
+          cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256PingpongSwap, ElemType::kBF16);
+      const int launches = 4 * b.copies + 4;
+      const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;
+      DeviceBuffer trace;
+      RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < launches; ++i) {
+        CutlassSm90Args a = tile_args(sc, b, 1);
+        a.w = b.w[i % b.copies].as<int8_t>();
+        a.n = int64_t{g} * 64;
+        a.sm_count = g;
+        a.weights_evict_first = true;
+        a.trace = trace.as<uint64_t>() + i * per_launch;
+        RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+      // Per launch: the start spread, consumers' first multiplies, last loads issued, multiplies
+      // done (median and last CTA), us from the first producer start.
+      std::vector<double> first_start, spread, consume, loads_med, loads_max, done_med, done_max;
+      for (int i = launches / 4; i < launches; ++i) {
+        const uint64_t* ti = t.data() + i * per_launch;
+        uint64_t t0 = UINT64_MAX;
+        for (int c = 0; c < g; ++c) t0 = std::min(t0, ti[c * kCutlassTracePoints]);
+        uint64_t born = UINT64_MAX;
+        for (int c = 0; c < g; ++c) born = std::min(born, ti[c * kCutlassTracePoints + 6]);
+        first_start.push_back((static_cast<double>(t0) - static_cast<double>(born)) * 1e-3);
+        std::vector<double> st, co, lo, dn;
+        for (int c = 0; c < g; ++c) {
+          const uint64_t* p = ti + c * kCutlassTracePoints;
+          auto us = [&](uint64_t v) { return (static_cast<double>(v) - t0) * 1e-3; };
+          st.push_back(us(p[0]));
+          co.push_back(us(p[4]));
+          lo.push_back(us(p[2]));
+          dn.push_back(us(p[5]));
+        }
+        spread.push_back(*std::max_element(st.begin(), st.end()));
+        consume.push_back(median(co));
+        loads_med.push_back(median(lo));
+        loads_max.push_back(*std::max_element(lo.begin(), lo.end()));
+        done_med.push_back(median(dn));
+        done_max.push_back(*std::max_element(dn.begin(), dn.end()));
+      }
+      std::printf(
+          "sm-rate-trace %-22s %3d CTAs gemm16x64x256 | first CTA start to first producer start "
+          "%.1f us | us from the first producer start: last start %.1f, consumers' first multiply "
+          "%.1f, last loads issued %.1f / %.1f, multiplies done %.1f / %.1f (median / last "
+          "CTA)\n",
+          shape_name(sc).c_str(), g, median(first_start), median(spread), median(consume),
+          median(loads_med), median(loads_max), median(done_med), median(done_max));
+      std::fflush(stdout);
+    }
+#endif
   }
   return absl::OkStatus();
 }
@@ -1884,6 +1991,50 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   return absl::OkStatus();
 }
 
+// --epilogue_prefetch: cuda.cutlass_sm90's swapped tiles (8, 9 and 10) at M = 1 and 16, the op as
+// served (served_swap_args: the quantize kernel, then the GEMM as its programmatic dependent),
+// without and with each tile's epilogue values prefetched into L1 by its producer
+// (CutlassSm90Args::epilogue_prefetch; "+ep"), in turns over three rounds, the outputs compared
+// bit for bit.
+absl::Status compare_epilogue_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                       cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const int sms = host_info().gpus[0].sm_count;
+  const CutlassSm90Tile kTiles[] = {CutlassSm90Tile::k16x64x256PingpongSwap,
+                                    CutlassSm90Tile::k16x64x512PingpongSwap,
+                                    CutlassSm90Tile::k16x128x256PingpongSwap};
+  const char* kNames[] = {"t8", "t9", "t10"};
+  std::vector<std::string> names;
+  std::vector<CutlassSm90Tile> tiles;
+  std::vector<bool> prefetch;
+  for (size_t t = 0; t < std::size(kTiles); ++t) {
+    for (const bool ep : {false, true}) {
+      names.push_back(std::string(kNames[t]) + (ep ? "+ep" : ""));
+      tiles.push_back(kTiles[t]);
+      prefetch.push_back(ep);
+    }
+  }
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+    RETURN_IF_ERROR(time_forms_in_turns(
+        "epilogue-prefetch", sc, b, m, names, tiles,
+        [&](size_t f, int s) -> absl::Status {
+          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tiles[f], ElemType::kBF16);
+          RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+          CutlassSm90Args g = served_swap_args(sc, b, m, s, /*alone=*/false);
+          g.epilogue_prefetch = prefetch[f];
+          if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
+          RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
+          return absl::OkStatus();
+        },
+        o, stream));
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
 // the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
 // rows, as served, but every stage's weights ahead in "pdl ahead", see kSwapWeightsAheadStages) and
@@ -2728,6 +2879,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   }
   if (o.streamk) return compare_streamk(sc, b, o, stream);
   if (o.claim) return compare_claim(sc, b, o, stream);
+  if (o.epilogue_prefetch) return compare_epilogue_prefetch(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -3356,6 +3508,9 @@ int bench_main(int argc, char** argv) {
            "Only every shape's weights read alone in each plain read form, an empty launch, and "
            "the weights read by TMA in the swapped 16 x 64 x 256 tile's order, each tile's k-loop "
            "from k-tile 0 or rotated, and in boxes of 32 and 128 rows, in turns");
+  args.add("epilogue_prefetch", &o.epilogue_prefetch,
+           "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16, the op as served, without and "
+           "with the epilogue's values prefetched into L1, in turns");
   args.add("sm_rate", &o.sm_rate,
            "Only the shapes of at least 128 rows per SM: one tile of weights per CTA on 4, 16, 64 "
            "and every SM, in TMA boxes and bulk copies, with what each CTA streamed per second");
@@ -3438,7 +3593,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
       !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
-      !o.sm_rate && o.profile.empty()) {
+      !o.sm_rate && !o.epilogue_prefetch && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -63,6 +63,16 @@
 
 namespace qlinear::gpu::cutlass_sm90 {
 
+// The epilogue's per-channel values (sb, adj, bias_v) and per-token values (sa, azp), 4 bytes
+// each, for DependentMainloop's L1 prefetch (CutlassSm90Args::epilogue_prefetch); none where
+// `channels` is 0.
+struct EpilogueValues {
+  const void* channel[3] = {};
+  const void* token[2] = {};
+  int channels = 0;
+  int tokens = 0;
+};
+
 template <class Base, bool kWeightsA = false, bool kClaim = false>
 struct DependentMainloop : Base {
   using TileShape = typename Base::TileShape;
@@ -87,6 +97,7 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
     int claim_lead = 0;  // kClaim: k-tiles left to issue when the next tile is drawn; 0: no signal
     uint32_t* claim_signals = nullptr;  // kClaim: the workspace's words per CTA (null: no signal)
+    EpilogueValues epilogue_values;     // prefetched into L1 per tile (none: no prefetch)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -96,6 +107,7 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;
     int claim_lead = 0;
     uint32_t* claim_signals = nullptr;
+    EpilogueValues epilogue_values;
   };
 
   template <class ProblemShape>
@@ -110,7 +122,8 @@ struct DependentMainloop : Base {
                   args.weights_evict_first,
                   args.tail_prefetch_bytes,
                   kClaim ? args.claim_lead : 0,
-                  kClaim ? args.claim_signals : nullptr};
+                  kClaim ? args.claim_signals : nullptr,
+                  args.epilogue_values};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -148,6 +161,7 @@ struct DependentMainloop : Base {
       }
     }
     ++tiles_;
+    prefetch_epilogue(params, blk_coord);
     // Where the scheduler warp may draw the next tile: before the load of this many k-tiles of the
     // rest (-1: no signal).
     const int claim_at = kClaim && params.claim_lead > 0 && params.claim_signals != nullptr
@@ -165,9 +179,54 @@ struct DependentMainloop : Base {
     trace(params, 2);
   }
 
+  // The CTA's start, stamped (point 6) where params.trace is set: CUTLASS's kernels call this from
+  // one thread first thing.
+  static CUTLASS_DEVICE void prefetch_tma_descriptors(Params const& params) {
+    if (params.trace != nullptr) {
+      const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
+      uint64_t now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      params.trace[cta * kCutlassTracePoints + 6] = now;
+    }
+    Base::prefetch_tma_descriptors(params);
+  }
+
+  // The consumers' multiplies and their end, stamped (points 4 and 5) where params.trace is set.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(typename Base::MainloopPipeline pipeline,
+                          typename Base::PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx,
+                          typename Base::TensorStorage& shared_tensors, Params const& params) {
+    if (params_ == nullptr) {
+      params_ = &params;
+      consumer_stamp(params, 4, thread_idx);
+    }
+    Base::mma(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, params);
+  }
+  CUTLASS_DEVICE void mma_tail(typename Base::MainloopPipeline pipeline,
+                               typename Base::PipelineState smem_pipe_release, int k_tile_count) {
+    Base::mma_tail(pipeline, smem_pipe_release, k_tile_count);
+    if (params_ != nullptr) consumer_stamp(*params_, 5, threadIdx.x % 128);
+  }
+
  private:
   bool waited_ = false;
   uint32_t tiles_ = 0;
+  Params const* params_ = nullptr;  // a consumer's, from its first mma
+
+  // A consumer warpgroup's stamp: point 4 the earliest of the warpgroups', 5 the latest.
+  CUTLASS_DEVICE static void consumer_stamp(Params const& params, int point, int thread_idx) {
+    if (params.trace == nullptr || thread_idx != 0) return;
+    const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
+    auto* t = reinterpret_cast<unsigned long long*>(params.trace + cta * kCutlassTracePoints);
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (point == 4) {
+      atomicCAS(t + 4, 0ull, now);
+    } else {
+      atomicMax(t + 5, now);
+    }
+  }
 
   // The producer's stamp `point` (and its SM and tile count) into params.trace, if set.
   CUTLASS_DEVICE void trace(Params const& params, int point) const {
@@ -180,6 +239,30 @@ struct DependentMainloop : Base {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;
+  }
+
+  // The tile's epilogue values into L1, a 128-byte line per lane (the whole producer warp).
+  template <class BlockCoord>
+  static CUTLASS_DEVICE void prefetch_epilogue(Params const& params, BlockCoord const& blk_coord) {
+    const EpilogueValues& e = params.epilogue_values;
+    if (e.channels <= 0) return;
+    constexpr int kChannels = cute::size<kChannelDim>(TileShape{});
+    constexpr int kTokens = cute::size<kTokenDim>(TileShape{});
+    constexpr int kChannelLines = (kChannels * 4 + 127) / 128,
+                  kTokenLines = (kTokens * 4 + 127) / 128;
+    const int ch0 = static_cast<int>(cute::get<kChannelDim>(blk_coord)) * kChannels;
+    const int tok0 = static_cast<int>(cute::get<kTokenDim>(blk_coord)) * kTokens;
+    for (int i = static_cast<int>(threadIdx.x % 32); i < 3 * kChannelLines + 2 * kTokenLines;
+         i += 32) {
+      const bool channel = i < 3 * kChannelLines;
+      const int j = channel ? i : i - 3 * kChannelLines;
+      const int lines = channel ? kChannelLines : kTokenLines;
+      const int first = (channel ? ch0 : tok0) + j % lines * 32;
+      const void* base = channel ? e.channel[j / lines] : e.token[j / lines];
+      if (base == nullptr || first >= (channel ? e.channels : e.tokens)) continue;
+      const char* p = static_cast<const char*>(base) + int64_t{first} * 4;
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+    }
   }
 
   // Lets the scheduler warp draw the tile after the `tiles`-th (one thread; kClaim only).

@@ -71,8 +71,11 @@ inline constexpr int kAuxRingBytes = 32768;
 
 // The values one CTA writes with CutlassSm90Args::trace: %globaltimer (ns) when its producer
 // first entered the mainloop, when it got past the grid dependency, when it had issued its last
-// tile's loads; then its SM id in the low 32 bits and the number of tiles it ran in the high 32.
-inline constexpr int kCutlassTracePoints = 4;
+// tile's loads; then its SM id in the low 32 bits and the number of tiles it ran in the high 32;
+// when a consumer warpgroup first entered the mainloop's multiplies, when the last of its tiles'
+// multiplies were done (before that tile's epilogue), and when the CTA started (its first warp's
+// prefetch of the TMA descriptors, before the pipelines' set-up).
+inline constexpr int kCutlassTracePoints = 7;
 
 // The values one CTA of the stream-K swapped tile (tile 11) writes with CutlassSm90Args::trace, at
 // trace[cta * kStreamKTracePoints]: %globaltimer (ns) at its start, when its producer got past the
@@ -143,6 +146,11 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
+  // Each tile's per-channel values (sb, adj, bias_v) and per-token values (sa, azp) prefetched
+  // into the SM's L1 by the producer as it starts the tile's loads (after the grid dependency
+  // wait), so that the epilogue's loads of them, which follow the tile's last multiplies, hit L1
+  // (cutlass_sm90_dependent_mainloop.cuh; not the quantizing tiles).
+  bool epilogue_prefetch = false;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
