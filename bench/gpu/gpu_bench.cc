@@ -137,7 +137,6 @@ struct Options {
   bool energy = false;
   bool reads = false;
   bool sm_rate = false;
-  bool epilogue_prefetch = false;
   // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
   std::string profile;
   int64_t profile_tile = -1;
@@ -645,7 +644,7 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 // six of 32 KB or eight of 16 KB in flight: "bulk32Kx6", "bulk16Kx8", launch_read_form); in one
 // 3-D load per 64-row k-tile of 256 or 512 bytes (160 KB in flight: "tma3d-256B", "tma3d-512B");
 // and by cuda.cutlass_sm90's swapped tiles, the GEMM alone at M = 1 on g CTAs of one tile each
-// ("gemm16x64x256" ...; "-ep": with CutlassSm90Args::epilogue_prefetch). Each form prints its time,
+// ("gemm16x64x256" ...). Each form prints its time,
 // what one CTA streamed per second (its bytes over the time less the empty launch's) and all of
 // them together. Only shapes of at least 128 rows per SM.
 #if QLINEAR_HAVE_CUTLASS
@@ -681,8 +680,7 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
   }
   struct Form {
     const char* name;
-    int box;  // index into kBoxRows; -1: bulk copies; -2: 3-D loads; -3: a swapped tile's GEMM; -4:
-              // the same with the epilogue's values prefetched into L1
+    int box;     // index into kBoxRows; -1: bulk copies; -2: 3-D loads; -3: a swapped tile's GEMM
     int stages;  // TMA: k-tiles in flight; bulk: launch_read_form's form; 3-D: chunks; GEMM: tile
   };
   constexpr Form kForms[] = {
@@ -697,21 +695,19 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
       {"tma3d-512B", -2, 4},
       {"gemm16x64x256", -3, static_cast<int>(CutlassSm90Tile::k16x64x256PingpongSwap)},
       {"gemm16x64x512", -3, static_cast<int>(CutlassSm90Tile::k16x64x512PingpongSwap)},
-      {"gemm16x128x256", -3, static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)},
-      {"gemm16x64x256-ep", -4, static_cast<int>(CutlassSm90Tile::k16x64x256PingpongSwap)},
-      {"gemm16x64x512-ep", -4, static_cast<int>(CutlassSm90Tile::k16x64x512PingpongSwap)}};
+      {"gemm16x128x256", -3, static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)}};
   for (const int g : {4, 16, 64, sms}) {
     std::vector<std::function<absl::Status(int)>> cands;
     std::vector<int64_t> cta_bytes;
     for (const Form& f : kForms) {
       const int rows =
           f.box >= 0 ? kBoxRows[f.box]
-          : f.box <= -3 && f.stages == static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)
+          : f.box == -3 && f.stages == static_cast<int>(CutlassSm90Tile::k16x128x256PingpongSwap)
               ? 128
               : 64;
       cta_bytes.push_back(int64_t{rows} * sc.k);
       cands.push_back([&, f, rows, g](int s) -> absl::Status {
-        if (f.box <= -3) {
+        if (f.box == -3) {
 #if QLINEAR_HAVE_CUTLASS
           // The swapped tile's GEMM alone at M = 1 on the first g x rows channels, g CTAs.
           const cutlass_sm90::TileOps* ops =
@@ -721,7 +717,6 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
           a.n = int64_t{g} * rows;
           a.sm_count = g;
           a.weights_evict_first = true;
-          a.epilogue_prefetch = f.box == -4;
           if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
           RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
 #endif
@@ -1991,50 +1986,6 @@ absl::Status compare_claim(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   return absl::OkStatus();
 }
 
-// --epilogue_prefetch: cuda.cutlass_sm90's swapped tiles (8, 9 and 10) at M = 1 and 16, the op as
-// served (served_swap_args: the quantize kernel, then the GEMM as its programmatic dependent),
-// without and with each tile's epilogue values prefetched into L1 by its producer
-// (CutlassSm90Args::epilogue_prefetch; "+ep"), in turns over three rounds, the outputs compared
-// bit for bit.
-absl::Status compare_epilogue_prefetch(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
-                                       cudaStream_t stream) {
-#if QLINEAR_HAVE_CUTLASS
-  const int sms = host_info().gpus[0].sm_count;
-  const CutlassSm90Tile kTiles[] = {CutlassSm90Tile::k16x64x256PingpongSwap,
-                                    CutlassSm90Tile::k16x64x512PingpongSwap,
-                                    CutlassSm90Tile::k16x128x256PingpongSwap};
-  const char* kNames[] = {"t8", "t9", "t10"};
-  std::vector<std::string> names;
-  std::vector<CutlassSm90Tile> tiles;
-  std::vector<bool> prefetch;
-  for (size_t t = 0; t < std::size(kTiles); ++t) {
-    for (const bool ep : {false, true}) {
-      names.push_back(std::string(kNames[t]) + (ep ? "+ep" : ""));
-      tiles.push_back(kTiles[t]);
-      prefetch.push_back(ep);
-    }
-  }
-  for (int64_t m : {int64_t{1}, int64_t{16}}) {
-    const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-    RETURN_IF_ERROR(time_forms_in_turns(
-        "epilogue-prefetch", sc, b, m, names, tiles,
-        [&](size_t f, int s) -> absl::Status {
-          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tiles[f], ElemType::kBF16);
-          RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
-          CutlassSm90Args g = served_swap_args(sc, b, m, s, /*alone=*/false);
-          g.epilogue_prefetch = prefetch[f];
-          if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
-          RETURN_IF_CUDA_ERROR(ops->launch(g, nullptr, stream));
-          return absl::OkStatus();
-        },
-        o, stream));
-  }
-#else
-  (void)sc, (void)b, (void)o, (void)stream;
-#endif
-  return absl::OkStatus();
-}
-
 // --diagnose, cuda.cutlass_sm90 at M = 1 and 16 (the 64 x 64 tile and the swapped tiles, with
 // the weights' evict-first hint and 64 KB of L2 prefetch per CTA, the quantize kernel splitting
 // rows, as served, but every stage's weights ahead in "pdl ahead", see kSwapWeightsAheadStages) and
@@ -2879,7 +2830,6 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   }
   if (o.streamk) return compare_streamk(sc, b, o, stream);
   if (o.claim) return compare_claim(sc, b, o, stream);
-  if (o.epilogue_prefetch) return compare_epilogue_prefetch(sc, b, o, stream);
   if (o.diagnose) {
     RETURN_IF_ERROR(diagnose_gemv(sc, b, o, stream, lt));
     RETURN_IF_ERROR(diagnose_stream(sc, b, o, stream));
@@ -3508,9 +3458,6 @@ int bench_main(int argc, char** argv) {
            "Only every shape's weights read alone in each plain read form, an empty launch, and "
            "the weights read by TMA in the swapped 16 x 64 x 256 tile's order, each tile's k-loop "
            "from k-tile 0 or rotated, and in boxes of 32 and 128 rows, in turns");
-  args.add("epilogue_prefetch", &o.epilogue_prefetch,
-           "Only cuda.cutlass_sm90's swapped tiles at M = 1 and 16, the op as served, without and "
-           "with the epilogue's values prefetched into L1, in turns");
   args.add("sm_rate", &o.sm_rate,
            "Only the shapes of at least 128 rows per SM: one tile of weights per CTA on 4, 16, 64 "
            "and every SM, in TMA boxes and bulk copies, with what each CTA streamed per second");
@@ -3593,7 +3540,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
       !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
-      !o.sm_rate && !o.epilogue_prefetch && o.profile.empty()) {
+      !o.sm_rate && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -63,16 +63,6 @@
 
 namespace qlinear::gpu::cutlass_sm90 {
 
-// The epilogue's per-channel values (sb, adj, bias_v) and per-token values (sa, azp), 4 bytes
-// each, for DependentMainloop's L1 prefetch (CutlassSm90Args::epilogue_prefetch); none where
-// `channels` is 0.
-struct EpilogueValues {
-  const void* channel[3] = {};
-  const void* token[2] = {};
-  int channels = 0;
-  int tokens = 0;
-};
-
 template <class Base, bool kWeightsA = false, bool kClaim = false>
 struct DependentMainloop : Base {
   using TileShape = typename Base::TileShape;
@@ -97,7 +87,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
     int claim_lead = 0;  // kClaim: k-tiles left to issue when the next tile is drawn; 0: no signal
     uint32_t* claim_signals = nullptr;  // kClaim: the workspace's words per CTA (null: no signal)
-    EpilogueValues epilogue_values;     // prefetched into L1 per tile (none: no prefetch)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -107,7 +96,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;
     int claim_lead = 0;
     uint32_t* claim_signals = nullptr;
-    EpilogueValues epilogue_values;
   };
 
   template <class ProblemShape>
@@ -122,8 +110,7 @@ struct DependentMainloop : Base {
                   args.weights_evict_first,
                   args.tail_prefetch_bytes,
                   kClaim ? args.claim_lead : 0,
-                  kClaim ? args.claim_signals : nullptr,
-                  args.epilogue_values};
+                  kClaim ? args.claim_signals : nullptr};
   }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
@@ -161,7 +148,6 @@ struct DependentMainloop : Base {
       }
     }
     ++tiles_;
-    prefetch_epilogue(params, blk_coord);
     // Where the scheduler warp may draw the next tile: before the load of this many k-tiles of the
     // rest (-1: no signal).
     const int claim_at = kClaim && params.claim_lead > 0 && params.claim_signals != nullptr
@@ -239,30 +225,6 @@ struct DependentMainloop : Base {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;
-  }
-
-  // The tile's epilogue values into L1, a 128-byte line per lane (the whole producer warp).
-  template <class BlockCoord>
-  static CUTLASS_DEVICE void prefetch_epilogue(Params const& params, BlockCoord const& blk_coord) {
-    const EpilogueValues& e = params.epilogue_values;
-    if (e.channels <= 0) return;
-    constexpr int kChannels = cute::size<kChannelDim>(TileShape{});
-    constexpr int kTokens = cute::size<kTokenDim>(TileShape{});
-    constexpr int kChannelLines = (kChannels * 4 + 127) / 128,
-                  kTokenLines = (kTokens * 4 + 127) / 128;
-    const int ch0 = static_cast<int>(cute::get<kChannelDim>(blk_coord)) * kChannels;
-    const int tok0 = static_cast<int>(cute::get<kTokenDim>(blk_coord)) * kTokens;
-    for (int i = static_cast<int>(threadIdx.x % 32); i < 3 * kChannelLines + 2 * kTokenLines;
-         i += 32) {
-      const bool channel = i < 3 * kChannelLines;
-      const int j = channel ? i : i - 3 * kChannelLines;
-      const int lines = channel ? kChannelLines : kTokenLines;
-      const int first = (channel ? ch0 : tok0) + j % lines * 32;
-      const void* base = channel ? e.channel[j / lines] : e.token[j / lines];
-      if (base == nullptr || first >= (channel ? e.channels : e.tokens)) continue;
-      const char* p = static_cast<const char*>(base) + int64_t{first} * 4;
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-    }
   }
 
   // Lets the scheduler warp draw the tile after the `tiles`-th (one thread; kClaim only).

@@ -146,11 +146,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
-  // Each tile's per-channel values (sb, adj, bias_v) and per-token values (sa, azp) prefetched
-  // into the SM's L1 by the producer as it starts the tile's loads (after the grid dependency
-  // wait), so that the epilogue's loads of them, which follow the tile's last multiplies, hit L1
-  // (cutlass_sm90_dependent_mainloop.cuh; not the quantizing tiles).
-  bool epilogue_prefetch = false;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
