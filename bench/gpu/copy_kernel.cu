@@ -1,6 +1,3 @@
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <cstdint>
 #include <type_traits>
 
@@ -150,6 +147,27 @@ __global__ void __launch_bounds__(1024)
 // k-tiles of 256 bytes, each two 128-byte x 64-row TMA boxes (map: stream_s8_weights_map's, the
 // 128-byte swizzle of CUTLASS's loads), kStages k-tiles in flight, one thread issuing and waiting.
 // kTileRows: the tiles' and the boxes' height (64 as the tile's; 32 and 128 to compare).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// One thread streams `count` loads through a ring of kStages slots, each on its mbarrier in bars:
+// issue(s, slot, bar) queues load s; the first kStages go at once, then each slot's next load as
+// soon as its last one has arrived.
+template <int kStages, class Issue>
+__device__ __forceinline__ void stream_ring(uint64_t* bars, int64_t count, Issue&& issue) {
+  for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
+  device::mbar_init_fence();
+  auto queue = [&](int64_t s) {
+    const int slot = static_cast<int>(s % kStages);
+    issue(s, slot, device::smem_addr(&bars[slot]));
+  };
+  for (int64_t s = 0; s < count && s < kStages; ++s) queue(s);
+  for (int64_t s = 0; s < count; ++s) {
+    device::mbar_wait(device::smem_addr(&bars[s % kStages]),
+                      static_cast<uint32_t>(s / kStages) & 1);
+    if (s + kStages < count) queue(s + kStages);
+  }
+}
+#endif
+
 // rotation r: tile t's k-loop starts at k-tile (r * t) % k_tiles and wraps, so that the tiles read
 // at one moment lie in different columns of the matrix (0: every tile from k = 0).
 // split s > 1: the tiles past the last whole wave (tiles % gridDim.x of them) are each cut into s
@@ -176,10 +194,8 @@ __global__ void __launch_bounds__(32)
   // The even shares (split == kReadEvenSplit).
   const int64_t total = tiles * k_tiles, first = b * total / G;
   if (split == kReadEvenSplit) count = (b + 1) * total / G - first;
-  for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
-  device::mbar_init_fence();
   const uint64_t policy = device::l2_evict_first();
-  auto issue = [&](int64_t s) {
+  stream_ring<kStages>(bars, count, [&](int64_t s, int slot, uint32_t bar) {
     int64_t t = b + s / k_tiles * G, kk = (s % k_tiles + rotation * t) % k_tiles;
     if (split == kReadEvenSplit) {
       t = (first + s) / k_tiles;
@@ -190,8 +206,6 @@ __global__ void __launch_bounds__(32)
       kk = u % split * slice_k + (s - whole * k_tiles) % slice_k;
     }
     t += first_tile;
-    const int slot = static_cast<int>(s % kStages);
-    const uint32_t bar = device::smem_addr(&bars[slot]);
     const uint32_t dst = device::smem_addr(ring + slot * kTileRows * kTileK);
     device::mbar_expect_tx(bar, kTileRows * kTileK);
     for (int h = 0; h < kTileK / kTileBox; ++h) {
@@ -199,13 +213,7 @@ __global__ void __launch_bounds__(32)
                           static_cast<int32_t>(kk * kTileK + h * kTileBox),
                           static_cast<int32_t>(t * kTileRows), bar, policy);
     }
-  };
-  for (int64_t s = 0; s < count && s < kStages; ++s) issue(s);
-  for (int64_t s = 0; s < count; ++s) {
-    device::mbar_wait(device::smem_addr(&bars[s % kStages]),
-                      static_cast<uint32_t>(s / kStages) & 1);
-    if (s + kStages < count) issue(s + kStages);
-  }
+  });
   sink[blockIdx.x] = ring[0];
 #endif
 }
@@ -220,12 +228,8 @@ __global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ Stre
   __shared__ __align__(8) uint64_t bars[kStages];
   if (threadIdx.x != 0) return;
   const int64_t count = (k + 128 * kChunks - 1) / (128 * kChunks);
-  for (int d = 0; d < kStages; ++d) device::mbar_init(device::smem_addr(&bars[d]), 1);
-  device::mbar_init_fence();
   const uint64_t policy = device::l2_evict_first();
-  auto issue = [&](int64_t s) {
-    const int slot = static_cast<int>(s % kStages);
-    const uint32_t bar = device::smem_addr(&bars[slot]);
+  stream_ring<kStages>(bars, count, [&](int64_t s, int slot, uint32_t bar) {
     const uint32_t dst = device::smem_addr(ring + slot * kTileBytes);
     device::mbar_expect_tx(bar, kTileBytes);
     asm volatile(
@@ -234,13 +238,7 @@ __global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ Stre
         "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(static_cast<int32_t>(blockIdx.x * 64)),
         "r"(static_cast<int32_t>(s * kChunks)), "r"(bar), "l"(policy)
         : "memory");
-  };
-  for (int64_t s = 0; s < count && s < kStages; ++s) issue(s);
-  for (int64_t s = 0; s < count; ++s) {
-    device::mbar_wait(device::smem_addr(&bars[s % kStages]),
-                      static_cast<uint32_t>(s / kStages) & 1);
-    if (s + kStages < count) issue(s + kStages);
-  }
+  });
   sink[blockIdx.x] = ring[0];
 #endif
 }
@@ -386,30 +384,6 @@ cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int
     default:
       return cudaErrorInvalidValue;
   }
-}
-
-cudaError_t weights_map_3d(const int8_t* w, int64_t n, int64_t k, int chunks, StreamTmaMap* map) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (encode == nullptr) return cudaErrorNotSupported;
-  if (k % 128 != 0 || (chunks != 2 && chunks != 4)) return cudaErrorInvalidValue;
-  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k / 128)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k), 128};
-  const cuuint32_t box[3] = {128, 64, static_cast<cuuint32_t>(chunks)};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 3,
-                            const_cast<int8_t*>(w), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 cudaError_t launch_read_tiles_3d(const StreamTmaMap& map, int64_t k, int chunks, int ctas,

@@ -56,15 +56,9 @@ cudaError_t launch_read_tiles(const StreamTmaMap& map, int64_t n, int64_t k, int
                               int split, int sm_count, void* sink, cudaStream_t stream,
                               int64_t first_tile = 0, int stages = 10, int rows = 64);
 
-// A 3-D descriptor of an n x k int8 matrix for read_tiles_3d: (128 bytes of K, rows, 128-byte
-// chunks of K), 128-byte swizzle, boxes of 128 bytes x 64 rows x `chunks` (one load fills a
-// k-tile of 128 x chunks bytes, in the shared-memory order of the swapped tiles' two or four 2-D
-// boxes: chunk after chunk, each 64 rows of 128 bytes).
-cudaError_t weights_map_3d(const int8_t* w, int64_t n, int64_t k, int chunks, StreamTmaMap* map);
-
 // Each of `ctas` blocks reads its own tile of 64 rows x k (block b rows 64 b ...) from `map`
-// (weights_map_3d with `chunks` 2 or 4), one 3-D TMA load per k-tile, 160 KB in flight (10 or 5
-// k-tiles). sink: read_sink_bytes(ctas).
+// (stream_s8_weights_map's 3-D descriptor with 64 rows and `chunks` 2 or 4), one 3-D TMA load per
+// k-tile of 128 x chunks bytes, 160 KB in flight (10 or 5 k-tiles). sink: read_sink_bytes(ctas).
 cudaError_t launch_read_tiles_3d(const StreamTmaMap& map, int64_t k, int chunks, int ctas,
                                  void* sink, cudaStream_t stream);
 

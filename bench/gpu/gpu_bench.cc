@@ -549,6 +549,18 @@ absl::StatusOr<double> print_weights_read(const ShapeCase& sc, ShapeBuffers& b, 
   return r.us;
 }
 
+// Each weight copy's TMA descriptor (stream_s8_weights_map): boxes of `rows` rows x 128 bytes, or
+// with chunks > 1 that many of them side by side along K as one 3-D box.
+absl::StatusOr<std::vector<StreamTmaMap>> weight_maps(const ShapeCase& sc, const ShapeBuffers& b,
+                                                      int rows, int chunks = 1) {
+  std::vector<StreamTmaMap> maps(b.copies);
+  for (int s = 0; s < b.copies; ++s) {
+    RETURN_IF_CUDA_ERROR(
+        stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[s], rows, chunks));
+  }
+  return maps;
+}
+
 // --reads: per shape the weights read alone in every form, and what the timing harness itself
 // costs (an empty launch, timed the same way).
 absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
@@ -575,11 +587,7 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
   constexpr int kBoxRows[] = {64, 32, 128};
   std::vector<StreamTmaMap> maps[std::size(kBoxRows)];
   for (size_t r = 0; r < std::size(kBoxRows); ++r) {
-    maps[r].resize(b.copies);
-    for (int s = 0; s < b.copies; ++s) {
-      RETURN_IF_CUDA_ERROR(
-          stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[r][s], kBoxRows[r]));
-    }
+    ASSIGN_OR_RETURN(maps[r], weight_maps(sc, b, kBoxRows[r]));
   }
   struct TileOrder {
     const char* name;
@@ -663,20 +671,12 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
   constexpr int kBoxRows[] = {64, 32, 128};
   std::vector<StreamTmaMap> maps[std::size(kBoxRows)];
   for (size_t r = 0; r < std::size(kBoxRows); ++r) {
-    maps[r].resize(b.copies);
-    for (int s = 0; s < b.copies; ++s) {
-      RETURN_IF_CUDA_ERROR(
-          stream_s8_weights_map(b.w[s].as<int8_t>(), sc.n, sc.k, &maps[r][s], kBoxRows[r]));
-    }
+    ASSIGN_OR_RETURN(maps[r], weight_maps(sc, b, kBoxRows[r]));
   }
-  // The same 64-row k-tiles as one 3-D load each (weights_map_3d): 256 or 512 bytes of K.
+  // The same 64-row k-tiles as one 3-D load each: 256 or 512 bytes of K.
   std::vector<StreamTmaMap> maps3d[2];
   for (int c = 0; c < 2; ++c) {
-    maps3d[c].resize(b.copies);
-    for (int s = 0; s < b.copies; ++s) {
-      RETURN_IF_CUDA_ERROR(
-          weights_map_3d(b.w[s].as<int8_t>(), sc.n, sc.k, c == 0 ? 2 : 4, &maps3d[c][s]));
-    }
+    ASSIGN_OR_RETURN(maps3d[c], weight_maps(sc, b, 64, c == 0 ? 2 : 4));
   }
   struct Form {
     const char* name;

@@ -784,7 +784,7 @@ cudaError_t launch_nt(const StreamS8Args& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map,
-                                  int box_rows) {
+                                  int box_rows, int chunks) {
   static_assert(sizeof(StreamTmaMap) == sizeof(CUtensorMap), "StreamTmaMap holds a CUtensorMap");
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
@@ -797,10 +797,14 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
+  if (chunks < 1 || (chunks > 1 && k % kBox != 0)) return cudaErrorInvalidValue;
+  const cuuint32_t rank = chunks > 1 ? 3 : 2;
+  const cuuint64_t dims[3] = {chunks > 1 ? kBox : static_cast<cuuint64_t>(k),
+                              static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k / kBox)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k), kBox};
+  const cuuint32_t box[3] = {kBox, static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(chunks)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
   // Each L2 fetch promoted to 128 bytes, one box row: promoting to 256 bytes made the weights
   // stream 4-8% slower on the H200. Read alone in this kernel's order (one block per SM, a ring of
   // 32 KB units of four boxes), us, 256 / 128-byte promotion / none, then the same bytes by 1-D
@@ -814,8 +818,8 @@ cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamT
   // slower (M = 1, 3 slots, us, first / normal / unchanged / last: 8192 x 28672 63.3 / 65.1 /
   // 65.4 / 65.6, 57344 x 8192 115.1 / 116.8 / 116.5 / 116.7, 8192 x 8192 24.5 / 26.0 / 25.6 /
   // 25.7).
-  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
-                            const_cast<int8_t*>(w), dims, strides, box, elem_strides,
+  const CUresult r = encode(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                            rank, const_cast<int8_t*>(w), dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;

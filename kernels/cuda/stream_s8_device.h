@@ -172,10 +172,12 @@ inline bool stream_s8_can_fuse(int64_t m, int64_t k, ElemType x_type, const void
 
 // Makes the TMA descriptor of n x k int8 weights at w (device memory, 16-byte aligned rows):
 // boxes of box_rows rows (the kernel's: 64; the benchmark reads with others, up to 256) x 128
-// bytes, 128-byte swizzle. cudaErrorNotSupported without a driver that has
+// bytes, 128-byte swizzle. With chunks > 1 (the benchmark's, k % 128 == 0) the descriptor is 3-D,
+// (128 bytes of K, rows, 128-byte chunks of K), and one box is `chunks` such boxes side by side
+// along K, chunk after chunk in shared memory. cudaErrorNotSupported without a driver that has
 // cuTensorMapEncodeTiled.
 cudaError_t stream_s8_weights_map(const int8_t* w, int64_t n, int64_t k, StreamTmaMap* map,
-                                  int box_rows = kStreamRows);
+                                  int box_rows = kStreamRows, int chunks = 1);
 
 // The grid for an n x k layer on the current device: one block per SM, fewer when the layer has
 // fewer units. Sets the kernels' shared-memory limit on first use.
