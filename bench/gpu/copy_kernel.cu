@@ -245,10 +245,70 @@ __global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ Stre
 
 __global__ void empty_kernel() {}
 
+// An empty block of the swapped tiles' shape: 384 threads holding all of shared memory.
+__global__ void __launch_bounds__(384, 1) empty_wide_kernel() {}
+
+// kOps multiply-adds in eight independent chains of straight-line code (16 bytes of machine code
+// each), run twice in one loop: the first pass fetches the code, the second finds it cached.
+// Thread 0 writes each pass's SM cycles at out[2 * block] and out[2 * block + 1].
+template <int kOps>
+__global__ void __launch_bounds__(128) cold_code_kernel(uint32_t seed, uint64_t* out) {
+  uint32_t v[8];
+  for (int j = 0; j < 8; ++j) v[j] = seed + threadIdx.x * 8 + j;
+  uint64_t pass[2] = {0, 0};
+#pragma unroll 1
+  for (int r = 0; r < 2; ++r) {
+    const uint64_t start = clock64();
+#pragma unroll
+    for (int i = 0; i < kOps / 8; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = v[j] * v[j] + (seed | 1u);
+    }
+    uint32_t all = 0;
+    for (int j = 0; j < 8; ++j) all ^= v[j];
+    // The stamp after the last result, so that the pass's instructions have all run.
+    asm volatile("" ::"r"(all));
+    const uint64_t end = clock64();
+    if (r == 0) {
+      pass[0] = end - start;
+    } else {
+      pass[1] = end - start;
+    }
+    if (all == 0x9e3779b9u) out[0] = all;  // (keeps the chains live)
+  }
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = pass[0];
+    out[2 * blockIdx.x + 1] = pass[1];
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_empty(cudaStream_t stream) {
   empty_kernel<<<1, 32, 0, stream>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t launch_empty_wide(int ctas, cudaStream_t stream) {
+  constexpr int kSmem = 227 * 1024;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(empty_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) return attr;
+  empty_wide_kernel<<<ctas, 384, kSmem, stream>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cold_code(int kb, int ctas, uint64_t* out, cudaStream_t stream) {
+  switch (kb) {
+    case 16:
+      cold_code_kernel<1024><<<ctas, 128, 0, stream>>>(0x2545f491u, out);
+      break;
+    case 64:
+      cold_code_kernel<4096><<<ctas, 128, 0, stream>>>(0x2545f491u, out);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

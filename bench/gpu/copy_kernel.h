@@ -65,4 +65,13 @@ cudaError_t launch_read_tiles_3d(const StreamTmaMap& map, int64_t k, int chunks,
 // One block that does nothing: what a launch costs in the benchmark's timing harness.
 cudaError_t launch_empty(cudaStream_t stream);
 
+// `ctas` blocks of 384 threads that do nothing but hold 227 KB of shared memory each, as the
+// swapped tiles' CTAs do: what such a launch costs.
+cudaError_t launch_empty_wide(int ctas, cudaStream_t stream);
+
+// `ctas` blocks of 128 threads that each run `kb` (16 or 64) KB of straight-line machine code
+// twice; block b writes the SM cycles of the first and the second pass at out[2 b], out[2 b + 1]
+// (the first fetches the code, the second finds it in the SM's instruction caches).
+cudaError_t launch_cold_code(int kb, int ctas, uint64_t* out, cudaStream_t stream);
+
 }  // namespace qlinear::gpu

@@ -33,6 +33,7 @@
 //                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
 //                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
+//                          [--fixed_cost]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -53,7 +54,8 @@
 //  only its large-M ops, the quantize pass's cost beside the GEMM's, see compare_prefill; --energy:
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
 //  read alone in each form, see compare_reads; --sm_rate: only how fast one SM streams weights by
-//  itself, see compare_sm_rate)
+//  itself, see compare_sm_rate; --fixed_cost: only what a swapped tile's launch costs besides its
+//  stream, see compare_fixed_cost)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -137,6 +139,7 @@ struct Options {
   bool energy = false;
   bool reads = false;
   bool sm_rate = false;
+  bool fixed_cost = false;
   // --profile: one cuda.cutlass_sm90 tile's GEMM alone on one shape ("NxK") at one M.
   std::string profile;
   int64_t profile_tile = -1;
@@ -804,6 +807,104 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
     }
 #endif
   }
+  return absl::OkStatus();
+}
+
+// --fixed_cost: what a launch of the swapped 16 x 64 x 256 tile costs besides streaming its
+// weights. On 64 CTAs (a 4096 x 4096 layer's tiles) in turns: an empty launch of one block
+// ("empty"), 64 empty blocks of 384 threads holding 227 KB of shared memory each as the tile's
+// CTAs do ("empty-wide"), and at K = 256, 1024 and the shape's K the tile's GEMM alone at M = 1
+// ("gemm") and the 3-D read of the same 64-row tiles ("read", launch_read_tiles_3d). The GEMM's
+// excess over the read at K = 256 (one k-tile) is its fixed cost. Then, on the first shape only,
+// how fast an SM runs machine code not yet in its instruction caches (launch_cold_code): 16 and 64
+// KB of straight-line code run twice per block, SM cycles of each pass (median over 64 blocks),
+// in a launch that follows another kernel and in the launch right after one of its own.
+absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  constexpr int kCtas = 64;
+  if (sc.n < 64 * kCtas) return absl::OkStatus();
+  DeviceBuffer sink;
+  RETURN_IF_ERROR(sink.allocate(read_sink_bytes(kCtas), "the read stream"));
+  ASSIGN_OR_RETURN(const std::vector<StreamTmaMap> maps, weight_maps(sc, b, 64, 2));
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256PingpongSwap, ElemType::kBF16);
+  std::vector<std::string> names = {"empty", "empty-wide"};
+  std::vector<std::function<absl::Status(int)>> cands = {
+      [&](int) -> absl::Status {
+        RETURN_IF_CUDA_ERROR(launch_empty(stream));
+        return absl::OkStatus();
+      },
+      [&](int) -> absl::Status {
+        RETURN_IF_CUDA_ERROR(launch_empty_wide(kCtas, stream));
+        return absl::OkStatus();
+      }};
+  for (const int64_t k : {int64_t{256}, int64_t{1024}, sc.k}) {
+    names.push_back(absl::StrFormat("gemm K=%lld", static_cast<long long>(k)));
+    cands.push_back([&, k](int s) -> absl::Status {
+      CutlassSm90Args a = tile_args(sc, b, 1);
+      a.w = b.w[s].as<int8_t>();
+      a.n = int64_t{kCtas} * 64;
+      a.k = k;
+      a.sm_count = kCtas;
+      a.weights_evict_first = true;
+      if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
+      RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
+      return absl::OkStatus();
+    });
+    names.push_back(absl::StrFormat("read K=%lld", static_cast<long long>(k)));
+    cands.push_back([&, k](int s) -> absl::Status {
+      RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps[s], k, 2, kCtas, sink.get(), stream));
+      return absl::OkStatus();
+    });
+  }
+  for (int round = 0; round < 2; ++round) {
+    ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, b.copies, o, cands));
+    std::string line =
+        absl::StrFormat("fixed-cost %-22s %d CTAs, round %d |", shape_name(sc), kCtas, round);
+    for (size_t f = 0; f < us.size(); ++f) {
+      absl::StrAppendFormat(&line, " %s %.1f us |", names[f], us[f]);
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  static bool cold_done = false;
+  if (cold_done) return absl::OkStatus();
+  cold_done = true;
+  constexpr int kLaunches = 8;
+  DeviceBuffer out;
+  RETURN_IF_ERROR(out.allocate(kLaunches * kCtas * 2 * sizeof(uint64_t), "cold-code stamps"));
+  for (const int kb : {16, 64}) {
+    // Another kernel first, then kLaunches of this one back to back.
+    RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps[0], 1024, 2, kCtas, sink.get(), stream));
+    for (int i = 0; i < kLaunches; ++i) {
+      RETURN_IF_CUDA_ERROR(launch_cold_code(kb, kCtas, out.as<uint64_t>() + i * kCtas * 2, stream));
+    }
+    RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+    std::vector<uint64_t> t(kLaunches * kCtas * 2);
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(t.data(), out.get(), t.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    auto pass = [&](int launch, int p) {
+      std::vector<double> v;
+      for (int c = 0; c < kCtas; ++c)
+        v.push_back(static_cast<double>(t[(launch * kCtas + c) * 2 + p]));
+      return median(v);
+    };
+    std::vector<double> later0, later1;
+    for (int i = 1; i < kLaunches; ++i) {
+      later0.push_back(pass(i, 0));
+      later1.push_back(pass(i, 1));
+    }
+    std::printf(
+        "cold-code %2d KB of straight-line code, %d blocks of 128 threads | SM cycles, first / "
+        "second pass: after another kernel %.0f / %.0f | after itself %.0f / %.0f (median of %d "
+        "launches)\n",
+        kb, kCtas, pass(0, 0), pass(0, 1), median(later0), median(later1), kLaunches - 1);
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
   return absl::OkStatus();
 }
 
@@ -2821,6 +2922,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (!o.profile.empty()) return profile_tile(sc, b, o, stream);
   if (o.reads) return compare_reads(sc, b, o, stream);
   if (o.sm_rate) return compare_sm_rate(sc, b, o, stream);
+  if (o.fixed_cost) return compare_fixed_cost(sc, b, o, stream);
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
   if (o.energy) return compare_energy(sc, b, stream, lt);
@@ -3461,6 +3563,11 @@ int bench_main(int argc, char** argv) {
   args.add("sm_rate", &o.sm_rate,
            "Only the shapes of at least 128 rows per SM: one tile of weights per CTA on 4, 16, 64 "
            "and every SM, in TMA boxes and bulk copies, with what each CTA streamed per second");
+  args.add("fixed_cost", &o.fixed_cost,
+           "Only what a launch of the swapped tiles costs besides its stream: empty launches, the "
+           "16 x 64 x 256 tile's GEMM and the 3-D read of the same tiles on 64 CTAs at K = 256, "
+           "1024 and the shape's, in turns; and (first shape) how fast an SM runs machine code it "
+           "has not cached");
   args.add("profile", &o.profile,
            "Only one shape (NxK, e.g. 8192x28672): cuda.cutlass_sm90's GEMM alone of tile "
            "--profile_tile at M = --profile_m, four launches over the rotated weights, for a "
@@ -3540,7 +3647,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
       !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
-      !o.sm_rate && o.profile.empty()) {
+      !o.sm_rate && !o.fixed_cost && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;
