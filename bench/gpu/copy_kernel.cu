@@ -245,6 +245,14 @@ __global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ Stre
 
 __global__ void empty_kernel() {}
 
+// Writes the %globaltimer (ns) at *out.
+__global__ void __launch_bounds__(32) stamp_kernel(uint64_t* out) {
+  if (threadIdx.x != 0) return;
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  *out = now;
+}
+
 // An empty block of the swapped tiles' shape: 384 threads holding all of shared memory.
 __global__ void __launch_bounds__(384, 1) empty_wide_kernel() {}
 
@@ -295,6 +303,11 @@ cudaError_t launch_empty_wide(int ctas, cudaStream_t stream) {
       cudaFuncSetAttribute(empty_wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   empty_wide_kernel<<<ctas, 384, kSmem, stream>>>();
+  return cudaGetLastError();
+}
+
+cudaError_t launch_stamp(uint64_t* out, cudaStream_t stream) {
+  stamp_kernel<<<1, 32, 0, stream>>>(out);
   return cudaGetLastError();
 }
 

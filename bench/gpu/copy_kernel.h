@@ -69,6 +69,10 @@ cudaError_t launch_empty(cudaStream_t stream);
 // swapped tiles' CTAs do: what such a launch costs.
 cudaError_t launch_empty_wide(int ctas, cudaStream_t stream);
 
+// One block that writes the %globaltimer (ns) at *out as it starts: launched before and after a
+// kernel, what its launch and its end cost around its CTAs' own stamps.
+cudaError_t launch_stamp(uint64_t* out, cudaStream_t stream);
+
 // `ctas` blocks of 128 threads that each run `kb` (16 or 64) KB of straight-line machine code
 // twice; block b writes the SM cycles of the first and the second pass at out[2 b], out[2 b + 1]
 // (the first fetches the code, the second finds it in the SM's instruction caches).

@@ -503,6 +503,16 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The mean of the middle 80% of v (0 when empty).
+double trimmed_mean(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t cut = v.size() / 10;
+  double sum = 0;
+  for (size_t i = cut; i < v.size() - cut; ++i) sum += v[i];
+  return sum / static_cast<double>(v.size() - 2 * cut);
+}
+
 // A traced launch's %globaltimer stamps, once `stream` has finished writing them.
 absl::StatusOr<std::vector<uint64_t>> trace_to_host(const DeviceBuffer& trace,
                                                     cudaStream_t stream) {
@@ -658,8 +668,12 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 // ("gemm16x64x256" ...). Each form prints its time,
 // what one CTA streamed per second (its bytes over the time less the empty launch's) and all of
 // them together. Only shapes of at least 128 rows per SM.
+[[maybe_unused]] absl::Status quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m,
+                                         int8_t* xq, cudaStream_t stream, bool split = true);
 #if QLINEAR_HAVE_CUTLASS
 CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m);
+CutlassSm90Args served_swap_args(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int s,
+                                 bool alone);
 #endif
 absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
@@ -867,6 +881,143 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
     }
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+  }
+  // The timeline of one launch between two stamp kernels (a graph of three), over 100 launches
+  // (the mean of the middle 80%, as %globaltimer moves in steps of a quarter microsecond): us from
+  // the first stamp to the CTAs' first start, to the first producer's start (the tile's set-up),
+  // past the grid dependency, to its consumers' first multiply (median CTA), to their last
+  // multiplies' end (last CTA), and from then to the second stamp (the epilogue, the exit and the
+  // next launch); and the set-up in SM cycles (median CTA), from the CTA's start to the mainloop's
+  // set-up (its pipelines' barriers made), to its producer's start and to its consumers' first
+  // multiply. On 4096 x 4096 only: the GEMM alone on its 64 tiles, with and without its epilogue
+  // values (null pointers: the epilogue reads none) or with them prefetched into L2 or L1 or
+  // loaded early (CutlassSm90Args::epilogue_prefetch), and the op at M = 1 as served, the same
+  // ways.
+  if (sc.n == 4096 && sc.k == 4096) {
+    constexpr int kTimed = 100;
+    const size_t per_launch = static_cast<size_t>(kCtas) * kCutlassTracePoints;
+    DeviceBuffer trace, marks;
+    RETURN_IF_ERROR(trace.allocate(kTimed * per_launch * sizeof(uint64_t), "trace"));
+    RETURN_IF_ERROR(marks.allocate(kTimed * 2 * sizeof(uint64_t), "stamps"));
+    struct Variant {
+      std::string name;
+      // 0: empty-wide; 1: the 3-D read; 2: the GEMM; 3: the op at M = 1 as served (the quantize
+      // kernel, then the GEMM as its programmatic dependent).
+      int kind;
+      int64_t k;
+      int values = 0;  // -1: none (null pointers); else CutlassSm90Args::epilogue_prefetch
+    };
+    const std::string kk = absl::StrFormat("K=%lld", static_cast<long long>(sc.k));
+    const std::vector<Variant> variants = {
+        {"empty-wide", 0, 0},
+        {"read K=256", 1, 256},
+        {absl::StrFormat("read K=%lld", static_cast<long long>(sc.k)), 1, sc.k},
+        {"gemm K=256", 2, 256},
+        {"gemm K=256, no epilogue values", 2, 256, -1},
+        {"gemm K=256, values into L2", 2, 256, 1},
+        {"gemm K=256, values into L1", 2, 256, 2},
+        {"gemm K=256, values loaded early", 2, 256, 3},
+        {"gemm " + kk, 2, sc.k},
+        {"gemm " + kk + ", no epilogue values", 2, sc.k, -1},
+        {"gemm " + kk + ", values into L2", 2, sc.k, 1},
+        {"gemm " + kk + ", values loaded early", 2, sc.k, 3},
+        {"op M=1 as served", 3, sc.k},
+        {"op M=1, no epilogue values", 3, sc.k, -1},
+        {"op M=1, values into L2", 3, sc.k, 1},
+        {"op M=1, values into L1", 3, sc.k, 2},
+        {"op M=1, values loaded early", 3, sc.k, 3}};
+    const bool split = cutlass_sm90::split_quantize_rows(1, sc.k, host_info().gpus[0].sm_count);
+    for (const Variant& v : variants) {
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < kTimed; ++i) {
+        const int s = i % b.copies;
+        uint64_t* mark = marks.as<uint64_t>() + 2 * i;
+        ASSIGN_OR_RETURN(
+            cudaGraphExec_t g, capture_graph(stream, [&]() -> absl::Status {
+              RETURN_IF_CUDA_ERROR(launch_stamp(mark, stream));
+              if (v.kind == 0) {
+                RETURN_IF_CUDA_ERROR(launch_empty_wide(kCtas, stream));
+              } else if (v.kind == 1) {
+                RETURN_IF_CUDA_ERROR(
+                    launch_read_tiles_3d(maps[s], v.k, 2, kCtas, sink.get(), stream));
+              } else {
+                CutlassSm90Args a = tile_args(sc, b, 1);
+                a.w = b.w[s].as<int8_t>();
+                a.n = int64_t{kCtas} * 64;
+                a.k = v.k;
+                a.sm_count = kCtas;
+                a.weights_evict_first = true;
+                if (v.kind == 3) {
+                  RETURN_IF_ERROR(quantize_x(sc, b, 1, b.xq.as<int8_t>(), stream, split));
+                  a = served_swap_args(sc, b, 1, s, false);
+                }
+                a.trace = trace.as<uint64_t>() + i * per_launch;
+                a.epilogue_prefetch = v.values > 0 ? v.values : 0;
+                if (v.values < 0) {
+                  a.sa = nullptr;
+                  a.azp = nullptr;
+                  a.sb = nullptr;
+                  a.adj = nullptr;
+                  a.bias_v = nullptr;
+                }
+                RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
+              }
+              RETURN_IF_CUDA_ERROR(launch_stamp(mark + 1, stream));
+              return absl::OkStatus();
+            }));
+        const cudaError_t e = cudaGraphLaunch(g, stream);
+        cudaGraphExecDestroy(g);
+        RETURN_IF_CUDA_ERROR(e);
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+      std::vector<uint64_t> m(kTimed * 2);
+      RETURN_IF_CUDA_ERROR(
+          cudaMemcpy(m.data(), marks.get(), m.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      std::vector<double> total, start, setup, waited, first_mma, mma_end, tail, c_init, c_prod,
+          c_cons;
+      for (int i = kTimed / 4; i < kTimed; ++i) {
+        const double a = static_cast<double>(m[2 * i]), z = static_cast<double>(m[2 * i + 1]);
+        total.push_back((z - a) * 1e-3);
+        if (v.kind < 2) continue;
+        const uint64_t* ti = t.data() + i * per_launch;
+        uint64_t born = UINT64_MAX, t0 = UINT64_MAX, t1 = UINT64_MAX, done = 0;
+        std::vector<double> co, ci, cp, cc;
+        for (int c = 0; c < kCtas; ++c) {
+          const uint64_t* p = ti + c * kCutlassTracePoints;
+          ci.push_back(static_cast<double>(p[8]) - static_cast<double>(p[7]));
+          cp.push_back(static_cast<double>(p[9]) - static_cast<double>(p[7]));
+          cc.push_back(static_cast<double>(p[10]) - static_cast<double>(p[7]));
+          born = std::min(born, p[6]);
+          t0 = std::min(t0, p[0]);
+          t1 = std::min(t1, p[1]);
+          done = std::max(done, p[5]);
+          co.push_back(static_cast<double>(p[4]));
+        }
+        start.push_back((static_cast<double>(born) - a) * 1e-3);
+        setup.push_back((static_cast<double>(t0) - static_cast<double>(born)) * 1e-3);
+        waited.push_back((static_cast<double>(t1) - static_cast<double>(t0)) * 1e-3);
+        first_mma.push_back((median(co) - static_cast<double>(t0)) * 1e-3);
+        mma_end.push_back((static_cast<double>(done) - median(co)) * 1e-3);
+        tail.push_back((z - static_cast<double>(done)) * 1e-3);
+        c_init.push_back(median(ci));
+        c_prod.push_back(median(cp));
+        c_cons.push_back(median(cc));
+      }
+      std::string line = absl::StrFormat("fixed-cost-timeline %-22s %-34s | stamp to stamp %.2f us",
+                                         shape_name(sc), v.name, trimmed_mean(total));
+      if (v.kind >= 2) {
+        absl::StrAppendFormat(
+            &line,
+            " | to CTA start %.2f, set-up %.2f (past the grid dependency %.2f later), to first "
+            "multiply %.2f, to last multiply's end %.2f, then to the stamp %.2f | set-up cycles: "
+            "to the mainloop's set-up %.0f, to the producer %.0f, to the consumers %.0f",
+            trimmed_mean(start), trimmed_mean(setup), trimmed_mean(waited), trimmed_mean(first_mma),
+            trimmed_mean(mma_end), trimmed_mean(tail), trimmed_mean(c_init), trimmed_mean(c_prod),
+            trimmed_mean(c_cons));
+      }
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
   }
   static bool cold_done = false;
   if (cold_done) return absl::OkStatus();
@@ -1348,8 +1499,8 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
 
 // The quantize kernel on the shape's first m rows of x (bf16, dynamic symmetric, as the op
 // sections run) into xq, with the shape's sa and azp; `split` as launch_quantize_s8's.
-[[maybe_unused]] absl::Status quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m,
-                                         int8_t* xq, cudaStream_t stream, bool split = true) {
+absl::Status quantize_x(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int8_t* xq,
+                        cudaStream_t stream, bool split) {
   RETURN_IF_CUDA_ERROR(launch_quantize_s8(b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, xq,
                                           b.sa.as<float>(), b.azp.as<int32_t>(), stream, nullptr, 0,
                                           nullptr, split));

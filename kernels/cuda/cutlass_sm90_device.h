@@ -74,8 +74,11 @@ inline constexpr int kAuxRingBytes = 32768;
 // tile's loads; then its SM id in the low 32 bits and the number of tiles it ran in the high 32;
 // when a consumer warpgroup first entered the mainloop's multiplies, when the last of its tiles'
 // multiplies were done (before that tile's epilogue), and when the CTA started (its first warp's
-// prefetch of the TMA descriptors, before the pipelines' set-up).
-inline constexpr int kCutlassTracePoints = 7;
+// prefetch of the TMA descriptors, before the pipelines' set-up); then the SM's clock (cycles,
+// %clock64) at that start, when its first thread reached the mainloop's set-up (load_init, after
+// the pipelines' barriers are made), when its producer first entered the mainloop, and when a
+// consumer warpgroup first entered the multiplies.
+inline constexpr int kCutlassTracePoints = 11;
 
 // The values one CTA of the stream-K swapped tile (tile 11) writes with CutlassSm90Args::trace, at
 // trace[cta * kStreamKTracePoints]: %globaltimer (ns) at its start, when its producer got past the
@@ -146,6 +149,13 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
+  // Each tile's epilogue values prefetched by its producer, so that the epilogue's loads of them,
+  // which follow the tile's last multiplies, find them near: 0 none; 1 into L2 (evict-last), 2
+  // into the SM's L1, 3 loaded (a line per lane, the value taken once the tile's loads are
+  // issued), which also brings their pages' translations into the SM. The per-channel values (sb,
+  // adj, bias_v), which no earlier kernel writes, go before the grid dependency wait; the per-token
+  // values (sa, azp) after it (cutlass_sm90_dependent_mainloop.cuh; not the quantizing tiles).
+  int epilogue_prefetch = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.
