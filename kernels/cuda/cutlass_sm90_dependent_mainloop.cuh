@@ -63,17 +63,6 @@
 
 namespace qlinear::gpu::cutlass_sm90 {
 
-// The epilogue's per-channel values (sb, adj, bias_v) and per-token values (sa, azp), 4 bytes
-// each, for DependentMainloop's prefetch (CutlassSm90Args::epilogue_prefetch: `level` 1 into L2,
-// 2 into L1, 3 loads); none where `channels` is 0.
-struct EpilogueValues {
-  const void* channel[3] = {};
-  const void* token[2] = {};
-  int channels = 0;
-  int tokens = 0;
-  int level = 0;
-};
-
 template <class Base, bool kWeightsA = false, bool kClaim = false>
 struct DependentMainloop : Base {
   using TileShape = typename Base::TileShape;
@@ -98,7 +87,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;       // of the last wave's weights, into L2, over all its tiles
     int claim_lead = 0;  // kClaim: k-tiles left to issue when the next tile is drawn; 0: no signal
     uint32_t* claim_signals = nullptr;  // kClaim: the workspace's words per CTA (null: no signal)
-    EpilogueValues epilogue_values;     // prefetched per tile (none: no prefetch)
   };
   struct Params : Base::Params {
     int weight_prefetch_bytes = 0;
@@ -108,7 +96,6 @@ struct DependentMainloop : Base {
     int tail_prefetch_bytes = 0;
     int claim_lead = 0;
     uint32_t* claim_signals = nullptr;
-    EpilogueValues epilogue_values;
   };
 
   template <class ProblemShape>
@@ -123,8 +110,7 @@ struct DependentMainloop : Base {
                   args.weights_evict_first,
                   args.tail_prefetch_bytes,
                   kClaim ? args.claim_lead : 0,
-                  kClaim ? args.claim_signals : nullptr,
-                  args.epilogue_values};
+                  kClaim ? args.claim_signals : nullptr};
   }
 
   // The mainloop's set-up, which every thread runs after the pipelines' barriers are made: its
@@ -146,8 +132,6 @@ struct DependentMainloop : Base {
       waited_ = true;
       trace(params, 0);
       if (params.trace != nullptr && threadIdx.x % 32 == 0) clock_stamp(params, 9);
-      // The layer's own epilogue values need not wait for the grid dependency.
-      prefetch_epilogue(params, blk_coord, /*channels=*/true, /*tokens=*/false);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
         ahead = min(min(k_tile_count, params.weights_ahead), Base::DispatchPolicy::Stages);
@@ -163,7 +147,6 @@ struct DependentMainloop : Base {
       }
       device::grid_dependency_wait();
       trace(params, 1);
-      prefetch_epilogue(params, blk_coord, /*channels=*/false, /*tokens=*/true);
       if constexpr (kCanPrefetch) {
         if (ahead > 0) {
           load_stages(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, ahead,
@@ -172,8 +155,6 @@ struct DependentMainloop : Base {
           k_tile_count -= ahead;
         }
       }
-    } else {
-      prefetch_epilogue(params, blk_coord, /*channels=*/true, /*tokens=*/true);
     }
     ++tiles_;
     // Where the scheduler warp may draw the next tile: before the load of this many k-tiles of the
@@ -191,18 +172,13 @@ struct DependentMainloop : Base {
                  k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
     }
     trace(params, 2);
-    // (The epilogue values' loads, if any, have had the tile's loads to arrive.)
-    asm volatile("" ::"r"(channel_value_), "r"(token_value_));
   }
 
   // The CTA's start, stamped (point 6) where params.trace is set: CUTLASS's kernels call this from
   // one thread first thing.
   static CUTLASS_DEVICE void prefetch_tma_descriptors(Params const& params) {
     if (params.trace != nullptr) {
-      const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
-      uint64_t now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      params.trace[cta * kCutlassTracePoints + 6] = now;
+      trace_slots(params)[6] = globaltimer();
       clock_stamp(params, 7);
     }
     Base::prefetch_tma_descriptors(params);
@@ -230,16 +206,12 @@ struct DependentMainloop : Base {
   bool waited_ = false;
   uint32_t tiles_ = 0;
   Params const* params_ = nullptr;  // a consumer's, from its first mma
-  // The epilogue values a producer lane loaded (EpilogueValues::level 3), taken at the end of load.
-  uint32_t channel_value_ = 0, token_value_ = 0;
 
   // A consumer warpgroup's stamp: point 4 the earliest of the warpgroups', 5 the latest.
   CUTLASS_DEVICE static void consumer_stamp(Params const& params, int point, int thread_idx) {
     if (params.trace == nullptr || thread_idx != 0) return;
-    const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
-    auto* t = reinterpret_cast<unsigned long long*>(params.trace + cta * kCutlassTracePoints);
-    unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    auto* t = reinterpret_cast<unsigned long long*>(trace_slots(params));
+    const unsigned long long now = globaltimer();
     if (point == 4) {
       if (atomicCAS(t + 4, 0ull, now) == 0ull) clock_stamp(params, 10);
     } else {
@@ -247,57 +219,27 @@ struct DependentMainloop : Base {
     }
   }
 
-  // The SM's clock (cycles) at trace point `point` of this CTA (params.trace set).
-  static CUTLASS_DEVICE void clock_stamp(Params const& params, int point) {
+  // This CTA's kCutlassTracePoints values in params.trace (set).
+  static CUTLASS_DEVICE uint64_t* trace_slots(Params const& params) {
     const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
-    params.trace[cta * kCutlassTracePoints + point] = clock64();
+    return params.trace + cta * kCutlassTracePoints;
+  }
+  static CUTLASS_DEVICE uint64_t globaltimer() {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    return now;
   }
 
-  // With params.epilogue_values: the tile's epilogue values, per channel and/or per token, into L2
-  // (evict-last) or L1, a 128-byte line per lane of the producer warp.
-  template <class BlockCoord>
-  CUTLASS_DEVICE void prefetch_epilogue(Params const& params, BlockCoord const& blk_coord,
-                                        bool channels, bool tokens) {
-    const EpilogueValues& e = params.epilogue_values;
-    if (e.channels <= 0) return;
-    constexpr int kChannels = cute::size<kChannelDim>(TileShape{});
-    constexpr int kTokens = cute::size<kTokenDim>(TileShape{});
-    constexpr int kChannelLines = (kChannels * 4 + 127) / 128,
-                  kTokenLines = (kTokens * 4 + 127) / 128;
-    const int ch0 = static_cast<int>(cute::get<kChannelDim>(blk_coord)) * kChannels;
-    const int tok0 = static_cast<int>(cute::get<kTokenDim>(blk_coord)) * kTokens;
-    for (int i = static_cast<int>(threadIdx.x % 32); i < 3 * kChannelLines + 2 * kTokenLines;
-         i += 32) {
-      const bool channel = i < 3 * kChannelLines;
-      if (channel ? !channels : !tokens) continue;
-      const int j = channel ? i : i - 3 * kChannelLines;
-      const int lines = channel ? kChannelLines : kTokenLines;
-      const int first = (channel ? ch0 : tok0) + j % lines * 32;
-      const void* base = channel ? e.channel[j / lines] : e.token[j / lines];
-      if (base == nullptr || first >= (channel ? e.channels : e.tokens)) continue;
-      const char* p = static_cast<const char*>(base) + int64_t{first} * 4;
-      if (e.level == 3) {
-        // A load, whose value the producer takes only once it has issued the tile's loads (end of
-        // load), so that it does not wait for it here.
-        uint32_t v;
-        asm volatile("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
-        (channel ? channel_value_ : token_value_) = v;
-      } else if (e.level == 2) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-      } else {
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-      }
-    }
+  // The SM's clock (cycles) at trace point `point` of this CTA (params.trace set).
+  static CUTLASS_DEVICE void clock_stamp(Params const& params, int point) {
+    trace_slots(params)[point] = clock64();
   }
 
   // The producer's stamp `point` (and its SM and tile count) into params.trace, if set.
   CUTLASS_DEVICE void trace(Params const& params, int point) const {
     if (params.trace == nullptr || threadIdx.x % 32 != 0) return;
-    const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
-    uint64_t* t = params.trace + cta * kCutlassTracePoints;
-    uint64_t now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    t[point] = now;
+    uint64_t* t = trace_slots(params);
+    t[point] = globaltimer();
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;

@@ -149,13 +149,6 @@ struct CutlassSm90Args {
   // over all of them (0: none; tiles without a cluster; cutlass_sm90_dependent_mainloop.cuh; the
   // swapped tiles are served with kSwapTailPrefetchBytes, cutlass_sm90_gemm.cc).
   int64_t tail_prefetch_bytes = 0;
-  // Each tile's epilogue values prefetched by its producer, so that the epilogue's loads of them,
-  // which follow the tile's last multiplies, find them near: 0 none; 1 into L2 (evict-last), 2
-  // into the SM's L1, 3 loaded (a line per lane, the value taken once the tile's loads are
-  // issued), which also brings their pages' translations into the SM. The per-channel values (sb,
-  // adj, bias_v), which no earlier kernel writes, go before the grid dependency wait; the per-token
-  // values (sa, azp) after it (cutlass_sm90_dependent_mainloop.cuh; not the quantizing tiles).
-  int epilogue_prefetch = 0;
   // Where each weight tile is read once (the tile's m-blocks fit in one cluster: one CTA, or a
   // cluster sharing it by multicast), the weights' TMA loads carry an evict-first L2 hint
   // (cutlass_sm90_dependent_mainloop.cuh); not the quantizing tiles.

@@ -290,22 +290,6 @@ struct FusedGemm {
                                                                           : kStages;
   }
 
-  // CutlassSm90Args::epilogue_prefetch's values (none for the quantizing tiles, whose mainloop
-  // writes sa and azp itself).
-  static EpilogueValues epilogue_values(const CutlassSm90Args& a) {
-    EpilogueValues e;
-    if (a.epilogue_prefetch <= 0 || Config::kQuantize) return e;
-    e.channel[0] = a.sb;
-    e.channel[1] = a.adj;
-    e.channel[2] = a.bias_v;
-    e.token[0] = a.sa;
-    e.token[1] = a.azp;
-    e.channels = static_cast<int>(a.n);
-    e.tokens = static_cast<int>(a.m);
-    e.level = a.epilogue_prefetch;
-    return e;
-  }
-
   // CutlassSm90Args::tail_prefetch_bytes where it applies (the mainloop finds the last wave, if
   // any): calls of one token block on tiles without a cluster; 0 elsewhere.
   static int tail_prefetch_bytes(const CutlassSm90Args& a) {
@@ -333,8 +317,7 @@ struct FusedGemm {
         Config::kClaim ? a.claim_lead : 0,
         Config::kClaim && workspace != nullptr
             ? reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + kClaimSignalsOffset)
-            : nullptr,
-        epilogue_values(a)};
+            : nullptr};
     if constexpr (Config::kQuantize) {
       return typename CollectiveMainloop::Arguments{dependent, quantize_in_gemm(a)};
     } else {

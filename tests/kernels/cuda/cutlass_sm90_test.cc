@@ -350,8 +350,7 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
 // block), with K longer than the pipeline and K of two k-tiles (every k-tile issued ahead), on
 // the whole GPU and on a grid of 4 CTAs (each CTA then runs several tiles, only its first ahead;
 // there at most 3 stages of its weights ahead, as the swapped tiles are served with a few, and
-// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs; with
-// each tile's epilogue values prefetched into L2 or L1 or loaded early, in turns),
+// at one token block the last, partial wave's weights prefetched into L2 by the other CTAs),
 // with and without the weights' evict-first L2 hint (at 130 tokens the tiles of 128 tokens with a
 // cluster multicast their weights from the mainloop's own loop).
 TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReference) {
@@ -391,7 +390,6 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
           g.sm_count = 4;
           g.tail_prefetch_bytes = 1 << 20;
         }
-        g.epilogue_prefetch = 1 + run % 3;
         const cutlass_sm90::TileOps* ops =
             cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), g.y_type);
         ASSERT_NE(ops, nullptr);
@@ -410,9 +408,8 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
 
 // A layer whose swapped tiles outnumber the SMs (N = 64 x (SMs + 4) channels: a last wave of four
 // 64-channel tiles, whose first k-tiles the other CTAs prefetch into L2 as served): the swapped
-// tiles launched as served on every SM (with the epilogue values loaded early), and on half
-// of them (each CTA two tiles), and the layer's own calls as served; y bit-exact for every scheme
-// at M = 1 and 16.
+// tiles launched as served on every SM, and on half of them (each CTA two tiles), and the layer's
+// own calls as served; y bit-exact for every scheme at M = 1 and 16.
 TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -445,7 +442,6 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
           g.weights_evict_first = true;
           g.xq_rows = d.xq_rows;
           g.tail_prefetch_bytes = 4 << 20;
-          g.epilogue_prefetch = grid == sms ? 3 : 0;
           g.sm_count = grid;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 2), cudaSuccess);
           EXPECT_TRUE(call.matches(*ops, g, stream));
