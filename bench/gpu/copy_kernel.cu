@@ -247,10 +247,7 @@ __global__ void empty_kernel() {}
 
 // Writes the %globaltimer (ns) at *out.
 __global__ void __launch_bounds__(32) stamp_kernel(uint64_t* out) {
-  if (threadIdx.x != 0) return;
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  *out = now;
+  if (threadIdx.x == 0) *out = device::globaltimer();
 }
 
 // An empty block of the swapped tiles' shape: 384 threads holding all of shared memory.

@@ -674,6 +674,20 @@ absl::Status compare_reads(const ShapeCase& sc, ShapeBuffers& b, const Options& 
 CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m);
 CutlassSm90Args served_swap_args(const ShapeCase& sc, ShapeBuffers& b, int64_t m, int s,
                                  bool alone);
+
+// A tile's GEMM alone at M = 1 on weight copy s with one tile of `rows` channels per CTA: the
+// shape's first ctas x rows channels on `ctas` CTAs, K = k (0: the shape's), the weights
+// evict-first (--sm_rate, --fixed_cost).
+CutlassSm90Args one_tile_per_cta_args(const ShapeCase& sc, const ShapeBuffers& b, int s, int ctas,
+                                      int rows = 64, int64_t k = 0) {
+  CutlassSm90Args a = tile_args(sc, b, 1);
+  a.w = b.w[s].as<int8_t>();
+  a.n = int64_t{ctas} * rows;
+  if (k > 0) a.k = k;
+  a.sm_count = ctas;
+  a.weights_evict_first = true;
+  return a;
+}
 #endif
 absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
@@ -729,11 +743,7 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
           // The swapped tile's GEMM alone at M = 1 on the first g x rows channels, g CTAs.
           const cutlass_sm90::TileOps* ops =
               cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(f.stages), ElemType::kBF16);
-          CutlassSm90Args a = tile_args(sc, b, 1);
-          a.w = b.w[s].as<int8_t>();
-          a.n = int64_t{g} * rows;
-          a.sm_count = g;
-          a.weights_evict_first = true;
+          const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, g, rows);
           if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
           RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
 #endif
@@ -775,11 +785,7 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
       RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
       RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
       for (int i = 0; i < launches; ++i) {
-        CutlassSm90Args a = tile_args(sc, b, 1);
-        a.w = b.w[i % b.copies].as<int8_t>();
-        a.n = int64_t{g} * 64;
-        a.sm_count = g;
-        a.weights_evict_first = true;
+        CutlassSm90Args a = one_tile_per_cta_args(sc, b, i % b.copies, g);
         a.trace = trace.as<uint64_t>() + i * per_launch;
         RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
       }
@@ -857,12 +863,7 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
   for (const int64_t k : {int64_t{256}, int64_t{1024}, sc.k}) {
     names.push_back(absl::StrFormat("gemm K=%lld", static_cast<long long>(k)));
     cands.push_back([&, k](int s) -> absl::Status {
-      CutlassSm90Args a = tile_args(sc, b, 1);
-      a.w = b.w[s].as<int8_t>();
-      a.n = int64_t{kCtas} * 64;
-      a.k = k;
-      a.sm_count = kCtas;
-      a.weights_evict_first = true;
+      const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
       if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
       RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
       return absl::OkStatus();
@@ -934,16 +935,11 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
                 RETURN_IF_CUDA_ERROR(
                     launch_read_tiles_3d(maps[s], v.k, 2, kCtas, sink.get(), stream));
               } else {
-                CutlassSm90Args a = tile_args(sc, b, 1);
-                a.w = b.w[s].as<int8_t>();
-                a.n = int64_t{kCtas} * 64;
-                a.k = v.k;
-                a.sm_count = kCtas;
-                a.weights_evict_first = true;
                 if (v.kind == 3) {
                   RETURN_IF_ERROR(quantize_x(sc, b, 1, b.xq.as<int8_t>(), stream, split));
-                  a = served_swap_args(sc, b, 1, s, false);
                 }
+                CutlassSm90Args a = v.kind == 3 ? served_swap_args(sc, b, 1, s, false)
+                                                : one_tile_per_cta_args(sc, b, s, kCtas, 64, v.k);
                 a.trace = trace.as<uint64_t>() + i * per_launch;
                 if (!v.values) {
                   a.sa = nullptr;

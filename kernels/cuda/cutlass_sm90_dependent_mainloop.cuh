@@ -131,7 +131,6 @@ struct DependentMainloop : Base {
     if (!waited_) {
       waited_ = true;
       trace(params, 0);
-      if (params.trace != nullptr && threadIdx.x % 32 == 0) clock_stamp(params, 9);
       int ahead = 0;
       if constexpr (kCanPrefetch) {
         ahead = min(min(k_tile_count, params.weights_ahead), Base::DispatchPolicy::Stages);
@@ -178,7 +177,7 @@ struct DependentMainloop : Base {
   // one thread first thing.
   static CUTLASS_DEVICE void prefetch_tma_descriptors(Params const& params) {
     if (params.trace != nullptr) {
-      trace_slots(params)[6] = globaltimer();
+      trace_slots(params)[6] = device::globaltimer();
       clock_stamp(params, 7);
     }
     Base::prefetch_tma_descriptors(params);
@@ -211,7 +210,7 @@ struct DependentMainloop : Base {
   CUTLASS_DEVICE static void consumer_stamp(Params const& params, int point, int thread_idx) {
     if (params.trace == nullptr || thread_idx != 0) return;
     auto* t = reinterpret_cast<unsigned long long*>(trace_slots(params));
-    const unsigned long long now = globaltimer();
+    const unsigned long long now = device::globaltimer();
     if (point == 4) {
       if (atomicCAS(t + 4, 0ull, now) == 0ull) clock_stamp(params, 10);
     } else {
@@ -224,22 +223,19 @@ struct DependentMainloop : Base {
     const uint64_t cta = blockIdx.x + gridDim.x * (blockIdx.y + uint64_t{gridDim.y} * blockIdx.z);
     return params.trace + cta * kCutlassTracePoints;
   }
-  static CUTLASS_DEVICE uint64_t globaltimer() {
-    uint64_t now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    return now;
-  }
 
   // The SM's clock (cycles) at trace point `point` of this CTA (params.trace set).
   static CUTLASS_DEVICE void clock_stamp(Params const& params, int point) {
     trace_slots(params)[point] = clock64();
   }
 
-  // The producer's stamp `point` (and its SM and tile count) into params.trace, if set.
+  // The producer's stamp `point` (and its SM and tile count; at its start, point 0, also its clock,
+  // point 9) into params.trace, if set.
   CUTLASS_DEVICE void trace(Params const& params, int point) const {
     if (params.trace == nullptr || threadIdx.x % 32 != 0) return;
     uint64_t* t = trace_slots(params);
-    t[point] = globaltimer();
+    t[point] = device::globaltimer();
+    if (point == 0) t[9] = clock64();
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     t[3] = (uint64_t{tiles_} << 32) | sm;

@@ -124,9 +124,7 @@ __device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t
 // %globaltimer into the CTA's trace point `point` (benchmarks only).
 __device__ __forceinline__ void stamp(const Params& p, int point) {
   if (p.trace == nullptr) return;
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  p.trace[static_cast<int64_t>(blockIdx.x) * kStreamKTracePoints + point] = now;
+  p.trace[static_cast<int64_t>(blockIdx.x) * kStreamKTracePoints + point] = device::globaltimer();
 }
 
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {

@@ -24,6 +24,7 @@
 #include "kernels/cuda/gemv_s8_device.h"
 #include "kernels/cuda/l2_flush.h"
 #include "kernels/cuda/quantize_s8_device.cuh"
+#include "kernels/cuda/sm90_async_device.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -83,9 +84,7 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], uint32_t a0, uint32_t a1
 // Thread 0's stamp `point` of this block when the launch is traced (benchmarks).
 __device__ __forceinline__ void trace_point(const GemvS8Args& a, int point) {
   if (a.trace != nullptr && threadIdx.x == 0) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    a.trace[blockIdx.x * kGemvTracePoints + point] = t;
+    a.trace[blockIdx.x * kGemvTracePoints + point] = device::globaltimer();
   }
 }
 

@@ -1,6 +1,7 @@
 // PTX wrappers for the Hopper asynchronous machinery shared by the hand-written kernels:
 // shared-memory mbarriers, bulk copies from global memory, and the acquire/release accesses and
-// proxy fences that order one SM's plain stores before another SM's bulk or TMA loads.
+// proxy fences that order one SM's plain stores before another SM's bulk or TMA loads; and the
+// %globaltimer read that the kernels' benchmark stamps use.
 //
 // CUDA only (included by .cu files); sm_90 instructions.
 #pragma once
@@ -8,6 +9,13 @@
 #include <cstdint>
 
 namespace qlinear::gpu::device {
+
+// The GPU's global timer (ns; comparable across SMs).
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

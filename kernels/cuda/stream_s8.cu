@@ -207,11 +207,7 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], 
 }
 
 __device__ __forceinline__ void trace_point(const StreamS8Args& a, int point) {
-  if (a.trace != nullptr) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    a.trace[blockIdx.x * kStreamTracePoints + point] = t;
-  }
+  if (a.trace != nullptr) a.trace[blockIdx.x * kStreamTracePoints + point] = device::globaltimer();
 }
 
 // The quantizing warps' own barrier in a fused launch (the producer warp never joins it).
