@@ -834,9 +834,10 @@ absl::Status compare_sm_rate(const ShapeCase& sc, ShapeBuffers& b, const Options
 // weights. On 64 CTAs (a 4096 x 4096 layer's tiles) in turns: an empty launch of one block
 // ("empty"), 64 empty blocks of 384 threads holding 227 KB of shared memory each as the tile's
 // CTAs do ("empty-wide"), and at K = 256, 1024 and the shape's K the tile's GEMM alone at M = 1
-// ("gemm") and the 3-D read of the same 64-row tiles ("read", launch_read_tiles_3d). The GEMM's
-// excess over the read at K = 256 (one k-tile) is its fixed cost. On 4096 x 4096, each launch's
-// timeline (below). Then, on the first shape only,
+// ("gemm"), the same GEMM by tile 14 (the stream-K kernel dealing whole tiles: no tile scheduler,
+// its epilogue from registers; "whole") and the 3-D read of the same 64-row tiles ("read",
+// launch_read_tiles_3d). A GEMM's excess over the read at K = 256 (one k-tile) is its fixed cost.
+// On 4096 x 4096, each launch's timeline (below). Then, on the first shape only,
 // how fast an SM runs machine code not yet in its instruction caches (launch_cold_code): 16 and 64
 // KB of straight-line code run twice per block, SM cycles of each pass (median over 64 blocks),
 // in a launch that follows another kernel and in the launch right after one of its own.
@@ -850,6 +851,9 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
   ASSIGN_OR_RETURN(const std::vector<StreamTmaMap> maps, weight_maps(sc, b, 64, 2));
   const cutlass_sm90::TileOps* ops =
       cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256PingpongSwap, ElemType::kBF16);
+  const cutlass_sm90::TileOps* whole =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256WholeSwap, ElemType::kBF16);
+  RETURN_IF_CUDA_ERROR(whole->prepare());
   std::vector<std::string> names = {"empty", "empty-wide"};
   std::vector<std::function<absl::Status(int)>> cands = {
       [&](int) -> absl::Status {
@@ -868,6 +872,17 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
       RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
       return absl::OkStatus();
     });
+    for (const bool lag : {false, true}) {
+      names.push_back(
+          absl::StrFormat("whole%s K=%lld", lag ? "-lag" : "", static_cast<long long>(k)));
+      cands.push_back([&, k, lag](int s) -> absl::Status {
+        CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
+        a.lagged_release = lag;
+        if (!whole->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
+        RETURN_IF_CUDA_ERROR(whole->launch(a, nullptr, stream));
+        return absl::OkStatus();
+      });
+    }
     names.push_back(absl::StrFormat("read K=%lld", static_cast<long long>(k)));
     cands.push_back([&, k](int s) -> absl::Status {
       RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps[s], k, 2, kCtas, sink.get(), stream));
@@ -893,10 +908,14 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
   // set-up (its pipelines' barriers made), to its producer's start and to its consumers' first
   // multiply. On 4096 x 4096 only: the GEMM alone on its 64 tiles, with and without its epilogue
   // values (null pointers: the epilogue reads none; a wrong result, timed only), and the op at
-  // M = 1 as served, the same two ways. (Prefetching the values into L2 or L1 or loading them
+  // M = 1 as served, the same two ways; then tile 14's GEMM at K = 256 and the shape's K, and its
+  // op at M = 1 with no weights ahead of the wait, with 4 stages and 64 KB of L2 prefetch issued at
+  // the producer's start or 1000 or 2000 SM cycles later, and with every stage 2000 cycles later.
+  // (Prefetching the values into L2 or L1 or loading them
   // early in the producer, commit 444fd4f, did not move the launch's end: docs/kernels.md.)
   if (sc.n == 4096 && sc.k == 4096) {
     constexpr int kTimed = 100;
+    static_assert(kStreamKTracePoints <= kCutlassTracePoints);
     const size_t per_launch = static_cast<size_t>(kCtas) * kCutlassTracePoints;
     DeviceBuffer trace, marks;
     RETURN_IF_ERROR(trace.allocate(kTimed * per_launch * sizeof(uint64_t), "trace"));
@@ -904,10 +923,18 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
     struct Variant {
       std::string name;
       // 0: empty-wide; 1: the 3-D read; 2: the GEMM; 3: the op at M = 1 as served (the quantize
-      // kernel, then the GEMM as its programmatic dependent).
+      // kernel, then the GEMM as its programmatic dependent); 4 and 5: the same two with tile 14
+      // (whole tiles of the stream-K kernel), its op with `ahead` stages of weights ahead of the
+      // wait (0: every stage, -1: none), `prefetch_kb` more prefetched into L2 before it, or in
+      // stream order (not the programmatic dependent) without `pdl`.
       int kind;
       int64_t k;
       bool values = true;  // false: none (null pointers)
+      int ahead = 4;
+      int prefetch_kb = 64;
+      bool pdl = true;
+      int delay = 0;     // CutlassSm90Args::ahead_delay_cycles
+      bool lag = false;  // CutlassSm90Args::lagged_release
     };
     const std::string kk = absl::StrFormat("K=%lld", static_cast<long long>(sc.k));
     const std::vector<Variant> variants = {
@@ -919,7 +946,16 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
         {"gemm " + kk, 2, sc.k},
         {"gemm " + kk + ", no epilogue values", 2, sc.k, false},
         {"op M=1 as served", 3, sc.k},
-        {"op M=1, no epilogue values", 3, sc.k, false}};
+        {"op M=1, no epilogue values", 3, sc.k, false},
+        {"tile14 gemm K=256", 4, 256},
+        {"tile14 gemm " + kk, 4, sc.k},
+        {"tile14 gemm " + kk + " lagged", 4, sc.k, true, 4, 64, true, 0, true},
+        {"tile14 op M=1 a0", 5, sc.k, true, -1, 0},
+        {"tile14 op M=1 a4pf64", 5, sc.k},
+        {"tile14 op M=1 a4pf64 d1000", 5, sc.k, true, 4, 64, true, 1000},
+        {"tile14 op M=1 a4pf64 d2000", 5, sc.k, true, 4, 64, true, 2000},
+        {"tile14 op M=1 a11pf64 d2000", 5, sc.k, true, 0, 64, true, 2000},
+        {"tile14 op M=1 a4pf64 d1000 lagged", 5, sc.k, true, 4, 64, true, 1000, true}};
     const bool split = cutlass_sm90::split_quantize_rows(1, sc.k, host_info().gpus[0].sm_count);
     for (const Variant& v : variants) {
       RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
@@ -935,11 +971,18 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
                 RETURN_IF_CUDA_ERROR(
                     launch_read_tiles_3d(maps[s], v.k, 2, kCtas, sink.get(), stream));
               } else {
-                if (v.kind == 3) {
-                  RETURN_IF_ERROR(quantize_x(sc, b, 1, b.xq.as<int8_t>(), stream, split));
+                const bool op = v.kind == 3 || v.kind == 5;
+                if (op) RETURN_IF_ERROR(quantize_x(sc, b, 1, b.xq.as<int8_t>(), stream, split));
+                CutlassSm90Args a = op ? served_swap_args(sc, b, 1, s, false)
+                                       : one_tile_per_cta_args(sc, b, s, kCtas, 64, v.k);
+                if (v.kind == 5) {
+                  a.pdl = v.pdl;
+                  a.weights_ahead = v.ahead >= 0;
+                  a.weights_ahead_stages = v.ahead;
+                  a.weight_prefetch_bytes = int64_t{v.prefetch_kb} << 10;
+                  a.ahead_delay_cycles = v.delay;
                 }
-                CutlassSm90Args a = v.kind == 3 ? served_swap_args(sc, b, 1, s, false)
-                                                : one_tile_per_cta_args(sc, b, s, kCtas, 64, v.k);
+                a.lagged_release = v.lag;
                 a.trace = trace.as<uint64_t>() + i * per_launch;
                 if (!v.values) {
                   a.sa = nullptr;
@@ -948,7 +991,7 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
                   a.adj = nullptr;
                   a.bias_v = nullptr;
                 }
-                RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
+                RETURN_IF_CUDA_ERROR((v.kind >= 4 ? whole : ops)->launch(a, nullptr, stream));
               }
               RETURN_IF_CUDA_ERROR(launch_stamp(mark + 1, stream));
               return absl::OkStatus();
@@ -963,10 +1006,35 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
           cudaMemcpy(m.data(), marks.get(), m.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
       std::vector<double> total, start, setup, waited, first_mma, mma_end, tail, c_init, c_prod,
           c_cons;
+      // Tile 14 (kStreamKTracePoints): from the first CTA's start, past the grid dependency
+      // (first CTA; its producer's start in stream order), the first k-tile's arrival (median CTA),
+      // the last multiplies' end and the last epilogue's end (last CTA), then to the stamp.
+      std::vector<double> w_dep, w_first, w_mma, w_epi, w_tail;
       for (int i = kTimed / 4; i < kTimed; ++i) {
         const double a = static_cast<double>(m[2 * i]), z = static_cast<double>(m[2 * i + 1]);
         total.push_back((z - a) * 1e-3);
         if (v.kind < 2) continue;
+        if (v.kind >= 4) {
+          const uint64_t* ti = t.data() + i * per_launch;
+          uint64_t born = UINT64_MAX, dep = UINT64_MAX, mma = 0, epi = 0;
+          std::vector<double> first;
+          for (int c = 0; c < kCtas; ++c) {
+            const uint64_t* p = ti + c * kStreamKTracePoints;
+            born = std::min(born, p[0]);
+            dep = std::min(dep, p[1]);
+            mma = std::max(mma, p[4]);
+            epi = std::max(epi, p[5]);
+            first.push_back(static_cast<double>(p[3]));
+          }
+          const double b0 = static_cast<double>(born);
+          start.push_back((b0 - a) * 1e-3);
+          w_dep.push_back((static_cast<double>(dep) - b0) * 1e-3);
+          w_first.push_back((median(first) - b0) * 1e-3);
+          w_mma.push_back((static_cast<double>(mma) - b0) * 1e-3);
+          w_epi.push_back((static_cast<double>(epi) - static_cast<double>(mma)) * 1e-3);
+          w_tail.push_back((z - static_cast<double>(epi)) * 1e-3);
+          continue;
+        }
         const uint64_t* ti = t.data() + i * per_launch;
         uint64_t born = UINT64_MAX, t0 = UINT64_MAX, t1 = UINT64_MAX, done = 0;
         std::vector<double> co, ci, cp, cc;
@@ -993,7 +1061,15 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
       }
       std::string line = absl::StrFormat("fixed-cost-timeline %-22s %-34s | stamp to stamp %.2f us",
                                          shape_name(sc), v.name, trimmed_mean(total));
-      if (v.kind >= 2) {
+      if (v.kind >= 4) {
+        absl::StrAppendFormat(
+            &line,
+            " | to CTA start %.2f, then us: past the grid dependency %.2f, first "
+            "k-tile %.2f, last multiplies done %.2f, then the epilogue %.2f, then "
+            "to the stamp %.2f",
+            trimmed_mean(start), trimmed_mean(w_dep), trimmed_mean(w_first), trimmed_mean(w_mma),
+            trimmed_mean(w_epi), trimmed_mean(w_tail));
+      } else if (v.kind >= 2) {
         absl::StrAppendFormat(
             &line,
             " | to CTA start %.2f, set-up %.2f (past the grid dependency %.2f later), to first "
@@ -1970,18 +2046,20 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
   return absl::OkStatus();
 }
 
-// --streamk: the stream-K swapped tile (tile 11) at M = 1 and 16 against the CUTLASS 16 x 64 x 256
-// swapped tile (tile 8), in turns over three rounds, the outputs compared bit for bit: the op as
-// served for tile 8 (the quantize kernel, then the GEMM as its programmatic dependent with 4
-// stages of weights issued before the wait, 64 KB of L2 prefetch per CTA and the last wave's 4
-// MB), the GEMM alone, and tile 11's op with 4 stages of weights ahead or every stage (10), each
-// with 0, 64 or 128 KB of the following weights prefetched into L2 before the wait ("a4pf64"
-// ...). Then where tile 11's time goes, from its CTAs' %globaltimer stamps (kStreamKTracePoints;
-// medians over traced launches, us from the first CTA's start): the spread of CTA starts, how
-// many started over 1 us after the first (and the lowest such CTA index), each CTA's wait for its
-// first k-tile (median), when the last loads were issued, when the last multiplies and the last
-// epilogue were done (median / max over CTAs), and the last traced launch's 4 slowest CTAs
-// (index@SM:start-end).
+// --streamk: the stream-K swapped tile (tile 11) and the same kernel dealing whole tiles (tile 14)
+// at M = 1 and 16 against the CUTLASS 16 x 64 x 256 swapped tile (tile 8), in turns over three
+// rounds, the outputs compared bit for bit: the op as served for tile 8 (the quantize kernel, then
+// the GEMM as its programmatic dependent with 4 stages of weights issued before the wait, 64 KB of
+// L2 prefetch per CTA and the last wave's 4 MB), the GEMM alone, tile 11's GEMM alone and its op
+// with 4 stages and 64 KB, and tile 14's GEMM alone and its op with 4, 6 or every stage (10) of
+// weights ahead, each with 0 or 64 KB of the following weights prefetched into L2 before the wait
+// ("a4pf64" ...). Then where tile 11's and tile 14's time goes, from its CTAs' %globaltimer stamps
+// (kStreamKTracePoints; medians over traced launches, us from the first CTA's start): the spread of
+// CTA starts, how many started over 1 us after the first (and the lowest such CTA index), when the
+// producers got past the grid dependency (median; in stream order, when they started), each
+// CTA's wait for its first k-tile (median), when the last loads were issued, when the last
+// multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
+// 4 slowest CTAs (index@SM:start-end).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1993,23 +2071,41 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       std::string name;
       CutlassSm90Tile tile;
       bool alone;
-      int ahead = 4;         // CutlassSm90Args::weights_ahead_stages (0: every stage)
+      int ahead = 4;         // CutlassSm90Args::weights_ahead_stages (0: every stage, -1: none)
       int prefetch_kb = 64;  // CutlassSm90Args::weight_prefetch_bytes / 1024
+      bool pdl = true;       // false: the op in stream order
+      int delay = 0;         // CutlassSm90Args::ahead_delay_cycles
+      bool lag = false;      // CutlassSm90Args::lagged_release
     };
     const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
     const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
+    const CutlassSm90Tile whole = CutlassSm90Tile::k16x64x256WholeSwap;
     const std::vector<Form> forms = {
-        {"tile8 op", cutlass, false},          {"tile8 alone", cutlass, true},
-        {"tile11 alone", streamk, true},       {"tile11 a4", streamk, false, 4, 0},
-        {"tile11 a4pf64", streamk, false},     {"tile11 a10", streamk, false, 0, 0},
-        {"tile11 a10pf64", streamk, false, 0}, {"tile11 a10pf128", streamk, false, 0, 128}};
+        {"tile8 op", cutlass, false},
+        {"tile8 alone", cutlass, true},
+        {"tile11 alone", streamk, true},
+        {"tile14 alone", whole, true},
+        {"tile14 a0", whole, false, -1, 0},
+        {"tile14 a4pf64", whole, false},
+        {"tile14 a4pf64d1000", whole, false, 4, 64, true, 1000},
+        {"tile14 a4pf64d2000", whole, false, 4, 64, true, 2000},
+        {"tile14 a6pf64d1500", whole, false, 6, 64, true, 1500},
+        {"tile14 a11pf64d1000", whole, false, 0, 64, true, 1000},
+        {"tile14 a11pf64d2000", whole, false, 0, 64, true, 2000},
+        {"tile14 alone lag", whole, true, 4, 64, true, 0, true},
+        {"tile14 a4pf64d1000 lag", whole, false, 4, 64, true, 1000, true},
+        {"tile14 a11pf64d2000 lag", whole, false, 0, 64, true, 2000, true}};
     // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
       if (!f.alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
+      g.pdl = g.pdl && f.pdl;
+      g.weights_ahead = f.ahead >= 0;
       g.weights_ahead_stages = f.ahead;
       g.weight_prefetch_bytes = int64_t{f.prefetch_kb} << 10;
+      g.ahead_delay_cycles = f.delay;
+      g.lagged_release = f.lag;
       g.tail_prefetch_bytes = f.tile == cutlass ? int64_t{4} << 20 : 0;
       g.trace = trace;
       void* workspace = b.workspace.get();
@@ -2029,10 +2125,11 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     RETURN_IF_ERROR(time_forms_in_turns(
         "streamk", sc, b, m, names, tiles,
         [&](size_t f, int s) { return op(forms[f], s, nullptr); }, o, stream));
-    // Tile 11's timelines.
+    // Tile 11's and tile 14's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
-      if (forms[f].name != "tile11 alone" && forms[f].name != "tile11 a4pf64" &&
-          forms[f].name != "tile11 a10pf64") {
+      if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a4pf64" &&
+          forms[f].name != "tile14 a4pf64d1000" && forms[f].name != "tile14 alone lag" &&
+          forms[f].name != "tile14 a4pf64d1000 lag") {
         continue;
       }
       const int launches = 4 * slots + 4;
@@ -2044,8 +2141,8 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch));
       }
       ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
-      std::vector<double> spread, late, first_late, wait_first, issued, mma_med, mma_max, end_med,
-          end_max;
+      std::vector<double> spread, late, first_late, dep_med, wait_first, issued, mma_med, mma_max,
+          end_med, end_max;
       std::string slowest;
       int ctas = 0;
       for (int i = launches / 4; i < launches; ++i) {
@@ -2062,7 +2159,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         }
         if (ctas == 0) continue;
         int n_late = 0, lowest_late = -1;
-        std::vector<double> wait, mma, end;
+        std::vector<double> dep, wait, mma, end;
         std::vector<std::pair<double, std::string>> by_end;
         for (int c = 0; c < sms; ++c) {
           const uint64_t* p = ti + c * kStreamKTracePoints;
@@ -2071,6 +2168,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
             ++n_late;
             if (lowest_late < 0) lowest_late = c;
           }
+          dep.push_back((p[1] - t0) * 1e-3);
           wait.push_back((p[3] - p[0]) * 1e-3);
           mma.push_back((p[4] - t0) * 1e-3);
           end.push_back((p[5] - t0) * 1e-3);
@@ -2086,6 +2184,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         spread.push_back((t0_max - t0) * 1e-3);
         late.push_back(n_late);
         first_late.push_back(lowest_late);
+        dep_med.push_back(median(dep));
         wait_first.push_back(median(wait));
         issued.push_back((last_issue - t0) * 1e-3);
         mma_med.push_back(median(mma));
@@ -2097,11 +2196,13 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
                                                   [&](int s) { return op(forms[f], s, nullptr); }));
       std::printf(
           "streamk-trace %-22s M=%-3lld %-12s | %6.1f us | %3d CTAs, start spread %4.1f, %3.0f "
-          "late from CTA %3.0f | first k-tile after %4.1f | loads issued %6.1f | multiplies done "
-          "%6.1f / %6.1f | epilogue done %6.1f / %6.1f (median/max) | slowest%s\n",
+          "late from CTA %3.0f | past the dependency %4.1f | first k-tile after %4.1f | loads "
+          "issued %6.1f | multiplies done %6.1f / %6.1f | epilogue done %6.1f / %6.1f "
+          "(median/max) | slowest%s\n",
           shape_name(sc).c_str(), static_cast<long long>(m), forms[f].name.c_str(), us, ctas,
-          median(spread), median(late), median(first_late), median(wait_first), median(issued),
-          median(mma_med), median(mma_max), median(end_med), median(end_max), slowest.c_str());
+          median(spread), median(late), median(first_late), median(dep_med), median(wait_first),
+          median(issued), median(mma_med), median(mma_max), median(end_med), median(end_max),
+          slowest.c_str());
       std::fflush(stdout);
     }
   }

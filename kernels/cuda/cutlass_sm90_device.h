@@ -46,6 +46,12 @@ enum class CutlassSm90Tile : int {
   // static deal).
   k16x64x256ClaimSwap = 12,
   k16x64x512ClaimSwap = 13,
+  // The stream-K tile's kernel dealing whole tiles instead (tile c of the grid takes tiles
+  // [c * tiles / grid, (c + 1) * tiles / grid), one per CTA where they fit in the grid): no tile is
+  // shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
+  // reallocation), its producer issues the first weights at once, and its epilogue runs from
+  // registers on values loaded before the k-loop.
+  k16x64x256WholeSwap = 14,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
 inline constexpr int kCutlassSm90Tiles = 11;
@@ -142,6 +148,14 @@ struct CutlassSm90Args {
   // With weights_ahead, at most this many stages (0: every stage the pipeline holds; the swapped
   // tiles are served with 4, see kSwapWeightsAheadStages in cutlass_sm90_gemm.cc).
   int weights_ahead_stages = 0;
+  // Tile 14 (k16x64x256WholeSwap) with pdl: SM clock cycles its producer lets pass after its start
+  // before it issues the weights ahead of the wait (0: none), so that their loads do not queue in
+  // front of the quantize kernel's.
+  int ahead_delay_cycles = 0;
+  // Tiles 11 and 14: the consumer keeps one k-tile's multiplies in flight, releasing a k-tile's
+  // ring slot once the next k-tile's multiplies are issued (as CUTLASS's consumers do), instead of
+  // waiting for each k-tile's multiplies before it waits for the next k-tile.
+  bool lagged_release = false;
   // Where a call's tiles outnumber the persistent grid's CTAs (some CTAs then take one tile more
   // than the others, in a last, partial wave) and its tokens fit one token block, the CTAs that
   // own no tile of that wave prefetch the first k-tiles of its tiles' weights into L2 at their
@@ -234,6 +248,7 @@ const TileOps* tile_16x128x256_pingpong_swap(ElemType y);
 const TileOps* tile_16x64x256_streamk_swap(ElemType y);
 const TileOps* tile_16x64x256_claim_swap(ElemType y);
 const TileOps* tile_16x64x512_claim_swap(ElemType y);
+const TileOps* tile_16x64x256_whole_swap(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -297,6 +312,8 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x256_claim_swap(y);
     case CutlassSm90Tile::k16x64x512ClaimSwap:
       return tile_16x64x512_claim_swap(y);
+    case CutlassSm90Tile::k16x64x256WholeSwap:
+      return tile_16x64x256_whole_swap(y);
   }
   return nullptr;
 }

@@ -11,7 +11,8 @@
 // and clears the word, so the workspace is all zeros again after every call.
 //
 // Per CTA: one producer warp issuing TMA loads (the weights in boxes of 64 rows x 128 bytes, the
-// activations in boxes of 16 rows x 128 bytes, 128-byte swizzle) into a ring of kStages k-tiles,
+// activations in boxes of 16 rows x 128 bytes, 128-byte swizzle; where K is a multiple of 128, one
+// 3-D box of both 128-byte chunks of a k-tile per operand) into a ring of kStages k-tiles,
 // and one consumer warpgroup multiplying each k-tile with eight wgmma m64n16k32 (s8 x s8 -> s32,
 // both operands from shared memory), then applying the fused epilogue of CutlassSm90Args to the
 // channels and tokens it owns.
@@ -76,13 +77,14 @@ constexpr int kRows = 64;    // channels per tile (the MMA's M)
 constexpr int kTokens = 16;  // tokens per tile (the MMA's N)
 constexpr int kKTile = 256;  // bytes of K per k-tile
 constexpr int kBox = 128;    // bytes of K per TMA box (the swizzle's width)
-constexpr int kStages = 10;  // k-tiles in flight per CTA
+constexpr int kStages = 11;  // k-tiles in flight per CTA
 constexpr int kWBytes = kRows * kKTile;
 constexpr int kXBytes = kTokens * kKTile;
 constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: every box swizzle-aligned
 constexpr int kConsumers = 128;
 constexpr int kThreads = kConsumers + 32;
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
 constexpr int kWordsPerTile = kRows * kTokens;
 constexpr int kCountShift = 40;
 // Independent accumulators per k-tile (k-step j into chain j % kChains), summed at the end of each
@@ -102,10 +104,18 @@ struct Params {
   uint64_t* trace;  // CutlassSm90Args::trace: kStreamKTracePoints per CTA, or null
   int64_t units;    // tiles * kt
   int m, n, kt, grid;
-  int ahead;     // with pdl: the ring slots whose weights are issued before the dependency wait
-  int l2_ahead;  // with pdl: the units after those whose weights are prefetched into L2 then
+  int ahead;        // with pdl: the ring slots whose weights are issued before the dependency wait
+  int ahead_delay;  // with pdl: SM cycles from the producer's start to those loads
+  bool lagged_release;  // CutlassSm90Args::lagged_release
+  int l2_ahead;         // with pdl: the units after those whose weights are prefetched into L2 then
   ElemType y_type;
   bool pdl;
+  // Both maps 3-D (128 bytes of K, rows, 128-byte chunks of K; K a multiple of 128): one load
+  // per operand and k-tile instead of two 2-D boxes, which cap a CTA at about 40 GB/s.
+  bool chunked;
+  // Whole tiles per CTA (tile 14): CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid),
+  // so that no tile is shared and the workspace is never touched.
+  bool whole_tiles;
 };
 
 // The CTA whose range holds unit u.
@@ -119,6 +129,23 @@ __device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t
                    reinterpret_cast<uint64_t>(map)),
                "r"(k0), "r"(n0)
                : "memory");
+}
+
+// The same two for a 3-D map (Params::chunked): the box at (0, row0, chunk0).
+__device__ __forceinline__ void tma_prefetch_3d(const StreamTmaMap* map, int32_t row0,
+                                                int32_t chunk0) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(0), "r"(row0), "r"(chunk0)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const StreamTmaMap* map, int32_t row0,
+                                            int32_t chunk0, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row0), "r"(chunk0), "r"(bar), "l"(policy)
+      : "memory");
 }
 
 // %globaltimer into the CTA's trace point `point` (benchmarks only).
@@ -156,8 +183,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t empty = full + kStages * 8;
   const int cta = blockIdx.x;
   if (threadIdx.x == 0) stamp(p, 0);
-  const int64_t u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
-  const int64_t u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
+  int64_t u_begin, u_end;
+  if (p.whole_tiles) {
+    const int64_t tiles = p.units / p.kt;
+    u_begin = static_cast<int64_t>(cta) * tiles / p.grid * p.kt;
+    u_end = static_cast<int64_t>(cta + 1) * tiles / p.grid * p.kt;
+  } else {
+    u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
+    u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
+  }
 
   if (threadIdx.x == kConsumers) {
     // The descriptors into the TMA unit's cache while the barriers are set up.
@@ -179,8 +213,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t w_policy = device::l2_evict_first();
     const uint64_t x_policy = device::l2_evict_last();
     // Unit (tile, kk) into ring slot s, completing on its full barrier.
+    constexpr int kChunks = kKTile / kBox;
     auto issue_w = [&](int tile, int kk, int s) {
       const uint32_t dst = base + s * kStageBytes;
+      if (p.chunked) {
+        tma_load_3d(dst, &p.wmap, tile * kRows, kk * kChunks, full + 8 * s, w_policy);
+        return;
+      }
       for (int b = 0; b < kKTile / kBox; ++b) {
         device::tma_load_2d(dst + b * (kRows * kBox), &p.wmap, kk * kKTile + b * kBox, tile * kRows,
                             full + 8 * s, w_policy);
@@ -188,6 +227,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto issue_x = [&](int kk, int s) {
       const uint32_t dst = base + s * kStageBytes + kWBytes;
+      if (p.chunked) {
+        tma_load_3d(dst, &p.xmap, 0, kk * kChunks, full + 8 * s, x_policy);
+        return;
+      }
       for (int b = 0; b < kKTile / kBox; ++b) {
         device::tma_load_2d(dst + b * (kTokens * kBox), &p.xmap, kk * kKTile + b * kBox, 0,
                             full + 8 * s, x_policy);
@@ -212,6 +255,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The weights of the first ring slots before the wait, the activations after it.
       const int first = static_cast<int>(left < p.ahead ? left : p.ahead);
       const int kk0 = kk;
+      if (p.ahead_delay > 0) {
+        const long long t0 = clock64();
+        while (clock64() - t0 < p.ahead_delay) {
+        }
+      }
       for (int j = 0; j < first; ++j) {
         device::mbar_expect_tx(full + 8 * s, kStageBytes);
         issue_w(tile, kk, s);
@@ -223,8 +271,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         int pt = tile, pk = kk;
         const int64_t count = left < p.l2_ahead ? left : p.l2_ahead;
         for (int64_t j = 0; j < count; ++j) {
-          for (int b = 0; b < kKTile / kBox; ++b) {
-            tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
+          if (p.chunked) {
+            tma_prefetch_3d(&p.wmap, pt * kRows, pk * kChunks);
+          } else {
+            for (int b = 0; b < kKTile / kBox; ++b) {
+              tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
+            }
           }
           if (++pk == p.kt) {
             pk = 0;
@@ -295,6 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < 8; ++j) dc[c][j] = 0;
     }
+    int prev = -1;  // with lagged_release: the ring slot whose multiplies may be in flight
     for (; u < seg_end; ++u, ++i) {
       const int s = static_cast<int>(i % kStages);
       device::mbar_wait(full + 8 * s, static_cast<uint32_t>(i / kStages) & 1);
@@ -318,8 +371,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(dc[c][j])::"memory");
       }
+      if (p.lagged_release) {
+        // The previous k-tile's multiplies done: its slot back to the producer.
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (threadIdx.x == 0 && prev >= 0) device::mbar_arrive(empty + 8 * prev);
+        prev = s;
+      } else {
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (threadIdx.x == 0) device::mbar_arrive(empty + 8 * s);
+      }
+    }
+    if (p.lagged_release) {
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (threadIdx.x == 0) device::mbar_arrive(empty + 8 * s);
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(dc[c][j])::"memory");
+      }
+      if (threadIdx.x == 0 && prev >= 0) device::mbar_arrive(empty + 8 * prev);
     }
     if (u == u_end && threadIdx.x == 0) stamp(p, 4);
     int32_t d[8];
@@ -386,14 +455,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-int grid_for(const CutlassSm90Args& a, int64_t units) {
+int64_t tiles_for(const CutlassSm90Args& a) { return (a.n + kRows - 1) / kRows; }
+
+int64_t units_for(const CutlassSm90Args& a) { return tiles_for(a) * ((a.k + kKTile - 1) / kKTile); }
+
+int grid_for(const CutlassSm90Args& a, bool whole_tiles) {
+  if (whole_tiles) {
+    const int sms = a.sm_count > 0 ? a.sm_count : 132;
+    const int64_t tiles = tiles_for(a);
+    return static_cast<int>(tiles < sms ? tiles : sms);
+  }
   // At most 255 CTAs: a word's low 32 bits carry into bits 32-39 once per share at most.
   const int sms = a.sm_count > 0 ? (a.sm_count < 255 ? a.sm_count : 255) : 132;
+  const int64_t units = units_for(a);
   return static_cast<int>(units < sms ? units : sms);
-}
-
-int64_t units_for(const CutlassSm90Args& a) {
-  return (a.n + kRows - 1) / kRows * ((a.k + kKTile - 1) / kKTile);
 }
 
 cudaError_t prepare() {
@@ -407,8 +482,10 @@ cudaError_t prepare() {
 }
 
 size_t workspace_bytes(const CutlassSm90Args& a) {
-  return static_cast<size_t>(grid_for(a, units_for(a))) * kWordsPerTile * sizeof(uint64_t);
+  return static_cast<size_t>(grid_for(a, false)) * kWordsPerTile * sizeof(uint64_t);
 }
+
+size_t no_workspace(const CutlassSm90Args&) { return 0; }
 
 bool can_implement(const CutlassSm90Args& a) {
   return a.m >= 1 && a.m <= kTokens && a.n >= 16 && a.n % 16 == 0 && a.k >= 16 && a.k % 16 == 0 &&
@@ -416,18 +493,22 @@ bool can_implement(const CutlassSm90Args& a) {
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
 }
 
-cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
-  if (!can_implement(a) || workspace == nullptr) return cudaErrorInvalidValue;
+cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t stream,
+                        bool whole_tiles) {
+  if (!can_implement(a) || (workspace == nullptr && !whole_tiles)) return cudaErrorInvalidValue;
   if (const cudaError_t e = prepare(); e != cudaSuccess) return e;
   Params p{};
   const int64_t x_rows = a.xq_rows > a.m ? a.xq_rows : a.m;
   // (cuda.stream_s8's descriptors: boxes of 128 bytes x box_rows, 128-byte swizzle, for any
-  // rows x k int8 matrix.)
-  if (const cudaError_t e = stream_s8_weights_map(a.w, a.n, a.k, &p.wmap, kRows);
+  // rows x k int8 matrix; 3-D, a k-tile's two 128-byte chunks in one box, where K is a multiple of
+  // 128 bytes. A last, half k-tile's second chunk lies past K and is filled with zeros.)
+  p.chunked = a.k % kBox == 0;
+  const int chunks = p.chunked ? kKTile / kBox : 1;
+  if (const cudaError_t e = stream_s8_weights_map(a.w, a.n, a.k, &p.wmap, kRows, chunks);
       e != cudaSuccess) {
     return e;
   }
-  if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens);
+  if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens, chunks);
       e != cudaSuccess) {
     return e;
   }
@@ -442,11 +523,14 @@ cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t strea
   p.m = static_cast<int>(a.m);
   p.n = static_cast<int>(a.n);
   p.kt = static_cast<int>((a.k + kKTile - 1) / kKTile);
-  p.grid = grid_for(a, p.units);
+  p.grid = grid_for(a, whole_tiles);
+  p.whole_tiles = whole_tiles;
   p.trace = a.trace;
   p.ahead = a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
                                                                            : kStages;
   if (!a.weights_ahead) p.ahead = 0;
+  p.ahead_delay = a.ahead_delay_cycles;
+  p.lagged_release = a.lagged_release;
   p.l2_ahead = static_cast<int>(a.weight_prefetch_bytes / kWBytes);
   p.y_type = a.y_type;
   p.pdl = a.pdl;
@@ -454,16 +538,32 @@ cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t strea
   return cudaLaunchKernelEx(&cfg.config, streamk_swap_kernel, p);
 }
 
+cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
+  return launch_deal(a, workspace, stream, false);
+}
+
+cudaError_t launch_whole_tiles(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
+  return launch_deal(a, workspace, stream, true);
+}
+
 const char* name() { return "16x64x256 stream-K, operands swapped"; }
+const char* name_whole_tiles() { return "16x64x256 whole tiles, operands swapped"; }
 
 const TileOps kOps = {prepare, workspace_bytes, can_implement, launch, 1,
                       kTokens, kRows,           true,          name};
+const TileOps kWholeTileOps = {prepare, no_workspace, can_implement, launch_whole_tiles, 1,
+                               kTokens, kRows,        true,          name_whole_tiles};
 
 }  // namespace
 
 const TileOps* tile_16x64x256_streamk_swap(ElemType y) {
   (void)y;  // the output type is a launch argument
   return &kOps;
+}
+
+const TileOps* tile_16x64x256_whole_swap(ElemType y) {
+  (void)y;
+  return &kWholeTileOps;
 }
 
 }  // namespace qlinear::gpu::cutlass_sm90

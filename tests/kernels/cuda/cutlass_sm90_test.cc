@@ -463,9 +463,11 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
 // share of the (tile, k-tile) pairs, so that a tile is shared by up to every CTA and summed in the
 // workspace, which each call leaves zeroed. y bit-exact for every scheme at M = 1, 5 and 16, after
 // the quantize kernel in stream order and as its programmatic dependent (4 k-tiles of weights
-// issued before the wait), on 7 tiles of 17 k-tiles (a channel tail, a partial k-tile) and on a
-// layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs, with the last token
-// block's rows past M zero-filled and read from xq; the workspace all zeros at the end.
+// issued before the wait, every ring slot's on 7 CTAs), on 7 tiles of 17 k-tiles (a channel tail, a
+// partial k-tile) and on a layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs,
+// with the last token block's rows past M zero-filled and read from xq; the workspace all zeros at
+// the end. The same kernel dealing whole tiles (tile 14, no workspace) likewise: on 3 and 7 CTAs
+// and on every SM of the wider layer, some CTAs take two or three tiles one after the other.
 TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -473,51 +475,64 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
   ASSERT_NE(owned.stream, nullptr);
   const cudaStream_t stream = owned.stream;
   const int sms = host_info().gpus[0].sm_count;
-  const cutlass_sm90::TileOps* ops =
-      cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256StreamKSwap, ElemType::kBF16);
-  ASSERT_NE(ops, nullptr);
-  ASSERT_EQ(ops->prepare(), cudaSuccess);
   struct Case {
     int64_t n, k;
   };
-  for (const Case c : {Case{400, 4160}, Case{64 * (sms + 4), 1040}}) {
-    for (Scheme scheme : kSchemes) {
-      const auto w = make_layer(rng, scheme, c.n, c.k, /*bias=*/true);
-      ASSERT_NE(w, nullptr);
-      for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}}) {
-        DependentCall call;
-        ASSERT_TRUE(call.init(rng, *w, m).ok());
-        TileBuffers& d = call.d;
-        const size_t ws_bytes = ops->workspace_bytes(d.args(DType::kBF16));
-        ASSERT_GT(ws_bytes, 0u);
-        DeviceBuffer ws;
-        ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
-        ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
-        for (const int grid : {sms, 7, 3}) {
-          for (int run = 0; run < 4; ++run) {
-            const bool pdl = run % 2 == 1, read_rows = run >= 2;
-            SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " N ", c.n, " K ", c.k, " M ", m, ", ",
-                                      grid, " CTAs", pdl ? ", dependent" : "",
-                                      read_rows ? ", xq_rows" : ""));
-            CutlassSm90Args g = d.args(DType::kBF16);
-            g.sm_count = grid;
-            // As the dependent, 64 KB of weights prefetched into L2 before the wait.
-            g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
-            g.pdl = pdl;
-            g.weights_ahead = true;
-            g.weights_ahead_stages = 4;
-            if (read_rows) g.xq_rows = d.xq_rows;
-            ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
-            ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
-            EXPECT_TRUE(call.matches(*ops, g, stream, ws.get()));
-            if (HasFailure()) return;
+  for (const CutlassSm90Tile tile :
+       {CutlassSm90Tile::k16x64x256StreamKSwap, CutlassSm90Tile::k16x64x256WholeSwap}) {
+    const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+    ASSERT_NE(ops, nullptr);
+    ASSERT_EQ(ops->prepare(), cudaSuccess);
+    const bool shares = tile == CutlassSm90Tile::k16x64x256StreamKSwap;
+    // (K = 4160 and 1040 in 2-D boxes; 4352 and 1152, multiples of 128 bytes, in 3-D boxes of a
+    // whole k-tile, 1152 ending in half a k-tile.)
+    for (const Case c : {Case{400, 4160}, Case{400, 4352}, Case{64 * (sms + 4), 1040},
+                         Case{64 * (sms + 4), 1152}}) {
+      for (Scheme scheme : kSchemes) {
+        const auto w = make_layer(rng, scheme, c.n, c.k, /*bias=*/true);
+        ASSERT_NE(w, nullptr);
+        for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}}) {
+          DependentCall call;
+          ASSERT_TRUE(call.init(rng, *w, m).ok());
+          TileBuffers& d = call.d;
+          const size_t ws_bytes = ops->workspace_bytes(d.args(DType::kBF16));
+          ASSERT_EQ(ws_bytes > 0, shares) << ops->name();
+          DeviceBuffer ws;
+          if (shares) {
+            ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
+            ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
           }
+          for (const int grid : {sms, 7, 3}) {
+            for (int run = 0; run < 4; ++run) {
+              const bool pdl = run % 2 == 1, read_rows = run >= 2;
+              SCOPED_TRACE(absl::StrCat(ops->name(), ", ", scheme_name(scheme), " N ", c.n, " K ",
+                                        c.k, " M ", m, ", ", grid, " CTAs",
+                                        pdl ? ", dependent" : "", read_rows ? ", xq_rows" : "",
+                                        run == 1 || run == 2 ? ", lagged release" : ""));
+              CutlassSm90Args g = d.args(DType::kBF16);
+              g.sm_count = grid;
+              // As the dependent, 64 KB of weights prefetched into L2 before the wait.
+              g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
+              g.pdl = pdl;
+              g.weights_ahead = true;
+              // Every ring slot's weights ahead of the wait on the 7-CTA grid, 4 elsewhere; each
+              // k-tile's slot released one k-tile later in runs 1 and 2.
+              g.weights_ahead_stages = grid == 7 ? 0 : 4;
+              g.lagged_release = run == 1 || run == 2;
+              if (read_rows) g.xq_rows = d.xq_rows;
+              ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
+              ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
+              EXPECT_TRUE(call.matches(*ops, g, stream, ws.get()));
+              if (HasFailure()) return;
+            }
+          }
+          if (!shares) continue;
+          std::vector<uint64_t> words(ws_bytes / 8, 1);
+          ASSERT_EQ(cudaMemcpy(words.data(), ws.get(), ws_bytes, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
+                    static_cast<int64_t>(words.size()));
         }
-        std::vector<uint64_t> words(ws_bytes / 8, 1);
-        ASSERT_EQ(cudaMemcpy(words.data(), ws.get(), ws_bytes, cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-        EXPECT_EQ(std::count(words.begin(), words.end(), uint64_t{0}),
-                  static_cast<int64_t>(words.size()));
       }
     }
   }
