@@ -872,17 +872,13 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
       RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
       return absl::OkStatus();
     });
-    for (const bool lag : {false, true}) {
-      names.push_back(
-          absl::StrFormat("whole%s K=%lld", lag ? "-lag" : "", static_cast<long long>(k)));
-      cands.push_back([&, k, lag](int s) -> absl::Status {
-        CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
-        a.lagged_release = lag;
-        if (!whole->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
-        RETURN_IF_CUDA_ERROR(whole->launch(a, nullptr, stream));
-        return absl::OkStatus();
-      });
-    }
+    names.push_back(absl::StrFormat("whole K=%lld", static_cast<long long>(k)));
+    cands.push_back([&, k](int s) -> absl::Status {
+      const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
+      if (!whole->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
+      RETURN_IF_CUDA_ERROR(whole->launch(a, nullptr, stream));
+      return absl::OkStatus();
+    });
     names.push_back(absl::StrFormat("read K=%lld", static_cast<long long>(k)));
     cands.push_back([&, k](int s) -> absl::Status {
       RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps[s], k, 2, kCtas, sink.get(), stream));
@@ -909,8 +905,8 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
   // multiply. On 4096 x 4096 only: the GEMM alone on its 64 tiles, with and without its epilogue
   // values (null pointers: the epilogue reads none; a wrong result, timed only), and the op at
   // M = 1 as served, the same two ways; then tile 14's GEMM at K = 256 and the shape's K, and its
-  // op at M = 1 with no weights ahead of the wait, with 4 stages and 64 KB of L2 prefetch issued at
-  // the producer's start or 1000 or 2000 SM cycles later, and with every stage 2000 cycles later.
+  // op at M = 1 with no weights ahead of the wait, with 4 stages, with 4 stages and 64 KB of L2
+  // prefetch, and with every stage and 64 KB.
   // (Prefetching the values into L2 or L1 or loading them
   // early in the producer, commit 444fd4f, did not move the launch's end: docs/kernels.md.)
   if (sc.n == 4096 && sc.k == 4096) {
@@ -925,16 +921,12 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
       // 0: empty-wide; 1: the 3-D read; 2: the GEMM; 3: the op at M = 1 as served (the quantize
       // kernel, then the GEMM as its programmatic dependent); 4 and 5: the same two with tile 14
       // (whole tiles of the stream-K kernel), its op with `ahead` stages of weights ahead of the
-      // wait (0: every stage, -1: none), `prefetch_kb` more prefetched into L2 before it, or in
-      // stream order (not the programmatic dependent) without `pdl`.
+      // wait (0: every stage, -1: none) and `prefetch_kb` more prefetched into L2 before it.
       int kind;
       int64_t k;
       bool values = true;  // false: none (null pointers)
       int ahead = 4;
       int prefetch_kb = 64;
-      bool pdl = true;
-      int delay = 0;     // CutlassSm90Args::ahead_delay_cycles
-      bool lag = false;  // CutlassSm90Args::lagged_release
     };
     const std::string kk = absl::StrFormat("K=%lld", static_cast<long long>(sc.k));
     const std::vector<Variant> variants = {
@@ -949,13 +941,10 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
         {"op M=1, no epilogue values", 3, sc.k, false},
         {"tile14 gemm K=256", 4, 256},
         {"tile14 gemm " + kk, 4, sc.k},
-        {"tile14 gemm " + kk + " lagged", 4, sc.k, true, 4, 64, true, 0, true},
         {"tile14 op M=1 a0", 5, sc.k, true, -1, 0},
+        {"tile14 op M=1 a4", 5, sc.k, true, 4, 0},
         {"tile14 op M=1 a4pf64", 5, sc.k},
-        {"tile14 op M=1 a4pf64 d1000", 5, sc.k, true, 4, 64, true, 1000},
-        {"tile14 op M=1 a4pf64 d2000", 5, sc.k, true, 4, 64, true, 2000},
-        {"tile14 op M=1 a11pf64 d2000", 5, sc.k, true, 0, 64, true, 2000},
-        {"tile14 op M=1 a4pf64 d1000 lagged", 5, sc.k, true, 4, 64, true, 1000, true}};
+        {"tile14 op M=1 a10pf64", 5, sc.k, true, 0}};
     const bool split = cutlass_sm90::split_quantize_rows(1, sc.k, host_info().gpus[0].sm_count);
     for (const Variant& v : variants) {
       RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
@@ -976,13 +965,10 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
                 CutlassSm90Args a = op ? served_swap_args(sc, b, 1, s, false)
                                        : one_tile_per_cta_args(sc, b, s, kCtas, 64, v.k);
                 if (v.kind == 5) {
-                  a.pdl = v.pdl;
                   a.weights_ahead = v.ahead >= 0;
                   a.weights_ahead_stages = v.ahead;
                   a.weight_prefetch_bytes = int64_t{v.prefetch_kb} << 10;
-                  a.ahead_delay_cycles = v.delay;
                 }
-                a.lagged_release = v.lag;
                 a.trace = trace.as<uint64_t>() + i * per_launch;
                 if (!v.values) {
                   a.sa = nullptr;
@@ -2050,14 +2036,14 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // at M = 1 and 16 against the CUTLASS 16 x 64 x 256 swapped tile (tile 8), in turns over three
 // rounds, the outputs compared bit for bit: the op as served for tile 8 (the quantize kernel, then
 // the GEMM as its programmatic dependent with 4 stages of weights issued before the wait, 64 KB of
-// L2 prefetch per CTA and the last wave's 4 MB), the GEMM alone, tile 11's GEMM alone and its op
-// with 4 stages and 64 KB, and tile 14's GEMM alone and its op with 4, 6 or every stage (10) of
-// weights ahead, each with 0 or 64 KB of the following weights prefetched into L2 before the wait
-// ("a4pf64" ...). Then where tile 11's and tile 14's time goes, from its CTAs' %globaltimer stamps
-// (kStreamKTracePoints; medians over traced launches, us from the first CTA's start): the spread of
-// CTA starts, how many started over 1 us after the first (and the lowest such CTA index), when the
-// producers got past the grid dependency (median; in stream order, when they started), each
-// CTA's wait for its first k-tile (median), when the last loads were issued, when the last
+// L2 prefetch per CTA and the last wave's 4 MB), the GEMM alone, tile 11's GEMM alone, and tile
+// 14's GEMM alone and its op: in stream order ("serial"), and as the dependent with no weights
+// ahead of the wait ("a0"), 4 stages ("a4"), 4 stages and 64 KB of L2 prefetch ("a4pf64") and every
+// stage and 64 KB ("a10pf64"). Then where tile 14's time goes (alone, a0, a4pf64), from its CTAs'
+// %globaltimer stamps (kStreamKTracePoints; medians over traced launches, us from the first CTA's
+// start): the spread of CTA starts, how many started over 1 us after the first (and the lowest such
+// CTA index), when the producers got past the grid dependency (median; alone, when they started),
+// each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
 // 4 slowest CTAs (index@SM:start-end).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
@@ -2074,27 +2060,16 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       int ahead = 4;         // CutlassSm90Args::weights_ahead_stages (0: every stage, -1: none)
       int prefetch_kb = 64;  // CutlassSm90Args::weight_prefetch_bytes / 1024
       bool pdl = true;       // false: the op in stream order
-      int delay = 0;         // CutlassSm90Args::ahead_delay_cycles
-      bool lag = false;      // CutlassSm90Args::lagged_release
     };
     const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
     const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
     const CutlassSm90Tile whole = CutlassSm90Tile::k16x64x256WholeSwap;
     const std::vector<Form> forms = {
-        {"tile8 op", cutlass, false},
-        {"tile8 alone", cutlass, true},
-        {"tile11 alone", streamk, true},
-        {"tile14 alone", whole, true},
-        {"tile14 a0", whole, false, -1, 0},
-        {"tile14 a4pf64", whole, false},
-        {"tile14 a4pf64d1000", whole, false, 4, 64, true, 1000},
-        {"tile14 a4pf64d2000", whole, false, 4, 64, true, 2000},
-        {"tile14 a6pf64d1500", whole, false, 6, 64, true, 1500},
-        {"tile14 a11pf64d1000", whole, false, 0, 64, true, 1000},
-        {"tile14 a11pf64d2000", whole, false, 0, 64, true, 2000},
-        {"tile14 alone lag", whole, true, 4, 64, true, 0, true},
-        {"tile14 a4pf64d1000 lag", whole, false, 4, 64, true, 1000, true},
-        {"tile14 a11pf64d2000 lag", whole, false, 0, 64, true, 2000, true}};
+        {"tile8 op", cutlass, false},       {"tile8 alone", cutlass, true},
+        {"tile11 alone", streamk, true},    {"tile14 alone", whole, true},
+        {"tile14 a0", whole, false, -1, 0}, {"tile14 serial", whole, false, 4, 0, false},
+        {"tile14 a4", whole, false, 4, 0},  {"tile14 a4pf64", whole, false},
+        {"tile14 a10pf64", whole, false, 0}};
     // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
@@ -2104,8 +2079,6 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       g.weights_ahead = f.ahead >= 0;
       g.weights_ahead_stages = f.ahead;
       g.weight_prefetch_bytes = int64_t{f.prefetch_kb} << 10;
-      g.ahead_delay_cycles = f.delay;
-      g.lagged_release = f.lag;
       g.tail_prefetch_bytes = f.tile == cutlass ? int64_t{4} << 20 : 0;
       g.trace = trace;
       void* workspace = b.workspace.get();
@@ -2125,11 +2098,10 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     RETURN_IF_ERROR(time_forms_in_turns(
         "streamk", sc, b, m, names, tiles,
         [&](size_t f, int s) { return op(forms[f], s, nullptr); }, o, stream));
-    // Tile 11's and tile 14's timelines.
+    // Tile 14's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
-      if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a4pf64" &&
-          forms[f].name != "tile14 a4pf64d1000" && forms[f].name != "tile14 alone lag" &&
-          forms[f].name != "tile14 a4pf64d1000 lag") {
+      if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
+          forms[f].name != "tile14 a4pf64") {
         continue;
       }
       const int launches = 4 * slots + 4;

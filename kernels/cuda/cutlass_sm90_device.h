@@ -50,7 +50,9 @@ enum class CutlassSm90Tile : int {
   // [c * tiles / grid, (c + 1) * tiles / grid), one per CTA where they fit in the grid): no tile is
   // shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
   // reallocation), its producer issues the first weights at once, and its epilogue runs from
-  // registers on values loaded before the k-loop.
+  // registers on values loaded before the k-loop. Not among the tiles a layer times: it measured
+  // slower than the CUTLASS swapped tiles as the quantize kernel's dependent on every benchmark
+  // layer (docs/kernels.md, "A kernel of our own dealing whole tiles").
   k16x64x256WholeSwap = 14,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
@@ -148,14 +150,6 @@ struct CutlassSm90Args {
   // With weights_ahead, at most this many stages (0: every stage the pipeline holds; the swapped
   // tiles are served with 4, see kSwapWeightsAheadStages in cutlass_sm90_gemm.cc).
   int weights_ahead_stages = 0;
-  // Tile 14 (k16x64x256WholeSwap) with pdl: SM clock cycles its producer lets pass after its start
-  // before it issues the weights ahead of the wait (0: none), so that their loads do not queue in
-  // front of the quantize kernel's.
-  int ahead_delay_cycles = 0;
-  // Tiles 11 and 14: the consumer keeps one k-tile's multiplies in flight, releasing a k-tile's
-  // ring slot once the next k-tile's multiplies are issued (as CUTLASS's consumers do), instead of
-  // waiting for each k-tile's multiplies before it waits for the next k-tile.
-  bool lagged_release = false;
   // Where a call's tiles outnumber the persistent grid's CTAs (some CTAs then take one tile more
   // than the others, in a last, partial wave) and its tokens fit one token block, the CTAs that
   // own no tile of that wave prefetch the first k-tiles of its tiles' weights into L2 at their

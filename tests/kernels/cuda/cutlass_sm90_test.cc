@@ -507,18 +507,15 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
               const bool pdl = run % 2 == 1, read_rows = run >= 2;
               SCOPED_TRACE(absl::StrCat(ops->name(), ", ", scheme_name(scheme), " N ", c.n, " K ",
                                         c.k, " M ", m, ", ", grid, " CTAs",
-                                        pdl ? ", dependent" : "", read_rows ? ", xq_rows" : "",
-                                        run == 1 || run == 2 ? ", lagged release" : ""));
+                                        pdl ? ", dependent" : "", read_rows ? ", xq_rows" : ""));
               CutlassSm90Args g = d.args(DType::kBF16);
               g.sm_count = grid;
               // As the dependent, 64 KB of weights prefetched into L2 before the wait.
               g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
               g.pdl = pdl;
               g.weights_ahead = true;
-              // Every ring slot's weights ahead of the wait on the 7-CTA grid, 4 elsewhere; each
-              // k-tile's slot released one k-tile later in runs 1 and 2.
+              // Every ring slot's weights ahead of the wait on the 7-CTA grid, 4 elsewhere.
               g.weights_ahead_stages = grid == 7 ? 0 : 4;
-              g.lagged_release = run == 1 || run == 2;
               if (read_rows) g.xq_rows = d.xq_rows;
               ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
               ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
