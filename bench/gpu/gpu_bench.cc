@@ -865,20 +865,18 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
         return absl::OkStatus();
       }};
   for (const int64_t k : {int64_t{256}, int64_t{1024}, sc.k}) {
-    names.push_back(absl::StrFormat("gemm K=%lld", static_cast<long long>(k)));
-    cands.push_back([&, k](int s) -> absl::Status {
-      const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
-      if (!ops->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
-      RETURN_IF_CUDA_ERROR(ops->launch(a, nullptr, stream));
-      return absl::OkStatus();
-    });
-    names.push_back(absl::StrFormat("whole K=%lld", static_cast<long long>(k)));
-    cands.push_back([&, k](int s) -> absl::Status {
-      const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
-      if (!whole->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
-      RETURN_IF_CUDA_ERROR(whole->launch(a, nullptr, stream));
-      return absl::OkStatus();
-    });
+    // The CUTLASS tile's GEMM ("gemm") and tile 14's ("whole").
+    const std::pair<const char*, const cutlass_sm90::TileOps*> gemms[] = {{"gemm", ops},
+                                                                          {"whole", whole}};
+    for (const auto& [label, tile] : gemms) {
+      names.push_back(absl::StrFormat("%s K=%lld", label, static_cast<long long>(k)));
+      cands.push_back([&, k, t = tile](int s) -> absl::Status {
+        const CutlassSm90Args a = one_tile_per_cta_args(sc, b, s, kCtas, 64, k);
+        if (!t->can_implement(a)) return absl::UnimplementedError("tile declines the shape");
+        RETURN_IF_CUDA_ERROR(t->launch(a, nullptr, stream));
+        return absl::OkStatus();
+      });
+    }
     names.push_back(absl::StrFormat("read K=%lld", static_cast<long long>(k)));
     cands.push_back([&, k](int s) -> absl::Status {
       RETURN_IF_CUDA_ERROR(launch_read_tiles_3d(maps[s], k, 2, kCtas, sink.get(), stream));

@@ -88,12 +88,12 @@ inline constexpr int kAuxRingBytes = 32768;
 // consumer warpgroup first entered the multiplies.
 inline constexpr int kCutlassTracePoints = 11;
 
-// The values one CTA of the stream-K swapped tile (tile 11) writes with CutlassSm90Args::trace, at
-// trace[cta * kStreamKTracePoints]: %globaltimer (ns) at its start, when its producer got past the
-// grid dependency, when the producer had issued its last loads, when its first k-tile had arrived,
-// when its last k-tile's multiplies were done, and when its epilogue was done (the consumer's first
-// thread); then its SM id in the low 32 bits and its k-tiles in the high 32, and the number of
-// tiles it shares with other CTAs.
+// The values one CTA of the stream-K swapped tile (tile 11, and tile 14) writes with
+// CutlassSm90Args::trace, at trace[cta * kStreamKTracePoints]: %globaltimer (ns) at its start, when
+// its producer got past the grid dependency, when the producer had issued its last loads, when its
+// first k-tile had arrived, when its last k-tile's multiplies were done, and when its epilogue was
+// done (the consumer's first thread); then its SM id in the low 32 bits and its k-tiles in the high
+// 32, and the number of tiles it shares with other CTAs.
 inline constexpr int kStreamKTracePoints = 8;
 
 // What the quantizing tiles' auxiliary warps need (device pointers; filled by the launch from
@@ -178,7 +178,7 @@ struct CutlassSm90Args {
   int claim_lead = 0;
   // Diagnostics (the benchmark's --diagnose): when set, each CTA's producer writes
   // kCutlassTracePoints values at trace[cta * kCutlassTracePoints] (see cutlass_sm90_dependent_
-  // mainloop.cuh; the stream-K tile kStreamKTracePoints); size it for sm_count CTAs (the
+  // mainloop.cuh; tiles 11 and 14 kStreamKTracePoints); size it for sm_count CTAs (the
   // persistent grid is never larger).
   uint64_t* trace = nullptr;
   // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=

@@ -116,7 +116,8 @@ struct Params {
   ElemType y_type;
   bool pdl;
   // Both maps 3-D (128 bytes of K, rows, 128-byte chunks of K; K a multiple of 128): one load
-  // per operand and k-tile instead of two 2-D boxes, which cap a CTA at about 40 GB/s.
+  // per operand and k-tile instead of two 2-D boxes (which cap a plain read at about 40 GB/s per
+  // CTA, docs/kernels.md "How fast one SM streams"; in this kernel the two forms measured alike).
   bool chunked;
   // Whole tiles per CTA (tile 14): CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid),
   // so that no tile is shared and the workspace is never touched.
@@ -136,7 +137,7 @@ __device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t
                : "memory");
 }
 
-// The same two for a 3-D map (Params::chunked): the box at (0, row0, chunk0).
+// The L2 prefetch and the load of a 3-D map's box at (0, row0, chunk0) (Params::chunked).
 __device__ __forceinline__ void tma_prefetch_3d(const StreamTmaMap* map, int32_t row0,
                                                 int32_t chunk0) {
   asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
