@@ -46,13 +46,13 @@ enum class CutlassSm90Tile : int {
   // static deal).
   k16x64x256ClaimSwap = 12,
   k16x64x512ClaimSwap = 13,
-  // The stream-K tile's kernel dealing whole tiles instead (tile c of the grid takes tiles
-  // [c * tiles / grid, (c + 1) * tiles / grid), one per CTA where they fit in the grid): no tile is
-  // shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
-  // reallocation), its producer issues the first weights at once, and its epilogue runs from
-  // registers on values loaded before the k-loop. Not among the tiles a layer times: it measured
-  // slower than the CUTLASS swapped tiles as the quantize kernel's dependent on every benchmark
-  // layer (docs/kernels.md, "A kernel of our own dealing whole tiles").
+  // The stream-K tile's kernel dealing whole tiles instead (CTA c of the grid takes tiles
+  // [c * tiles / grid, (c + 1) * tiles / grid), two consumer warpgroups taking its k-tiles in turn):
+  // no tile shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
+  // reallocation), its producer issues the first weights at once, its epilogue runs from registers.
+  // A layer times it at load after the claiming tiles; as the quantize kernel's dependent it is
+  // slower than the CUTLASS swapped tiles on most benchmark layers (docs/kernels.md, "A kernel of
+  // our own dealing whole tiles").
   k16x64x256WholeSwap = 14,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.

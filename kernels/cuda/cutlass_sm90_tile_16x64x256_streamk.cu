@@ -62,11 +62,12 @@
 // layer and its test without a hang, and why the other hung is not understood.
 //
 // The same kernel with whole tiles per CTA (Params::whole_tiles) is tile 14 (k16x64x256WholeSwap):
-// CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid), nothing shared, no workspace. Its
-// launch costs 1.1 us besides its stream where the CUTLASS tile's costs 2.9, but it streams more
-// slowly per CTA and, as the quantize kernel's dependent, the weights it issues before the wait
-// delay that kernel's end; it is not served (docs/kernels.md, "A kernel of our own dealing whole
-// tiles", with the H200 tables).
+// CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid), nothing shared, no workspace, and
+// two consumer warpgroups take its k-tiles in turn (kWholeTileGroups). Its launch costs 1.1 us
+// besides its stream where the CUTLASS tile's costs 2.9; alone it is the faster on most benchmark
+// layers, but as the quantize kernel's dependent the weights it issues before the wait delay that
+// kernel's end, and it is slower on most. A layer times it at load with the other tiles
+// (docs/kernels.md, "A kernel of our own dealing whole tiles", with the H200 tables).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -88,9 +89,19 @@ constexpr int kStages = 10;  // k-tiles in flight per CTA (11 measured slower, s
 constexpr int kWBytes = kRows * kKTile;
 constexpr int kXBytes = kTokens * kKTile;
 constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: every box swizzle-aligned
-constexpr int kConsumers = 128;
-constexpr int kThreads = kConsumers + 32;
-constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+constexpr int kConsumers = 128;                 // per consumer warpgroup
+// Tile 14's consumer warpgroups, taking the k-tiles in turn: one warpgroup's multiplies of a k-tile
+// (eight wgmma, then the wait for them) held its stream. Measured on the H200 (bench --fixed_cost,
+// 64 CTAs of 4096 x 4096, K = 4096, alone: one group 10.9-11.1 us, two 10.6; from the first
+// k-tile's arrival to the last multiplies 5.1 us against 4.4; with a consumer that multiplied
+// nothing, 3.7). The stream-K deal (tile 11) keeps one.
+constexpr int kWholeTileGroups = 2;
+constexpr int kMaxGroups = 2;
+constexpr int kThreads = kMaxGroups * kConsumers + 32;
+static_assert(kWholeTileGroups >= 1 && kWholeTileGroups <= kMaxGroups && kMaxGroups == 2,
+              "the groups' named barriers count 2 x kConsumers threads");
+constexpr int kRedOffset = kStages * kStageBytes + 256;  // the groups' sums, after the barriers
+constexpr int kSmemBytes = kRedOffset + kConsumers * 8 * 4 + 1024;
 static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
 constexpr int kWordsPerTile = kRows * kTokens;
 constexpr int kCountShift = 40;
@@ -122,6 +133,8 @@ struct Params {
   // Whole tiles per CTA (tile 14): CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid),
   // so that no tile is shared and the workspace is never touched.
   bool whole_tiles;
+  // Consumer warpgroups, taking the k-tiles in turn (kWholeTileGroups with whole tiles, else 1).
+  int groups;
 };
 
 // The CTA whose range holds unit u.
@@ -199,7 +212,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
   }
 
-  if (threadIdx.x == kConsumers) {
+  const int producer = p.groups * kConsumers;
+  if (threadIdx.x == producer) {
     // The descriptors into the TMA unit's cache while the barriers are set up.
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.wmap)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.xmap)) : "memory");
@@ -213,9 +227,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (threadIdx.x >= kConsumers) {
+  if (threadIdx.x >= producer) {
     // The producer warp: one thread issues every load.
-    if (threadIdx.x != kConsumers) return;
+    if (threadIdx.x != producer) return;
     const uint64_t w_policy = device::l2_evict_first();
     const uint64_t x_policy = device::l2_evict_last();
     // Unit (tile, kk) into ring slot s, completing on its full barrier.
@@ -307,7 +321,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // The consumer warpgroup. Accumulator d[4j + h * 2 + c]: channel row0 + 8h, token col0 + 8j + c.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = threadIdx.x / kConsumers, ct = threadIdx.x % kConsumers;
+  const int warp = ct / 32, lane = ct % 32;
   const int row0 = warp * 16 + lane / 4, col0 = (lane % 4) * 2;
   // Accumulator e's row in the tile (channel) and column (token).
   auto row_of = [&](int e) { return row0 + 8 * ((e >> 1) & 1); };
@@ -349,6 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 8; ++j) dc[c][j] = 0;
     }
     for (; u < seg_end; ++u, ++i) {
+      if (p.groups == 2 && static_cast<int>(i & 1) != wg) continue;
       const int s = static_cast<int>(i % kStages);
       device::mbar_wait(full + 8 * s, static_cast<uint32_t>(i / kStages) & 1);
       if (i == 0 && threadIdx.x == 0) stamp(p, 3);
@@ -372,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < 8; ++j) asm volatile("" : "+r"(dc[c][j])::"memory");
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (threadIdx.x == 0) device::mbar_arrive(empty + 8 * s);
+      if (ct == 0) device::mbar_arrive(empty + 8 * s);
     }
     if (u == u_end && threadIdx.x == 0) stamp(p, 4);
     int32_t d[8];
@@ -382,6 +398,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int c = 0; c < kChains; ++c) sum += static_cast<uint32_t>(dc[c][j]);
       d[j] = static_cast<int32_t>(sum);
+    }
+    if (p.groups == 2) {
+      // The second group's sums into the first's, which applies the epilogue.
+      int32_t* red = reinterpret_cast<int32_t*>(smem + kRedOffset);
+      if (wg == 1) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) red[j * kConsumers + ct] = d[j];
+      }
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      if (wg == 0) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          d[j] = static_cast<int32_t>(static_cast<uint32_t>(d[j]) +
+                                      static_cast<uint32_t>(red[j * kConsumers + ct]));
+        }
+      }
+      asm volatile("bar.sync 2, 256;" ::: "memory");
+      if (wg == 1) continue;
     }
     // The shares of this tile, and its words in the workspace (the slot of its first CTA).
     int shares = 1;
@@ -509,6 +543,7 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
   p.kt = static_cast<int>((a.k + kKTile - 1) / kKTile);
   p.grid = grid_for(a, whole_tiles);
   p.whole_tiles = whole_tiles;
+  p.groups = whole_tiles ? kWholeTileGroups : 1;
   p.trace = a.trace;
   p.ahead = a.weights_ahead_stages > 0 && a.weights_ahead_stages < kStages ? a.weights_ahead_stages
                                                                            : kStages;
@@ -516,7 +551,8 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
   p.l2_ahead = static_cast<int>(a.weight_prefetch_bytes / kWBytes);
   p.y_type = a.y_type;
   p.pdl = a.pdl;
-  const DependentLaunch cfg(static_cast<unsigned>(p.grid), kThreads, kSmemBytes, stream, a.pdl);
+  const DependentLaunch cfg(static_cast<unsigned>(p.grid), p.groups * kConsumers + 32, kSmemBytes,
+                            stream, a.pdl);
   return cudaLaunchKernelEx(&cfg.config, streamk_swap_kernel, p);
 }
 
