@@ -50,9 +50,9 @@ enum class CutlassSm90Tile : int {
   // [c * tiles / grid, (c + 1) * tiles / grid), two consumer warpgroups taking its k-tiles in turn):
   // no tile shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
   // reallocation), its producer issues the first weights at once, its epilogue runs from registers.
-  // A layer times it at load after the claiming tiles; as the quantize kernel's dependent it is
-  // slower than the CUTLASS swapped tiles on most benchmark layers (docs/kernels.md, "A kernel of
-  // our own dealing whole tiles").
+  // Not among the tiles a layer times: as the quantize kernel's dependent it is slower than the
+  // CUTLASS swapped tiles on most benchmark layers, and timed at load it gave wrong results on
+  // small layers (docs/kernels.md, "A kernel of our own dealing whole tiles").
   k16x64x256WholeSwap = 14,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.

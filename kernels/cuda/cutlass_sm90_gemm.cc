@@ -568,18 +568,12 @@ bool claiming_pays(int64_t tiles, int ctas) {
   return tail > 0 && tail * kClaimMaxTailShare <= ctas;
 }
 
-// The tiles a layer times at load: those without a workspace, the claiming tiles, then tile 14
-// (the stream-K kernel dealing whole tiles to two consumer warpgroups, no workspace). Tile 14 as
-// the quantize kernel's dependent (4 ring slots of weights ahead, 64 KB prefetched, as the swapped
-// tiles are served) measured slower than the CUTLASS tile's op on most layers but faster on some
-// (bench --streamk, round 3, us, CUTLASS 16 x 64 x 256 op / tile 14 op: 8192 x 28672 M = 16 63.2 /
-// 61.5; 4096 x 4096 M = 1 11.2 / 13.9); the load's timing keeps it only where it is the fastest.
+// The tiles a layer times at load: those without a workspace, then the claiming tiles.
 constexpr auto kTimedTiles = [] {
-  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles) + 1> t{};
+  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles)> t{};
   for (int i = 0; i < kCutlassSm90Tiles; ++i) t[i] = static_cast<CutlassSm90Tile>(i);
   for (size_t i = 0; i < std::size(kClaimingTiles); ++i)
     t[kCutlassSm90Tiles + i] = kClaimingTiles[i];
-  t.back() = CutlassSm90Tile::k16x64x256WholeSwap;
   return t;
 }();
 

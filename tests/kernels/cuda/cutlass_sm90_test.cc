@@ -485,9 +485,11 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
     ASSERT_EQ(ops->prepare(), cudaSuccess);
     const bool shares = tile == CutlassSm90Tile::k16x64x256StreamKSwap;
     // (K = 4160 and 1040 in 2-D boxes; 4352 and 1152, multiples of 128 bytes, in 3-D boxes of a
-    // whole k-tile, 1152 ending in half a k-tile.)
-    for (const Case c : {Case{400, 4160}, Case{400, 4352}, Case{64 * (sms + 4), 1040},
-                         Case{64 * (sms + 4), 1152}}) {
+    // whole k-tile, 1152 ending in half a k-tile; small layers of one or two k-tiles, 16 to 368
+    // channels, as the serving path's small-layer tests use.)
+    for (const Case c :
+         {Case{400, 4160}, Case{400, 4352}, Case{64 * (sms + 4), 1040}, Case{64 * (sms + 4), 1152},
+          Case{16, 80}, Case{64, 128}, Case{368, 144}, Case{176, 512}}) {
       for (Scheme scheme : kSchemes) {
         const auto w = make_layer(rng, scheme, c.n, c.k, /*bias=*/true);
         ASSERT_NE(w, nullptr);
