@@ -232,12 +232,8 @@ __global__ void __launch_bounds__(32) read_tiles_3d(const __grid_constant__ Stre
   stream_ring<kStages>(bars, count, [&](int64_t s, int slot, uint32_t bar) {
     const uint32_t dst = device::smem_addr(ring + slot * kTileBytes);
     device::mbar_expect_tx(bar, kTileBytes);
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-        " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(static_cast<int32_t>(blockIdx.x * 64)),
-        "r"(static_cast<int32_t>(s * kChunks)), "r"(bar), "l"(policy)
-        : "memory");
+    device::tma_load_3d(dst, &map, 0, static_cast<int32_t>(blockIdx.x * 64),
+                        static_cast<int32_t>(s * kChunks), bar, policy);
   });
   sink[blockIdx.x] = ring[0];
 #endif

@@ -904,9 +904,8 @@ absl::Status compare_fixed_cost(const ShapeCase& sc, ShapeBuffers& b, const Opti
   // values (null pointers: the epilogue reads none; a wrong result, timed only), and the op at
   // M = 1 as served, the same two ways; then tile 14's GEMM at K = 256 and the shape's K, and its
   // op at M = 1 with no weights ahead of the wait, with 4 stages, with 4 stages and 64 KB of L2
-  // prefetch, and with every stage and 64 KB.
-  // (Prefetching the values into L2 or L1 or loading them
-  // early in the producer, commit 444fd4f, did not move the launch's end: docs/kernels.md.)
+  // prefetch, and with every stage and 64 KB. (Prefetching the values into L2 or L1 or loading
+  // them early in the producer, commit 444fd4f, did not move the launch's end: docs/kernels.md.)
   if (sc.n == 4096 && sc.k == 4096) {
     constexpr int kTimed = 100;
     static_assert(kStreamKTracePoints <= kCutlassTracePoints);

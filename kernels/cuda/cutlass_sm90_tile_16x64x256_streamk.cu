@@ -143,31 +143,6 @@ __device__ __forceinline__ int owner_of(int64_t u, int64_t units, int grid) {
   return static_cast<int>(((u + 1) * grid - 1) / units);
 }
 
-// The weights' box at (k0, n0) into L2, without waiting.
-__device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t k0, int32_t n0) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(k0), "r"(n0)
-               : "memory");
-}
-
-// The L2 prefetch and the load of a 3-D map's box at (0, row0, chunk0) (Params::chunked).
-__device__ __forceinline__ void tma_prefetch_3d(const StreamTmaMap* map, int32_t row0,
-                                                int32_t chunk0) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(0), "r"(row0), "r"(chunk0)
-               : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const StreamTmaMap* map, int32_t row0,
-                                            int32_t chunk0, uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(row0), "r"(chunk0), "r"(bar), "l"(policy)
-      : "memory");
-}
-
 // %globaltimer into the CTA's trace point `point` (benchmarks only).
 __device__ __forceinline__ void stamp(const Params& p, int point) {
   if (p.trace == nullptr) return;
@@ -238,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue_w = [&](int tile, int kk, int s) {
       const uint32_t dst = base + s * kStageBytes;
       if (p.chunked) {
-        tma_load_3d(dst, &p.wmap, tile * kRows, kk * kChunks, full + 8 * s, w_policy);
+        device::tma_load_3d(dst, &p.wmap, 0, tile * kRows, kk * kChunks, full + 8 * s, w_policy);
         return;
       }
       for (int b = 0; b < kKTile / kBox; ++b) {
@@ -249,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto issue_x = [&](int kk, int s) {
       const uint32_t dst = base + s * kStageBytes + kWBytes;
       if (p.chunked) {
-        tma_load_3d(dst, &p.xmap, 0, kk * kChunks, full + 8 * s, x_policy);
+        device::tma_load_3d(dst, &p.xmap, 0, 0, kk * kChunks, full + 8 * s, x_policy);
         return;
       }
       for (int b = 0; b < kKTile / kBox; ++b) {
@@ -288,10 +263,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t count = left < p.l2_ahead ? left : p.l2_ahead;
         for (int64_t j = 0; j < count; ++j) {
           if (p.chunked) {
-            tma_prefetch_3d(&p.wmap, pt * kRows, pk * kChunks);
+            device::tma_prefetch_3d(&p.wmap, 0, pt * kRows, pk * kChunks);
           } else {
             for (int b = 0; b < kKTile / kBox; ++b) {
-              tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
+              device::tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
             }
           }
           if (++pk == p.kt) {

@@ -183,14 +183,6 @@ __host__ __device__ constexpr uint32_t fused_raw_bytes(int64_t m, int64_t k) {
   return static_cast<uint32_t>((m * k * 2 + 127) / 128 * 128);
 }
 
-// Prefetches one TMA box of the 2-D weights at (k0, n0) into L2.
-__device__ __forceinline__ void tma_prefetch_2d(const StreamTmaMap* map, int32_t k0, int32_t n0) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(k0), "r"(n0)
-               : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -432,8 +424,8 @@ __global__ void __launch_bounds__(std::is_void_v<XT> ? kThreads : kFusedThreads,
         const int64_t k0 = kc * kStreamChunk;
         const int64_t len = K - k0 < kStreamChunk ? K - k0 : kStreamChunk;
         if (lane < static_cast<int>((len + kBox - 1) / kBox)) {
-          tma_prefetch_2d(&a.w_map, static_cast<int32_t>(k0 + lane * kBox),
-                          static_cast<int32_t>(rb * kStreamRows));
+          device::tma_prefetch_2d(&a.w_map, static_cast<int32_t>(k0 + lane * kBox),
+                                  static_cast<int32_t>(rb * kStreamRows));
         }
       }
     };
