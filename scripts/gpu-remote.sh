@@ -62,7 +62,7 @@ if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null
   # 96-119 s of test time on the H200 host.)
   LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64" timeout 240 compute-sanitizer \
     --tool memcheck --error-exitcode 3 "$BUNDLE/bin/qlinear_cuda_test" --gtest_color=no \
-    '--gtest_filter=*RunFills*:*Replayed*:*OutputsWritten*:*MappedCopy*:*ServingPathCopies*:*ReservedStaging*:*NonFinite*:*LongRows*:GemvS8Plans*:*EveryTile*:*QuantizingTiles*:StreamS8Test.*-StreamS8Test.TimesTheTwoLaunchPrefetchOnLayersPastTheL2' >"$LOG/sanitizer.log" 2>&1
+    '--gtest_filter=*RunFills*:*Replayed*:*OutputsWritten*:*MappedCopy*:*ServingPathCopies*:*ReservedStaging*:*NonFinite*:*LongRows*:GemvS8Plans*:*EveryTile*:*QuantizingTiles*:*QuantizingWhole*:StreamS8Test.*-StreamS8Test.TimesTheTwoLaunchPrefetchOnLayersPastTheL2' >"$LOG/sanitizer.log" 2>&1
   echo "compute-sanitizer exit $?"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/sanitizer.log" | head -n 5
 fi

@@ -2036,10 +2036,12 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // L2 prefetch per CTA and the last wave's 4 MB), the GEMM alone, tile 11's GEMM alone, and tile
 // 14's GEMM alone and its op: in stream order ("serial"), and as the dependent with no weights
 // ahead of the wait ("a0"), 4 stages ("a4"), 4 stages and 64 KB of L2 prefetch ("a4pf64") and every
-// stage and 64 KB ("a10pf64"). Then where tile 14's time goes (alone, a0, a4pf64), from its CTAs'
-// %globaltimer stamps (kStreamKTracePoints; medians over traced launches, us from the first CTA's
-// start): the spread of CTA starts, how many started over 1 us after the first (and the lowest such
-// CTA index), when the producers got past the grid dependency (median; alone, when they started),
+// stage and 64 KB ("a10pf64"); and tile 15's op (one launch quantizing the activations itself)
+// where it takes the shape. Then where tiles 14 and 15 spend the time (alone, a0, a4pf64; tile 15's
+// op), from their CTAs' %globaltimer stamps (kStreamKTracePoints; medians over traced launches, us
+// from the first CTA's start): the spread of CTA starts, how many started over 1 us after the first
+// (and the lowest such CTA index), when the producers got past the grid dependency (tile 15: had
+// quantized the rows; median; alone, when they started),
 // each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
 // 4 slowest CTAs (index@SM:start-end).
@@ -2061,17 +2063,33 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
     const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
     const CutlassSm90Tile whole = CutlassSm90Tile::k16x64x256WholeSwap;
-    const std::vector<Form> forms = {
+    const CutlassSm90Tile fused = CutlassSm90Tile::k16x64x256WholeSwapQ;
+    std::vector<Form> forms = {
         {"tile8 op", cutlass, false},       {"tile8 alone", cutlass, true},
         {"tile11 alone", streamk, true},    {"tile14 alone", whole, true},
         {"tile14 a0", whole, false, -1, 0}, {"tile14 serial", whole, false, 4, 0, false},
         {"tile14 a4", whole, false, 4, 0},  {"tile14 a4pf64", whole, false},
         {"tile14 a10pf64", whole, false, 0}};
+    // Tile 15 (the whole op in one launch) where its shared memory takes the rows.
+    auto quantizing_args = [&](CutlassSm90Args g) {
+      g.x = b.x.get();
+      g.x_type = ElemType::kBF16;
+      g.qp = QuantizeParams{};  // as quantize_x
+      return g;
+    };
+    if (cutlass_sm90::tile_ops(fused, ElemType::kBF16)
+            ->can_implement(quantizing_args(served_swap_args(sc, b, m, 0, false)))) {
+      forms.push_back({"tile15 op", fused, false});
+    }
     // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
-      if (!f.alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+      const bool quantizes = tile_quantizes(f.tile);
+      if (!f.alone && !quantizes) {
+        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+      }
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
+      if (quantizes) g = quantizing_args(g);
       g.pdl = g.pdl && f.pdl;
       g.weights_ahead = f.ahead >= 0;
       g.weights_ahead_stages = f.ahead;
@@ -2098,7 +2116,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     // Tile 14's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
       if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
-          forms[f].name != "tile14 a4pf64") {
+          forms[f].name != "tile14 a4pf64" && forms[f].name != "tile15 op") {
         continue;
       }
       const int launches = 4 * slots + 4;

@@ -240,6 +240,9 @@ struct DeviceRunArgs {
   int32_t* azp = nullptr;
   float* sa_host = nullptr;
   int32_t* azp_host = nullptr;
+  // x lies in mapped pinned host memory (its device alias): a kernel reading it more than once
+  // would read it across PCIe each time.
+  bool x_in_host_memory = false;
 };
 
 // Optional events recorded around the stages of run_device: [0] before quantization, [1] before

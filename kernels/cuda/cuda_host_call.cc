@@ -328,6 +328,7 @@ DeviceRunArgs device_args(const Layout& L, int64_t m, DType x_dtype, DType y_dty
   DeviceRunArgs d;
   d.x = at.x_in_pinned ? static_cast<void*>(host_dev + L.h_x) : static_cast<void*>(dev + L.d_x);
   d.x_dtype = x_dtype;
+  d.x_in_host_memory = at.x_in_pinned;
   d.m = m;
   d.y = at.out_in_pinned ? host_dev + L.h_y : dev + L.d_y;
   d.y_dtype = y_dtype;

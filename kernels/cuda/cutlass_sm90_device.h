@@ -47,13 +47,21 @@ enum class CutlassSm90Tile : int {
   k16x64x256ClaimSwap = 12,
   k16x64x512ClaimSwap = 13,
   // The stream-K tile's kernel dealing whole tiles instead (CTA c of the grid takes tiles
-  // [c * tiles / grid, (c + 1) * tiles / grid), two consumer warpgroups taking its k-tiles in turn):
-  // no tile shared, no workspace. Its set-up is its barriers only (no tile scheduler, no register
-  // reallocation), its producer issues the first weights at once, its epilogue runs from registers.
-  // Not among the tiles a layer times: as the quantize kernel's dependent it is slower than the
-  // CUTLASS swapped tiles on most benchmark layers, and timed at load it gave wrong results on
-  // small layers (docs/kernels.md, "A kernel of our own dealing whole tiles").
+  // [c * tiles / grid, (c + 1) * tiles / grid), two consumer warpgroups taking its k-tiles in
+  // turn): no tile shared, no workspace. Its set-up is its barriers only (no tile scheduler, no
+  // register reallocation), its producer issues the first weights at once, its epilogue runs from
+  // registers. Not among the tiles a layer times: as the quantize kernel's dependent it is slower
+  // than the CUTLASS swapped tiles on most benchmark layers (docs/kernels.md, "A kernel of our own
+  // dealing whole tiles").
   k16x64x256WholeSwap = 14,
+  // Tile 14 quantizing the activations inside its launch (one kernel for the whole op, no grid
+  // dependency): each CTA's producer warp copies the call's rows of 16-bit x into shared memory,
+  // takes their statistics, and quantizes each k-tile's activations into its ring slot; CTA 0
+  // writes sa and azp. Up to m * K = 10240 (cutlass_sm90_tile_16x64x256_streamk.cu,
+  // can_implement_q). A layer times it at load at the M it takes; it is served to calls whose x is
+  // in device memory (not to a small served call whose x the quantize kernel reads from pinned host
+  // memory once, see cutlass_sm90_gemm.cc).
+  k16x64x256WholeSwapQ = 15,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
 inline constexpr int kCutlassSm90Tiles = 11;
@@ -70,7 +78,8 @@ inline constexpr size_t claim_workspace_bytes(int ctas) {
 }
 
 inline constexpr bool tile_quantizes(CutlassSm90Tile t) {
-  return t == CutlassSm90Tile::k128x128x128PingpongQ || t == CutlassSm90Tile::k64x256x128PingpongQ;
+  return t == CutlassSm90Tile::k128x128x128PingpongQ ||
+         t == CutlassSm90Tile::k64x256x128PingpongQ || t == CutlassSm90Tile::k16x64x256WholeSwapQ;
 }
 
 // Bytes of shared memory for the quantizing tiles' ring of activation rows: the longest row they
@@ -243,6 +252,7 @@ const TileOps* tile_16x64x256_streamk_swap(ElemType y);
 const TileOps* tile_16x64x256_claim_swap(ElemType y);
 const TileOps* tile_16x64x512_claim_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap(ElemType y);
+const TileOps* tile_16x64x256_whole_swap_q(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -308,6 +318,8 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x512_claim_swap(y);
     case CutlassSm90Tile::k16x64x256WholeSwap:
       return tile_16x64x256_whole_swap(y);
+    case CutlassSm90Tile::k16x64x256WholeSwapQ:
+      return tile_16x64x256_whole_swap_q(y);
   }
   return nullptr;
 }

@@ -568,12 +568,18 @@ bool claiming_pays(int64_t tiles, int ctas) {
   return tail > 0 && tail * kClaimMaxTailShare <= ctas;
 }
 
-// The tiles a layer times at load: those without a workspace, then the claiming tiles.
+// The swapped whole-tile kernel quantizing the activations inside its launch (tile 15): the whole
+// op in one kernel, with no grid dependency, where x lies in device memory.
+constexpr CutlassSm90Tile kFusedTile = CutlassSm90Tile::k16x64x256WholeSwapQ;
+
+// The tiles a layer times at load: those without a workspace, the claiming tiles, then tile 15
+// (timed as the whole op it is, at the M it takes).
 constexpr auto kTimedTiles = [] {
-  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles)> t{};
+  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles) + 1> t{};
   for (int i = 0; i < kCutlassSm90Tiles; ++i) t[i] = static_cast<CutlassSm90Tile>(i);
   for (size_t i = 0; i < std::size(kClaimingTiles); ++i)
     t[kCutlassSm90Tiles + i] = kClaimingTiles[i];
+  t.back() = kFusedTile;
   return t;
 }();
 
@@ -628,10 +634,15 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
  private:
   explicit CutlassSm90Prepared(const LayerWeights& weights) : HostCallPreparedKernel(weights) {
     tuned_.fill(-1);
+    tuned_unfused_.fill(-1);
   }
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
+  // The tile a call of m tokens runs where tile_for_call's is tile 15 but the call cannot take
+  // it (x in host memory, outputs mirrored there, a debug call, x not 16-bit): the fastest other
+  // tile timed at load.
+  CutlassSm90Tile unfused_tile_for_call(int64_t m) const;
   // The index in kTuneMs whose timed choice a call of m tokens takes (tuned_ there may be -1).
   size_t tuned_index(int64_t m) const;
   std::string variant(int64_t m) const override;
@@ -642,9 +653,13 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
 #endif
   absl::Status enqueue(const DeviceRunArgs& args, void* scratch, cudaStream_t stream,
                        const StageEvents* events, const DeviceDebugOutputs* debug) const override;
-  // Only the quantize kernel reads x, unless the call's tile quantizes inside the GEMM.
+  // Only the quantize kernel reads x, unless the call's tile quantizes inside the GEMM. (Not so
+  // for tile 15: a small call's x then stays in pinned host memory, which every CTA of tile 15
+  // would read across PCIe, and the call runs unfused_tile_for_call's tile after the quantize
+  // kernel instead.)
   bool x_read_once(const RunArgs& args) const override {
-    return !tile_quantizes(tile_for_call(args.m));
+    const CutlassSm90Tile t = tile_for_call(args.m);
+    return !tile_quantizes(t) || t == kFusedTile;
   }
   // The fused epilogue writes y once; the quantize kernel mirrors sa and azp (a quantizing
   // tile's mainloop writes them itself, and does not).
@@ -655,6 +670,8 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   DeviceBuffer bias_v_;  // [3][N]: bias_v for y in fp32, fp16, bf16 (kYTypes order)
   // The tile timed fastest on this layer at each of kTuneMs; -1 where not timed (tile_for).
   std::array<int, std::size(kTuneMs)> tuned_;
+  // The same without tile 15 (unfused_tile_for_call).
+  std::array<int, std::size(kTuneMs)> tuned_unfused_;
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
@@ -734,17 +751,32 @@ CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
 
+CutlassSm90Tile CutlassSm90Prepared::unfused_tile_for_call(int64_t m) const {
+  const size_t i = tuned_index(m);
+  return tuned_unfused_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_unfused_[i])
+                                : tile_for(m, weights_.config.n);
+}
+
 std::string CutlassSm90Prepared::variant(int64_t m) const {
 #if QLINEAR_HAVE_CUTLASS
   const size_t i = tuned_index(m);
-  const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile_for_call(m), ElemType::kBF16);
-  return absl::StrCat("tile ", ops.name(),
-                      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                                     : std::string(" (by rule: not timed at load, its operands "
-                                                   "over 256 MB or the GPU short of memory)"),
-                      cutlass_sm90::served_with_pdl(m, ops)
-                          ? "; GEMM launched as the quantize kernel's programmatic dependent"
-                          : "");
+  const CutlassSm90Tile tile = tile_for_call(m);
+  const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile, ElemType::kBF16);
+  const std::string timed =
+      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                     : std::string(
+                           " (by rule: not timed at load, its operands over 256 MB or the "
+                           "GPU short of memory)");
+  constexpr const char* kDependent =
+      "; GEMM launched as the quantize kernel's programmatic dependent";
+  if (tile == kFusedTile) {
+    const cutlass_sm90::TileOps& other =
+        *cutlass_sm90::tile_ops(unfused_tile_for_call(m), ElemType::kBF16);
+    return absl::StrCat("tile ", ops.name(), timed, "; a call whose x is in host memory runs tile ",
+                        other.name(), cutlass_sm90::served_with_pdl(m, other) ? kDependent : "");
+  }
+  return absl::StrCat("tile ", ops.name(), timed,
+                      cutlass_sm90::served_with_pdl(m, ops) ? kDependent : "");
 #else
   (void)m;
   return "";
@@ -781,6 +813,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
 absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
+  tuned_unfused_.fill(-1);
   const LayerConfig& c = weights_.config;
   constexpr int64_t kTuneBytes = int64_t{256} << 20;
   int64_t max_m = 0;
@@ -875,7 +908,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       };
     };
     for (const CutlassSm90Tile t : kTimedTiles) {
-      if (tile_quantizes(t) && !(kTuneQuantizingTiles && whole_ops)) continue;
+      // (The quantizing tile 15 is timed wherever its whole op is, see kTimedTiles.)
+      if (tile_quantizes(t) && !((kTuneQuantizingTiles || t == kFusedTile) && whole_ops)) continue;
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
       if (ops->swaps_operands && g.m > kSwapMaxM) continue;
       if (!ops->can_implement(g)) continue;
@@ -900,6 +934,13 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     // fastest median of those kept (see kTuneFinalists).
     std::sort(candidates.begin(), candidates.end(),
               [](const Candidate& a, const Candidate& b) { return a.us < b.us; });
+    int unfused = -1;  // the fastest other than tile 15 in this first timing
+    for (const Candidate& cand : candidates) {
+      if (cand.tile != static_cast<int>(kFusedTile)) {
+        unfused = cand.tile;
+        break;
+      }
+    }
     if (candidates.size() > kTuneFinalists) candidates.resize(kTuneFinalists);
     std::vector<std::vector<double>> rounds(candidates.size());
     for (int r = 0; r < kTuneRounds && candidates.size() > 1; ++r) {
@@ -912,6 +953,15 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
     tuned_[i] = candidates[lowest_median(rounds)].tile;
+    // Without tile 15: the fastest other finalist, else the first timing's.
+    std::vector<std::vector<double>> others;
+    std::vector<int> other_tiles;
+    for (size_t j = 0; j < candidates.size(); ++j) {
+      if (candidates[j].tile == static_cast<int>(kFusedTile)) continue;
+      others.push_back(rounds[j]);
+      other_tiles.push_back(candidates[j].tile);
+    }
+    tuned_unfused_[i] = others.empty() ? unfused : other_tiles[lowest_median(others)];
   }
   return absl::OkStatus();
 #else
@@ -944,7 +994,16 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
     g.x_type = static_cast<ElemType>(args.x_dtype);
     g.counters = at<int32_t>(scratch, L.counters);
     const cutlass_sm90::TileOps* q = cutlass_sm90::tile_ops(tile, g.y_type);
-    if (q == nullptr || !q->can_implement(g)) tile = plain_twin(tile);
+    if (tile == kFusedTile) {
+      // Tile 15 reads x from every CTA and writes sa and azp only where the GEMM reads them; a
+      // debug call's xq comes from the quantize kernel.
+      if (q == nullptr || !q->can_implement(g) || args.x_in_host_memory ||
+          args.sa_host != nullptr || debug != nullptr) {
+        tile = unfused_tile_for_call(m);
+      }
+    } else if (q == nullptr || !q->can_implement(g)) {
+      tile = plain_twin(tile);
+    }
   }
   const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
   if (ops == nullptr) return absl::InvalidArgumentError("unknown output type");

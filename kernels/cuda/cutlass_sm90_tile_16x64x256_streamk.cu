@@ -66,9 +66,16 @@
 // two consumer warpgroups take its k-tiles in turn (kWholeTileGroups). Its launch costs 1.1 us
 // besides its stream where the CUTLASS tile's costs 2.9; alone it is the faster on most benchmark
 // layers, but as the quantize kernel's dependent the weights it issues before the wait delay that
-// kernel's end, and it is slower on most. It is not served: timed at load it also gave wrong
-// results on small layers, not yet understood (docs/kernels.md, "A kernel of our own dealing
-// whole tiles", with the H200 tables).
+// kernel's end, and it is slower on most; it is not among the tiles a layer times (docs/kernels.md,
+// "A kernel of our own dealing whole tiles", with the H200 tables).
+//
+// Tile 15 (k16x64x256WholeSwapQ) is tile 14 with the activations quantized inside the launch
+// (Params::quantize): the whole op in one kernel, so no grid dependency at all. Each CTA's
+// producer warp reads the call's rows of 16-bit x (the statistics pass issued before its ring's
+// first weights), quantizes them into shared memory as the quantize kernel would, and writes each
+// k-tile's activations into its ring slot itself before arriving on the slot's barrier; CTA 0
+// writes sa and azp. Every CTA reads all of x, so a small served call whose x lies in pinned host
+// memory takes another tile (cutlass_sm90_gemm.cc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -76,6 +83,7 @@
 #include "kernels/cuda/cluster_launch.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/epilogue_s32_device.cuh"
+#include "kernels/cuda/quantize_s8_device.cuh"
 #include "kernels/cuda/sm90_async_device.cuh"
 #include "kernels/cuda/stream_s8_device.h"
 
@@ -103,7 +111,15 @@ static_assert(kWholeTileGroups >= 1 && kWholeTileGroups <= kMaxGroups && kMaxGro
               "the groups' named barriers count 2 x kConsumers threads");
 constexpr int kRedOffset = kStages * kStageBytes + 256;  // the groups' sums, after the barriers
 constexpr int kSmemBytes = kRedOffset + kConsumers * 8 * 4 + 1024;
-static_assert(kSmemBytes <= 232448, "shared memory per block on sm_90");
+// The quantizing form (tile 15): each row's quantization parameters (device::RowParams), then the
+// CTA's copy of the rows of x (m * K * 2 bytes, at most kXRowBytes; a launch takes what its rows
+// need).
+constexpr int kRowParamsOffset = kRedOffset + kConsumers * 8 * 4;
+constexpr int kXRowsOffset = kRowParamsOffset + 512;
+static_assert(sizeof(device::RowParams) * kTokens <= 512, "the rows' parameters");
+constexpr int kXRowBytes = 20480;
+constexpr int kSmemBytesQ = kXRowsOffset + kXRowBytes + 1024;
+static_assert(kSmemBytesQ <= 232448, "shared memory per block on sm_90");
 constexpr int kWordsPerTile = kRows * kTokens;
 constexpr int kCountShift = 40;
 // Independent accumulators per k-tile (k-step j into chain j % kChains), summed at the end of each
@@ -123,6 +139,7 @@ struct Params {
   uint64_t* trace;  // CutlassSm90Args::trace: kStreamKTracePoints per CTA, or null
   int64_t units;    // tiles * kt
   int m, n, kt, grid;
+  int k8;        // K / 8: 16-byte vectors of a 16-bit activation row (the quantizing form)
   int ahead;     // with pdl: the ring slots whose weights are issued before the dependency wait
   int l2_ahead;  // with pdl: the units after those whose weights are prefetched into L2 then
   ElemType y_type;
@@ -136,6 +153,17 @@ struct Params {
   bool whole_tiles;
   // Consumer warpgroups, taking the k-tiles in turn (kWholeTileGroups with whole tiles, else 1).
   int groups;
+  // The quantizing form (tile 15, with whole tiles): x [m, k] (bf16 or fp16, row-major, 16-byte
+  // aligned) quantized inside the launch, no grid dependency. Each CTA's producer warp quantizes
+  // every row into shared memory (the statistics pass issued before its first weights, then the
+  // values) and writes each k-tile's activations into its ring slot itself; CTA 0 also writes
+  // sa and azp (the rows' outputs, at sa_out and azp_out).
+  bool quantize;
+  const void* x;
+  ElemType x_type;
+  QuantizeParams qp;
+  float* sa_out;
+  int32_t* azp_out;
 };
 
 // The CTA whose range holds unit u.
@@ -168,6 +196,122 @@ __device__ __forceinline__ void wgmma_64x16x32(int32_t (&d)[8], uint64_t a, uint
       : "memory");
 }
 
+// The producer warp of the quantizing form (lane `lane`; the CTA's units from (tile, kk), `left` of
+// them): the rows of x into shared memory by one bulk copy, issued before the ring's first weights
+// so that it leads them into the memory system; each row's statistics and parameters (into shared
+// memory for the epilogue; CTA 0 also writes sa and azp out as the quantize kernel does, azp not
+// for a bad row); then, slot by slot, each k-tile's activations quantized into the ring slot
+// beside its weights (zeros past K and for a row that is not kQuantize) before the slot's second
+// arrival.
+template <typename T, QuantScheme S, typename IssueW>
+__device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* smem, uint32_t full,
+                                                    uint32_t empty, int lane, int tile, int kk,
+                                                    int64_t left, IssueW& issue_w) {
+  const bool leader = lane == 0;
+  const uint32_t xbar = empty + kStages * 8;
+  uint8_t* xs = smem + kXRowsOffset;
+  const int row_bytes = p.k8 * 16;  // K * 2
+  device::RowParams* rps = reinterpret_cast<device::RowParams*>(smem + kRowParamsOffset);
+  const int first = static_cast<int>(left < kStages ? left : kStages);
+  if (leader) {
+    device::mbar_expect_tx(xbar, static_cast<uint32_t>(p.m * row_bytes));
+    const uint64_t x_policy = device::l2_evict_last();
+    for (int r = 0; r < p.m; ++r) {
+      device::bulk_copy(device::smem_addr(xs + r * row_bytes),
+                        static_cast<const uint8_t*>(p.x) + static_cast<int64_t>(r) * row_bytes,
+                        static_cast<uint32_t>(row_bytes), xbar, x_policy);
+    }
+    int t = tile, kq = kk;
+    for (int j = 0; j < first; ++j) {
+      device::mbar_expect_tx(full + 8 * j, kWBytes);
+      issue_w(t, kq, j);
+      if (++kq == p.kt) {
+        kq = 0;
+        ++t;
+      }
+    }
+  }
+  device::mbar_wait(xbar, 0);
+  for (int r = 0; r < p.m; ++r) {
+    const uint4* row = reinterpret_cast<const uint4*>(xs + r * row_bytes);
+    device::WarpRowStats<T, S> st;
+    for (int v = lane; v < p.k8; v += 32) st.visit8(row[v]);
+    const device::RowParams rp = device::row_params<S>(st.reduce(), p.qp);
+    if (leader) {
+      rps[r] = rp;
+      if (blockIdx.x == 0) {
+        p.sa_out[r] = rp.sa;
+        if (p.azp_out != nullptr && rp.mode != device::kBadRow) p.azp_out[r] = rp.zp;
+      }
+    }
+  }
+  __syncwarp();
+  if (leader) stamp(p, 1);
+  int s = 0;
+  uint32_t round = 0;
+  for (int j = 0; left > 0; ++j) {
+    if (j >= first) {
+      // (j >= kStages here: the slot's previous k-tile must have been consumed.)
+      device::mbar_wait(empty + 8 * s, (round - 1) & 1);
+      if (leader) {
+        device::mbar_expect_tx(full + 8 * s, kWBytes);
+        issue_w(tile, kk, s);
+      }
+    }
+    // The k-tile's activations where the 3-D TMA box would have put them: two 128-byte chunks of
+    // 16 rows, each row's 16-byte units swizzled by the row (rows m..15 left as they are: their
+    // products land in accumulator columns never stored). Each lane quantizes 8 values.
+    uint8_t* slot = smem + s * kStageBytes + kWBytes;
+    for (int e = lane; e < p.m * 32; e += 32) {
+      const int r = e >> 5, u = e & 31;
+      const int col = kk * kKTile + u * 8;  // the first of the 8 values
+      const device::RowParams rp = rps[r];
+      uint2 q = make_uint2(0u, 0u);
+      if (col < p.k8 * 8 && rp.mode == device::kQuantize) {
+        q = device::quantize8<T, S>(*reinterpret_cast<const uint4*>(xs + r * row_bytes + col * 2),
+                                    rp);
+      }
+      const int c = u >> 4, unit = (u & 15) >> 1;
+      *reinterpret_cast<uint2*>(slot + c * (kTokens * kBox) + r * kBox + ((unit ^ (r & 7)) * 16) +
+                                (u & 1) * 8) = q;
+    }
+    device::fence_proxy_async_shared();  // for the consumers' wgmma (the async proxy)
+    __syncwarp();
+    if (leader) device::mbar_arrive(full + 8 * s);
+    if (++kk == p.kt) {
+      kk = 0;
+      ++tile;
+    }
+    if (++s == kStages) {
+      s = 0;
+      ++round;
+    }
+    --left;
+  }
+  if (leader) stamp(p, 2);
+}
+
+template <typename T, typename IssueW>
+__device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* smem, uint32_t full,
+                                                    uint32_t empty, int lane, int tile, int kk,
+                                                    int64_t left, IssueW& issue_w) {
+  switch (p.qp.scheme) {
+    case QuantScheme::kDynamicSymmetric:
+      return quantizing_producer<T, QuantScheme::kDynamicSymmetric>(p, smem, full, empty, lane,
+                                                                    tile, kk, left, issue_w);
+    case QuantScheme::kStaticSymmetric:
+      return quantizing_producer<T, QuantScheme::kStaticSymmetric>(p, smem, full, empty, lane, tile,
+                                                                   kk, left, issue_w);
+    case QuantScheme::kDynamicAsymmetric:
+      return quantizing_producer<T, QuantScheme::kDynamicAsymmetric>(p, smem, full, empty, lane,
+                                                                     tile, kk, left, issue_w);
+    case QuantScheme::kStaticAsymmetric:
+    default:
+      return quantizing_producer<T, QuantScheme::kStaticAsymmetric>(p, smem, full, empty, lane,
+                                                                    tile, kk, left, issue_w);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     streamk_swap_kernel(const __grid_constant__ Params p) {
   extern __shared__ uint8_t smem_raw[];
@@ -196,16 +340,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      device::mbar_init(full + 8 * s, 1);
+      // (The quantizing form: the weights' expect_tx and the activations' arrival.)
+      device::mbar_init(full + 8 * s, p.quantize ? 2 : 1);
       device::mbar_init(empty + 8 * s, 1);
     }
+    device::mbar_init(empty + kStages * 8, 1);  // the quantizing form's rows of x
     device::mbar_init_fence();
   }
   __syncthreads();
 
   if (threadIdx.x >= producer) {
-    // The producer warp: one thread issues every load.
-    if (threadIdx.x != producer) return;
+    // The producer warp: one thread issues every load (the quantizing form: the whole warp
+    // quantizes the activations and writes each k-tile's into its slot).
+    if (threadIdx.x != producer && !p.quantize) return;
+    const bool leader = threadIdx.x == producer;
     const uint64_t w_policy = device::l2_evict_first();
     const uint64_t x_policy = device::l2_evict_last();
     // Unit (tile, kk) into ring slot s, completing on its full barrier.
@@ -247,6 +395,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       --left;
     };
+    if (p.quantize) {
+      const int lane = threadIdx.x - producer;
+      if (p.x_type == ElemType::kF16) {
+        quantizing_producer<__half>(p, smem, full, empty, lane, tile, kk, left, issue_w);
+      } else {
+        quantizing_producer<__nv_bfloat16>(p, smem, full, empty, lane, tile, kk, left, issue_w);
+      }
+      return;
+    }
+    if (!leader) return;
     if (p.pdl) {
       // The weights of the first ring slots before the wait, the activations after it.
       const int first = static_cast<int>(left < p.ahead ? left : p.ahead);
@@ -305,14 +463,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto token_of = [&](int e) { return col0 + 8 * (e >> 2) + (e & 1); };
   // The per-token operands of this thread's four tokens (col0 + (j & 1) + 8 * (j >> 1)), from the
   // quantize kernel: the first multiply waits for its activations anyway.
+  // (The quantizing form: from the producer warp, through shared memory, at the first epilogue:
+  // group 0, which applies every epilogue, has then waited for k-tile 0, whose activations the
+  // producer wrote after the rows' parameters.)
   if (p.pdl) device::grid_dependency_wait();
   float sa_t[4];
   int32_t azp_t[4];
+  bool row_params_loaded = !p.quantize;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int t = col0 + (j & 1) + 8 * (j >> 1);
-    sa_t[j] = t < p.m ? __ldg(p.sa + t) : 0.f;
-    azp_t[j] = t < p.m && p.azp != nullptr ? __ldg(p.azp + t) : 0;
+    // (Written by the quantize kernel during this grid's life: through L2, not the read-only
+    // path, which assumes data constant while the grid runs.)
+    sa_t[j] = !p.quantize && t < p.m ? __ldcg(p.sa + t) : 0.f;
+    azp_t[j] = !p.quantize && t < p.m && p.azp != nullptr ? __ldcg(p.azp + t) : 0;
   }
   int64_t i = 0;  // k-tiles consumed
   int shared_tiles = 0;
@@ -393,6 +557,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("bar.sync 2, 256;" ::: "memory");
       if (wg == 1) continue;
     }
+    if (!row_params_loaded) {
+      const device::RowParams* rps =
+          reinterpret_cast<const device::RowParams*>(smem + kRowParamsOffset);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int t = col0 + (j & 1) + 8 * (j >> 1);
+        sa_t[j] = t < p.m ? rps[t].sa : 0.f;
+        azp_t[j] = t < p.m ? rps[t].zp : 0;
+      }
+      row_params_loaded = true;
+    }
     // The shares of this tile, and its words in the workspace (the slot of its first CTA).
     int shares = 1;
     uint64_t* words = nullptr;
@@ -470,7 +645,7 @@ cudaError_t prepare() {
     cudaFuncSetAttribute(streamk_swap_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                          cudaSharedmemCarveoutMaxShared);
     return cudaFuncSetAttribute(streamk_swap_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kSmemBytes);
+                                kSmemBytesQ);
   }();
   return e;
 }
@@ -487,9 +662,21 @@ bool can_implement(const CutlassSm90Args& a) {
          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
 }
 
+// The quantizing form (tile 15): 16-bit x in device memory, its rows within kXRowBytes of shared
+// memory (M = 1 up to K = 10240, M = 4 up to K = 2560).
+bool can_implement_q(const CutlassSm90Args& a) {
+  return a.m >= 1 && a.m <= kTokens && a.n >= 16 && a.n % 16 == 0 && a.k >= 16 && a.k % 16 == 0 &&
+         a.n <= (int64_t{1} << 30) && a.k <= (int64_t{1} << 30) &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.x != nullptr &&
+         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         (a.x_type == ElemType::kBF16 || a.x_type == ElemType::kF16) && a.sa != nullptr &&
+         a.m * a.k * 2 <= kXRowBytes;
+}
+
 cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t stream,
-                        bool whole_tiles) {
-  if (!can_implement(a) || (workspace == nullptr && !whole_tiles)) return cudaErrorInvalidValue;
+                        bool whole_tiles, bool quantize = false) {
+  if (quantize ? !can_implement_q(a) : !can_implement(a)) return cudaErrorInvalidValue;
+  if (workspace == nullptr && !whole_tiles) return cudaErrorInvalidValue;
   if (const cudaError_t e = prepare(); e != cudaSuccess) return e;
   Params p{};
   const int64_t x_rows = a.xq_rows > a.m ? a.xq_rows : a.m;
@@ -502,9 +689,11 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
       e != cudaSuccess) {
     return e;
   }
-  if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens, chunks);
-      e != cudaSuccess) {
-    return e;
+  if (!quantize) {
+    if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens, chunks);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   p.sa = a.sa;
   p.azp = a.azp;
@@ -526,9 +715,19 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
   if (!a.weights_ahead) p.ahead = 0;
   p.l2_ahead = static_cast<int>(a.weight_prefetch_bytes / kWBytes);
   p.y_type = a.y_type;
-  p.pdl = a.pdl;
-  const DependentLaunch cfg(static_cast<unsigned>(p.grid), p.groups * kConsumers + 32, kSmemBytes,
-                            stream, a.pdl);
+  p.pdl = a.pdl && !quantize;  // (the quantizing form depends on no kernel)
+  p.quantize = quantize;
+  p.x = a.x;
+  p.x_type = a.x_type;
+  p.qp = a.qp;
+  p.sa_out = const_cast<float*>(a.sa);
+  p.azp_out = const_cast<int32_t*>(a.azp);
+  p.k8 = static_cast<int>(a.k / 8);
+  // (The quantizing form takes only the shared memory its rows need.)
+  const size_t smem = quantize ? static_cast<size_t>(kXRowsOffset + a.m * a.k * 2 + 1024)
+                               : static_cast<size_t>(kSmemBytes);
+  const DependentLaunch cfg(static_cast<unsigned>(p.grid), p.groups * kConsumers + 32, smem, stream,
+                            p.pdl);
   return cudaLaunchKernelEx(&cfg.config, streamk_swap_kernel, p);
 }
 
@@ -540,13 +739,23 @@ cudaError_t launch_whole_tiles(const CutlassSm90Args& a, void* workspace, cudaSt
   return launch_deal(a, workspace, stream, true);
 }
 
+cudaError_t launch_whole_tiles_q(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
+  return launch_deal(a, workspace, stream, true, true);
+}
+
 const char* name() { return "16x64x256 stream-K, operands swapped"; }
 const char* name_whole_tiles() { return "16x64x256 whole tiles, operands swapped"; }
+const char* name_whole_tiles_q() {
+  return "16x64x256 whole tiles, operands swapped, activations quantized in the GEMM launch";
+}
 
 const TileOps kOps = {prepare, workspace_bytes, can_implement, launch, 1,
                       kTokens, kRows,           true,          name};
 const TileOps kWholeTileOps = {prepare, no_workspace, can_implement, launch_whole_tiles, 1,
                                kTokens, kRows,        true,          name_whole_tiles};
+const TileOps kWholeTileQOps = {
+    prepare, no_workspace, can_implement_q,   launch_whole_tiles_q, 1, kTokens,
+    kRows,   true,         name_whole_tiles_q};
 
 }  // namespace
 
@@ -558,6 +767,11 @@ const TileOps* tile_16x64x256_streamk_swap(ElemType y) {
 const TileOps* tile_16x64x256_whole_swap(ElemType y) {
   (void)y;
   return &kWholeTileOps;
+}
+
+const TileOps* tile_16x64x256_whole_swap_q(ElemType y) {
+  (void)y;
+  return &kWholeTileQOps;
 }
 
 }  // namespace qlinear::gpu::cutlass_sm90

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -231,6 +232,7 @@ struct DependentCall {
   Expected want;
   TileBuffers d;
   DeviceBuffer x;
+  PinnedBuffer pinned_x;  // x again, where the quantize kernel reads it after pin_x()
 
   absl::Status init(SplitMix64& rng, const LayerWeights& lw, int64_t m) {
     qp = quantize_params(lw.config);
@@ -244,6 +246,24 @@ struct DependentCall {
     return absl::OkStatus();
   }
 
+  // x in mapped page-locked memory from now on, where the quantize kernel reads it across PCIe as
+  // it reads a small served call's x: the kernel then takes microseconds longer, so that a
+  // dependent GEMM reading the quantize kernel's results before its grid dependency wait (or
+  // through a path that may return stale values) would get those of poison().
+  absl::Status pin_x() {
+    RETURN_IF_ERROR(pinned_x.reserve(x.size(), "x in pinned memory"));
+    if (pinned_x.device_alias() == nullptr) return absl::InternalError("no device alias for x");
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(pinned_x.get(), x.get(), x.size(), cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+  // Stale xq, sa and azp where the quantize kernel writes them: what a GEMM reading too early uses.
+  absl::Status poison() const {
+    RETURN_IF_CUDA_ERROR(cudaMemset(d.xq.get(), 0x5A, static_cast<size_t>(d.xq_rows * d.k)));
+    RETURN_IF_CUDA_ERROR(cudaMemset(d.sa.get(), 0x3F, static_cast<size_t>(d.m * 4)));
+    RETURN_IF_CUDA_ERROR(cudaMemset(d.azp.get(), 0x11, static_cast<size_t>(d.m * 4)));
+    return absl::OkStatus();
+  }
+
   // The quantize kernel (zeroing zero_count words at `zero`, as served for a claiming tile), then
   // `tile` launched with g (as its programmatic dependent where g.pdl), on `stream`; y checked
   // against the reference's, the first mismatch named.
@@ -251,8 +271,9 @@ struct DependentCall {
                                      cudaStream_t stream, void* workspace = nullptr,
                                      int32_t* zero = nullptr, int64_t zero_count = 0) const {
     if (const cudaError_t e =
-            launch_quantize_s8(x.get(), ElemType::kBF16, d.m, d.k, qp, d.xq.as<int8_t>(),
-                               d.sa.as<float>(), d.azp.as<int32_t>(), stream, zero, zero_count);
+            launch_quantize_s8(pinned_x.get() != nullptr ? pinned_x.device_alias() : x.get(),
+                               ElemType::kBF16, d.m, d.k, qp, d.xq.as<int8_t>(), d.sa.as<float>(),
+                               d.azp.as<int32_t>(), stream, zero, zero_count);
         e != cudaSuccess) {
       return ::testing::AssertionFailure() << "quantize launch: " << cudaGetErrorString(e);
     }
@@ -496,6 +517,7 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
         for (int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}}) {
           DependentCall call;
           ASSERT_TRUE(call.init(rng, *w, m).ok());
+          ASSERT_TRUE(call.pin_x().ok());
           TileBuffers& d = call.d;
           const size_t ws_bytes = ops->workspace_bytes(d.args(DType::kBF16));
           ASSERT_EQ(ws_bytes > 0, shares) << ops->name();
@@ -520,6 +542,7 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
               g.weights_ahead_stages = grid == 7 ? 0 : 4;
               if (read_rows) g.xq_rows = d.xq_rows;
               ASSERT_LE(ops->workspace_bytes(g), ws_bytes);
+              ASSERT_TRUE(call.poison().ok());
               ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * c.n * 2), cudaSuccess);
               EXPECT_TRUE(call.matches(*ops, g, stream, ws.get()));
               if (HasFailure()) return;
@@ -712,6 +735,222 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
                              << load_as_f32(gr.data(), yt, i);
           }
         }
+      }
+    }
+  }
+}
+
+// Tile 15, the whole-tile kernel quantizing the activations inside its launch: y bit-exact with
+// the reference, and sa and azp with the quantize kernel's on the same x, for every scheme, bf16
+// and fp16 x and every output type; M from 1 to 16 as far as its shared memory takes the rows
+// (m * K <= 10240), on layers of one or two k-tiles, a channel tail with a partial k-tile (K =
+// 4160), 64 x (SMs + 4) channels (CTAs taking two tiles) and K = 10240 at M = 1, on every SM and
+// on 3 CTAs; among the rows a constant one (dynamic asymmetric: a zero row), an all-zero one and
+// one with a NaN (sa NaN, azp left as it was, every other row exact).
+TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
+  const int sms = host_info().gpus[0].sm_count;
+  struct Case {
+    int64_t n, k;
+    std::vector<int64_t> ms;
+  };
+  const Case cases[] = {{16, 80, {1, 2, 16}}, {368, 144, {1, 5, 16}},
+                        {400, 4160, {1, 2}},  {64 * (sms + 4), 1152, {1, 8}},
+                        {176, 10240, {1}},    {272, 512, {7, 16}}};
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k16x64x256WholeSwapQ, ElemType::kBF16);
+  ASSERT_NE(ops, nullptr);
+  ASSERT_EQ(ops->prepare(), cudaSuccess);
+  int round = 0;
+  for (const Case& cs : cases) {
+    const int64_t n = cs.n, k = cs.k;
+    for (Scheme scheme : kSchemes) {
+      for (const int64_t m : cs.ms) {
+        ++round;
+        const bool bias = round % 2 == 0;
+        const DType xt = round % 3 == 0 ? DType::kF16 : DType::kBF16;
+        const DType yt = kDTypes[round % 3];
+        const auto w = make_layer(rng, scheme, n, k, bias);
+        ASSERT_NE(w, nullptr);
+        std::vector<uint8_t> x = make_x(rng, m, k, xt);
+        for (int64_t i = 0; i < k && m > 1; ++i) store_from_f32(x.data(), xt, k + i, 0.5f);
+        for (int64_t i = 0; i < k && m > 2; ++i) store_from_f32(x.data(), xt, 2 * k + i, 0.f);
+        const Expected want = reference_run(*w, x.data(), xt, m, yt);
+        ASSERT_TRUE(want.status.ok());
+        const int64_t bad = m > 3 ? 3 : -1;  // turns NaN on the device
+        if (bad >= 0) store_from_f32(x.data(), xt, static_cast<size_t>(bad * k + k / 2), NAN);
+        TileBuffers d;
+        ASSERT_TRUE(d.init(*w, m).ok());
+        ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+        DeviceBuffer d_x, q_xq, q_sa, q_azp;
+        ASSERT_TRUE(d_x.allocate(x.size(), "x").ok());
+        ASSERT_TRUE(q_xq.allocate(static_cast<size_t>(m * k), "xq").ok());
+        ASSERT_TRUE(q_sa.allocate(static_cast<size_t>(m * 4), "sa").ok());
+        ASSERT_TRUE(q_azp.allocate(static_cast<size_t>(m * 4), "azp").ok());
+        ASSERT_EQ(cudaMemcpy(d_x.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        // The quantize kernel's sa and azp on the same x (azp poisoned as the tile's is).
+        ASSERT_EQ(cudaMemset(q_azp.get(), 0x11, m * 4), cudaSuccess);
+        const QuantizeParams qp = quantize_params(w->config);
+        ASSERT_EQ(
+            launch_quantize_s8(d_x.get(), static_cast<ElemType>(xt), m, k, qp, q_xq.as<int8_t>(),
+                               q_sa.as<float>(), q_azp.as<int32_t>(), stream, nullptr, 0),
+            cudaSuccess);
+        std::vector<float> want_sa(m);
+        std::vector<int32_t> want_azp(m);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(want_sa.data(), q_sa.get(), m * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(want_azp.data(), q_azp.get(), m * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        for (const int grid : {sms, 3}) {
+          const std::string what = absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias",
+                                                " x ", dtype_name(xt), " y ", dtype_name(yt), " M ",
+                                                m, " N ", n, " K ", k, ", ", grid, " CTAs");
+          SCOPED_TRACE(what);
+          CutlassSm90Args g = d.args(yt);
+          g.x = d_x.get();
+          g.x_type = static_cast<ElemType>(xt);
+          g.qp = qp;
+          g.sm_count = grid;
+          g.xq = nullptr;  // not read
+          ASSERT_TRUE(ops->can_implement(g));
+          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
+          ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          std::vector<uint8_t> y(m * n * dtype_size(yt));
+          std::vector<float> sa(m);
+          std::vector<int32_t> azp(m);
+          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(azp.data(), d.azp.get(), m * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          const size_t row_bytes = static_cast<size_t>(n) * dtype_size(yt);
+          for (int64_t r = 0; r < m; ++r) {
+            ASSERT_EQ(std::memcmp(&sa[r], &want_sa[r], 4), 0)
+                << "sa row " << r << " want " << want_sa[r] << " got " << sa[r];
+            ASSERT_EQ(azp[r], want_azp[r]) << "azp row " << r;
+            if (r == bad) {
+              EXPECT_TRUE(std::isnan(sa[r])) << "row " << r << " is not flagged";
+              continue;
+            }
+            ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0) << "sa row " << r;
+            const std::vector<uint8_t> wr(want.y.begin() + r * row_bytes,
+                                          want.y.begin() + (r + 1) * row_bytes);
+            const std::vector<uint8_t> gr(y.begin() + r * row_bytes,
+                                          y.begin() + (r + 1) * row_bytes);
+            const int64_t i = first_y_mismatch(wr, gr, yt);
+            ASSERT_EQ(i, -1) << "row " << r << " col " << i << " want "
+                             << load_as_f32(wr.data(), yt, i) << " got "
+                             << load_as_f32(gr.data(), yt, i);
+          }
+        }
+      }
+    }
+  }
+  // What it declines: another tile then takes the call.
+  DeviceBuffer x, sa;
+  ASSERT_TRUE(x.allocate(2 * 10240 * 2 + 64, "x").ok());
+  ASSERT_TRUE(sa.allocate(64, "sa").ok());
+  CutlassSm90Args g;
+  g.m = 1;
+  g.n = 256;
+  g.k = 10240;
+  g.w = static_cast<const int8_t*>(x.get());
+  g.x = x.get();
+  g.sa = sa.as<float>();
+  g.sm_count = sms;
+  EXPECT_TRUE(ops->can_implement(g));
+  CutlassSm90Args f = g;
+  f.m = 2;
+  EXPECT_FALSE(ops->can_implement(f)) << "rows past its shared memory";
+  f = g;
+  f.k = 10240 + 16;
+  EXPECT_FALSE(ops->can_implement(f)) << "a row past its shared memory";
+  f = g;
+  f.x_type = ElemType::kF32;
+  EXPECT_FALSE(ops->can_implement(f)) << "fp32 activations";
+  f = g;
+  f.x = static_cast<const char*>(g.x) + 8;
+  EXPECT_FALSE(ops->can_implement(f)) << "x not 16-byte aligned";
+  f = g;
+  f.x = nullptr;
+  EXPECT_FALSE(ops->can_implement(f)) << "no activations";
+  EXPECT_EQ(ops->launch(f, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
+// A layer's device path (run_device: x, y, sa and azp in device memory, as a caller holding its
+// activations on the GPU runs it) at M = 1, 4 and 16, whichever tile the load timed fastest (tile
+// 15 where it won: the whole op in one launch), and the same calls with x in mapped pinned host
+// memory (x_in_host_memory: tile 15 then gives way to the fastest other tile); y, sa and azp bit-
+// exact with the reference each time. Each M's choice is printed.
+TEST_F(CutlassSm90Test, DevicePathMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const TestStream owned;
+  ASSERT_NE(owned.stream, nullptr);
+  const cudaStream_t stream = owned.stream;
+  for (Scheme scheme : {Scheme::kDynamicSymmetric, Scheme::kDynamicAsymmetric}) {
+    const int64_t n = 1024, k = 1024;
+    const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
+    ASSERT_NE(w, nullptr);
+    const Prepared p = prepare(*kernel_, w);
+    if (p.kernel == nullptr) return;
+    for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
+      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
+      ASSERT_TRUE(want.status.ok());
+      std::printf("  %s M=%lld: %s\n", std::string(scheme_name(scheme)).c_str(),
+                  static_cast<long long>(m), p.kernel->variant(m).c_str());
+      DeviceBuffer d_x, d_y, d_sa, d_azp, scratch;
+      PinnedBuffer h_x;
+      ASSERT_TRUE(d_x.allocate(x.size(), "x").ok());
+      ASSERT_TRUE(h_x.reserve(x.size(), "x").ok());
+      ASSERT_NE(h_x.device_alias(), nullptr);
+      ASSERT_TRUE(d_y.allocate(static_cast<size_t>(m * n * 2), "y").ok());
+      ASSERT_TRUE(d_sa.allocate(static_cast<size_t>(m * 4), "sa").ok());
+      ASSERT_TRUE(d_azp.allocate(static_cast<size_t>(m * 4), "azp").ok());
+      ASSERT_TRUE(scratch.allocate(p.kernel->device_scratch_bytes(m), "scratch").ok());
+      ASSERT_EQ(cudaMemcpy(d_x.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      std::memcpy(h_x.get(), x.data(), x.size());
+      for (const bool pinned : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m,
+                                  pinned ? ", x in pinned host memory" : ", x in device memory"));
+        DeviceRunArgs a;
+        a.x = pinned ? h_x.device_alias() : d_x.get();
+        a.x_in_host_memory = pinned;
+        a.x_dtype = DType::kBF16;
+        a.m = m;
+        a.y = d_y.get();
+        a.y_dtype = DType::kBF16;
+        a.sa = d_sa.as<float>();
+        a.azp = d_azp.as<int32_t>();
+        ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, d_y.size()), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d_sa.get(), 0xA5, d_sa.size()), cudaSuccess);
+        ASSERT_EQ(cudaMemset(d_azp.get(), 0x11, d_azp.size()), cudaSuccess);
+        ASSERT_TRUE(p.kernel->run_device(a, scratch.get(), stream, nullptr).ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        std::vector<uint8_t> y(d_y.size());
+        std::vector<float> sa(m);
+        std::vector<int32_t> azp(m);
+        ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(azp.data(), d_azp.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        if (int64_t i = first_y_mismatch(want.y, y, DType::kBF16); i >= 0) {
+          ADD_FAILURE() << "y differs at row " << i / n << " col " << i % n << ": want "
+                        << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
+                        << load_as_f32(y.data(), DType::kBF16, i);
+        }
+        EXPECT_EQ(first_mismatch(want.sa, sa), -1) << "sa";
+        if (is_asymmetric(scheme)) {
+          EXPECT_EQ(first_mismatch(want.azp, azp), -1) << "azp";
+        }
+        if (HasFailure()) return;
       }
     }
   }
