@@ -488,7 +488,10 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
 // partial k-tile) and on a layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs,
 // with the last token block's rows past M zero-filled and read from xq; the workspace all zeros at
 // the end. The same kernel dealing whole tiles (tile 14, no workspace) likewise: on 3 and 7 CTAs
-// and on every SM of the wider layer, some CTAs take two or three tiles one after the other.
+// and on every SM of the wider layer, some CTAs take two or three tiles one after the other. The
+// quantize kernel reads x from mapped pinned host memory, as a small served call's does (so it runs
+// microseconds longer), and xq, sa and azp hold stale values before every call: a dependent that
+// read them before its grid dependency wait, or through a path that may return stale values, fails.
 TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
