@@ -71,11 +71,11 @@
 //
 // Tile 15 (k16x64x256WholeSwapQ) is tile 14 with the activations quantized inside the launch
 // (Params::quantize): the whole op in one kernel, so no grid dependency at all. Each CTA's
-// producer warp reads the call's rows of 16-bit x (the statistics pass issued before its ring's
-// first weights), quantizes them into shared memory as the quantize kernel would, and writes each
-// k-tile's activations into its ring slot itself before arriving on the slot's barrier; CTA 0
-// writes sa and azp. Every CTA reads all of x, so a small served call whose x lies in pinned host
-// memory takes another tile (cutlass_sm90_gemm.cc).
+// producer warp copies the call's rows of 16-bit x into shared memory (one bulk copy, issued before
+// its ring's first weights), takes each row's parameters as the quantize kernel would, and
+// quantizes each k-tile's activations into its ring slot itself before arriving on the slot's
+// barrier; CTA 0 writes sa and azp. Every CTA reads all of x, so a small served call whose x lies
+// in pinned host memory takes another tile (cutlass_sm90_gemm.cc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -154,10 +154,8 @@ struct Params {
   // Consumer warpgroups, taking the k-tiles in turn (kWholeTileGroups with whole tiles, else 1).
   int groups;
   // The quantizing form (tile 15, with whole tiles): x [m, k] (bf16 or fp16, row-major, 16-byte
-  // aligned) quantized inside the launch, no grid dependency. Each CTA's producer warp quantizes
-  // every row into shared memory (the statistics pass issued before its first weights, then the
-  // values) and writes each k-tile's activations into its ring slot itself; CTA 0 also writes
-  // sa and azp (the rows' outputs, at sa_out and azp_out).
+  // aligned) quantized inside the launch, no grid dependency (quantizing_producer); CTA 0 also
+  // writes sa and azp (the rows' outputs, at sa_out and azp_out).
   bool quantize;
   const void* x;
   ElemType x_type;
@@ -656,19 +654,21 @@ size_t workspace_bytes(const CutlassSm90Args& a) {
 
 size_t no_workspace(const CutlassSm90Args&) { return 0; }
 
-bool can_implement(const CutlassSm90Args& a) {
+// The tokens, sizes and weights every form of the kernel takes.
+bool shape_fits(const CutlassSm90Args& a) {
   return a.m >= 1 && a.m <= kTokens && a.n >= 16 && a.n % 16 == 0 && a.k >= 16 && a.k % 16 == 0 &&
          a.n <= (int64_t{1} << 30) && a.k <= (int64_t{1} << 30) &&
-         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+}
+
+bool can_implement(const CutlassSm90Args& a) {
+  return shape_fits(a) && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0;
 }
 
 // The quantizing form (tile 15): 16-bit x in device memory, its rows within kXRowBytes of shared
 // memory (M = 1 up to K = 10240, M = 4 up to K = 2560).
 bool can_implement_q(const CutlassSm90Args& a) {
-  return a.m >= 1 && a.m <= kTokens && a.n >= 16 && a.n % 16 == 0 && a.k >= 16 && a.k % 16 == 0 &&
-         a.n <= (int64_t{1} << 30) && a.k <= (int64_t{1} << 30) &&
-         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.x != nullptr &&
-         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+  return shape_fits(a) && a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
          (a.x_type == ElemType::kBF16 || a.x_type == ElemType::kF16) && a.sa != nullptr &&
          a.m * a.k * 2 <= kXRowBytes;
 }
