@@ -72,10 +72,11 @@
 // Tile 15 (k16x64x256WholeSwapQ) is tile 14 with the activations quantized inside the launch
 // (Params::quantize): the whole op in one kernel, so no grid dependency at all. Each CTA's
 // producer warp copies the call's rows of 16-bit x into shared memory (one bulk copy, issued before
-// its ring's first weights), takes each row's parameters as the quantize kernel would, and
-// quantizes each k-tile's activations into its ring slot itself before arriving on the slot's
-// barrier; CTA 0 writes sa and azp. Every CTA reads all of x, so a small served call whose x lies
-// in pinned host memory takes another tile (cutlass_sm90_gemm.cc).
+// its ring's first weights) and then streams the weights as tile 14's does; kQuantWarps more warps
+// take each row's parameters as the quantize kernel would and quantize the k-tiles' activations
+// into their ring slots in turn, each before the slot's second arrival (quantizer); CTA 0 writes
+// sa and azp. Every CTA reads all of x, so a small served call whose x lies in pinned host memory
+// takes another tile (cutlass_sm90_gemm.cc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -106,7 +107,14 @@ constexpr int kConsumers = 128;                 // per consumer warpgroup
 // that multiplied nothing 9.5 against 11.6). The stream-K deal (tile 11) keeps one.
 constexpr int kWholeTileGroups = 2;
 constexpr int kMaxGroups = 2;
-constexpr int kThreads = kMaxGroups * kConsumers + 32;
+// The quantizing form's warps that quantize the activations into the ring (quantizer), taking its
+// k-tiles in turn. One warp's chain of loads, conversions, stores, fence and arrival per k-tile
+// held the stream: measured on the H200 (bench --streamk, M = 1, the op, us), one warp 11.5 on
+// 4096 x 4096, 12.4 on 6144 x 4096, 21.8 on 8192 x 8192 and 111.6 on 57344 x 8192; four warps
+// 10.5, 12.1, 21.5 and 108.4 (tile 14's GEMM alone: 10.6, 12.1, 21.3, 108.5).
+constexpr int kQuantWarps = 4;
+// The consumers, the producer warp and the quantizing form's warps.
+constexpr int kThreads = kMaxGroups * kConsumers + 32 + kQuantWarps * 32;
 static_assert(kWholeTileGroups >= 1 && kWholeTileGroups <= kMaxGroups && kMaxGroups == 2,
               "the groups' named barriers count 2 x kConsumers threads");
 constexpr int kRedOffset = kStages * kStageBytes + 256;  // the groups' sums, after the barriers
@@ -154,7 +162,7 @@ struct Params {
   // Consumer warpgroups, taking the k-tiles in turn (kWholeTileGroups with whole tiles, else 1).
   int groups;
   // The quantizing form (tile 15, with whole tiles): x [m, k] (bf16 or fp16, row-major, 16-byte
-  // aligned) quantized inside the launch, no grid dependency (quantizing_producer); CTA 0 also
+  // aligned) quantized inside the launch, no grid dependency (quantizer); CTA 0 also
   // writes sa and azp (the rows' outputs, at sa_out and azp_out).
   bool quantize;
   const void* x;
@@ -194,48 +202,26 @@ __device__ __forceinline__ void wgmma_64x16x32(int32_t (&d)[8], uint64_t a, uint
       : "memory");
 }
 
-// The producer warp of the quantizing form (lane `lane`; the CTA's units from (tile, kk), `left` of
-// them): the rows of x into shared memory by one bulk copy, issued before the ring's first weights
-// so that it leads them into the memory system; each row's statistics and parameters (into shared
-// memory for the epilogue; CTA 0 also writes sa and azp out as the quantize kernel does, azp not
-// for a bad row); then, slot by slot, each k-tile's activations quantized into the ring slot
-// beside its weights (zeros past K and for a row that is not kQuantize) before the slot's second
-// arrival.
-template <typename T, QuantScheme S, typename IssueW>
-__device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* smem, uint32_t full,
-                                                    uint32_t empty, int lane, int tile, int kk,
-                                                    int64_t left, IssueW& issue_w) {
-  const bool leader = lane == 0;
-  const uint32_t xbar = empty + kStages * 8;
-  uint8_t* xs = smem + kXRowsOffset;
+// The quantizing warps of the quantizing form (warp `qw` of kQuantWarps, lane `lane`; the CTA's
+// `left` units from k-tile kk): each row's statistics and parameters from the rows of x the
+// producer copied into shared memory, one warp per row (into shared memory for the epilogue; CTA 0
+// also writes sa and azp out as the quantize kernel does, azp not for a bad row); then the CTA's
+// k-tiles in turn among the warps, each quantized into its ring slot once the consumers have freed
+// it (zeros past K and for a row that is not kQuantize), before the slot's second arrival. The
+// producer issues the weights on its own, so the ring's loads never wait for these warps.
+template <typename T, QuantScheme S>
+__device__ __forceinline__ void quantizer(const Params& p, uint8_t* smem, uint32_t full,
+                                          uint32_t empty, int qw, int lane, int kk, int64_t left) {
+  const uint8_t* xs = smem + kXRowsOffset;
   const int row_bytes = p.k8 * 16;  // K * 2
   device::RowParams* rps = reinterpret_cast<device::RowParams*>(smem + kRowParamsOffset);
-  const int first = static_cast<int>(left < kStages ? left : kStages);
-  if (leader) {
-    device::mbar_expect_tx(xbar, static_cast<uint32_t>(p.m * row_bytes));
-    const uint64_t x_policy = device::l2_evict_last();
-    for (int r = 0; r < p.m; ++r) {
-      device::bulk_copy(device::smem_addr(xs + r * row_bytes),
-                        static_cast<const uint8_t*>(p.x) + static_cast<int64_t>(r) * row_bytes,
-                        static_cast<uint32_t>(row_bytes), xbar, x_policy);
-    }
-    int t = tile, kq = kk;
-    for (int j = 0; j < first; ++j) {
-      device::mbar_expect_tx(full + 8 * j, kWBytes);
-      issue_w(t, kq, j);
-      if (++kq == p.kt) {
-        kq = 0;
-        ++t;
-      }
-    }
-  }
-  device::mbar_wait(xbar, 0);
-  for (int r = 0; r < p.m; ++r) {
+  device::mbar_wait(empty + kStages * 8, 0);  // the rows of x
+  for (int r = qw; r < p.m; r += kQuantWarps) {
     const uint4* row = reinterpret_cast<const uint4*>(xs + r * row_bytes);
     device::WarpRowStats<T, S> st;
     for (int v = lane; v < p.k8; v += 32) st.visit8(row[v]);
     const device::RowParams rp = device::row_params<S>(st.reduce(), p.qp);
-    if (leader) {
+    if (lane == 0) {
       rps[r] = rp;
       if (blockIdx.x == 0) {
         p.sa_out[r] = rp.sa;
@@ -243,26 +229,21 @@ __device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* sm
       }
     }
   }
-  __syncwarp();
-  if (leader) stamp(p, 1);
-  int s = 0;
+  asm volatile("bar.sync 3, %0;" ::"n"(kQuantWarps * 32) : "memory");
+  if (qw == 0 && lane == 0) stamp(p, 1);
+  // This warp's first k-tile: the CTA's k-tile qw, in slot qw of the first round.
+  int s = qw, kq = kk + qw;
   uint32_t round = 0;
-  for (int j = 0; left > 0; ++j) {
-    if (j >= first) {
-      // (j >= kStages here: the slot's previous k-tile must have been consumed.)
-      device::mbar_wait(empty + 8 * s, (round - 1) & 1);
-      if (leader) {
-        device::mbar_expect_tx(full + 8 * s, kWBytes);
-        issue_w(tile, kk, s);
-      }
-    }
+  while (kq >= p.kt) kq -= p.kt;
+  for (int64_t j = qw; j < left; j += kQuantWarps) {
+    if (round > 0) device::mbar_wait(empty + 8 * s, (round - 1) & 1);
     // The k-tile's activations where the 3-D TMA box would have put them: two 128-byte chunks of
     // 16 rows, each row's 16-byte units swizzled by the row (rows m..15 left as they are: their
-    // products land in accumulator columns never stored). Each lane quantizes 8 values.
+    // products land in accumulator columns never stored). Each lane quantizes 8 values of a row.
     uint8_t* slot = smem + s * kStageBytes + kWBytes;
     for (int e = lane; e < p.m * 32; e += 32) {
       const int r = e >> 5, u = e & 31;
-      const int col = kk * kKTile + u * 8;  // the first of the 8 values
+      const int col = kq * kKTile + u * 8;  // the first of the 8 values
       const device::RowParams rp = rps[r];
       uint2 q = make_uint2(0u, 0u);
       if (col < p.k8 * 8 && rp.mode == device::kQuantize) {
@@ -275,38 +256,31 @@ __device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* sm
     }
     device::fence_proxy_async_shared();  // for the consumers' wgmma (the async proxy)
     __syncwarp();
-    if (leader) device::mbar_arrive(full + 8 * s);
-    if (++kk == p.kt) {
-      kk = 0;
-      ++tile;
-    }
-    if (++s == kStages) {
-      s = 0;
+    if (lane == 0) device::mbar_arrive(full + 8 * s);
+    kq += kQuantWarps;
+    while (kq >= p.kt) kq -= p.kt;
+    s += kQuantWarps;
+    if (s >= kStages) {
+      s -= kStages;
       ++round;
     }
-    --left;
   }
-  if (leader) stamp(p, 2);
 }
 
-template <typename T, typename IssueW>
-__device__ __forceinline__ void quantizing_producer(const Params& p, uint8_t* smem, uint32_t full,
-                                                    uint32_t empty, int lane, int tile, int kk,
-                                                    int64_t left, IssueW& issue_w) {
+template <typename T>
+__device__ __forceinline__ void quantizer(const Params& p, uint8_t* smem, uint32_t full,
+                                          uint32_t empty, int qw, int lane, int kk, int64_t left) {
   switch (p.qp.scheme) {
     case QuantScheme::kDynamicSymmetric:
-      return quantizing_producer<T, QuantScheme::kDynamicSymmetric>(p, smem, full, empty, lane,
-                                                                    tile, kk, left, issue_w);
+      return quantizer<T, QuantScheme::kDynamicSymmetric>(p, smem, full, empty, qw, lane, kk, left);
     case QuantScheme::kStaticSymmetric:
-      return quantizing_producer<T, QuantScheme::kStaticSymmetric>(p, smem, full, empty, lane, tile,
-                                                                   kk, left, issue_w);
+      return quantizer<T, QuantScheme::kStaticSymmetric>(p, smem, full, empty, qw, lane, kk, left);
     case QuantScheme::kDynamicAsymmetric:
-      return quantizing_producer<T, QuantScheme::kDynamicAsymmetric>(p, smem, full, empty, lane,
-                                                                     tile, kk, left, issue_w);
+      return quantizer<T, QuantScheme::kDynamicAsymmetric>(p, smem, full, empty, qw, lane, kk,
+                                                           left);
     case QuantScheme::kStaticAsymmetric:
     default:
-      return quantizing_producer<T, QuantScheme::kStaticAsymmetric>(p, smem, full, empty, lane,
-                                                                    tile, kk, left, issue_w);
+      return quantizer<T, QuantScheme::kStaticAsymmetric>(p, smem, full, empty, qw, lane, kk, left);
   }
 }
 
@@ -348,10 +322,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (threadIdx.x >= producer) {
-    // The producer warp: one thread issues every load (the quantizing form: the whole warp
-    // quantizes the activations and writes each k-tile's into its slot).
-    if (threadIdx.x != producer && !p.quantize) return;
-    const bool leader = threadIdx.x == producer;
+    // The producer warp: one thread issues every load. The quantizing form's kQuantWarps warps
+    // after it quantize the activations into the ring's slots (quantizer).
+    if (threadIdx.x != producer && threadIdx.x < producer + 32) return;
     const uint64_t w_policy = device::l2_evict_first();
     const uint64_t x_policy = device::l2_evict_last();
     // Unit (tile, kk) into ring slot s, completing on its full barrier.
@@ -393,17 +366,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       --left;
     };
-    if (p.quantize) {
-      const int lane = threadIdx.x - producer;
+    if (threadIdx.x >= producer + 32) {
+      const int qt = threadIdx.x - producer - 32;
       if (p.x_type == ElemType::kF16) {
-        quantizing_producer<__half>(p, smem, full, empty, lane, tile, kk, left, issue_w);
+        quantizer<__half>(p, smem, full, empty, qt / 32, qt % 32, kk, left);
       } else {
-        quantizing_producer<__nv_bfloat16>(p, smem, full, empty, lane, tile, kk, left, issue_w);
+        quantizer<__nv_bfloat16>(p, smem, full, empty, qt / 32, qt % 32, kk, left);
       }
       return;
     }
-    if (!leader) return;
-    if (p.pdl) {
+    if (p.quantize) {
+      // The rows of x by one bulk copy, ahead of the ring's first weights in the memory system.
+      const uint32_t xbar = empty + kStages * 8;
+      const int row_bytes = p.k8 * 16;
+      device::mbar_expect_tx(xbar, static_cast<uint32_t>(p.m * row_bytes));
+      for (int r = 0; r < p.m; ++r) {
+        device::bulk_copy(base + kXRowsOffset + r * row_bytes,
+                          static_cast<const uint8_t*>(p.x) + static_cast<int64_t>(r) * row_bytes,
+                          static_cast<uint32_t>(row_bytes), xbar, x_policy);
+      }
+    } else if (p.pdl) {
       // The weights of the first ring slots before the wait, the activations after it.
       const int first = static_cast<int>(left < p.ahead ? left : p.ahead);
       const int kk0 = kk;
@@ -443,9 +425,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     while (left > 0) {
       if (round > 0) device::mbar_wait(empty + 8 * s, (round - 1) & 1);
-      device::mbar_expect_tx(full + 8 * s, kStageBytes);
+      device::mbar_expect_tx(full + 8 * s, p.quantize ? kWBytes : kStageBytes);
       issue_w(tile, kk, s);
-      issue_x(kk, s);
+      if (!p.quantize) issue_x(kk, s);
       next();
     }
     stamp(p, 2);
@@ -726,8 +708,9 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
   // (The quantizing form takes only the shared memory its rows need.)
   const size_t smem = quantize ? static_cast<size_t>(kXRowsOffset + a.m * a.k * 2 + 1024)
                                : static_cast<size_t>(kSmemBytes);
-  const DependentLaunch cfg(static_cast<unsigned>(p.grid), p.groups * kConsumers + 32, smem, stream,
-                            p.pdl);
+  const DependentLaunch cfg(static_cast<unsigned>(p.grid),
+                            p.groups * kConsumers + 32 + (quantize ? kQuantWarps * 32 : 0), smem,
+                            stream, p.pdl);
   return cudaLaunchKernelEx(&cfg.config, streamk_swap_kernel, p);
 }
 
