@@ -187,6 +187,19 @@ inline int64_t first_y_mismatch(const std::vector<uint8_t>& want, const std::vec
   return -1;
 }
 
+// "" when row r of y [rows, n] (type t, its bytes) matches want's bit for bit (a NaN any NaN, as
+// first_y_mismatch), else where it first differs and how.
+inline std::string y_row_mismatch(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got,
+                                  int64_t r, int64_t n, DType t) {
+  const size_t row_bytes = static_cast<size_t>(n) * dtype_size(t);
+  const std::vector<uint8_t> wr(want.begin() + r * row_bytes, want.begin() + (r + 1) * row_bytes);
+  const std::vector<uint8_t> gr(got.begin() + r * row_bytes, got.begin() + (r + 1) * row_bytes);
+  const int64_t i = first_y_mismatch(wr, gr, t);
+  if (i < 0) return "";
+  return absl::StrCat("row ", r, " col ", i, " want ", load_as_f32(wr.data(), t, i), " got ",
+                      load_as_f32(gr.data(), t, i));
+}
+
 template <typename T>
 int64_t first_mismatch(const std::vector<T>& want, const std::vector<T>& got) {
   if (want.size() != got.size()) return 0;

@@ -720,7 +720,6 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
               absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
                            " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
                            static_cast<int>(tile), " prefix ", prefix);
-          const size_t row_bytes = static_cast<size_t>(n) * dtype_size(yt);
           for (int64_t r = 0; r < m; ++r) {
             if (r == bad[0] || r == bad[1]) {
               EXPECT_TRUE(std::isnan(sa[r])) << what << ": row " << r << " is not flagged";
@@ -728,14 +727,7 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
             }
             ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0)
                 << what << ": sa row " << r << " want " << want.sa[r] << " got " << sa[r];
-            const std::vector<uint8_t> wr(want.y.begin() + r * row_bytes,
-                                          want.y.begin() + (r + 1) * row_bytes);
-            const std::vector<uint8_t> gr(y.begin() + r * row_bytes,
-                                          y.begin() + (r + 1) * row_bytes);
-            const int64_t i = first_y_mismatch(wr, gr, yt);
-            ASSERT_EQ(i, -1) << what << ": row " << r << " col " << i << " want "
-                             << load_as_f32(wr.data(), yt, i) << " got "
-                             << load_as_f32(gr.data(), yt, i);
+            ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "") << what;
           }
         }
       }
@@ -833,7 +825,6 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
           ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
           ASSERT_EQ(cudaMemcpy(azp.data(), d.azp.get(), m * 4, cudaMemcpyDeviceToHost),
                     cudaSuccess);
-          const size_t row_bytes = static_cast<size_t>(n) * dtype_size(yt);
           for (int64_t r = 0; r < m; ++r) {
             ASSERT_EQ(std::memcmp(&sa[r], &want_sa[r], 4), 0)
                 << "sa row " << r << " want " << want_sa[r] << " got " << sa[r];
@@ -843,14 +834,7 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
               continue;
             }
             ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0) << "sa row " << r;
-            const std::vector<uint8_t> wr(want.y.begin() + r * row_bytes,
-                                          want.y.begin() + (r + 1) * row_bytes);
-            const std::vector<uint8_t> gr(y.begin() + r * row_bytes,
-                                          y.begin() + (r + 1) * row_bytes);
-            const int64_t i = first_y_mismatch(wr, gr, yt);
-            ASSERT_EQ(i, -1) << "row " << r << " col " << i << " want "
-                             << load_as_f32(wr.data(), yt, i) << " got "
-                             << load_as_f32(gr.data(), yt, i);
+            ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "");
           }
         }
       }
