@@ -672,6 +672,9 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   std::array<int, std::size(kTuneMs)> tuned_;
   // The same without tile 15 (unfused_tile_for_call).
   std::array<int, std::size(kTuneMs)> tuned_unfused_;
+  // The finalists' median times at each of kTuneMs, fastest first ("tile 8 13.8, tile 15 14.2"),
+  // for the explanation; empty where not timed in turns.
+  std::array<std::string, std::size(kTuneMs)> tuned_times_;
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
@@ -730,6 +733,7 @@ absl::Status CutlassSm90Prepared::init() {
   const absl::Status tuned = tune_tiles();
   if (absl::IsResourceExhausted(tuned)) {
     tuned_.fill(-1);
+    for (std::string& t : tuned_times_) t.clear();
     return absl::OkStatus();
   }
   return tuned;
@@ -769,14 +773,20 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
                            "GPU short of memory)");
   constexpr const char* kDependent =
       "; GEMM launched as the quantize kernel's programmatic dependent";
+  // The finalists timed in turns at load (medians), where there were several.
+  const std::string times =
+      tuned_[i] >= 0 && !tuned_times_[i].empty()
+          ? absl::StrCat("; at load, M=", kTuneMs[i], " (us): ", tuned_times_[i])
+          : std::string();
   if (tile == kFusedTile) {
     const cutlass_sm90::TileOps& other =
         *cutlass_sm90::tile_ops(unfused_tile_for_call(m), ElemType::kBF16);
     return absl::StrCat("tile ", ops.name(), timed, "; a call whose x is in host memory runs tile ",
-                        other.name(), cutlass_sm90::served_with_pdl(m, other) ? kDependent : "");
+                        other.name(), cutlass_sm90::served_with_pdl(m, other) ? kDependent : "",
+                        times);
   }
   return absl::StrCat("tile ", ops.name(), timed,
-                      cutlass_sm90::served_with_pdl(m, ops) ? kDependent : "");
+                      cutlass_sm90::served_with_pdl(m, ops) ? kDependent : "", times);
 #else
   (void)m;
   return "";
@@ -814,6 +824,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
   tuned_unfused_.fill(-1);
+  for (std::string& t : tuned_times_) t.clear();
   const LayerConfig& c = weights_.config;
   constexpr int64_t kTuneBytes = int64_t{256} << 20;
   int64_t max_m = 0;
@@ -953,6 +964,17 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
     tuned_[i] = candidates[lowest_median(rounds)].tile;
+    if (candidates.size() > 1) {
+      std::vector<std::pair<double, int>> medians;
+      for (size_t j = 0; j < candidates.size(); ++j) {
+        medians.emplace_back(median_of(rounds[j]), candidates[j].tile);
+      }
+      std::sort(medians.begin(), medians.end());
+      for (const auto& [us, t] : medians) {
+        absl::StrAppend(&tuned_times_[i], tuned_times_[i].empty() ? "" : ", ", "tile ", t, " ",
+                        std::round(us * 10) / 10);
+      }
+    }
     // Without tile 15: the fastest other finalist, else the first timing's.
     std::vector<std::vector<double>> others;
     std::vector<int> other_tiles;

@@ -53,11 +53,15 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   const int64_t m = 4096 + rng.range(1, 100);
   EXPECT_TRUE(check_call(p, make_x(rng, m, 528, DType::kF32), DType::kF32, m, DType::kF16));
   EXPECT_TRUE(check_call(p, make_x(rng, m, 528, DType::kF16), DType::kF16, m, DType::kF32));
-  // What a request's explanation names: the tile timed at load, and the launch up to M = 64.
+  // What a request's explanation names: the tile timed at load, the launch up to M = 64, and the
+  // finalists' times at load, fastest first.
   const std::string at1 = p.owner->variant(1), at_m = p.owner->variant(m);
   EXPECT_TRUE(absl::StartsWith(at1, "tile ")) << at1;
   EXPECT_TRUE(absl::StrContains(at1, "(timed fastest at load, M=1)")) << at1;
   EXPECT_TRUE(absl::StrContains(at1, "programmatic dependent")) << at1;
+  const size_t times = at1.find("; at load, M=1 (us): tile ");
+  ASSERT_NE(times, std::string::npos) << at1;
+  EXPECT_NE(at1.find(", tile ", times), std::string::npos) << "one finalist only: " << at1;
   // No tile whose cluster would hold a CTA without tokens (up to 64 tokens, every cluster's).
   for (int64_t small : {int64_t{1}, int64_t{16}, int64_t{64}}) {
     EXPECT_FALSE(absl::StrContains(p.owner->variant(small), "cluster")) << p.owner->variant(small);
