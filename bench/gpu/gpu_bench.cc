@@ -2044,7 +2044,8 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // quantized the rows; median; alone, when they started),
 // each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
-// 4 slowest CTAs (index@SM:start-end).
+// 4 slowest CTAs (index@SM:start-end). Last, "streamk-cold": tile 8's op and GEMM alone, tile 14's
+// GEMM alone and tile 15's op after an L2 flush, and after the flush and an untimed call.
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2192,6 +2193,52 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
           slowest.c_str());
       std::fflush(stdout);
     }
+    // Cold starts: the ops and GEMMs above after a read of 256 MB (their code, x and weights then
+    // come from memory, as when a layer's load times them), and after the same read and one
+    // untimed call on the other weight copy (code and x in the L2, the weights not); medians of
+    // 15, in turns.
+    std::vector<size_t> picked;
+    for (size_t f = 0; f < forms.size(); ++f) {
+      const std::string& n = forms[f].name;
+      if (n == "tile8 op" || n == "tile8 alone" || n == "tile14 alone" || n == "tile15 op") {
+        picked.push_back(f);
+      }
+    }
+    L2FlushRead flush;
+    RETURN_IF_ERROR(flush.init());
+    struct Events {
+      cudaEvent_t e[2] = {nullptr, nullptr};
+      ~Events() {
+        for (cudaEvent_t x : e) {
+          if (x != nullptr) cudaEventDestroy(x);
+        }
+      }
+    } ev;
+    for (cudaEvent_t& e : ev.e) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
+    std::vector<std::vector<double>> cold_us(2 * picked.size());
+    for (int r = 0; r < 15; ++r) {
+      for (int code_warm = 0; code_warm < 2; ++code_warm) {
+        for (size_t j = 0; j < picked.size(); ++j) {
+          RETURN_IF_ERROR(flush.enqueue(stream));
+          if (code_warm == 1) RETURN_IF_ERROR(op(forms[picked[j]], 1 % slots, nullptr));
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[0], stream));
+          RETURN_IF_ERROR(op(forms[picked[j]], 0, nullptr));
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[1], stream));
+          RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ev.e[1]));
+          float ms = 0.f;
+          RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+          cold_us[2 * j + code_warm].push_back(1000.0 * ms);
+        }
+      }
+    }
+    std::string line =
+        absl::StrFormat("streamk-cold %-22s M=%-3lld", shape_name(sc), static_cast<long long>(m));
+    for (size_t j = 0; j < picked.size(); ++j) {
+      absl::StrAppendFormat(&line, " | %s cold %6.1f, code and x warm %6.1f", forms[picked[j]].name,
+                            median(cold_us[2 * j]), median(cold_us[2 * j + 1]));
+    }
+    std::printf("%s us\n", line.c_str());
+    std::fflush(stdout);
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream;
