@@ -2045,7 +2045,8 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
 // 4 slowest CTAs (index@SM:start-end). Last, "streamk-cold": tile 8's op and GEMM alone, tile 14's
-// GEMM alone and tile 15's op after an L2 flush, and after the flush and an untimed call.
+// GEMM alone and tile 15's op after an L2 flush, after the flush and an untimed call, and as a
+// layer's load times them (CallTimer).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2082,12 +2083,13 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
             ->can_implement(quantizing_args(served_swap_args(sc, b, m, 0, false)))) {
       forms.push_back({"tile15 op", fused, false});
     }
-    // The form's op on weight copy s, its CTAs' stamps into `trace` when set.
+    // The form's op on weight copy s, its CTAs' stamps into `trace` when set, on op_stream.
+    cudaStream_t op_stream = stream;
     auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
       const bool quantizes = tile_quantizes(f.tile);
       if (!f.alone && !quantizes) {
-        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), op_stream, split));
       }
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       if (quantizes) g = quantizing_args(g);
@@ -2102,7 +2104,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         ASSIGN_OR_RETURN(workspace, zeroed_workspace(b, bytes));
       }
       if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
-      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, stream));
+      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, op_stream));
       return absl::OkStatus();
     };
     std::vector<std::string> names;
@@ -2231,11 +2233,26 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         }
       }
     }
+    // The same forms as a layer's load times them (CallTimer: its own stream and L2 read, a warm-up
+    // call, then the median of 5 cold calls), one after another.
+    ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
+    std::vector<double> load_us(picked.size());
+    for (size_t j = 0; j < picked.size(); ++j) {
+      op_stream = timer->stream();
+      auto call = [&](cudaStream_t) { return op(forms[picked[j]], 0, nullptr); };
+      const absl::Status warm = call(op_stream);
+      const absl::StatusOr<double> us =
+          warm.ok() ? timer->median_us(5, true, call) : absl::StatusOr<double>(warm);
+      op_stream = stream;
+      RETURN_IF_ERROR(us.status());
+      load_us[j] = *us;
+    }
     std::string line =
         absl::StrFormat("streamk-cold %-22s M=%-3lld", shape_name(sc), static_cast<long long>(m));
     for (size_t j = 0; j < picked.size(); ++j) {
-      absl::StrAppendFormat(&line, " | %s cold %6.1f, code and x warm %6.1f", forms[picked[j]].name,
-                            median(cold_us[2 * j]), median(cold_us[2 * j + 1]));
+      absl::StrAppendFormat(&line, " | %s cold %6.1f, code and x warm %6.1f, as at load %6.1f",
+                            forms[picked[j]].name, median(cold_us[2 * j]),
+                            median(cold_us[2 * j + 1]), load_us[j]);
     }
     std::printf("%s us\n", line.c_str());
     std::fflush(stdout);
