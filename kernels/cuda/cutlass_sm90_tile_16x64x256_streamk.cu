@@ -443,9 +443,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto token_of = [&](int e) { return col0 + 8 * (e >> 2) + (e & 1); };
   // The per-token operands of this thread's four tokens (col0 + (j & 1) + 8 * (j >> 1)), from the
   // quantize kernel: the first multiply waits for its activations anyway.
-  // (The quantizing form: from the producer warp, through shared memory, at the first epilogue:
-  // group 0, which applies every epilogue, has then waited for k-tile 0, whose activations the
-  // producer wrote after the rows' parameters.)
+  // (The quantizing form: from the quantizing warps, through shared memory, at the first epilogue:
+  // group 0, which applies every epilogue, has then waited for k-tile 0, whose activations
+  // quantizing warp 0 wrote after every row's parameters were written, named barrier 3 between.)
   if (p.pdl) device::grid_dependency_wait();
   float sa_t[4];
   int32_t azp_t[4];
