@@ -2045,8 +2045,7 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
 // 4 slowest CTAs (index@SM:start-end). Last, "streamk-cold": tile 8's op and GEMM alone, tile 14's
-// GEMM alone and tile 15's op after an L2 flush, after the flush and an untimed call, and as a
-// layer's load times them (CallTimer).
+// GEMM alone and tile 15's op as a layer's load times them (print_as_at_load).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2083,13 +2082,12 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
             ->can_implement(quantizing_args(served_swap_args(sc, b, m, 0, false)))) {
       forms.push_back({"tile15 op", fused, false});
     }
-    // The form's op on weight copy s, its CTAs' stamps into `trace` when set, on op_stream.
-    cudaStream_t op_stream = stream;
-    auto op = [&](const Form& f, int s, uint64_t* trace) -> absl::Status {
+    // The form's op on weight copy s, its CTAs' stamps into `trace` when set, on stream `on`.
+    auto op = [&](const Form& f, int s, uint64_t* trace, cudaStream_t on) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
       const bool quantizes = tile_quantizes(f.tile);
       if (!f.alone && !quantizes) {
-        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), op_stream, split));
+        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), on, split));
       }
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       if (quantizes) g = quantizing_args(g);
@@ -2104,7 +2102,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         ASSIGN_OR_RETURN(workspace, zeroed_workspace(b, bytes));
       }
       if (!ops->can_implement(g)) return absl::UnimplementedError("tile declines the shape");
-      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, op_stream));
+      RETURN_IF_CUDA_ERROR(ops->launch(g, workspace, on));
       return absl::OkStatus();
     };
     std::vector<std::string> names;
@@ -2115,7 +2113,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     }
     RETURN_IF_ERROR(time_forms_in_turns(
         "streamk", sc, b, m, names, tiles,
-        [&](size_t f, int s) { return op(forms[f], s, nullptr); }, o, stream));
+        [&](size_t f, int s) { return op(forms[f], s, nullptr, stream); }, o, stream));
     // Tile 14's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
       if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
@@ -2128,7 +2126,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
       RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
       for (int i = 0; i < launches; ++i) {
-        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch));
+        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch, stream));
       }
       ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
       std::vector<double> spread, late, first_late, dep_med, wait_first, issued, mma_med, mma_max,
@@ -2182,8 +2180,9 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         end_med.push_back(median(end));
         end_max.push_back(*std::max_element(end.begin(), end.end()));
       }
-      ASSIGN_OR_RETURN(const double us, median_us(stream, slots, o,
-                                                  [&](int s) { return op(forms[f], s, nullptr); }));
+      ASSIGN_OR_RETURN(const double us, median_us(stream, slots, o, [&](int s) {
+                         return op(forms[f], s, nullptr, stream);
+                       }));
       std::printf(
           "streamk-trace %-22s M=%-3lld %-12s | %6.1f us | %3d CTAs, start spread %4.1f, %3.0f "
           "late from CTA %3.0f | past the dependency %4.1f | first k-tile after %4.1f | loads "
@@ -2195,10 +2194,9 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
           slowest.c_str());
       std::fflush(stdout);
     }
-    // Cold starts: the ops and GEMMs above after a read of 256 MB (their code, x and weights then
-    // come from memory, as when a layer's load times them), and after the same read and one
-    // untimed call on the other weight copy (code and x in the L2, the weights not); medians of
-    // 15, in turns.
+    // Cold starts: tile 8's op and GEMM alone, tile 14's GEMM alone and tile 15's op as a layer's
+    // load times them (its timer, after its L2 read: code, x and weights from memory), over three
+    // rounds. (The in-turn timings above keep the code and x in the L2, the weights not.)
     std::vector<size_t> picked;
     for (size_t f = 0; f < forms.size(); ++f) {
       const std::string& n = forms[f].name;
@@ -2206,56 +2204,9 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         picked.push_back(f);
       }
     }
-    L2FlushRead flush;
-    RETURN_IF_ERROR(flush.init());
-    struct Events {
-      cudaEvent_t e[2] = {nullptr, nullptr};
-      ~Events() {
-        for (cudaEvent_t x : e) {
-          if (x != nullptr) cudaEventDestroy(x);
-        }
-      }
-    } ev;
-    for (cudaEvent_t& e : ev.e) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
-    std::vector<std::vector<double>> cold_us(2 * picked.size());
-    for (int r = 0; r < 15; ++r) {
-      for (int code_warm = 0; code_warm < 2; ++code_warm) {
-        for (size_t j = 0; j < picked.size(); ++j) {
-          RETURN_IF_ERROR(flush.enqueue(stream));
-          if (code_warm == 1) RETURN_IF_ERROR(op(forms[picked[j]], 1 % slots, nullptr));
-          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[0], stream));
-          RETURN_IF_ERROR(op(forms[picked[j]], 0, nullptr));
-          RETURN_IF_CUDA_ERROR(cudaEventRecord(ev.e[1], stream));
-          RETURN_IF_CUDA_ERROR(cudaEventSynchronize(ev.e[1]));
-          float ms = 0.f;
-          RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
-          cold_us[2 * j + code_warm].push_back(1000.0 * ms);
-        }
-      }
-    }
-    // The same forms as a layer's load times them (CallTimer: its own stream and L2 read, a warm-up
-    // call, then the median of 5 cold calls), one after another.
-    ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-    std::vector<double> load_us(picked.size());
-    for (size_t j = 0; j < picked.size(); ++j) {
-      op_stream = timer->stream();
-      auto call = [&](cudaStream_t) { return op(forms[picked[j]], 0, nullptr); };
-      const absl::Status warm = call(op_stream);
-      const absl::StatusOr<double> us =
-          warm.ok() ? timer->median_us(5, true, call) : absl::StatusOr<double>(warm);
-      op_stream = stream;
-      RETURN_IF_ERROR(us.status());
-      load_us[j] = *us;
-    }
-    std::string line =
-        absl::StrFormat("streamk-cold %-22s M=%-3lld", shape_name(sc), static_cast<long long>(m));
-    for (size_t j = 0; j < picked.size(); ++j) {
-      absl::StrAppendFormat(&line, " | %s cold %6.1f, code and x warm %6.1f, as at load %6.1f",
-                            forms[picked[j]].name, median(cold_us[2 * j]),
-                            median(cold_us[2 * j + 1]), load_us[j]);
-    }
-    std::printf("%s us\n", line.c_str());
-    std::fflush(stdout);
+    RETURN_IF_ERROR(print_as_at_load(
+        "streamk-cold", sc, m, picked.size(), 3, [&](size_t c) { return forms[picked[c]].name; },
+        [&](size_t c, cudaStream_t ts) { return op(forms[picked[c]], 0, nullptr, ts); }));
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream;

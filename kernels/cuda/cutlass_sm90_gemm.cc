@@ -964,27 +964,24 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     for (size_t j = 0; j < candidates.size(); ++j) {
       if (rounds[j].empty()) rounds[j].push_back(candidates[j].us);  // (a lone candidate)
     }
-    tuned_[i] = candidates[lowest_median(rounds)].tile;
-    if (candidates.size() > 1) {
-      std::vector<std::pair<double, int>> medians;
-      for (size_t j = 0; j < candidates.size(); ++j) {
-        medians.emplace_back(median_of(rounds[j]), candidates[j].tile);
-      }
-      std::sort(medians.begin(), medians.end());
-      for (const auto& [us, t] : medians) {
-        absl::StrAppend(&tuned_times_[i], tuned_times_[i].empty() ? "" : ", ", "tile ", t, " ",
-                        std::round(us * 10) / 10);
+    // The finalists by median, fastest first (the earlier on a tie): the choice, the choice
+    // without tile 15 (else the first timing's), and the explanation's times.
+    std::vector<std::pair<double, size_t>> by_median;
+    for (size_t j = 0; j < candidates.size(); ++j) by_median.emplace_back(median_of(rounds[j]), j);
+    std::sort(by_median.begin(), by_median.end());
+    tuned_[i] = candidates[by_median.front().second].tile;
+    tuned_unfused_[i] = unfused;
+    for (const auto& [us, j] : by_median) {
+      if (candidates[j].tile != static_cast<int>(kFusedTile)) {
+        tuned_unfused_[i] = candidates[j].tile;
+        break;
       }
     }
-    // Without tile 15: the fastest other finalist, else the first timing's.
-    std::vector<std::vector<double>> others;
-    std::vector<int> other_tiles;
-    for (size_t j = 0; j < candidates.size(); ++j) {
-      if (candidates[j].tile == static_cast<int>(kFusedTile)) continue;
-      others.push_back(rounds[j]);
-      other_tiles.push_back(candidates[j].tile);
+    for (size_t r = 0; r < by_median.size() && by_median.size() > 1; ++r) {
+      absl::StrAppend(&tuned_times_[i], r == 0 ? "" : ", ", "tile ",
+                      candidates[by_median[r].second].tile, " ",
+                      std::round(by_median[r].first * 10) / 10);
     }
-    tuned_unfused_[i] = others.empty() ? unfused : other_tiles[lowest_median(others)];
   }
   return absl::OkStatus();
 #else
