@@ -1646,30 +1646,37 @@ class L2FlushRead {
   DeviceBuffer buf_, sink_;
 };
 
-// Times `count` candidates as a layer's load times them (CallTimer, one weight copy, 15 calls per
-// timing, in turns over `rounds` rounds), after an L2 flush each and back to back, and prints each
-// way's medians on a line: "<label> <shape> M=<m> as at load, <how> | <name> <us> ...".
+// Times `count` candidates as a layer's load times them (CallTimer, one weight copy), after an L2
+// flush each and back to back, each way in two forms: 15 calls per timing, in turns over `rounds`
+// rounds (as a layer's first timing of each tile, but in turns), and one call per timing, in
+// turns over 15 rounds (as its finalists' rounds: each call then follows another candidate's, so
+// the SMs' instruction caches hold that one's code). Prints each form's medians on a line:
+// "<label> <shape> M=<m> as at load, <how>[, one call each] | <name> <us> ...".
 absl::Status print_as_at_load(const char* label, const ShapeCase& sc, int64_t m, size_t count,
                               int rounds, const std::function<std::string(size_t)>& name,
                               const std::function<absl::Status(size_t, cudaStream_t)>& call) {
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   for (bool cold : {true, false}) {
-    std::vector<std::vector<double>> us(count);
-    for (int round = 0; round < rounds; ++round) {
-      for (size_t c = 0; c < count; ++c) {
-        ASSIGN_OR_RETURN(const double t,
-                         timer->median_us(15, cold, [&](cudaStream_t ts) { return call(c, ts); }));
-        us[c].push_back(t);
+    for (int per_timing : {15, 1}) {
+      std::vector<std::vector<double>> us(count);
+      for (int round = 0; round < (per_timing == 1 ? 15 : rounds); ++round) {
+        for (size_t c = 0; c < count; ++c) {
+          ASSIGN_OR_RETURN(const double t, timer->median_us(per_timing, cold, [&](cudaStream_t ts) {
+            return call(c, ts);
+          }));
+          us[c].push_back(t);
+        }
       }
+      std::string line =
+          absl::StrFormat("%s %-22s M=%-3lld as at load, %s%s |", label, shape_name(sc).c_str(),
+                          static_cast<long long>(m), cold ? "L2 flushed" : "back to back",
+                          per_timing == 1 ? ", one call each" : "");
+      for (size_t c = 0; c < count; ++c) {
+        absl::StrAppendFormat(&line, " %s %6.1f", name(c), median_of(us[c]));
+      }
+      std::printf("%s us\n", line.c_str());
+      std::fflush(stdout);
     }
-    std::string line =
-        absl::StrFormat("%s %-22s M=%-3lld as at load, %s |", label, shape_name(sc).c_str(),
-                        static_cast<long long>(m), cold ? "L2 flushed" : "back to back");
-    for (size_t c = 0; c < count; ++c) {
-      absl::StrAppendFormat(&line, " %s %6.1f", name(c), median_of(us[c]));
-    }
-    std::printf("%s us\n", line.c_str());
-    std::fflush(stdout);
   }
   return absl::OkStatus();
 }
@@ -2044,8 +2051,10 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // quantized the rows; median; alone, when they started),
 // each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
-// 4 slowest CTAs (index@SM:start-end). Last, "streamk-cold": tile 8's op and GEMM alone, tile 14's
-// GEMM alone and tile 15's op as a layer's load times them (print_as_at_load).
+// 4 slowest CTAs (index@SM:start-end); tile 15's again with each launch after an L2 read and tile
+// 8's op (its code then out of L2 and the SMs' instruction caches). Last, "streamk-cold": tile 8's
+// op and GEMM alone, tile 14's GEMM alone and tile 15's op timed by a layer's load timer
+// (print_as_at_load).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2114,26 +2123,14 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     RETURN_IF_ERROR(time_forms_in_turns(
         "streamk", sc, b, m, names, tiles,
         [&](size_t f, int s) { return op(forms[f], s, nullptr, stream); }, o, stream));
-    // Tile 14's timelines.
-    for (size_t f = 2; f < forms.size(); ++f) {
-      if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
-          forms[f].name != "tile14 a4pf64" && forms[f].name != "tile15 op") {
-        continue;
-      }
-      const int launches = 4 * slots + 4;
+    // The CTAs' stamps of launches [from, launches) in t (sms CTAs each), summarised.
+    auto summarize = [&](const std::vector<uint64_t>& t, int from, int launches) {
       const size_t per_launch = static_cast<size_t>(sms) * kStreamKTracePoints;
-      DeviceBuffer trace;
-      RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
-      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
-      for (int i = 0; i < launches; ++i) {
-        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch, stream));
-      }
-      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
       std::vector<double> spread, late, first_late, dep_med, wait_first, issued, mma_med, mma_max,
           end_med, end_max;
       std::string slowest;
       int ctas = 0;
-      for (int i = launches / 4; i < launches; ++i) {
+      for (int i = from; i < launches; ++i) {
         const uint64_t* ti = t.data() + i * per_launch;
         uint64_t t0 = UINT64_MAX, t0_max = 0, last_issue = 0;
         ctas = 0;
@@ -2180,18 +2177,56 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
         end_med.push_back(median(end));
         end_max.push_back(*std::max_element(end.begin(), end.end()));
       }
+      return absl::StrFormat(
+          "%3d CTAs, start spread %4.1f, %3.0f late from CTA %3.0f | past the dependency %4.1f | "
+          "first k-tile after %4.1f | loads issued %6.1f | multiplies done %6.1f / %6.1f | "
+          "epilogue done %6.1f / %6.1f (median/max) | slowest%s",
+          ctas, median(spread), median(late), median(first_late), median(dep_med),
+          median(wait_first), median(issued), median(mma_med), median(mma_max), median(end_med),
+          median(end_max), slowest.c_str());
+    };
+    const size_t per_launch = static_cast<size_t>(sms) * kStreamKTracePoints;
+    // Tile 14's timelines.
+    for (size_t f = 2; f < forms.size(); ++f) {
+      if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
+          forms[f].name != "tile14 a4pf64" && forms[f].name != "tile15 op") {
+        continue;
+      }
+      const int launches = 4 * slots + 4;
+      DeviceBuffer trace;
+      RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < launches; ++i) {
+        RETURN_IF_ERROR(op(forms[f], i % slots, trace.as<uint64_t>() + i * per_launch, stream));
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, o, [&](int s) {
                          return op(forms[f], s, nullptr, stream);
                        }));
-      std::printf(
-          "streamk-trace %-22s M=%-3lld %-12s | %6.1f us | %3d CTAs, start spread %4.1f, %3.0f "
-          "late from CTA %3.0f | past the dependency %4.1f | first k-tile after %4.1f | loads "
-          "issued %6.1f | multiplies done %6.1f / %6.1f | epilogue done %6.1f / %6.1f "
-          "(median/max) | slowest%s\n",
-          shape_name(sc).c_str(), static_cast<long long>(m), forms[f].name.c_str(), us, ctas,
-          median(spread), median(late), median(first_late), median(dep_med), median(wait_first),
-          median(issued), median(mma_med), median(mma_max), median(end_med), median(end_max),
-          slowest.c_str());
+      std::printf("streamk-trace %-22s M=%-3lld %-12s | %6.1f us | %s\n", shape_name(sc).c_str(),
+                  static_cast<long long>(m), forms[f].name.c_str(), us,
+                  summarize(t, launches / 4, launches).c_str());
+      std::fflush(stdout);
+    }
+    // Tile 15's op as a layer's load's rounds find it: after an L2 read and tile 8's op (its
+    // code in the SMs' instruction caches), each after another L2 read (weight copy 0).
+    if (forms.back().name == "tile15 op") {
+      L2FlushRead flush;
+      RETURN_IF_ERROR(flush.init());
+      constexpr int kLaunches = 9;
+      DeviceBuffer trace;
+      RETURN_IF_ERROR(trace.allocate(kLaunches * per_launch * sizeof(uint64_t), "trace"));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+      for (int i = 0; i < kLaunches; ++i) {
+        RETURN_IF_ERROR(flush.enqueue(stream));
+        RETURN_IF_ERROR(op(forms[0], 0, nullptr, stream));
+        RETURN_IF_ERROR(flush.enqueue(stream));
+        RETURN_IF_ERROR(op(forms.back(), 0, trace.as<uint64_t>() + i * per_launch, stream));
+      }
+      ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+      std::printf("streamk-trace %-22s M=%-3lld %-12s | after an L2 read and tile 8's op | %s\n",
+                  shape_name(sc).c_str(), static_cast<long long>(m), forms.back().name.c_str(),
+                  summarize(t, 1, kLaunches).c_str());
       std::fflush(stdout);
     }
     // Cold starts: tile 8's op and GEMM alone, tile 14's GEMM alone and tile 15's op as a layer's

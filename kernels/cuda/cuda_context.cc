@@ -306,12 +306,19 @@ CallTimer::~CallTimer() {
 
 absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
                                             absl::FunctionRef<absl::Status(cudaStream_t)> call) {
+  return median_us(reps, cold, call, [](cudaStream_t) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<double> CallTimer::median_us(int reps, bool cold,
+                                            absl::FunctionRef<absl::Status(cudaStream_t)> call,
+                                            absl::FunctionRef<absl::Status(cudaStream_t)> prime) {
   if (cold) RETURN_IF_ERROR(ensure_flush());
   std::vector<double> us;
   for (int i = 0; i < std::max(reps, 1); ++i) {
     if (cold) {
       RETURN_IF_CUDA_ERROR(
           launch_l2_flush_read(flush_.get(), flush_.size(), sink_.as<uint32_t>(), stream_));
+      RETURN_IF_ERROR(prime(stream_));
     }
     RETURN_IF_CUDA_ERROR(cudaEventRecord(start_, stream_));
     RETURN_IF_ERROR(call(stream_));

@@ -158,6 +158,11 @@ class CallTimer {
   // The median of `reps` calls in us; `call` enqueues one on stream(); cold: the L2 pass first.
   absl::StatusOr<double> median_us(int reps, bool cold,
                                    absl::FunctionRef<absl::Status(cudaStream_t)> call);
+  // The same, with `prime` enqueued after each cold call's L2 pass and before its timing starts
+  // (untimed): what the caller wants back in L2 before the call, such as its code and inputs.
+  absl::StatusOr<double> median_us(int reps, bool cold,
+                                   absl::FunctionRef<absl::Status(cudaStream_t)> call,
+                                   absl::FunctionRef<absl::Status(cudaStream_t)> prime);
   // Allocates the cold timings' buffer now (otherwise the first cold timing does), so that a
   // caller can size its own buffers to the memory left.
   absl::Status reserve_cold() { return ensure_flush(); }
