@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -449,9 +450,10 @@ constexpr int kTuneRounds = 7;
 // 15.1, tile 15 15.5, where the benchmark's cold timing of the same ops after tile 14 (the same
 // kernel, its code in the SMs' instruction caches) gave tile 8 12.7 and tile 15 10.4-11.2; its
 // CTAs' stamps after an L2 read and tile 8's op put its last epilogue at 10.1 us against 7.2 in
-// turns (bench --streamk). With it the load picks tile 15 there: the op as served 14.1 -> 12.5
-// and 11.2 -> 10.6 us (at load: tile 15 13.0, tile 9 14.5; tile 15 11.7, tile 8 12.8); docs/
-// kernels.md, "The whole op in one launch".
+// turns (bench --streamk). With it the load picked tile 15 on 6144 x 4096 in three full runs out
+// of three (the op as served 14.1 -> 12.5-12.9 us) and on 4096 x 4096 in two (11.2 -> 10.6 and
+// 10.8; the third timed tile 8 0.4 us ahead and served 11.4); docs/kernels.md, "The whole op in
+// one launch".
 constexpr int64_t kPrimeChannels = 256;
 
 // Whether a tile with a cluster would leave some of its CTAs without a token: m fills fewer token
@@ -588,6 +590,9 @@ bool claiming_pays(int64_t tiles, int ctas) {
 // The swapped whole-tile kernel quantizing the activations inside its launch (tile 15): the whole
 // op in one kernel, with no grid dependency, where x lies in device memory.
 constexpr CutlassSm90Tile kFusedTile = CutlassSm90Tile::k16x64x256WholeSwapQ;
+
+// set_cutlass_sm90_forced_tile's tile, or -1.
+std::atomic<int> g_forced_tile{-1};
 
 // The tiles a layer times at load: those without a workspace, the claiming tiles, then tile 15
 // (timed as the whole op it is, at the M it takes).
@@ -768,6 +773,9 @@ size_t CutlassSm90Prepared::tuned_index(int64_t m) const {
 }
 
 CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
+  if (const int forced = g_forced_tile.load(std::memory_order_relaxed); forced >= 0) {
+    return static_cast<CutlassSm90Tile>(forced);
+  }
   const size_t i = tuned_index(m);
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
@@ -1156,5 +1164,9 @@ class CutlassSm90Kernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_cutlass_sm90_kernel() { return std::make_unique<CutlassSm90Kernel>(); }
+
+void set_cutlass_sm90_forced_tile(int tile) {
+  g_forced_tile.store(tile, std::memory_order_relaxed);
+}
 
 }  // namespace qlinear::gpu

@@ -54,4 +54,10 @@ std::unique_ptr<Kernel> make_cutlass_sm90_kernel();
 // Whether this binary holds the CUTLASS kernels.
 bool cutlass_sm90_compiled_in();
 
+// Every cuda.cutlass_sm90 call takes this tile (a CutlassSm90Tile) instead of its layer's choice,
+// where the call can take it (a call that tile 15 cannot take runs the layer's fastest other
+// tile); -1 (the default) gives the layers' choices back. Process-wide, for tests of a tile's
+// serving path.
+void set_cutlass_sm90_forced_tile(int tile);
+
 }  // namespace qlinear::gpu

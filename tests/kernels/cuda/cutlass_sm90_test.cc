@@ -886,62 +886,79 @@ TEST_F(CutlassSm90Test, DevicePathMatchesTheReference) {
   const TestStream owned;
   ASSERT_NE(owned.stream, nullptr);
   const cudaStream_t stream = owned.stream;
-  for (Scheme scheme : {Scheme::kDynamicSymmetric, Scheme::kDynamicAsymmetric}) {
-    const int64_t n = 1024, k = 1024;
-    const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
-    ASSERT_NE(w, nullptr);
-    const Prepared p = prepare(*kernel_, w);
-    if (p.kernel == nullptr) return;
-    for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}}) {
-      const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
-      const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
-      ASSERT_TRUE(want.status.ok());
-      std::printf("  %s M=%lld: %s\n", std::string(scheme_name(scheme)).c_str(),
-                  static_cast<long long>(m), p.kernel->variant(m).c_str());
-      DeviceBuffer d_x, d_y, d_sa, d_azp, scratch;
-      PinnedBuffer h_x;
-      ASSERT_TRUE(d_x.allocate(x.size(), "x").ok());
-      ASSERT_TRUE(h_x.reserve(x.size(), "x").ok());
-      ASSERT_NE(h_x.device_alias(), nullptr);
-      ASSERT_TRUE(d_y.allocate(static_cast<size_t>(m * n * 2), "y").ok());
-      ASSERT_TRUE(d_sa.allocate(static_cast<size_t>(m * 4), "sa").ok());
-      ASSERT_TRUE(d_azp.allocate(static_cast<size_t>(m * 4), "azp").ok());
-      ASSERT_TRUE(scratch.allocate(p.kernel->device_scratch_bytes(m), "scratch").ok());
-      ASSERT_EQ(cudaMemcpy(d_x.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      std::memcpy(h_x.get(), x.data(), x.size());
-      for (const bool pinned : {false, true}) {
-        SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m,
-                                  pinned ? ", x in pinned host memory" : ", x in device memory"));
-        DeviceRunArgs a;
-        a.x = pinned ? h_x.device_alias() : d_x.get();
-        a.x_in_host_memory = pinned;
-        a.x_dtype = DType::kBF16;
-        a.m = m;
-        a.y = d_y.get();
-        a.y_dtype = DType::kBF16;
-        a.sa = d_sa.as<float>();
-        a.azp = d_azp.as<int32_t>();
-        ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, d_y.size()), cudaSuccess);
-        ASSERT_EQ(cudaMemset(d_sa.get(), 0xA5, d_sa.size()), cudaSuccess);
-        ASSERT_EQ(cudaMemset(d_azp.get(), 0x11, d_azp.size()), cudaSuccess);
-        ASSERT_TRUE(p.kernel->run_device(a, scratch.get(), stream, nullptr).ok());
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        std::vector<uint8_t> y(d_y.size());
-        std::vector<float> sa(m);
-        std::vector<int32_t> azp(m);
-        ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(azp.data(), d_azp.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        if (int64_t i = first_y_mismatch(want.y, y, DType::kBF16); i >= 0) {
-          ADD_FAILURE() << "y differs at row " << i / n << " col " << i % n << ": want "
-                        << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
-                        << load_as_f32(y.data(), DType::kBF16, i);
+  // With the layer's own tiles, then with tile 15 (the whole op in one launch) on every call: x
+  // in device memory up to 20 KB of rows (M = 1 and 4 here), another tile past that (M = 16) and
+  // where x is in pinned host memory.
+  struct Forced {
+    ~Forced() { set_cutlass_sm90_forced_tile(-1); }
+  } reset;
+  for (const int forced : {-1, static_cast<int>(CutlassSm90Tile::k16x64x256WholeSwapQ)}) {
+    set_cutlass_sm90_forced_tile(forced);
+    SCOPED_TRACE(forced < 0 ? "the layer's tiles" : "tile 15 forced");
+    for (Scheme scheme : {Scheme::kDynamicSymmetric, Scheme::kDynamicAsymmetric}) {
+      const int64_t n = 1024, k = 1024;
+      const auto w = make_layer(rng, scheme, n, k, /*bias=*/true);
+      ASSERT_NE(w, nullptr);
+      const Prepared p = prepare(*kernel_, w);
+      if (p.kernel == nullptr) return;
+      for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+        const std::vector<uint8_t> x = make_x(rng, m, k, DType::kBF16);
+        const Expected want = reference_run(*w, x.data(), DType::kBF16, m, DType::kBF16);
+        ASSERT_TRUE(want.status.ok());
+        std::printf("  %s M=%lld: %s\n", std::string(scheme_name(scheme)).c_str(),
+                    static_cast<long long>(m), p.kernel->variant(m).c_str());
+        if (forced >= 0) {
+          EXPECT_TRUE(absl::StrContains(p.kernel->variant(m), "quantized in the GEMM launch"))
+              << p.kernel->variant(m);
+          // Through the serving path too: x then stays in pinned host memory.
+          EXPECT_TRUE(check_run(p, x, DType::kBF16, m, DType::kBF16));
         }
-        EXPECT_EQ(first_mismatch(want.sa, sa), -1) << "sa";
-        if (is_asymmetric(scheme)) {
-          EXPECT_EQ(first_mismatch(want.azp, azp), -1) << "azp";
+        DeviceBuffer d_x, d_y, d_sa, d_azp, scratch;
+        PinnedBuffer h_x;
+        ASSERT_TRUE(d_x.allocate(x.size(), "x").ok());
+        ASSERT_TRUE(h_x.reserve(x.size(), "x").ok());
+        ASSERT_NE(h_x.device_alias(), nullptr);
+        ASSERT_TRUE(d_y.allocate(static_cast<size_t>(m * n * 2), "y").ok());
+        ASSERT_TRUE(d_sa.allocate(static_cast<size_t>(m * 4), "sa").ok());
+        ASSERT_TRUE(d_azp.allocate(static_cast<size_t>(m * 4), "azp").ok());
+        ASSERT_TRUE(scratch.allocate(p.kernel->device_scratch_bytes(m), "scratch").ok());
+        ASSERT_EQ(cudaMemcpy(d_x.get(), x.data(), x.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        std::memcpy(h_x.get(), x.data(), x.size());
+        for (const bool pinned : {false, true}) {
+          SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m,
+                                    pinned ? ", x in pinned host memory" : ", x in device memory"));
+          DeviceRunArgs a;
+          a.x = pinned ? h_x.device_alias() : d_x.get();
+          a.x_in_host_memory = pinned;
+          a.x_dtype = DType::kBF16;
+          a.m = m;
+          a.y = d_y.get();
+          a.y_dtype = DType::kBF16;
+          a.sa = d_sa.as<float>();
+          a.azp = d_azp.as<int32_t>();
+          ASSERT_EQ(cudaMemset(d_y.get(), 0xA5, d_y.size()), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d_sa.get(), 0xA5, d_sa.size()), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d_azp.get(), 0x11, d_azp.size()), cudaSuccess);
+          ASSERT_TRUE(p.kernel->run_device(a, scratch.get(), stream, nullptr).ok());
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          std::vector<uint8_t> y(d_y.size());
+          std::vector<float> sa(m);
+          std::vector<int32_t> azp(m);
+          ASSERT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(sa.data(), d_sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(azp.data(), d_azp.get(), m * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          if (int64_t i = first_y_mismatch(want.y, y, DType::kBF16); i >= 0) {
+            ADD_FAILURE() << "y differs at row " << i / n << " col " << i % n << ": want "
+                          << load_as_f32(want.y.data(), DType::kBF16, i) << " got "
+                          << load_as_f32(y.data(), DType::kBF16, i);
+          }
+          EXPECT_EQ(first_mismatch(want.sa, sa), -1) << "sa";
+          if (is_asymmetric(scheme)) {
+            EXPECT_EQ(first_mismatch(want.azp, azp), -1) << "azp";
+          }
+          if (HasFailure()) return;
         }
-        if (HasFailure()) return;
       }
     }
   }
