@@ -3330,10 +3330,24 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
                 ops / (pt.gemm_us * 1e-6) / 1e12, n * k / (pt.gemm_us * 1e-6) / 1e12,
                 pt.gemm_us / fl);
     for (const auto& [name, us] : pt.op_us) {
-      // The kernel's own choice at this M (the first copy's: at large M the only one timed).
+      // The kernel's own choice at this M (the first copy's: at large M the only one timed). Each
+      // copy timed its own choices at load, and the rotation runs each copy's: where some copy
+      // chose otherwise, the time is their mix, and the line says how many did.
       std::string how;
       for (const auto& kc : kernels) {
-        if (kc.kernel->name() == name) how = kc.prepared[0]->variant(m);
+        if (kc.kernel->name() != name) continue;
+        how = kc.prepared[0]->variant(m);
+        // (The choice without the times at load that cuda.cutlass_sm90's explanation ends with.)
+        auto choice = [](const std::string& v) { return v.substr(0, v.find("; at load, M=")); };
+        int others = 0;
+        const size_t timed = m <= 64 ? kc.prepared.size() : 1;
+        for (size_t c = 1; c < timed; ++c) {
+          others += choice(kc.prepared[c]->variant(m)) != choice(how);
+        }
+        if (others > 0) {
+          absl::StrAppendFormat(&how, " [%d of the %d weight copies rotated chose otherwise]",
+                                others, static_cast<int>(timed));
+        }
       }
       std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f%s%s%s\n",
                   pt.shape.c_str(), static_cast<long long>(m), name.c_str(), us,
