@@ -1646,11 +1646,14 @@ class L2FlushRead {
   DeviceBuffer buf_, sink_;
 };
 
-// Times `count` candidates as a layer's load times them (CallTimer, one weight copy), after an L2
-// flush each and back to back, each way in two forms: 15 calls per timing, in turns over `rounds`
-// rounds (as a layer's first timing of each tile, but in turns), and one call per timing, in
-// turns over 15 rounds (as its finalists' rounds: each call then follows another candidate's, so
-// the SMs' instruction caches hold that one's code). Prints each form's medians on a line:
+// Times `count` candidates with a layer's load timer (CallTimer, one weight copy), after its L2
+// flush each and back to back; unlike cuda.cutlass_sm90's tile tuning, without the untimed call
+// that brings a candidate's code and activations back into L2 after the flush (kPrimeChannels),
+// so cold here means code, x and weights all from memory. Each way in two forms: 15 calls per
+// timing, in turns over `rounds` rounds (as a layer's first timing of each tile, but in turns), and
+// one call per timing, in turns over 15 rounds (as its finalists' rounds: each call then follows
+// another candidate's, so the SMs' instruction caches hold that one's code). Prints each form's
+// medians on a line:
 // "<label> <shape> M=<m> as at load, <how>[, one call each] | <name> <us> ...".
 absl::Status print_as_at_load(const char* label, const ShapeCase& sc, int64_t m, size_t count,
                               int rounds, const std::function<std::string(size_t)>& name,
@@ -2229,9 +2232,10 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
                   summarize(t, 1, kLaunches).c_str());
       std::fflush(stdout);
     }
-    // Cold starts: tile 8's op and GEMM alone, tile 14's GEMM alone and tile 15's op as a layer's
-    // load times them (its timer, after its L2 read: code, x and weights from memory), over three
-    // rounds. (The in-turn timings above keep the code and x in the L2, the weights not.)
+    // Cold starts: tile 8's op and GEMM alone, tile 14's GEMM alone and tile 15's op with a layer's
+    // load timer (after its L2 read: code, x and weights from memory; the tile tuning's untimed
+    // call before each timing is not made here), over three rounds. (The in-turn timings above
+    // keep the code and x in the L2, the weights not.)
     std::vector<size_t> picked;
     for (size_t f = 0; f < forms.size(); ++f) {
       const std::string& n = forms[f].name;

@@ -661,6 +661,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   absl::Status init();
   absl::Status tune_tiles();
   CutlassSm90Tile tile_for_call(int64_t m) const;
+  int forced_tile(int64_t m) const;
   // The tile a call of m tokens runs where tile_for_call's is tile 15 but the call cannot take
   // it (x in host memory, outputs mirrored there, a debug call, x not 16-bit): the fastest other
   // tile timed at load.
@@ -772,10 +773,33 @@ size_t CutlassSm90Prepared::tuned_index(int64_t m) const {
   return i;
 }
 
-CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
-  if (const int forced = g_forced_tile.load(std::memory_order_relaxed); forced >= 0) {
-    return static_cast<CutlassSm90Tile>(forced);
+// The forced tile (set_cutlass_sm90_forced_tile) where a call of m tokens can take it: one of the
+// tiles a layer times, which takes the layer's shape at m (tile 15: enqueue falls back where the
+// call's x cannot be read by it); else -1.
+int CutlassSm90Prepared::forced_tile(int64_t m) const {
+  const int forced = g_forced_tile.load(std::memory_order_relaxed);
+#if QLINEAR_HAVE_CUTLASS
+  if (forced < 0) return -1;
+  const auto t = static_cast<CutlassSm90Tile>(forced);
+  if (std::find(std::begin(kTimedTiles), std::end(kTimedTiles), t) == std::end(kTimedTiles)) {
+    return -1;
   }
+  if (t == kFusedTile) return forced;
+  const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+  if (ops == nullptr || (ops->swaps_operands && m > kSwapMaxM) ||
+      !ops->can_implement(layer_args(m, DType::kBF16))) {
+    return -1;
+  }
+  return forced;
+#else
+  (void)m;
+  (void)forced;
+  return -1;
+#endif
+}
+
+CutlassSm90Tile CutlassSm90Prepared::tile_for_call(int64_t m) const {
+  if (const int forced = forced_tile(m); forced >= 0) return static_cast<CutlassSm90Tile>(forced);
   const size_t i = tuned_index(m);
   return tuned_[i] >= 0 ? static_cast<CutlassSm90Tile>(tuned_[i]) : tile_for(m, weights_.config.n);
 }
@@ -792,10 +816,11 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
   const CutlassSm90Tile tile = tile_for_call(m);
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile, ElemType::kBF16);
   const std::string timed =
-      tuned_[i] >= 0 ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
-                     : std::string(
-                           " (by rule: not timed at load, its operands over 256 MB or the "
-                           "GPU short of memory)");
+      forced_tile(m) >= 0 ? std::string(" (forced: set_cutlass_sm90_forced_tile)")
+      : tuned_[i] >= 0    ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+                          : std::string(
+                                " (by rule: not timed at load, its operands over 256 MB or the "
+                                   "GPU short of memory)");
   constexpr const char* kDependent =
       "; GEMM launched as the quantize kernel's programmatic dependent";
   // The finalists timed in turns at load (medians), where there were several.

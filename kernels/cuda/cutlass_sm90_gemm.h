@@ -54,10 +54,12 @@ std::unique_ptr<Kernel> make_cutlass_sm90_kernel();
 // Whether this binary holds the CUTLASS kernels.
 bool cutlass_sm90_compiled_in();
 
-// Every cuda.cutlass_sm90 call takes this tile (a CutlassSm90Tile) instead of its layer's choice,
-// where the call can take it (a call that tile 15 cannot take runs the layer's fastest other
-// tile); -1 (the default) gives the layers' choices back. Process-wide, for tests of a tile's
-// serving path.
+// Every cuda.cutlass_sm90 call takes this tile (a CutlassSm90Tile among those a layer times at
+// load) instead of its layer's choice, where the tile takes the layer's shape at the call's M (a
+// call whose x tile 15 cannot read runs the layer's fastest other tile); -1 (the default), or a
+// tile a layer does not time, gives the layers' choices back. Process-wide, for tests of a tile's
+// serving path; a small call already captured in a CUDA graph keeps the tile it was captured
+// with.
 void set_cutlass_sm90_forced_tile(int tile);
 
 }  // namespace qlinear::gpu
