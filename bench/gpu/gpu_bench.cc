@@ -3344,7 +3344,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
         // (The choice without the times at load that cuda.cutlass_sm90's explanation ends with.)
         auto choice = [](const std::string& v) { return v.substr(0, v.find("; at load, M=")); };
         int others = 0;
-        const size_t timed = m <= 64 ? kc.prepared.size() : 1;
+        const size_t timed = std::min<size_t>(slots, kc.prepared.size());  // as the timing rotates
         for (size_t c = 1; c < timed; ++c) {
           others += choice(kc.prepared[c]->variant(m)) != choice(how);
         }
