@@ -185,6 +185,10 @@ struct CutlassSm90Args {
   // loading the current tile, CUTLASS's way, as served; the table is beside kClaimLead in
   // cutlass_sm90_gemm.cc).
   int claim_lead = 0;
+  // Tiles 14 and 15 (whole tiles): deal the channels in halves of 32 where that gives the busiest
+  // CTA fewer of them (as served); false deals whole tiles of 64 only (the benchmark's --streamk
+  // compares both).
+  bool half_tiles = true;
   // Diagnostics (the benchmark's --diagnose): when set, each CTA's producer writes
   // kCutlassTracePoints values at trace[cta * kCutlassTracePoints] (see cutlass_sm90_dependent_
   // mainloop.cuh; tiles 11 and 14 kStreamKTracePoints); size it for sm_count CTAs (the
@@ -285,6 +289,10 @@ inline constexpr int64_t tile_count(int64_t m, int64_t n, const TileOps& tile) {
 // values among several blocks (launch_quantize_s8's `split`; cutlass_sm90_gemm.cc, with the
 // measurements behind it), on a GPU of sm_count SMs.
 bool split_quantize_rows(int64_t m, int64_t k, int sm_count);
+
+// Whether tiles 14 and 15 deal a call's channels in halves of 32 (CutlassSm90Args::half_tiles;
+// cutlass_sm90_tile_16x64x256_streamk.cu).
+bool whole_tiles_in_halves(const CutlassSm90Args& a);
 
 inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
   switch (tile) {

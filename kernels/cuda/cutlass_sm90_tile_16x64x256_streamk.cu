@@ -62,12 +62,13 @@
 // layer and its test without a hang, and why the other hung is not understood.
 //
 // The same kernel with whole tiles per CTA (Params::whole_tiles) is tile 14 (k16x64x256WholeSwap):
-// CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid), nothing shared, no workspace, and
-// two consumer warpgroups take its k-tiles in turn (kWholeTileGroups). Its launch costs 1.1 us
-// besides its stream where the CUTLASS tile's costs 2.9; alone it is the faster on most benchmark
-// layers, but as the quantize kernel's dependent the weights it issues before the wait delay that
-// kernel's end, and it is slower on most; it is not among the tiles a layer times (docs/kernels.md,
-// "A kernel of our own dealing whole tiles", with the H200 tables).
+// CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid) (or, where the tiles outnumber the
+// CTAs and it evens their shares, halves of 32 channels: Params::half_tiles), nothing shared, no
+// workspace, and two consumer warpgroups take its k-tiles in turn (kWholeTileGroups). Its launch
+// costs 1.1 us besides its stream where the CUTLASS tile's costs 2.9; alone it is the faster on
+// most benchmark layers, but as the quantize kernel's dependent the weights it issues before the
+// wait delay that kernel's end, and it is slower on most; it is not among the tiles a layer times
+// (docs/kernels.md, "A kernel of our own dealing whole tiles", with the H200 tables).
 //
 // Tile 15 (k16x64x256WholeSwapQ) is tile 14 with the activations quantized inside the launch
 // (Params::quantize): the whole op in one kernel, so no grid dependency at all. Each CTA's
@@ -91,11 +92,12 @@
 namespace qlinear::gpu::cutlass_sm90 {
 namespace {
 
-constexpr int kRows = 64;    // channels per tile (the MMA's M)
-constexpr int kTokens = 16;  // tokens per tile (the MMA's N)
-constexpr int kKTile = 256;  // bytes of K per k-tile
-constexpr int kBox = 128;    // bytes of K per TMA box (the swizzle's width)
-constexpr int kStages = 10;  // k-tiles in flight per CTA (11 measured slower, see tile 14)
+constexpr int kRows = 64;             // channels per tile (the MMA's M)
+constexpr int kHalfRows = kRows / 2;  // channels per half tile (Params::half_tiles)
+constexpr int kTokens = 16;           // tokens per tile (the MMA's N)
+constexpr int kKTile = 256;           // bytes of K per k-tile
+constexpr int kBox = 128;             // bytes of K per TMA box (the swizzle's width)
+constexpr int kStages = 10;           // k-tiles in flight per CTA (11 measured slower, see tile 14)
 constexpr int kWBytes = kRows * kKTile;
 constexpr int kXBytes = kTokens * kKTile;
 constexpr int kStageBytes = kWBytes + kXBytes;  // a multiple of 1024: every box swizzle-aligned
@@ -159,6 +161,14 @@ struct Params {
   // Whole tiles per CTA (tile 14): CTA c takes tiles [c * tiles / grid, (c + 1) * tiles / grid),
   // so that no tile is shared and the workspace is never touched.
   bool whole_tiles;
+  // With whole tiles: the channels dealt in halves of kHalfRows instead (CTA c takes halves
+  // [c * halves / grid, (c + 1) * halves / grid)), a range's odd first half and its last half
+  // multiplied as a tile of their own, where that shortens the longest CTA's share
+  // (half_tiles_pay). A half tile's weights come through wmap_half (boxes of kHalfRows rows); its
+  // wgmma still multiply 64 rows, and the rows past its 32 are never stored.
+  bool half_tiles;
+  int64_t halves;
+  StreamTmaMap wmap_half;
   // Consumer warpgroups, taking the k-tiles in turn (kWholeTileGroups with whole tiles, else 1).
   int groups;
   // The quantizing form (tile 15, with whole tiles): x [m, k] (bf16 or fp16, row-major, 16-byte
@@ -175,6 +185,12 @@ struct Params {
 // The CTA whose range holds unit u.
 __device__ __forceinline__ int owner_of(int64_t u, int64_t units, int grid) {
   return static_cast<int>(((u + 1) * grid - 1) / units);
+}
+
+// With whole tiles, whether the tile at half h of a CTA's halves [.., h_end) is a half tile: it
+// starts at an odd half, or it is the range's last half.
+__device__ __forceinline__ bool half_at(const Params& p, int64_t h, int64_t h_end) {
+  return p.half_tiles && ((h & 1) != 0 || h + 1 == h_end);
 }
 
 // %globaltimer into the CTA's trace point `point` (benchmarks only).
@@ -294,11 +310,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t empty = full + kStages * 8;
   const int cta = blockIdx.x;
   if (threadIdx.x == 0) stamp(p, 0);
-  int64_t u_begin, u_end;
+  // The CTA's units: with whole tiles, its tiles' k-tiles counted from 0 (the tiles themselves
+  // are its halves [h_begin, h_end)); on the stream-K deal, its range of all the units.
+  int64_t u_begin, u_end, h_begin = 0, h_end = 0;
   if (p.whole_tiles) {
-    const int64_t tiles = p.units / p.kt;
-    u_begin = static_cast<int64_t>(cta) * tiles / p.grid * p.kt;
-    u_end = static_cast<int64_t>(cta + 1) * tiles / p.grid * p.kt;
+    if (p.half_tiles) {
+      h_begin = static_cast<int64_t>(cta) * p.halves / p.grid;
+      h_end = static_cast<int64_t>(cta + 1) * p.halves / p.grid;
+    } else {
+      const int64_t tiles = p.units / p.kt;
+      h_begin = 2 * (static_cast<int64_t>(cta) * tiles / p.grid);
+      h_end = 2 * (static_cast<int64_t>(cta + 1) * tiles / p.grid);
+    }
+    int64_t tiles = 0;
+    for (int64_t h = h_begin; h < h_end; h += half_at(p, h, h_end) ? 1 : 2) ++tiles;
+    u_begin = 0;
+    u_end = tiles * p.kt;
   } else {
     u_begin = static_cast<int64_t>(cta) * p.units / p.grid;
     u_end = static_cast<int64_t>(cta + 1) * p.units / p.grid;
@@ -327,17 +354,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x != producer && threadIdx.x < producer + 32) return;
     const uint64_t w_policy = device::l2_evict_first();
     const uint64_t x_policy = device::l2_evict_last();
-    // Unit (tile, kk) into ring slot s, completing on its full barrier.
+    // The weights of k-tile kk of the tile at channel `row` (a half tile's: half) into ring slot
+    // s, completing on its full barrier.
     constexpr int kChunks = kKTile / kBox;
-    auto issue_w = [&](int tile, int kk, int s) {
+    auto issue_w = [&](int row, bool half, int kk, int s) {
       const uint32_t dst = base + s * kStageBytes;
+      const StreamTmaMap* map = half ? &p.wmap_half : &p.wmap;
       if (p.chunked) {
-        device::tma_load_3d(dst, &p.wmap, 0, tile * kRows, kk * kChunks, full + 8 * s, w_policy);
+        device::tma_load_3d(dst, map, 0, row, kk * kChunks, full + 8 * s, w_policy);
         return;
       }
+      const int rows = half ? kHalfRows : kRows;
       for (int b = 0; b < kKTile / kBox; ++b) {
-        device::tma_load_2d(dst + b * (kRows * kBox), &p.wmap, kk * kKTile + b * kBox, tile * kRows,
-                            full + 8 * s, w_policy);
+        device::tma_load_2d(dst + b * (rows * kBox), map, kk * kKTile + b * kBox, row, full + 8 * s,
+                            w_policy);
       }
     };
     auto issue_x = [&](int kk, int s) {
@@ -351,7 +381,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                             full + 8 * s, x_policy);
       }
     };
+    // The producer's place: the tile (with whole tiles, its first half hc and whether it is a
+    // half tile), the k-tile, the ring slot and round, and the units left.
     int tile = static_cast<int>(u_begin / p.kt), kk = static_cast<int>(u_begin % p.kt);
+    int64_t hc = h_begin;
+    bool half = p.whole_tiles && half_at(p, hc, h_end);
+    auto row_at = [&](int t, int64_t h) {
+      return p.whole_tiles ? static_cast<int>(h * kHalfRows) : t * kRows;
+    };
+    auto w_bytes = [](bool is_half) { return is_half ? kWBytes / 2 : kWBytes; };
     int s = 0;
     uint32_t round = 0;
     int64_t left = u_end - u_begin;
@@ -359,6 +397,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (++kk == p.kt) {
         kk = 0;
         ++tile;
+        if (p.whole_tiles) {
+          hc += half ? 1 : 2;
+          half = half_at(p, hc, h_end);
+        }
       }
       if (++s == kStages) {
         s = 0;
@@ -390,26 +432,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int first = static_cast<int>(left < p.ahead ? left : p.ahead);
       const int kk0 = kk;
       for (int j = 0; j < first; ++j) {
-        device::mbar_expect_tx(full + 8 * s, kStageBytes);
-        issue_w(tile, kk, s);
+        device::mbar_expect_tx(full + 8 * s, w_bytes(half) + kXBytes);
+        issue_w(row_at(tile, hc), half, kk, s);
         next();
       }
       // The next l2_ahead units' weights into L2, so that DRAM keeps streaming while the ring
       // waits for the activations.
       {
         int pt = tile, pk = kk;
+        int64_t ph = hc;
+        bool phalf = half;
         const int64_t count = left < p.l2_ahead ? left : p.l2_ahead;
         for (int64_t j = 0; j < count; ++j) {
+          const StreamTmaMap* map = phalf ? &p.wmap_half : &p.wmap;
+          const int prow = row_at(pt, ph);
           if (p.chunked) {
-            device::tma_prefetch_3d(&p.wmap, 0, pt * kRows, pk * kChunks);
+            device::tma_prefetch_3d(map, 0, prow, pk * kChunks);
           } else {
             for (int b = 0; b < kKTile / kBox; ++b) {
-              device::tma_prefetch_2d(&p.wmap, pk * kKTile + b * kBox, pt * kRows);
+              device::tma_prefetch_2d(map, pk * kKTile + b * kBox, prow);
             }
           }
           if (++pk == p.kt) {
             pk = 0;
             ++pt;
+            if (p.whole_tiles) {
+              ph += phalf ? 1 : 2;
+              phalf = half_at(p, ph, h_end);
+            }
           }
         }
       }
@@ -425,8 +475,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     while (left > 0) {
       if (round > 0) device::mbar_wait(empty + 8 * s, (round - 1) & 1);
-      device::mbar_expect_tx(full + 8 * s, p.quantize ? kWBytes : kStageBytes);
-      issue_w(tile, kk, s);
+      device::mbar_expect_tx(full + 8 * s, w_bytes(half) + (p.quantize ? 0 : kXBytes));
+      issue_w(row_at(tile, hc), half, kk, s);
       if (!p.quantize) issue_x(kk, s);
       next();
     }
@@ -460,18 +510,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   int64_t i = 0;  // k-tiles consumed
   int shared_tiles = 0;
+  int64_t hc = h_begin;  // with whole tiles, the next tile's first half
   for (int64_t u = u_begin; u < u_end;) {
-    const int tile = static_cast<int>(u / p.kt);
-    const int64_t tile_end = static_cast<int64_t>(tile + 1) * p.kt;
-    const int64_t seg_end = tile_end < u_end ? tile_end : u_end;
-    const bool whole = u == static_cast<int64_t>(tile) * p.kt && seg_end == tile_end;
+    // The tile's k-tiles [u, seg_end) (all of them where whole), its first channel and its rows.
+    int tile = 0, row_base = 0, rows = kRows;
+    int64_t tile_end = 0, seg_end = 0;
+    bool whole = true;
+    if (p.whole_tiles) {
+      const bool half = half_at(p, hc, h_end);
+      row_base = static_cast<int>(hc * kHalfRows);
+      rows = half ? kHalfRows : kRows;
+      hc += half ? 1 : 2;
+      seg_end = u + p.kt;
+    } else {
+      tile = static_cast<int>(u / p.kt);
+      tile_end = static_cast<int64_t>(tile + 1) * p.kt;
+      seg_end = tile_end < u_end ? tile_end : u_end;
+      whole = u == static_cast<int64_t>(tile) * p.kt && seg_end == tile_end;
+      row_base = tile * kRows;
+    }
     // The per-channel operands of this thread's two channels (row0 + 8h), loaded before the
     // k-loop so that their latency hides behind it.
     float sb_c[2], bias_c[2];
     int32_t adj_c[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int ch = tile * kRows + row0 + 8 * h;
+      const int ch = row_base + row0 + 8 * h;
       const bool in = ch < p.n;
       sb_c[h] = in ? __ldg(p.sb + ch) : 0.f;
       bias_c[h] = in ? __ldg(p.bias_v + ch) : 0.f;
@@ -497,8 +561,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
       for (int ks = 0; ks < kKTile / 32; ++ks) {
+        // (A half tile's chunks lie rows * kBox apart; the wgmma's rows past them are not stored.)
         const int b = ks / (kBox / 32), off = (ks % (kBox / 32)) * 32;
-        wgmma_64x16x32(dc[ks % kChains], smem_desc(w + b * (kRows * kBox) + off),
+        wgmma_64x16x32(dc[ks % kChains], smem_desc(w + b * (rows * kBox) + off),
                        smem_desc(x + b * (kTokens * kBox) + off), 1);
       }
       asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -562,7 +627,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // their round trips overlap; the share that completes an element applies the epilogue to it.
     bool keep[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) keep[e] = token_of(e) < p.m && tile * kRows + row_of(e) < p.n;
+    for (int e = 0; e < 8; ++e) {
+      keep[e] = token_of(e) < p.m && row_of(e) < rows && row_base + row_of(e) < p.n;
+    }
     if (!whole) {
       uint64_t old[8];
 #pragma unroll
@@ -587,7 +654,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 8; ++e) {
       if (!keep[e]) continue;
       const int h = (e >> 1) & 1, j = (e & 1) + 2 * (e >> 2);
-      const int t = token_of(e), ch = tile * kRows + row_of(e);
+      const int t = token_of(e), ch = row_base + row_of(e);
       const uint32_t zp = static_cast<uint32_t>(azp_t[j]) * static_cast<uint32_t>(adj_c[h]);
       const float tv = __int2float_rn(static_cast<int32_t>(static_cast<uint32_t>(d[e]) - zp));
       const float v = __fmaf_rn(sa_t[j], __fmul_rn(sb_c[h], tv), bias_c[h]);
@@ -608,10 +675,28 @@ int64_t tiles_for(const CutlassSm90Args& a) { return (a.n + kRows - 1) / kRows; 
 
 int64_t units_for(const CutlassSm90Args& a) { return tiles_for(a) * ((a.k + kKTile - 1) / kKTile); }
 
+int64_t halves_for(const CutlassSm90Args& a) { return (a.n + kHalfRows - 1) / kHalfRows; }
+
+// Whole tiles dealt in halves (Params::half_tiles) where the tiles outnumber the SMs and halves
+// give the busiest CTA fewer channels: 28672 x 4096 (448 tiles on 132 SMs: 4 tiles -> 3.5). Not
+// where the tiles about fill the SMs or their last wave (8192 x 8192, 57344 x 8192), nor on layers
+// of fewer tiles than SMs: a half tile's k-tile is half the bytes for the same eight wgmma, and on
+// 4096 x 4096 (64 tiles -> 128 halves, one per CTA) tile 15's op measured no faster (H200, bench
+// --streamk, M = 1, three rounds in turns, us, whole tiles / halves: 11.0 / 11.3, 11.3 / 11.2,
+// 11.3 / 11.2) while on 4096 x 14336 tile 14 alone took 25.0 us in halves (22.6-23.4 in whole
+// tiles in earlier runs).
+bool half_tiles_pay(const CutlassSm90Args& a) {
+  if (!a.half_tiles) return false;
+  const int64_t sms = a.sm_count > 0 ? a.sm_count : 132;
+  const int64_t tiles = tiles_for(a), halves = halves_for(a);
+  if (tiles <= sms) return false;
+  return (halves + sms - 1) / sms < 2 * ((tiles + sms - 1) / sms);
+}
+
 int grid_for(const CutlassSm90Args& a, bool whole_tiles) {
   if (whole_tiles) {
     const int sms = a.sm_count > 0 ? a.sm_count : 132;
-    const int64_t tiles = tiles_for(a);
+    const int64_t tiles = half_tiles_pay(a) ? halves_for(a) : tiles_for(a);
     return static_cast<int>(tiles < sms ? tiles : sms);
   }
   // At most 255 CTAs: a word's low 32 bits carry into bits 32-39 once per share at most.
@@ -670,6 +755,14 @@ cudaError_t launch_deal(const CutlassSm90Args& a, void* workspace, cudaStream_t 
   if (const cudaError_t e = stream_s8_weights_map(a.w, a.n, a.k, &p.wmap, kRows, chunks);
       e != cudaSuccess) {
     return e;
+  }
+  p.half_tiles = whole_tiles && half_tiles_pay(a);
+  p.halves = halves_for(a);
+  if (p.half_tiles) {
+    if (const cudaError_t e = stream_s8_weights_map(a.w, a.n, a.k, &p.wmap_half, kHalfRows, chunks);
+        e != cudaSuccess) {
+      return e;
+    }
   }
   if (!quantize) {
     if (const cudaError_t e = stream_s8_weights_map(a.xq, x_rows, a.k, &p.xmap, kTokens, chunks);
@@ -741,6 +834,8 @@ const TileOps kWholeTileQOps = {
     kRows,   true,         name_whole_tiles_q};
 
 }  // namespace
+
+bool whole_tiles_in_halves(const CutlassSm90Args& a) { return half_tiles_pay(a); }
 
 const TileOps* tile_16x64x256_streamk_swap(ElemType y) {
   (void)y;  // the output type is a launch argument

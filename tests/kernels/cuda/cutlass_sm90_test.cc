@@ -492,7 +492,11 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
 // partial k-tile) and on a layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs,
 // with the last token block's rows past M zero-filled and read from xq; the workspace all zeros at
 // the end. The same kernel dealing whole tiles (tile 14, no workspace) likewise: on 3 and 7 CTAs
-// and on every SM of the wider layer, some CTAs take two or three tiles one after the other. The
+// and on every SM of the wider layer, some CTAs take two or three tiles one after the other; where
+// the tiles outnumber the CTAs and halves of 32 channels shorten the busiest CTA's share (400
+// channels, 13 halves, on 3 CTAs; the wider layer on every grid) in halves, some CTAs' ranges
+// starting or ending in a half tile (and in 2-D boxes where K = 4160 and 1040), the others in
+// whole tiles only. The
 // quantize kernel reads x from mapped pinned host memory, as a small served call's does (so it runs
 // microseconds longer), and xq, sa and azp hold stale values before every call: a dependent that
 // read them before its grid dependency wait, or through a path that may return stale values, fails.
@@ -506,6 +510,7 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
   struct Case {
     int64_t n, k;
   };
+  int dealt[2] = {0, 0};  // tile 14's grids dealing whole tiles only, and in halves
   for (const CutlassSm90Tile tile :
        {CutlassSm90Tile::k16x64x256StreamKSwap, CutlassSm90Tile::k16x64x256WholeSwap}) {
     const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
@@ -534,6 +539,11 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
             ASSERT_EQ(cudaMemset(ws.get(), 0, ws_bytes), cudaSuccess);
           }
           for (const int grid : {sms, 7, 3}) {
+            if (!shares) {
+              CutlassSm90Args g = d.args(DType::kBF16);
+              g.sm_count = grid;
+              ++dealt[cutlass_sm90::whole_tiles_in_halves(g) ? 1 : 0];
+            }
             for (int run = 0; run < 4; ++run) {
               const bool pdl = run % 2 == 1, read_rows = run >= 2;
               SCOPED_TRACE(absl::StrCat(ops->name(), ", ", scheme_name(scheme), " N ", c.n, " K ",
@@ -565,6 +575,8 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
       }
     }
   }
+  EXPECT_GT(dealt[0], 0) << "tile 14 never dealt whole tiles only";
+  EXPECT_GT(dealt[1], 0) << "tile 14 never dealt halves";
 }
 
 // The swapped tiles whose CTAs claim their tiles at run time from a counter
@@ -743,9 +755,11 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
 // the reference, and sa and azp with the quantize kernel's on the same x, for every scheme, bf16
 // and fp16 x and every output type; M from 1 to 16 as far as its shared memory takes the rows
 // (m * K <= 10240), on layers of one or two k-tiles, a channel tail with a partial k-tile (K =
-// 4160), 64 x (SMs + 4) channels (CTAs taking two tiles) and K = 10240 at M = 1, on every SM and
-// on 3 CTAs; among the rows a constant one (dynamic asymmetric: a zero row), an all-zero one and
-// one with a NaN (sa NaN, azp left as it was, every other row exact).
+// 4160), 64 x (SMs + 4) channels (CTAs taking two or three halves of 32 channels, some starting
+// or ending in a half tile) and K = 10240 at M = 1, on every SM and on 3 CTAs (a launch deals
+// halves where the tiles outnumber the CTAs and halves shorten the busiest CTA's share; both
+// deals are checked to occur); among the rows a constant one (dynamic asymmetric: a zero row), an
+// all-zero one and one with a NaN (sa NaN, azp left as it was, every other row exact).
 TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -765,6 +779,7 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
   ASSERT_NE(ops, nullptr);
   ASSERT_EQ(ops->prepare(), cudaSuccess);
   int round = 0;
+  int dealt[2] = {0, 0};  // launches dealing whole tiles only, and in halves
   for (const Case& cs : cases) {
     const int64_t n = cs.n, k = cs.k;
     for (Scheme scheme : kSchemes) {
@@ -817,6 +832,7 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
           g.sm_count = grid;
           g.xq = nullptr;  // not read
           ASSERT_TRUE(ops->can_implement(g));
+          ++dealt[cutlass_sm90::whole_tiles_in_halves(g) ? 1 : 0];
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
@@ -844,6 +860,8 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
       }
     }
   }
+  EXPECT_GT(dealt[0], 0) << "no launch dealt whole tiles only";
+  EXPECT_GT(dealt[1], 0) << "no launch dealt halves";
   // What it declines: another tile then takes the call.
   DeviceBuffer x, sa;
   ASSERT_TRUE(x.allocate(2 * 10240 * 2 + 64, "x").ok());
