@@ -63,7 +63,8 @@ TEST_F(CublasLtTest, MatchesReferenceForLargeM) {
 
 // Long rows of 16-bit activations for 17..256 tokens, where the quantize kernel brings each row
 // into shared memory (quantize_rows_bulk_s8), and beside it (300 rows; 200 rows of 28672 values,
-// over its 8 MB): every scheme, both 16-bit types, awkward rows.
+// over its 8 MB: each row in one block's registers, quantize_rows_regs_s8): every scheme, both
+// 16-bit types, awkward rows; row 1 constant (dynamic asymmetric: a zero row) and row 2 all zeros.
 TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -80,8 +81,12 @@ TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
       const DType xt = combo % 2 == 0 ? DType::kBF16 : DType::kF16;
       const DType yt = kDTypes[combo % 3];
       ++combo;
-      EXPECT_TRUE(check_call(p, make_x(rng, r.m, r.k, xt), xt, r.m, yt))
-          << "M=" << r.m << " K=" << r.k;
+      std::vector<uint8_t> x = make_x(rng, r.m, r.k, xt);
+      for (int64_t i = 0; i < r.k; ++i) {
+        store_from_f32(x.data(), xt, r.k + i, 0.5f);
+        store_from_f32(x.data(), xt, 2 * r.k + i, 0.f);
+      }
+      EXPECT_TRUE(check_call(p, x, xt, r.m, yt)) << "M=" << r.m << " K=" << r.k;
     }
   }
 }
@@ -128,9 +133,10 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
   struct Rows {
     int64_t m, k;
   };
-  // 12 rows: a block per row; 1100 rows: the quantize kernel's warp-per-row form; 40 rows of
-  // 8208 values: a block per row, each row in shared memory (16-bit x).
-  const Rows sizes[] = {{12, 64}, {1100, 64}, {40, 8208}};
+  // 12 rows: a block per row (16-bit x: each row in registers, quantize_rows_regs_s8); 1100
+  // rows: the quantize kernel's warp-per-row form; 40 rows of 8208 values: a block per row, each
+  // row in shared memory (16-bit x); 300 rows of 4096: a block per row, in registers (16-bit x).
+  const Rows sizes[] = {{12, 64}, {1100, 64}, {40, 8208}, {300, 4096}};
   for (Scheme scheme : kSchemes) {
     for (const Rows& rows : sizes) {
       const int64_t m = rows.m, k = rows.k;
