@@ -1649,30 +1649,39 @@ class L2FlushRead {
 // Times `count` candidates with a layer's load timer (CallTimer, one weight copy), after its L2
 // flush each and back to back; unlike cuda.cutlass_sm90's tile tuning, without the untimed call
 // that brings a candidate's code and activations back into L2 after the flush (kPrimeChannels),
-// so cold here means code, x and weights all from memory. Each way in two forms: 15 calls per
-// timing, in turns over `rounds` rounds (as a layer's first timing of each tile, but in turns), and
-// one call per timing, in turns over 15 rounds (as its finalists' rounds: each call then follows
-// another candidate's, so the SMs' instruction caches hold that one's code). Prints each form's
-// medians on a line:
-// "<label> <shape> M=<m> as at load, <how>[, one call each] | <name> <us> ...".
-absl::Status print_as_at_load(const char* label, const ShapeCase& sc, int64_t m, size_t count,
-                              int rounds, const std::function<std::string(size_t)>& name,
-                              const std::function<absl::Status(size_t, cudaStream_t)>& call) {
+// so cold here means code, x and weights all from memory; then after the L2 flush with each of
+// `primes` (a name and the candidate's untimed call) between the flush and the timing. Each way
+// in two forms: 15 calls per timing, in turns over `rounds` rounds (as a layer's first timing of
+// each tile, but in turns), and one call per timing, in turns over 15 rounds (as its finalists'
+// rounds: each call then follows another candidate's, so the SMs' instruction caches hold that
+// one's code). Prints each form's medians on a line:
+// "<label> <shape> M=<m> as at load, <how>[, then <prime>][, one call each] | <name> <us> ...".
+absl::Status print_as_at_load(
+    const char* label, const ShapeCase& sc, int64_t m, size_t count, int rounds,
+    const std::function<std::string(size_t)>& name,
+    const std::function<absl::Status(size_t, cudaStream_t)>& call,
+    const std::vector<std::pair<std::string, std::function<absl::Status(size_t, cudaStream_t)>>>&
+        primes) {
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-  for (bool cold : {true, false}) {
+  // Cold and back to back, then cold with each of `primes` run untimed after the L2 read.
+  for (int mode = 0; mode < 2 + static_cast<int>(primes.size()); ++mode) {
+    const bool cold = mode != 1;
     for (int per_timing : {15, 1}) {
       std::vector<std::vector<double>> us(count);
       for (int round = 0; round < (per_timing == 1 ? 15 : rounds); ++round) {
         for (size_t c = 0; c < count; ++c) {
-          ASSIGN_OR_RETURN(const double t, timer->median_us(per_timing, cold, [&](cudaStream_t ts) {
-            return call(c, ts);
-          }));
+          auto timed = [&](cudaStream_t ts) { return call(c, ts); };
+          auto primed = [&](cudaStream_t ts) {
+            return mode >= 2 ? primes[mode - 2].second(c, ts) : absl::OkStatus();
+          };
+          ASSIGN_OR_RETURN(const double t, timer->median_us(per_timing, cold, timed, primed));
           us[c].push_back(t);
         }
       }
       std::string line =
-          absl::StrFormat("%s %-22s M=%-3lld as at load, %s%s |", label, shape_name(sc).c_str(),
+          absl::StrFormat("%s %-22s M=%-3lld as at load, %s%s%s |", label, shape_name(sc).c_str(),
                           static_cast<long long>(m), cold ? "L2 flushed" : "back to back",
+                          mode >= 2 ? ", then " + primes[mode - 2].first : std::string(),
                           per_timing == 1 ? ", one call each" : "");
       for (size_t c = 0; c < count; ++c) {
         absl::StrAppendFormat(&line, " %s %6.1f", name(c), median_of(us[c]));
@@ -1746,7 +1755,8 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
           [&](size_t c) { return absl::StrFormat("S%d+%d", c < 4 ? 2 : 3, kAhead[c % 4]); },
           [&](size_t c, cudaStream_t ts) {
             return op(0, kAhead[c % 4], c < 4 ? 2 : 3, b.y.get(), ts);
-          }));
+          },
+          {}));
     }
     // The two-launch form's starts that a layer larger than the L2 times at load (3 slots; the
     // whole ring and no units, as smaller layers start, then 1 slot or none before the grid
@@ -1793,7 +1803,7 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
       RETURN_IF_ERROR(print_as_at_load(
           "stream-start", sc, m, std::size(kStarts), 9,
           [&](size_t c) { return std::string(kStarts[c].name); },
-          [&](size_t c, cudaStream_t ts) { return start_op(0, kStarts[c], b.y.get(), ts); }));
+          [&](size_t c, cudaStream_t ts) { return start_op(0, kStarts[c], b.y.get(), ts); }, {}));
     }
   }
   return absl::OkStatus();
@@ -2047,17 +2057,21 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // 14's GEMM alone and its op: in stream order ("serial"), and as the dependent with no weights
 // ahead of the wait ("a0"), 4 stages ("a4"), 4 stages and 64 KB of L2 prefetch ("a4pf64") and every
 // stage and 64 KB ("a10pf64"); and tile 15's op (one launch quantizing the activations itself)
-// where it takes the shape. Then where tiles 14 and 15 spend the time (alone, a0, a4pf64; tile 15's
-// op), from their CTAs' %globaltimer stamps (kStreamKTracePoints; medians over traced launches, us
-// from the first CTA's start): the spread of CTA starts, how many started over 1 us after the first
-// (and the lowest such CTA index), when the producers got past the grid dependency (tile 15: had
-// quantized the rows; median; alone, when they started),
-// each CTA's wait for its first k-tile (median), when the last loads were issued, when the last
+// where it takes the shape; where tiles 14 and 15 deal a layer's channels in halves of 32
+// (cutlass_sm90::whole_tiles_in_halves), also tile 14's GEMM alone and tile 15's op dealing whole
+// tiles of 64 only ("tile14 whole", "tile15 whole"). Then where tiles 14 and 15 spend the time
+// (alone, a0, a4pf64; tile 15's op), from their CTAs' %globaltimer stamps (kStreamKTracePoints;
+// medians over traced launches, us from the first CTA's start): the spread of CTA starts, how many
+// started over 1 us after the first (and the lowest such CTA index), when the producers got past
+// the grid dependency (tile 15: had quantized the rows; median; alone, when they started), each
+// CTA's wait for its first k-tile (median), when the last loads were issued, when the last
 // multiplies and the last epilogue were done (median / max over CTAs), and the last traced launch's
 // 4 slowest CTAs (index@SM:start-end); tile 15's again with each launch after an L2 read and tile
 // 8's op (its code then out of L2 and the SMs' instruction caches). Last, "streamk-cold": tile 8's
 // op and GEMM alone, tile 14's GEMM alone and tile 15's op timed by a layer's load timer
-// (print_as_at_load).
+// (print_as_at_load): after its L2 read, back to back, and after its L2 read with an untimed prime
+// (the same form on zero weights: 256 channels of K, as a layer's load primes; or 64 channels per
+// SM of one k-tile).
 absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2072,6 +2086,7 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       int ahead = 4;         // CutlassSm90Args::weights_ahead_stages (0: every stage, -1: none)
       int prefetch_kb = 64;  // CutlassSm90Args::weight_prefetch_bytes / 1024
       bool pdl = true;       // false: the op in stream order
+      bool halves = true;    // CutlassSm90Args::half_tiles (tiles 14 and 15)
     };
     const CutlassSm90Tile cutlass = CutlassSm90Tile::k16x64x256PingpongSwap;
     const CutlassSm90Tile streamk = CutlassSm90Tile::k16x64x256StreamKSwap;
@@ -2093,9 +2108,29 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     if (cutlass_sm90::tile_ops(fused, ElemType::kBF16)
             ->can_implement(quantizing_args(served_swap_args(sc, b, m, 0, false)))) {
       forms.push_back({"tile15 op", fused, false});
+      // The same dealing whole tiles of 64 channels only, where the halves change the deal.
+      if (cutlass_sm90::whole_tiles_in_halves(served_swap_args(sc, b, m, 0, true))) {
+        Form whole_only{"tile15 whole", fused, false};
+        whole_only.halves = false;
+        forms.insert(forms.end() - 1, whole_only);  // (tile 15's op stays last)
+        whole_only = {"tile14 whole", whole, true};
+        whole_only.halves = false;
+        forms.insert(forms.begin() + 4, whole_only);  // after tile 14's GEMM alone
+      }
     }
-    // The form's op on weight copy s, its CTAs' stamps into `trace` when set, on stream `on`.
-    auto op = [&](const Form& f, int s, uint64_t* trace, cudaStream_t on) -> absl::Status {
+    // The primes of the cold timings below: the form's call on zero weights, 256 channels of the
+    // layer's K (as a layer's load primes each timing, kPrimeChannels) or 64 channels per SM of
+    // one k-tile (every SM runs the kernel).
+    DeviceBuffer prime_w;
+    const int64_t prime_n1 = std::min<int64_t>(sc.n, 256);
+    const int64_t prime_n2 = std::min<int64_t>(sc.n, int64_t{64} * sms), prime_k2 = 256;
+    RETURN_IF_ERROR(prime_w.allocate(
+        static_cast<size_t>(std::max(prime_n1 * sc.k, prime_n2 * prime_k2)), "prime weights"));
+    RETURN_IF_CUDA_ERROR(cudaMemset(prime_w.get(), 0, prime_w.size()));
+    // The form's op on weight copy s (prime 1 or 2: the prime above instead), its CTAs' stamps into
+    // `trace` when set, on stream `on`.
+    auto op = [&](const Form& f, int s, uint64_t* trace, cudaStream_t on,
+                  int prime = 0) -> absl::Status {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(f.tile, ElemType::kBF16);
       const bool quantizes = tile_quantizes(f.tile);
       if (!f.alone && !quantizes) {
@@ -2103,7 +2138,13 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       }
       CutlassSm90Args g = served_swap_args(sc, b, m, s, f.alone);
       if (quantizes) g = quantizing_args(g);
+      if (prime != 0) {
+        g.w = prime_w.as<int8_t>();
+        g.n = prime == 1 ? prime_n1 : prime_n2;
+        if (prime == 2) g.k = prime_k2;
+      }
       g.pdl = g.pdl && f.pdl;
+      g.half_tiles = f.halves;
       g.weights_ahead = f.ahead >= 0;
       g.weights_ahead_stages = f.ahead;
       g.weight_prefetch_bytes = int64_t{f.prefetch_kb} << 10;
@@ -2192,7 +2233,8 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     // Tile 14's timelines.
     for (size_t f = 2; f < forms.size(); ++f) {
       if (forms[f].name != "tile14 alone" && forms[f].name != "tile14 a0" &&
-          forms[f].name != "tile14 a4pf64" && forms[f].name != "tile15 op") {
+          forms[f].name != "tile14 a4pf64" && forms[f].name != "tile15 op" &&
+          forms[f].name != "tile15 whole") {
         continue;
       }
       const int launches = 4 * slots + 4;
@@ -2239,13 +2281,18 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
     std::vector<size_t> picked;
     for (size_t f = 0; f < forms.size(); ++f) {
       const std::string& n = forms[f].name;
-      if (n == "tile8 op" || n == "tile8 alone" || n == "tile14 alone" || n == "tile15 op") {
+      if (n == "tile8 op" || n == "tile8 alone" || n == "tile14 alone" || n == "tile15 op" ||
+          n == "tile15 whole") {
         picked.push_back(f);
       }
     }
     RETURN_IF_ERROR(print_as_at_load(
         "streamk-cold", sc, m, picked.size(), 3, [&](size_t c) { return forms[picked[c]].name; },
-        [&](size_t c, cudaStream_t ts) { return op(forms[picked[c]], 0, nullptr, ts); }));
+        [&](size_t c, cudaStream_t ts) { return op(forms[picked[c]], 0, nullptr, ts); },
+        {{"256 channels of K primed",
+          [&](size_t c, cudaStream_t ts) { return op(forms[picked[c]], 0, nullptr, ts, 1); }},
+         {"every SM primed on one k-tile",
+          [&](size_t c, cudaStream_t ts) { return op(forms[picked[c]], 0, nullptr, ts, 2); }}}));
   }
 #else
   (void)sc, (void)b, (void)o, (void)stream;
