@@ -378,8 +378,8 @@ __device__ __forceinline__ void store_quantized8(int8_t* qr, int64_t e, const Xq
 // packing of quantize_s8_device.cuh (WarpRowStats, quantize8, as those forms use) in place of the
 // per-value forms. Where a call's rows all fit on the GPU at once (one wave of blocks) its time
 // is mostly these instructions: at M = 256 on rows of 28672 values (14.7 MB, over the bulk form's
-// kBulkMaxBytes) the per-value forms took 11.7 us on the H200, launch included, for a read of
-// 14.7 MB and a write of 7.3 MB.
+// kBulkMaxBytes; a read of 14.7 MB and a write of 7.3 MB) the per-value forms took 11.7 us on the
+// H200, launch included (bench tile sweep, "quant"), this kernel 10.2 and 10.6 in two later runs.
 constexpr int kRegsCached = 8;  // 16-byte vectors per thread: rows of up to 64 x blockDim.x values
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(512, 2)
