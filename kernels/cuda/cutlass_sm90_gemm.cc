@@ -455,6 +455,16 @@ constexpr int kTuneRounds = 7;
 // 10.8; the third timed tile 8 0.4 us ahead and served 11.4); docs/kernels.md, "The whole op in
 // one launch".
 constexpr int64_t kPrimeChannels = 256;
+// Then the call once more on kPrimeSmChannels channels per SM of zero weights and one k-tile of K
+// (kPrimeK), so that every SM, not just those of the first prime's few tiles, holds the
+// candidate's code in its instruction caches, as in a decode loop where the layer's kernel ran a
+// step before. Without it tile 15, timed in turns after another finalist, lost what it won
+// where its own calls preceded (H200, the load's own samples, 4096 x 4096 at M = 1, us: its first
+// timing 10.6-10.8 and first finalist round 10.5-10.8, the next six rounds 12.6-13.9, tile 8's
+// 12.0-14.3 throughout; 28672 x 4096: 34.7, then 34.1, then 36.4-38.0; without any prime its
+// later rounds took 14.1-15.2 and 38.9-40.5).
+constexpr int64_t kPrimeSmChannels = 256;
+constexpr int64_t kPrimeK = 256;
 
 // Whether a tile with a cluster would leave some of its CTAs without a token: m fills fewer token
 // blocks than the cluster holds (the 64 x 128 tile with a 2 x 1 cluster up to M = 64, the 128-token
@@ -917,8 +927,11 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
   }
   // The primes' weights (zeros; see kPrimeChannels), where the GPU has the memory.
   const int64_t prime_n = std::min<int64_t>(c.n, kPrimeChannels);
+  const int64_t prime_sm_n = std::min<int64_t>(c.n, kPrimeSmChannels * sm_count_);
+  const int64_t prime_sm_k = std::min<int64_t>(c.k, kPrimeK);
   if (const absl::Status st =
-          prime_w.allocate(static_cast<size_t>(prime_n * c.k), "tile tuning prime weights");
+          prime_w.allocate(static_cast<size_t>(std::max(prime_n * c.k, prime_sm_n * prime_sm_k)),
+                           "tile tuning prime weights");
       !st.ok() && !absl::IsResourceExhausted(st)) {
     return st;
   }
@@ -979,14 +992,22 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
       };
     };
     // After a cold timing's L2 read, the candidate's call on kPrimeChannels channels of zero
-    // weights (untimed): its code and the activations back in L2, as a served call finds them.
+    // weights (untimed): its code and the activations back in L2, as a served call finds them;
+    // then on kPrimeSmChannels per SM of one k-tile: its code in every SM.
     auto prime_of = [&](const Candidate& candidate) {
       return [&, cp = &candidate](cudaStream_t stream) -> absl::Status {
         if (prime_w.get() == nullptr) return absl::OkStatus();
         Candidate primer = *cp;
         primer.args.n = prime_n;
         primer.args.w = prime_w.as<int8_t>();
-        return call_of(primer)(stream);
+        RETURN_IF_ERROR(call_of(primer)(stream));
+        // (The quantize kernel before a GEMM quantizes all of K again; the GEMM reads the first
+        // kPrimeK of each row.)
+        primer.args.n = prime_sm_n;
+        primer.args.k = prime_sm_k;
+        // (Best effort: a tile that would decline the short K is timed with the first prime only.)
+        if (!call_of(primer)(stream).ok()) cudaGetLastError();
+        return absl::OkStatus();
       };
     };
     for (const CutlassSm90Tile t : kTimedTiles) {
