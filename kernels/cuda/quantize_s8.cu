@@ -373,6 +373,25 @@ __device__ __forceinline__ void store_quantized8(int8_t* qr, int64_t e, const Xq
       rp.mode == kQuantize ? device::quantize8<T, S>(v, rp) : make_uint2(0, 0);
 }
 
+// A row's parameters from its block's warps' partial statistics (ws, every lane holding its
+// warp's), merged through s_warp (one entry per warp): thread 0 works them out and writes the
+// row's sa and azp, and every thread gets them through s_rp. Ends with the block's barrier.
+template <typename T, QuantScheme S>
+__device__ __forceinline__ device::RowParams block_row_params(device::WarpRowStats<T, S>& ws,
+                                                              const QuantizeParams& p,
+                                                              const RowOut& out, int64_t row,
+                                                              device::RowStats* s_warp,
+                                                              device::RowParams* s_rp) {
+  const device::RowStats all = block_stats(ws.reduce(), s_warp);
+  if (threadIdx.x == 0) {
+    const device::RowParams rp = device::row_params<S>(all, p);
+    out.store(row, rp);
+    *s_rp = rp;
+  }
+  __syncthreads();
+  return *s_rp;
+}
+
 // Rows of 16-bit values held in registers, one block per row (what quantize_rows_s8 does with
 // them, where the bulk, split and warp forms do not take the call): the integer statistics and
 // packing of quantize_s8_device.cuh (WarpRowStats, quantize8, as those forms use) in place of the
@@ -403,14 +422,7 @@ __global__ void __launch_bounds__(512, 2)
   }
   __shared__ device::RowStats s_warp[kMaxWarps];
   __shared__ device::RowParams s_rp;
-  const device::RowStats all = block_stats(ws.reduce(), s_warp);
-  if (threadIdx.x == 0) {
-    const device::RowParams rp = device::row_params<S>(all, p);
-    out.store(row, rp);
-    s_rp = rp;
-  }
-  __syncthreads();
-  const device::RowParams rp = s_rp;
+  const device::RowParams rp = block_row_params(ws, p, out, row, s_warp, &s_rp);
   if (rp.mode == kBadRow) return;
   int8_t* qr = xq + row * lay.row_stride;
 #pragma unroll
@@ -540,14 +552,7 @@ __global__ void __launch_bounds__(kBulkMaxThreads)
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) ws.visit8(r[i]);
   __shared__ device::RowStats s_warp[kBulkMaxThreads / 32];
   __shared__ device::RowParams s_rp;
-  const device::RowStats all = block_stats(ws.reduce(), s_warp);
-  if (threadIdx.x == 0) {
-    const device::RowParams rp = device::row_params<S>(all, p);
-    out.store(row, rp);
-    s_rp = rp;
-  }
-  __syncthreads();
-  const device::RowParams rp = s_rp;
+  const device::RowParams rp = block_row_params(ws, p, out, row, s_warp, &s_rp);
   if (rp.mode == kBadRow) return;
   int8_t* qr = xq + row * lay.row_stride;
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
