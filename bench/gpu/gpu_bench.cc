@@ -2057,7 +2057,7 @@ absl::Status time_forms_in_turns(const char* label, const ShapeCase& sc, ShapeBu
 // 14's GEMM alone and its op: in stream order ("serial"), and as the dependent with no weights
 // ahead of the wait ("a0"), 4 stages ("a4"), 4 stages and 64 KB of L2 prefetch ("a4pf64") and every
 // stage and 64 KB ("a10pf64"); and tile 15's op (one launch quantizing the activations itself)
-// where it takes the shape; where tiles 14 and 15 deal a layer's channels in halves of 32
+// where it takes the shape; where it does and the layer's channels are dealt in halves of 32
 // (cutlass_sm90::whole_tiles_in_halves), also tile 14's GEMM alone and tile 15's op dealing whole
 // tiles of 64 only ("tile14 whole", "tile15 whole"). Then where tiles 14 and 15 spend the time
 // (alone, a0, a4pf64; tile 15's op), from their CTAs' %globaltimer stamps (kStreamKTracePoints;
@@ -2119,11 +2119,12 @@ absl::Status compare_streamk(const ShapeCase& sc, ShapeBuffers& b, const Options
       }
     }
     // The primes of the cold timings below: the form's call on zero weights, 256 channels of the
-    // layer's K (as a layer's load primes each timing, kPrimeChannels) or 64 channels per SM of
-    // one k-tile (every SM runs the kernel).
+    // layer's K (as a layer's load primed each timing before kPrimeSmChannels), or 64 channels per
+    // SM of one k-tile (as many CTAs as the timed call, up to every SM).
     DeviceBuffer prime_w;
     const int64_t prime_n1 = std::min<int64_t>(sc.n, 256);
-    const int64_t prime_n2 = std::min<int64_t>(sc.n, int64_t{64} * sms), prime_k2 = 256;
+    const int64_t prime_n2 = std::min<int64_t>(sc.n, int64_t{64} * sms);
+    const int64_t prime_k2 = std::min<int64_t>(sc.k, 256);
     RETURN_IF_ERROR(prime_w.allocate(
         static_cast<size_t>(std::max(prime_n1 * sc.k, prime_n2 * prime_k2)), "prime weights"));
     RETURN_IF_CUDA_ERROR(cudaMemset(prime_w.get(), 0, prime_w.size()));

@@ -456,13 +456,13 @@ constexpr int kTuneRounds = 7;
 // one launch".
 constexpr int64_t kPrimeChannels = 256;
 // Then the call once more on kPrimeSmChannels channels per SM of zero weights and one k-tile of K
-// (kPrimeK), so that every SM, not just those of the first prime's few tiles, holds the
-// candidate's code in its instruction caches, as in a decode loop where the layer's kernel ran a
-// step before. Without it tile 15, timed in turns after another finalist, lost what it won
-// where its own calls preceded (H200, the load's own samples, 4096 x 4096 at M = 1, us: its first
-// timing 10.6-10.8 and first finalist round 10.5-10.8, the next six rounds 12.6-13.9, tile 8's
-// 12.0-14.3 throughout; 28672 x 4096: 34.7, then 34.1, then 36.4-38.0; without any prime its
-// later rounds took 14.1-15.2 and 38.9-40.5).
+// (kPrimeK), so that every SM the timed call runs on (up to every SM), not just those of the first
+// prime's few tiles, holds the candidate's code in its instruction caches, as in a decode loop
+// where the layer's kernel ran a step before. Without it tile 15, timed in turns after another
+// finalist, lost what it won where its own calls preceded (H200, the load's own samples, 4096 x
+// 4096 at M = 1, us: its first timing 10.6-10.8 and first finalist round 10.5-10.8, the next six
+// rounds 12.6-13.9, tile 8's 12.0-14.3 throughout; 28672 x 4096: 34.7, then 34.1, then 36.4-38.0;
+// without any prime its later rounds took 14.1-15.2 and 38.9-40.5).
 constexpr int64_t kPrimeSmChannels = 256;
 constexpr int64_t kPrimeK = 256;
 
@@ -1001,8 +1001,8 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
         primer.args.n = prime_n;
         primer.args.w = prime_w.as<int8_t>();
         RETURN_IF_ERROR(call_of(primer)(stream));
-        // (The quantize kernel before a GEMM quantizes all of K again; the GEMM reads the first
-        // kPrimeK of each row.)
+        // (The quantize kernel before a GEMM quantizes all of K again; the GEMM steps through xq,
+        // and tile 15 through x, kPrimeK values a row: a prefix of each buffer, its y unused.)
         primer.args.n = prime_sm_n;
         primer.args.k = prime_sm_k;
         // (Best effort: a tile that would decline the short K is timed with the first prime only.)

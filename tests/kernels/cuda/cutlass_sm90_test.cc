@@ -491,12 +491,12 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
 // issued before the wait, every ring slot's on 7 CTAs), on 7 tiles of 17 k-tiles (a channel tail, a
 // partial k-tile) and on a layer of 64 x (SMs + 4) channels, on grids of every SM, 7 and 3 CTAs,
 // with the last token block's rows past M zero-filled and read from xq; the workspace all zeros at
-// the end. The same kernel dealing whole tiles (tile 14, no workspace) likewise: on 3 and 7 CTAs
-// and on every SM of the wider layer, some CTAs take two or three tiles one after the other; where
-// the tiles outnumber the CTAs and halves of 32 channels shorten the busiest CTA's share (400
-// channels, 13 halves, on 3 CTAs; the wider layer on every grid) in halves, some CTAs' ranges
-// starting or ending in a half tile (and in 2-D boxes where K = 4160 and 1040), the others in
-// whole tiles only. The
+// the end. The same kernel dealing whole tiles (tile 14, no workspace) likewise: where the tiles
+// outnumber the CTAs and halves of 32 channels shorten the busiest CTA's share (400 channels, 13
+// halves, on 3 CTAs; the wider layer on every grid) in halves, some CTAs' ranges starting or ending
+// in a half tile (and in 2-D boxes where K = 4160 and 1040), and in one of the four runs (in stream
+// order, rows read from xq) in whole tiles only, some CTAs then taking two or three tiles of
+// several k-tiles one after the other; the other layers and grids in whole tiles only. The
 // quantize kernel reads x from mapped pinned host memory, as a small served call's does (so it runs
 // microseconds longer), and xq, sa and azp hold stale values before every call: a dependent that
 // read them before its grid dependency wait, or through a path that may return stale values, fails.
@@ -548,9 +548,12 @@ TEST_F(CutlassSm90Test, StreamKSwappedTileMatchesTheReference) {
               const bool pdl = run % 2 == 1, read_rows = run >= 2;
               SCOPED_TRACE(absl::StrCat(ops->name(), ", ", scheme_name(scheme), " N ", c.n, " K ",
                                         c.k, " M ", m, ", ", grid, " CTAs",
-                                        pdl ? ", dependent" : "", read_rows ? ", xq_rows" : ""));
+                                        pdl ? ", dependent" : "", read_rows ? ", xq_rows" : "",
+                                        run == 2 ? ", whole tiles only" : ""));
               CutlassSm90Args g = d.args(DType::kBF16);
               g.sm_count = grid;
+              // Run 2 deals whole tiles only where the grid would deal halves (tile 14).
+              g.half_tiles = run != 2;
               // As the dependent, 64 KB of weights prefetched into L2 before the wait.
               g.weight_prefetch_bytes = pdl ? 64 << 10 : 0;
               g.pdl = pdl;
@@ -757,9 +760,10 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
 // (m * K <= 10240), on layers of one or two k-tiles, a channel tail with a partial k-tile (K =
 // 4160), 64 x (SMs + 4) channels (CTAs taking two or three halves of 32 channels, some starting
 // or ending in a half tile) and K = 10240 at M = 1, on every SM and on 3 CTAs (a launch deals
-// halves where the tiles outnumber the CTAs and halves shorten the busiest CTA's share; both
-// deals are checked to occur); among the rows a constant one (dynamic asymmetric: a zero row), an
-// all-zero one and one with a NaN (sa NaN, azp left as it was, every other row exact).
+// halves where the tiles outnumber the CTAs and halves shorten the busiest CTA's share, and runs
+// again dealing whole tiles only; both deals are checked to occur); among the rows a constant one
+// (dynamic asymmetric: a zero row), an all-zero one and one with a NaN (sa NaN, azp left as it was,
+// every other row exact).
 TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -821,40 +825,48 @@ TEST_F(CutlassSm90Test, QuantizingWholeTileMatchesTheReference) {
         ASSERT_EQ(cudaMemcpy(want_azp.data(), q_azp.get(), m * 4, cudaMemcpyDeviceToHost),
                   cudaSuccess);
         for (const int grid : {sms, 3}) {
-          const std::string what = absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias",
-                                                " x ", dtype_name(xt), " y ", dtype_name(yt), " M ",
-                                                m, " N ", n, " K ", k, ", ", grid, " CTAs");
-          SCOPED_TRACE(what);
-          CutlassSm90Args g = d.args(yt);
-          g.x = d_x.get();
-          g.x_type = static_cast<ElemType>(xt);
-          g.qp = qp;
-          g.sm_count = grid;
-          g.xq = nullptr;  // not read
-          ASSERT_TRUE(ops->can_implement(g));
-          ++dealt[cutlass_sm90::whole_tiles_in_halves(g) ? 1 : 0];
-          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
-          ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
-          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-          std::vector<uint8_t> y(m * n * dtype_size(yt));
-          std::vector<float> sa(m);
-          std::vector<int32_t> azp(m);
-          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(azp.data(), d.azp.get(), m * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          for (int64_t r = 0; r < m; ++r) {
-            ASSERT_EQ(std::memcmp(&sa[r], &want_sa[r], 4), 0)
-                << "sa row " << r << " want " << want_sa[r] << " got " << sa[r];
-            ASSERT_EQ(azp[r], want_azp[r]) << "azp row " << r;
-            if (r == bad) {
-              EXPECT_TRUE(std::isnan(sa[r])) << "row " << r << " is not flagged";
-              continue;
+          for (const bool halves : {true, false}) {
+            const std::string what =
+                absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ",
+                             dtype_name(xt), " y ", dtype_name(yt), " M ", m, " N ", n, " K ", k,
+                             ", ", grid, " CTAs", halves ? "" : ", whole tiles only");
+            SCOPED_TRACE(what);
+            CutlassSm90Args g = d.args(yt);
+            g.x = d_x.get();
+            g.x_type = static_cast<ElemType>(xt);
+            g.qp = qp;
+            g.sm_count = grid;
+            g.xq = nullptr;  // not read
+            // Where the grid deals halves, once more dealing whole tiles only.
+            if (!halves && !cutlass_sm90::whole_tiles_in_halves(g)) continue;
+            g.half_tiles = halves;
+            ASSERT_TRUE(ops->can_implement(g));
+            ++dealt[cutlass_sm90::whole_tiles_in_halves(g) ? 1 : 0];
+            ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemset(d.azp.get(), 0x11, m * 4), cudaSuccess);
+            ASSERT_EQ(ops->launch(g, nullptr, stream), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            std::vector<uint8_t> y(m * n * dtype_size(yt));
+            std::vector<float> sa(m);
+            std::vector<int32_t> azp(m);
+            ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(azp.data(), d.azp.get(), m * 4, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            for (int64_t r = 0; r < m; ++r) {
+              ASSERT_EQ(std::memcmp(&sa[r], &want_sa[r], 4), 0)
+                  << "sa row " << r << " want " << want_sa[r] << " got " << sa[r];
+              ASSERT_EQ(azp[r], want_azp[r]) << "azp row " << r;
+              if (r == bad) {
+                EXPECT_TRUE(std::isnan(sa[r])) << "row " << r << " is not flagged";
+                continue;
+              }
+              ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0) << "sa row " << r;
+              ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "");
             }
-            ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0) << "sa row " << r;
-            ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "");
           }
         }
       }
