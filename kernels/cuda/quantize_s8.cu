@@ -129,21 +129,15 @@ __global__ void __launch_bounds__(1024)
   const T* xr = x + row * k;
   int8_t* qr = xq + row * lay.row_stride;
   start_quantize(zero, zero_count);
-  // The row stays in registers between the passes when each thread holds at most kCached
-  // vectors of it: as raw 16-byte loads for 16-bit types (k <= 64 * blockDim.x, which
-  // launch_typed arranges up to k = 32768), widened to fp32 for fp32 (k <= 32 * blockDim.x).
-  constexpr bool kRaw = sizeof(T) == 2 && W == 8;
-  constexpr int kCached = kRaw ? 8 : 4;
+  // The row stays in registers between the passes, widened to fp32, when each thread holds at
+  // most kCached vectors of it (k <= 32 * blockDim.x). (16-bit rows of whole 16-byte vectors take
+  // quantize_rows_regs_s8 instead, up to k = 32768.)
+  constexpr int kCached = 4;
   const bool cached = W == 8 && k <= static_cast<int64_t>(kCached) * W * blockDim.x;
-  uint4 raw[kRaw ? kCached : 1] = {};
-  float cache[(!kRaw && W == 8) ? kCached : 1][W];
+  float cache[W == 8 ? kCached : 1][W];
   auto cached_vec = [&](int c, float(&v)[W]) {
-    if constexpr (kRaw) {
-      device::widen8<T>(raw[c], v);
-    } else {
 #pragma unroll
-      for (int j = 0; j < W; ++j) v[j] = cache[W == 8 ? c : 0][j];
-    }
+    for (int j = 0; j < W; ++j) v[j] = cache[W == 8 ? c : 0][j];
   };
   // f(i, v) for each of this thread's cached vectors: element index i, values v.
   auto for_each_cached = [&](auto&& f) {
@@ -174,13 +168,7 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
     for (int c = 0; c < (W == 8 ? kCached : 1); ++c) {
       const int64_t i = W * (static_cast<int64_t>(threadIdx.x) + c * blockDim.x);
-      if (i < k) {
-        if constexpr (kRaw) {
-          raw[c] = *reinterpret_cast<const uint4*>(xr + i);
-        } else {
-          load_w<W>(xr + i, cache[W == 8 ? c : 0]);
-        }
-      }
+      if (i < k) load_w<W>(xr + i, cache[W == 8 ? c : 0]);
     }
     for_each_cached([&](int64_t, const float(&v)[W]) {
 #pragma unroll
@@ -392,13 +380,14 @@ __device__ __forceinline__ device::RowParams block_row_params(device::WarpRowSta
   return *s_rp;
 }
 
-// Rows of 16-bit values held in registers, one block per row (what quantize_rows_s8 does with
-// them, where the bulk, split and warp forms do not take the call): the integer statistics and
-// packing of quantize_s8_device.cuh (WarpRowStats, quantize8, as those forms use) in place of the
-// per-value forms. Where a call's rows all fit on the GPU at once (one wave of blocks) its time
-// is mostly these instructions: at M = 256 on rows of 28672 values (14.7 MB, over the bulk form's
-// kBulkMaxBytes; a read of 14.7 MB and a write of 7.3 MB) the per-value forms took 11.7 us on the
-// H200, launch included (bench tile sweep, "quant"), this kernel 10.2 and 10.6 in two later runs.
+// Rows of 16-bit values held in registers, one block per row, where the bulk, split and warp forms
+// do not take the call (on any GPU; rows of up to 32768 values in whole 16-byte vectors): the
+// integer statistics and packing of quantize_s8_device.cuh (WarpRowStats, quantize8, as those
+// forms use) in place of quantize_rows_s8's per-value forms, which took these rows before. Where a
+// call's rows all fit on the GPU at once (one wave of blocks) its time is mostly these
+// instructions: at M = 256 on rows of 28672 values (14.7 MB, over the bulk form's kBulkMaxBytes; a
+// read of 14.7 MB and a write of 7.3 MB) the per-value forms took 11.7 us on the H200, launch
+// included (bench tile sweep, "quant"), this kernel 10.2 and 10.6 in two later runs.
 constexpr int kRegsCached = 8;  // 16-byte vectors per thread: rows of up to 64 x blockDim.x values
 template <typename T, QuantScheme S>
 __global__ void __launch_bounds__(512, 2)
@@ -675,10 +664,11 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       cudaGetLastError();
       return ok;
     }();
-    // What the bulk and split forms share: whole 16-byte vectors of x, 8-byte stores of xq, sm_90.
-    const bool vectors = k % 8 == 0 && lay.chunk % 8 == 0 && lay.row_stride % 8 == 0 &&
-                         lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8) &&
-                         major >= 9;
+    // What the 16-bit forms share: whole 16-byte vectors of x, 8-byte stores of xq; the bulk and
+    // split forms also sm_90.
+    const bool whole_vectors = k % 8 == 0 && lay.chunk % 8 == 0 && lay.row_stride % 8 == 0 &&
+                               lay.chunk_stride % 8 == 0 && aligned(x, 16) && aligned(xq, 8);
+    const bool vectors = whole_vectors && major >= 9;
     if (vectors && bulk_ok && m > kSplitMaxM && m <= kBulkMaxM && m * k * 2 <= kBulkMaxBytes &&
         k >= kBulkMinK && k <= kBulkMaxK) {
       const size_t smem = static_cast<size_t>(k) * 2;
@@ -694,7 +684,7 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       return cudaLaunchKernelEx(&launch.config, quantize_rows_split_s8<T, S>, xt, k, p, xq, out,
                                 zero, zero_count, lay);
     }
-    if (vectors && k <= static_cast<int64_t>(kRegsCached) * 8 * threads) {
+    if (whole_vectors && k <= static_cast<int64_t>(kRegsCached) * 8 * threads) {
       quantize_rows_regs_s8<T, S>
           <<<grid, threads, 0, stream>>>(xt, k, p, xq, out, zero, zero_count, lay);
       return cudaGetLastError();
