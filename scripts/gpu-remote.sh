@@ -4,7 +4,8 @@
 #   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
 #   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
 #      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
-#      the demo layer and on a long-K 4096 x 14336 layer), then `qlinear-cli bench` at M = 1, 16
+#      the demo layer and on a long-K 4096 x 14336 layer, then on a second layer of that shape,
+#      which takes what the first one's load timed), then `qlinear-cli bench` at M = 1, 16
 #      and 64 on one stream against the Echo RPC (load.log),
 #   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path),
 #   4. the benchmark's --energy section (the large-M ops under a sustained load, at the GPU's
@@ -84,6 +85,8 @@ if have qlinear-server; then
         cli infer --layer down --m 1 --explain &&
         cli infer --layer down --m 16 &&
         cli infer --layer down --m 2048 &&
+        cli load --name down2 --n 4096 --k 14336 &&
+        cli infer --layer down2 --m 1 --explain &&
         cli smoke
     } >"$LOG/cli.log" 2>&1
     cli_rc=$?

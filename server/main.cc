@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
   bool demo_layer = true;
   bool autotune = o.autotune;
+  bool share_tuning = o.share_tuning;
   bool cuda_graphs = true;
   int64_t gpu_staging_mb = 64;
   std::string disabled;
@@ -57,6 +58,10 @@ int main(int argc, char** argv) {
   args.add("autotune", &autotune,
            "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
            "(--autotune=false: the priority order alone decides)");
+  args.add("share-tuning", &share_tuning,
+           "Time a layer's choices at load (autotune, and the GPU kernels' own tiles and rings) "
+           "once per shape: later layers of the same N, K, scheme and bias take the first one's "
+           "(--share-tuning=false: every layer times its own)");
   args.add("cuda-graphs", &cuda_graphs,
            "Replay GPU calls of up to 64 rows from CUDA graphs, timed as a whole on the host "
            "clock (--cuda-graphs=false: queue each call's copies and kernels one by one, timed "
@@ -116,6 +121,7 @@ int main(int argc, char** argv) {
   o.demo_k = demo_k;
   o.disabled_kernels = qlinear::parse_kernel_list(disabled);
   o.autotune = autotune;
+  o.share_tuning = share_tuning;
   o.batching.max_batch_rows = max_batch_rows;
   o.batching.max_queue_delay_us = max_queue_delay_us;
   o.batching.max_queue_requests = max_queue_requests;

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
   eo.batching = o.batching;
   eo.autotune = o.autotune;
+  eo.share_tuning = o.share_tuning;
   s->metrics_ = std::make_unique<Metrics>();
   if (o.metrics_port > 0) {
     ASSIGN_OR_RETURN(s->metrics_http_,

@@ -28,6 +28,7 @@ struct ServerOptions {
   int64_t demo_k = 4096;
   std::vector<std::string> disabled_kernels;
   bool autotune = true;      // measure each bucket's GPU kernels at load and keep the fastest
+  bool share_tuning = true;  // later layers of a shape take what the first one's load timed
   bool quiet = false;        // no log lines (tests)
   BatchOptions batching;     // defaults for every layer
   int metrics_port = 0;      // Prometheus text exposition on http://address:port/metrics; 0 = off

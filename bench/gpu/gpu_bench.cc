@@ -30,7 +30,8 @@
 // speed-up over the bare GEMM and over cuda.cublaslt, with the targets checked.
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
-//                          [--sweep=true|false] [--scheduler] [--stream_prefetch]
+//                          [--sweep=true|false] [--share_tuning=true|false] [--scheduler]
+//                          [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
 //                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
 //                          [--fixed_cost]
@@ -80,6 +81,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "bench/gpu/copy_kernel.h"
 #include "bench/gpu/gpu_power.h"
 #include "common/args.h"
@@ -87,6 +89,7 @@
 #include "kernels/core/dtype.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/status.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/core/weights.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
@@ -125,6 +128,7 @@ struct Options {
   bool diagnose = false;
   bool serving = false;
   bool cuda_graphs = true;
+  bool share_tuning = true;
   int64_t direct_output_kb = -1;  // -1: the serving path's default
   bool sweep = true;
   bool scheduler = false;
@@ -3277,7 +3281,10 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
 
   // Every CUDA kernel that can run this layer at some M, each prepared `copies` times on as many
   // LayerWeights (the CUDA kernels of one LayerWeights share one device copy; rotation needs
-  // distinct copies).
+  // distinct copies). As in the server (--share-tuning), the copies after the first take what the
+  // first one's load timed; with --share_tuning=false each copy times its own.
+  const std::shared_ptr<TuningCache> tuning =
+      o.share_tuning ? std::make_shared<TuningCache>() : nullptr;
   std::vector<std::shared_ptr<const LayerWeights>> weight_copies = {weights};
   while (static_cast<int>(weight_copies.size()) < b.copies) {
     weight_copies.push_back(std::make_shared<const LayerWeights>(*weights));
@@ -3297,7 +3304,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     }
     KernelCopies kc{kern, {}};
     for (int c = 0; c < b.copies; ++c) {
-      ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p, kern->prepare(*weight_copies[c]));
+      ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p,
+                       kern->prepare_with_tuning(*weight_copies[c], tuning.get()));
       if (dynamic_cast<CudaPreparedKernel*>(p.get()) == nullptr) break;
       kc.prepared.push_back(std::move(p));
     }
@@ -3382,15 +3390,20 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
                 ops / (pt.gemm_us * 1e-6) / 1e12, n * k / (pt.gemm_us * 1e-6) / 1e12,
                 pt.gemm_us / fl);
     for (const auto& [name, us] : pt.op_us) {
-      // The kernel's own choice at this M (the first copy's: at large M the only one timed). Each
-      // copy timed its own choices at load, and the rotation runs each copy's: where some copy
-      // chose otherwise, the time is their mix, and the line says how many did.
+      // The kernel's own choice at this M (the first copy's: at large M the only one timed). With
+      // --share_tuning=false each copy timed its own choices at load, and the rotation runs each
+      // copy's: where some copy chose otherwise, the time is their mix, and the line says how
+      // many did.
       std::string how;
       for (const auto& kc : kernels) {
         if (kc.kernel->name() != name) continue;
         how = kc.prepared[0]->variant(m);
         // (The choice without the times at load that cuda.cutlass_sm90's explanation ends with.)
-        auto choice = [](const std::string& v) { return v.substr(0, v.find("; at load, M=")); };
+        // (Nor the note that a copy took the first one's choices.)
+        auto choice = [](const std::string& v) {
+          return absl::StrReplaceAll(v.substr(0, v.find("; at load, M=")),
+                                     {{std::string(kTunedByEarlierLayer), ""}});
+        };
         int others = 0;
         const size_t timed = std::min<size_t>(slots, kc.prepared.size());  // as the timing rotates
         for (size_t c = 1; c < timed; ++c) {
@@ -3856,6 +3869,10 @@ int bench_main(int argc, char** argv) {
   args.add(
       "cuda_graphs", &o.cuda_graphs,
       "Let the serving path replay small calls from CUDA graphs (qlinear-server --cuda-graphs)");
+  args.add("share_tuning", &o.share_tuning,
+           "The weight copies rotated after the first take what the first one's load timed, as "
+           "a server's later layers of a shape do (qlinear-server --share-tuning); false: each "
+           "copy times its own");
   args.add("direct_output_kb", &o.direct_output_kb,
            "The largest y (KB) the serving path lets a kernel write straight into mapped pinned "
            "memory instead of copying it back (set_direct_output_bytes; 0: never; default: the "

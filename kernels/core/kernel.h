@@ -1,7 +1,9 @@
 // The kernel interface (SPEC section 6). A kernel answers "can I?" before "do it":
 //   is_supported(host)          can this host run me at all (ISA, GPU, compiled in)?
 //   can_implement(layer, shape) can I compute this layer at this shape (scheme, alignment, M)?
-//   prepare(weights)            once per layer (at load, or on first use): pack a private copy.
+//   prepare(weights)            once per layer (at load, or on first use): pack a private copy
+//                               (prepare_with_tuning: and take what it times from an earlier
+//                               layer of the same shape).
 //   PreparedKernel::run(args)   per request.
 // Each check returns OK or a status whose message is the reason, shown to users verbatim.
 #pragma once
@@ -16,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/layer.h"
+#include "kernels/core/tuning_cache.h"
 
 namespace qlinear {
 
@@ -72,6 +75,15 @@ class Kernel {
   // `weights` outlives the returned object.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const = 0;
+  // prepare, where what the kernel times at load for itself (cuda.cutlass_sm90's tiles, ...) is
+  // taken from `tuning` when an earlier layer of the same shape stored it there, and stored there
+  // otherwise (see TuningCache; nullptr: prepare). The default, for kernels that time nothing of
+  // their own at load, is prepare.
+  virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
+      const LayerWeights& weights, TuningCache* tuning) const {
+    (void)tuning;
+    return prepare(weights);
+  }
 };
 
 }  // namespace qlinear

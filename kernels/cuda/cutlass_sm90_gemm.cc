@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
@@ -653,7 +655,10 @@ struct ScratchLayout {
 
 class CutlassSm90Prepared final : public HostCallPreparedKernel {
  public:
-  static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights);
+  // With `tuning`, the tiles come from an earlier layer of the same shape where one timed them,
+  // and this layer's timed tiles are stored there otherwise.
+  static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights,
+                                                                     TuningCache* tuning);
 
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.k, claim_workspace_bytes(sm_count_)).total;
@@ -668,8 +673,10 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
     tuned_.fill(-1);
     tuned_unfused_.fill(-1);
   }
-  absl::Status init();
-  absl::Status tune_tiles();
+  absl::Status init(TuningCache* tuning);
+  // Times the tiles (into tuned_, tuned_unfused_ and tuned_times_). *every_m: whether it timed
+  // every M it would on a GPU with memory to spare.
+  absl::Status tune_tiles(bool* every_m);
   CutlassSm90Tile tile_for_call(int64_t m) const;
   int forced_tile(int64_t m) const;
   // The tile a call of m tokens runs where tile_for_call's is tile 15 but the call cannot take
@@ -708,19 +715,26 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   // The finalists' median times at each of kTuneMs, fastest first ("tile 8 13.8, tile 15 14.2"),
   // for the explanation; empty where not timed in turns.
   std::array<std::string, std::size(kTuneMs)> tuned_times_;
+  // Whether the three came from an earlier layer of this shape (TuningCache).
+  bool tuned_shared_ = false;
+  // What a TuningCache holds for a shape.
+  struct TunedTiles {
+    std::array<int, std::size(kTuneMs)> tile, unfused;
+    std::array<std::string, std::size(kTuneMs)> times;
+  };
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
-    const LayerWeights& weights) {
+    const LayerWeights& weights, TuningCache* tuning) {
   std::unique_ptr<CutlassSm90Prepared> p(new CutlassSm90Prepared(weights));
-  RETURN_IF_ERROR(p->init());
+  RETURN_IF_ERROR(p->init(tuning));
   // init already touched every tile's kernel when it raised its shared-memory limit; the rest of
   // the path loads here.
   RETURN_IF_ERROR(p->warm_up());
   return p;
 }
 
-absl::Status CutlassSm90Prepared::init() {
+absl::Status CutlassSm90Prepared::init(TuningCache* tuning) {
 #if QLINEAR_HAVE_CUTLASS
   const LayerConfig& c = weights_.config;
   RETURN_IF_ERROR(attach());
@@ -762,12 +776,28 @@ absl::Status CutlassSm90Prepared::init() {
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(bias_v_.get(), bias_v.data(), bias_v_.size(), cudaMemcpyHostToDevice));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
+  // The tiles an earlier layer of this shape timed, where one did.
+  const std::string key = tuning_key("cuda.cutlass_sm90 tiles", this->device(), c);
+  if (tuning != nullptr) {
+    if (const std::optional<TunedTiles> t = tuning->find<TunedTiles>(key)) {
+      tuned_ = t->tile;
+      tuned_unfused_ = t->unfused;
+      tuned_times_ = t->times;
+      tuned_shared_ = true;
+      return absl::OkStatus();
+    }
+  }
   // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer.
-  const absl::Status tuned = tune_tiles();
+  bool every_m = false;
+  const absl::Status tuned = tune_tiles(&every_m);
   if (absl::IsResourceExhausted(tuned)) {
     tuned_.fill(-1);
     for (std::string& t : tuned_times_) t.clear();
     return absl::OkStatus();
+  }
+  // (What a GPU short of memory timed is not stored: the next layer may have the memory.)
+  if (tuned.ok() && every_m && tuning != nullptr) {
+    tuning->insert(key, TunedTiles{tuned_, tuned_unfused_, tuned_times_});
   }
   return tuned;
 #else
@@ -827,7 +857,8 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile, ElemType::kBF16);
   const std::string timed =
       forced_tile(m) >= 0 ? std::string(" (forced: set_cutlass_sm90_forced_tile)")
-      : tuned_[i] >= 0    ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i], ")")
+      : tuned_[i] >= 0    ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i],
+                                      tuned_shared_ ? kTunedByEarlierLayer : "", ")")
                           : std::string(
                                 " (by rule: not timed at load, its operands over 256 MB or the "
                                    "GPU short of memory)");
@@ -880,7 +911,8 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
 // at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
 // fastest per M. From kQuantizingMinM on it times whole ops on made-up bf16 activations instead
 // (see kQuantizingMinM). Sizes whose operands would take over kTuneBytes are left to tile_for.
-absl::Status CutlassSm90Prepared::tune_tiles() {
+absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
+  *every_m = false;
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
   tuned_unfused_.fill(-1);
@@ -892,6 +924,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
     if (m * c.k * 2 <= kTuneBytes && m * c.n * 2 <= kTuneBytes) max_m = m;
   }
   if (max_m == 0) return absl::OkStatus();
+  const int64_t wanted_m = max_m;
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y, claim, prime_w;
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
@@ -1075,6 +1108,7 @@ absl::Status CutlassSm90Prepared::tune_tiles() {
                       std::round(by_median[r].first * 10) / 10);
     }
   }
+  *every_m = max_m == wanted_m;
   return absl::OkStatus();
 #else
   return absl::OkStatus();
@@ -1202,7 +1236,12 @@ class CutlassSm90Kernel final : public Kernel {
   MRange preferred_m() const override { return MRange{}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
-    ASSIGN_OR_RETURN(std::unique_ptr<CutlassSm90Prepared> p, CutlassSm90Prepared::create(weights));
+    return prepare_with_tuning(weights, nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
+      const LayerWeights& weights, TuningCache* tuning) const override {
+    ASSIGN_OR_RETURN(std::unique_ptr<CutlassSm90Prepared> p,
+                     CutlassSm90Prepared::create(weights, tuning));
     return std::unique_ptr<PreparedKernel>(std::move(p));
   }
 };

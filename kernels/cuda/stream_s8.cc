@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/quantize_s8.h"
@@ -44,7 +46,10 @@ struct ScratchLayout {
 
 class StreamS8Prepared final : public HostCallPreparedKernel {
  public:
-  static absl::StatusOr<std::unique_ptr<StreamS8Prepared>> create(const LayerWeights& weights);
+  // With `tuning`, the ring and start come from an earlier layer of the same shape where one
+  // timed them, and this layer's are stored there otherwise.
+  static absl::StatusOr<std::unique_ptr<StreamS8Prepared>> create(const LayerWeights& weights,
+                                                                  TuningCache* tuning);
 
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.n, weights_.config.k, grid_).total;
@@ -81,13 +86,21 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   Start unfused_start_;
   bool unfused_timed_ = false;
   std::string tune_error_;  // why tune_fused_ring failed, if it did
+  // Whether the ring and start came from an earlier layer of this shape (TuningCache).
+  bool tuned_shared_ = false;
+  // What a TuningCache holds for a shape.
+  struct TunedRing {
+    int fused_stages, fused_ahead;
+    Start unfused_start;
+    bool unfused_timed;
+  };
   StreamTmaMap w_map_;
   // A fused launch's flag value (StreamS8Args::token): random, nonzero, one per layer.
   uint64_t token_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
-    const LayerWeights& weights) {
+    const LayerWeights& weights, TuningCache* tuning) {
   std::unique_ptr<StreamS8Prepared> p(new StreamS8Prepared(weights));
   const LayerConfig& c = weights.config;
   RETURN_IF_ERROR(p->attach());
@@ -96,6 +109,18 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   std::random_device rd;
   p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
+  // The ring and start an earlier layer of this shape timed, where one did.
+  const std::string key = tuning_key("cuda.stream_s8 ring", p->device(), c);
+  if (tuning != nullptr) {
+    if (const std::optional<TunedRing> t = tuning->find<TunedRing>(key)) {
+      p->fused_stages_ = t->fused_stages;
+      p->fused_ahead_ = t->fused_ahead;
+      p->unfused_start_ = t->unfused_start;
+      p->unfused_timed_ = t->unfused_timed;
+      p->tuned_shared_ = true;
+      return p;
+    }
+  }
   // Like the autotune's measurements, a failed timing (out of memory for the timer's buffers)
   // never fails the load: the default ring stays, and the explanation says why.
   if (const absl::Status s = p->tune_fused_ring(); !s.ok()) {
@@ -105,6 +130,9 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     p->unfused_start_ = Start{};
     p->unfused_timed_ = false;
     p->tune_error_ = std::string(s.message());
+  } else if (tuning != nullptr) {
+    tuning->insert(
+        key, TunedRing{p->fused_stages_, p->fused_ahead_, p->unfused_start_, p->unfused_timed_});
   }
   return p;
 }
@@ -245,7 +273,8 @@ std::string StreamS8Prepared::variant(int64_t m) const {
                            fused_ahead_ > 0
                                ? absl::StrCat(" and ", fused_ahead_, " units prefetched into L2")
                                : std::string(),
-                           " (timed fastest at load, M=1)")
+                           " (timed fastest at load, M=1",
+                           tuned_shared_ ? kTunedByEarlierLayer : "", ")")
             : absl::StrCat("the default slots (timing them at load failed: ", tune_error_, ")");
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
@@ -258,7 +287,8 @@ std::string StreamS8Prepared::variant(int64_t m) const {
                       : st.slots == 1 ? std::string("1 ring slot")
                                       : absl::StrCat(st.slots, " ring slots"),
                       " filled and ", st.ahead > 0 ? absl::StrCat(st.ahead) : std::string("no"),
-                      " units prefetched into L2 (timed fastest at load, M=", kTunedUnfusedM, ")");
+                      " units prefetched into L2 (timed fastest at load, M=", kTunedUnfusedM,
+                      tuned_shared_ ? kTunedByEarlierLayer : "", ")");
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
@@ -397,7 +427,12 @@ class StreamS8Kernel final : public Kernel {
   MRange preferred_m() const override { return MRange{1, 16}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
-    ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Prepared> p, StreamS8Prepared::create(weights));
+    return prepare_with_tuning(weights, nullptr);
+  }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
+      const LayerWeights& weights, TuningCache* tuning) const override {
+    ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Prepared> p,
+                     StreamS8Prepared::create(weights, tuning));
     return std::unique_ptr<PreparedKernel>(std::move(p));
   }
 };

@@ -63,7 +63,11 @@ absl::Status validate_layer_name(absl::string_view name) {
 
 Engine::Engine(const Registry& registry, const HostInfo& host, EngineOptions options,
                Metrics* metrics)
-    : registry_(registry), host_(host), options_(options), metrics_(metrics) {}
+    : registry_(registry),
+      host_(host),
+      options_(options),
+      metrics_(metrics),
+      tuning_(options.share_tuning ? std::make_shared<TuningCache>() : nullptr) {}
 
 absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest request) {
   RETURN_IF_ERROR(validate_layer_name(request.name));
@@ -144,6 +148,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   opts.name = request.name;
   opts.forced_kernel = request.forced_kernel;
   opts.autotune = options_.autotune;
+  opts.tuning = tuning_;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,

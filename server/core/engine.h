@@ -67,6 +67,9 @@ struct EngineOptions {
   BatchOptions batching;  // defaults for every layer
   // Rank each bucket's measurable kernels by their time measured at load (Layer::Options).
   bool autotune = true;
+  // The first layer of a shape times its choices at load and every later layer of that shape
+  // takes them (Layer::Options::tuning, TuningCache); off, every layer times its own.
+  bool share_tuning = true;
 };
 
 class Engine;
@@ -134,6 +137,8 @@ class Engine {
   const HostInfo& host_;
   EngineOptions options_;
   Metrics* metrics_;
+  // What the loads timed, per shape; null without options_.share_tuning.
+  std::shared_ptr<TuningCache> tuning_;
   LayerStore store_;
 };
 

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 
 namespace qlinear {
@@ -105,8 +108,9 @@ std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
     }
   }
   // When a faster kernel cannot run this request's shape, the next in the ranking runs.
-  return absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape", ", ",
-                      us_str(mine->us), " at M=", b.measured_m, others);
+  return absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape",
+                      mine->shared ? kTunedByEarlierLayer : "", ", ", us_str(mine->us),
+                      " at M=", b.measured_m, others);
 }
 
 }  // namespace
@@ -208,6 +212,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   struct Measured {
     Slot* p;
     absl::StatusOr<double> us;
+    bool shared;  // taken from options_.tuning
   };
   std::vector<Measured> measured;  // priority order
   size_t first = cands.size();     // position of the first measurable candidate
@@ -217,10 +222,24 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
     const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
     if (p == nullptr || !cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
+    // What an earlier layer of this shape measured, where one did; only a successful
+    // measurement is stored for the next.
+    const std::string key =
+        tuning_key(absl::StrCat("autotune of ", cands[i]->kernel->name(), " at M=", shape.m, " ",
+                                dtype_name(shape.x_dtype), " to ", dtype_name(shape.y_dtype)),
+                   p->device(), config());
+    if (options_.tuning != nullptr) {
+      if (const std::optional<double> us = options_.tuning->find<double>(key)) {
+        first = std::min(first, i);
+        measured.push_back({cands[i], *us, true});
+        continue;
+      }
+    }
     absl::StatusOr<double> us = p->measure_us(shape);
     if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
+    if (us.ok() && options_.tuning != nullptr) options_.tuning->insert(key, *us);
     first = std::min(first, i);
-    measured.push_back({cands[i], std::move(us)});
+    measured.push_back({cands[i], std::move(us), false});
   }
   if (measured.size() < 2) return;  // nothing to rank
 
@@ -228,7 +247,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   info.measured_m = shape.m;
   bool any_ok = false;
   for (const Measured& m : measured) {
-    KernelMeasurement km{std::string(m.p->kernel->name()), 0, ""};
+    KernelMeasurement km{std::string(m.p->kernel->name()), 0, "", m.shared};
     if (m.us.ok()) {
       km.us = *m.us;
       any_ok = true;
@@ -330,7 +349,8 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool* prepared
   absl::MutexLock lock(&slot.mu);
   // Another request may have prepared it while this one waited.
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
-  absl::StatusOr<std::unique_ptr<PreparedKernel>> state = slot.kernel->prepare(*weights_);
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> state =
+      slot.kernel->prepare_with_tuning(*weights_, options_.tuning.get());
   if (!state.ok()) return state.status();  // not cached: the next request tries again
   slot.state = *std::move(state);
   total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/kernel.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
 
@@ -23,8 +24,9 @@ namespace qlinear {
 // One candidate's autotune measurement at load.
 struct KernelMeasurement {
   std::string kernel;
-  double us = 0;      // one call at the bucket's measured M, when `error` is empty
-  std::string error;  // why the measurement failed; empty when it succeeded
+  double us = 0;        // one call at the bucket's measured M, when `error` is empty
+  std::string error;    // why the measurement failed; empty when it succeeded
+  bool shared = false;  // `us` is an earlier layer's of the same shape (Options::tuning)
 };
 
 struct BucketInfo {
@@ -56,6 +58,10 @@ class Layer {
     bool autotune = true;
     std::string weight_sha256;
     std::vector<int64_t> logical_widths;
+    // Where the layer takes what an earlier layer of its shape timed at load (autotune's
+    // measurements, and what its kernels time for themselves) and stores what it times (see
+    // TuningCache); null: the layer times everything itself.
+    std::shared_ptr<TuningCache> tuning;
   };
 
   // Prepares the kernels the layer can choose without forcing (see may_choose in layer.cc) and

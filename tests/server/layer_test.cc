@@ -40,6 +40,7 @@ struct Log {
   std::vector<std::string> measured;  // "kernel M=16 bf16->bf16"
   std::map<std::string, int> runs;
   std::map<std::string, int> prepares;  // calls of Kernel::prepare, failed ones included
+  std::map<std::string, int> prepares_with_tuning;  // of those, the ones given a TuningCache
   int measure_count(absl::string_view kernel) {
     absl::MutexLock lock(&mu);
     int n = 0;
@@ -53,6 +54,10 @@ struct Log {
   int prepare_count(const std::string& kernel) {
     absl::MutexLock lock(&mu);
     return prepares[kernel];
+  }
+  int prepare_with_tuning_count(const std::string& kernel) {
+    absl::MutexLock lock(&mu);
+    return prepares_with_tuning[kernel];
   }
 };
 
@@ -138,6 +143,14 @@ class FakeKernel final : public Kernel {
     return std::unique_ptr<PreparedKernel>(
         new FakePrepared(name_, measure_, extra_bytes_, variant_, log_));
   }
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
+      const LayerWeights& w, TuningCache* tuning) const override {
+    if (tuning != nullptr) {
+      absl::MutexLock lock(&log_->mu);
+      log_->prepares_with_tuning[name_]++;
+    }
+    return prepare(w);
+  }
 
  private:
   std::string name_;
@@ -204,13 +217,19 @@ class LayerTest : public ::testing::Test {
     add({"cpu.avx512_vnni"});
     add({"cpu.reference"});
   }
-  std::shared_ptr<const LayerWeights> weights() {
+  std::shared_ptr<const LayerWeights> weights(int64_t n = kN,
+                                              Scheme scheme = Scheme::kDynamicSymmetric) {
     LayerSpec spec;
-    spec.n = kN;
+    spec.n = n;
     spec.k = kK;
+    spec.scheme = scheme;
     spec.weight_scale = {0.002f};
     spec.weight_scale_shape = {1};
-    auto w = build_layer_weights(spec, std::vector<int8_t>(kN * kK, 1));
+    if (scheme == Scheme::kStaticSymmetric) {
+      spec.has_input_scale = true;
+      spec.input_scale = 0.01f;
+    }
+    auto w = build_layer_weights(spec, std::vector<int8_t>(n * kK, 1));
     EXPECT_TRUE(w.ok()) << w.status();
     return *w;
   }
@@ -221,6 +240,15 @@ class LayerTest : public ::testing::Test {
     o.autotune = autotune;
     o.forced_kernel = std::move(forced);
     return Layer::create(std::move(o), weights(), registry_, host_);
+  }
+  // A layer of n x kK that shares what loads time through `tuning`.
+  absl::StatusOr<std::shared_ptr<const Layer>> create_sharing(
+      std::shared_ptr<TuningCache> tuning, int64_t n = kN,
+      Scheme scheme = Scheme::kDynamicSymmetric) {
+    Layer::Options o;
+    o.name = "l";
+    o.tuning = std::move(tuning);
+    return Layer::create(std::move(o), weights(n, scheme), registry_, host_);
   }
   ProblemShape shape(int64_t m, DType x = DType::kBF16, DType y = DType::kBF16) {
     return ProblemShape{m, kN, kK, x, y};
@@ -286,6 +314,87 @@ TEST_F(LayerTest, AutotunePutsTheFastestFirstInEachBucket) {
   EXPECT_EQ(log_->measure_count("cuda.cublaslt"), 6);
   EXPECT_EQ(log_->measured[0], "cuda.gemv_s8 M=1 bf16->bf16");
   EXPECT_EQ(log_->measured.back(), "cuda.cublaslt M=2048 bf16->bf16");
+}
+
+TEST_F(LayerTest, LaterLayersOfAShapeTakeWhatTheFirstOnesLoadMeasured) {
+  add_typical();
+  const auto tuning = std::make_shared<TuningCache>();
+  auto first = create_sharing(tuning);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 6);
+  // Every kernel prepared at load is given the cache, for what it times of its own.
+  EXPECT_EQ(log_->prepare_with_tuning_count("cuda.cutlass_sm90"), 1);
+  EXPECT_EQ(log_->prepare_with_tuning_count("cuda.cublaslt"), 1);
+  const auto& fb = (*first)->buckets();
+  EXPECT_EQ(verdict(fb[0].explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load, 14.7 us at M=1; cuda.gemv_s8 19.1 us; cuda.cublaslt "
+            "16.5 us");
+
+  // The same shape again: nothing measured, the same ranking, said to be the earlier layer's.
+  auto second = create_sharing(tuning);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(log_->measure_count("cuda.gemv_s8"), 1);
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 6);
+  EXPECT_EQ(log_->measure_count("cuda.cublaslt"), 6);
+  EXPECT_EQ(log_->prepare_with_tuning_count("cuda.cutlass_sm90"), 2);
+  const auto& sb = (*second)->buckets();
+  ASSERT_EQ(sb.size(), fb.size());
+  for (size_t i = 0; i < sb.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("bucket ", i));
+    EXPECT_EQ(sb[i].kernel, fb[i].kernel);
+    EXPECT_EQ(sb[i].measured_m, fb[i].measured_m);
+    ASSERT_EQ(sb[i].measured.size(), fb[i].measured.size());
+    for (size_t j = 0; j < sb[i].measured.size(); ++j) {
+      EXPECT_EQ(sb[i].measured[j].kernel, fb[i].measured[j].kernel);
+      EXPECT_DOUBLE_EQ(sb[i].measured[j].us, fb[i].measured[j].us);
+      EXPECT_FALSE(fb[i].measured[j].shared);
+      EXPECT_TRUE(sb[i].measured[j].shared);
+    }
+    EXPECT_EQ(chosen(**second, shape(sb[i].bucket.lo)), fb[i].kernel);
+  }
+  EXPECT_EQ(verdict(sb[0].explanation, "cuda.cutlass_sm90")->reason,
+            "fastest measured at load, by an earlier layer of this shape, 14.7 us at M=1; "
+            "cuda.gemv_s8 19.1 us; cuda.cublaslt 16.5 us");
+  EXPECT_EQ(verdict(sb[0].explanation, "cuda.gemv_s8")->reason,
+            "measured slower at load: 19.1 us at M=1 (cuda.cutlass_sm90 14.7 us)");
+
+  // Another N, another scheme, or no cache: measured anew.
+  ASSERT_TRUE(create_sharing(tuning, kN + 16).ok());
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 12);
+  ASSERT_TRUE(create_sharing(tuning, kN, Scheme::kStaticSymmetric).ok());
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 18);
+  ASSERT_TRUE(create_sharing(tuning, kN + 16).ok());
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 18);
+  ASSERT_TRUE(create().ok());
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 24);
+  EXPECT_EQ(log_->prepare_with_tuning_count("cuda.cutlass_sm90"), 5);  // all but the last
+}
+
+TEST_F(LayerTest, AFailedMeasurementIsNotSharedWithLaterLayers) {
+  bool fail = true;
+  add({"cuda.cutlass_sm90", [&fail](const ProblemShape&) -> absl::StatusOr<double> {
+         if (fail) return absl::ResourceExhaustedError("out of GPU memory (fake)");
+         return 20.0;
+       }});
+  add({"cuda.cublaslt", fixed_us(10.0)});
+  add({"cpu.reference"});
+  const auto tuning = std::make_shared<TuningCache>();
+  auto first = create_sharing(tuning);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE((*first)->buckets()[0].measured[0].error.empty());
+  fail = false;
+  auto second = create_sharing(tuning);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // cutlass is measured again (it failed the first time); cublaslt's time is the first layer's.
+  EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 12);
+  EXPECT_EQ(log_->measure_count("cuda.cublaslt"), 6);
+  const BucketInfo& b = (*second)->buckets()[0];
+  ASSERT_EQ(b.measured.size(), 2u);
+  EXPECT_TRUE(b.measured[0].error.empty());
+  EXPECT_FALSE(b.measured[0].shared);
+  EXPECT_DOUBLE_EQ(b.measured[0].us, 20.0);
+  EXPECT_TRUE(b.measured[1].shared);
+  EXPECT_EQ(b.kernel, "cuda.cublaslt");
 }
 
 TEST_F(LayerTest, UnmeasurableKernelsKeepThePriorityOrder) {

@@ -216,10 +216,12 @@ struct Prepared {
   const CudaPreparedKernel* kernel = nullptr;
 };
 
-inline Prepared prepare(const Kernel& k, std::shared_ptr<const LayerWeights> w) {
+// (With `tuning`, what the kernel times at load is shared through it: Kernel::prepare_with_tuning.)
+inline Prepared prepare(const Kernel& k, std::shared_ptr<const LayerWeights> w,
+                        TuningCache* tuning = nullptr) {
   Prepared p;
   p.weights = std::move(w);
-  auto st = k.prepare(*p.weights);
+  auto st = k.prepare_with_tuning(*p.weights, tuning);
   EXPECT_TRUE(st.ok()) << st.status();
   if (!st.ok()) return p;
   p.owner = std::move(st).value();

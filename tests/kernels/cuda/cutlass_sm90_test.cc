@@ -15,7 +15,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "kernels/core/status.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
@@ -70,6 +72,45 @@ TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   EXPECT_FALSE(absl::StrContains(at_m, "programmatic dependent")) << at_m;
 }
 
+// Layers of one shape sharing a TuningCache: the second takes the first one's tiles at every M
+// (its explanation says so) and answers exactly; a layer of another N or scheme times its own.
+TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  TuningCache tuning;
+  const Prepared first =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 272, 528, true), &tuning);
+  if (first.kernel == nullptr) return;
+  EXPECT_EQ(tuning.size(), 1u);
+  const Prepared second =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 272, 528, true), &tuning);
+  ASSERT_NE(second.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 1u);
+  const std::string note(kTunedByEarlierLayer);
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{256}, int64_t{2048}}) {
+    const std::string v1 = first.owner->variant(m), v2 = second.owner->variant(m);
+    EXPECT_FALSE(absl::StrContains(v1, note)) << v1;
+    EXPECT_TRUE(absl::StrContains(v2, absl::StrCat(note, ")"))) << v2;
+    EXPECT_EQ(absl::StrReplaceAll(v2, {{note, ""}}), v1) << "M=" << m;
+  }
+  for (int64_t m : {int64_t{1}, int64_t{16}, 40 + rng.range(0, 20), int64_t{300}}) {
+    EXPECT_TRUE(
+        check_call(second, make_x(rng, m, 528, DType::kBF16), DType::kBF16, m, DType::kBF16));
+  }
+  const Prepared wider =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 288, 528, true), &tuning);
+  ASSERT_NE(wider.kernel, nullptr);
+  const Prepared asym =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, 272, 528, true), &tuning);
+  ASSERT_NE(asym.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 3u);
+  for (const Prepared* p : {&wider, &asym}) {
+    const std::string v = p->owner->variant(1);
+    EXPECT_TRUE(absl::StrContains(v, "(timed fastest at load, M=1)")) << v;
+  }
+  EXPECT_TRUE(check_call(asym, make_x(rng, 1, 528, DType::kBF16), DType::kBF16, 1, DType::kBF16));
+}
+
 // Past the largest M a layer's operands let it time at load (256 MB each), a call takes the tile
 // timed at the largest M from 2048 on and names it; below 2048, a rule. K = 32784: x of 4096 rows
 // holds 268 MB, so 2048 is the largest timed M; K = 65552: 1024 is.
@@ -95,7 +136,8 @@ TEST_F(CutlassSm90Test, CallsPastTheLargestTimedMTakeItsTile) {
 // A layer loaded on a GPU short of memory still loads, y exact: with room for the load's timing
 // buffers at M = 4096 (80 MB) but not at 8192 (160 MB) it times the tiles up to 4096, and calls
 // past that take the choice there; without room for its cold timings' L2 flush buffer it times
-// nothing and takes the rules (at M = 1 the swapped 16 x 64 x 256 tile).
+// nothing and takes the rules (at M = 1 the swapped 16 x 64 x 256 tile). Neither is kept for the
+// next layer of the shape (TuningCache), which, with the memory back, times every M.
 TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
@@ -110,6 +152,7 @@ TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
   ASSERT_TRUE(l2.ok()) << l2.status();
   const size_t flush = std::max<size_t>(size_t{128} << 20, size_t{4} * static_cast<size_t>(*l2));
   const size_t layer = size_t{24} << 20;  // the weights (16 MB) and their per-channel data
+  TuningCache tuning;
   for (const bool timing_room : {true, false}) {
     SCOPED_TRACE(timing_room ? "room for M = 4096" : "no room for the flush buffer");
     const size_t keep = timing_room ? layer + flush + (size_t{120} << 20) : layer + (16 << 20);
@@ -118,8 +161,9 @@ TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
     ASSERT_GT(free_bytes, keep);
     DeviceBuffer filler;
     ASSERT_TRUE(filler.allocate(free_bytes - keep, "memory the test takes").ok());
-    const Prepared p = prepare(*kernel_, w);
+    const Prepared p = prepare(*kernel_, w, &tuning);
     ASSERT_NE(p.kernel, nullptr);
+    EXPECT_EQ(tuning.size(), 0u);
     const std::string at1 = p.owner->variant(1), at_max = p.owner->variant(8192);
     if (timing_room) {
       EXPECT_TRUE(absl::StrContains(at1, "(timed fastest at load, M=1)")) << at1;
@@ -134,6 +178,11 @@ TEST_F(CutlassSm90Test, LoadShortOfMemoryTimesFewerM) {
       EXPECT_TRUE(check_call(p, make_x(rng, m, 4096, DType::kBF16), DType::kBF16, m, DType::kBF16));
     }
   }
+  const Prepared roomy = prepare(*kernel_, w, &tuning);
+  ASSERT_NE(roomy.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 1u);
+  const std::string at_max = roomy.owner->variant(8192);
+  EXPECT_TRUE(absl::StrContains(at_max, "(timed fastest at load, M=8192)")) << at_max;
 }
 
 // Decode calls on long rows (K = 16512: the quantize kernel's split form would give each row 8

@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/stream_s8_device.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -314,6 +317,39 @@ TEST_F(StreamS8Test, TimesTheTwoLaunchPrefetchOnLayersPastTheL2) {
       << at16;
   EXPECT_TRUE(check_call(p, make_x(rng, 16, k, DType::kBF16), DType::kBF16, 16, DType::kBF16))
       << "N=" << n;
+}
+
+// Layers of one shape sharing a TuningCache: the second takes the first one's ring and start (its
+// explanation says so) and answers exactly; a layer of another K times its own.
+TEST_F(StreamS8Test, LaterLayersOfAShapeTakeTheFirstOnesRing) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const absl::StatusOr<int64_t> l2 = device_l2_bytes();
+  ASSERT_TRUE(l2.ok()) << l2.status();
+  // Past the L2, so that both the fused ring and the two-launch start are timed.
+  const int64_t k = 4096, n = (*l2 / k / 16 + 1) * 16;
+  TuningCache tuning;
+  const Prepared first =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true), &tuning);
+  if (first.kernel == nullptr) return;
+  const Prepared second =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true), &tuning);
+  ASSERT_NE(second.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 1u);
+  const std::string note(kTunedByEarlierLayer);
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    const std::string v1 = first.owner->variant(m), v2 = second.owner->variant(m);
+    EXPECT_TRUE(absl::EndsWith(v1, absl::StrCat("(timed fastest at load, M=", m, ")"))) << v1;
+    EXPECT_TRUE(absl::EndsWith(v2, absl::StrCat("(timed fastest at load, M=", m, note, ")"))) << v2;
+    EXPECT_EQ(absl::StrReplaceAll(v2, {{note, ""}}), v1);
+    EXPECT_TRUE(check_call(second, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16));
+  }
+  const Prepared other =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k + 16, true), &tuning);
+  ASSERT_NE(other.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 2u);
+  EXPECT_TRUE(absl::EndsWith(other.owner->variant(1), "(timed fastest at load, M=1)"))
+      << other.owner->variant(1);
 }
 
 // The autotune's measurement, after an L2 read and back to back (as the fused ring's timing on

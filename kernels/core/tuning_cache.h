@@ -1,0 +1,66 @@
+// What a layer's load times, kept for the next layer of the same shape.
+//
+// A layer times choices at load: its buckets' candidate kernels (autotune, SPEC section 6) and,
+// inside some kernels, their own launch forms (cuda.cutlass_sm90's tiles, cuda.stream_s8's ring,
+// cuda.gemv_s8's plans). The times depend on the layer's shape, scheme and device, not on its
+// weights' values; a model holds many layers of each shape (Llama-3 70B: 80 of each of four
+// projections). With a TuningCache, the first layer of a shape times and stores its choices and
+// every later layer of that shape on that device takes them as they are: it loads without timing
+// anything, and all layers of a shape run the same kernels (the same code in the SMs'
+// instruction caches as one layer follows another, and one explanation for all of them).
+//
+// The server's engine owns one (--share-tuning, on by default); a layer or kernel prepared
+// without one times its own choices. Thread-safe.
+#pragma once
+
+#include <any>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/core/layer.h"
+
+namespace qlinear {
+
+class TuningCache {
+ public:
+  // The value stored under `key`, if one of type T is.
+  template <typename T>
+  std::optional<T> find(absl::string_view key) const {
+    absl::MutexLock lock(&mu_);
+    const auto it = entries_.find(key);
+    if (it == entries_.end()) return std::nullopt;
+    const T* v = std::any_cast<T>(&it->second);
+    if (v == nullptr) return std::nullopt;
+    return *v;
+  }
+  // Stores `value` under `key` unless something is stored there already (two layers of a shape
+  // loaded at once both time, and the first to finish is kept).
+  template <typename T>
+  void insert(absl::string_view key, T value) {
+    absl::MutexLock lock(&mu_);
+    entries_.try_emplace(key, std::any(std::move(value)));
+  }
+  size_t size() const;
+  void clear();
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::any> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+// The key of what `what` (e.g. "cuda.cutlass_sm90 tiles") timed for a layer of config `c` on
+// `device` (e.g. "cuda:0"): the layer's N, K, scheme and bias, the parts of a config that choose
+// a kernel's code. (A static scheme's input scale and zero point are values, not code.)
+std::string tuning_key(absl::string_view what, absl::string_view device, const LayerConfig& c);
+
+// What an explanation adds to a choice taken from a TuningCache, e.g. "(timed fastest at load,
+// M=1, by an earlier layer of this shape)".
+inline constexpr absl::string_view kTunedByEarlierLayer = ", by an earlier layer of this shape";
+
+}  // namespace qlinear
