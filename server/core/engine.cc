@@ -151,8 +151,12 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   opts.tuning = tuning_;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
-  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer,
-                   Layer::create(std::move(opts), std::move(lw), registry_, host_));
+  absl::StatusOr<std::shared_ptr<const Layer>> created;
+  {
+    absl::MutexLock lock(&create_mu_);
+    created = Layer::create(std::move(opts), std::move(lw), registry_, host_);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, std::move(created));
   BatchOptions batching = options_.batching;
   if (request.max_batch_rows >= 0)
     batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);

@@ -9,7 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/sha256.h"
+#include "kernels/core/tuning_cache.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
 #include "server/core/batcher.h"
@@ -139,6 +141,10 @@ class Engine {
   Metrics* metrics_;
   // What the loads timed, per shape; null without options_.share_tuning.
   std::shared_ptr<TuningCache> tuning_;
+  // Held while a layer is created (publish): what a load times would be skewed by another load
+  // timing on the same GPU at once, and a layer of a shape whose first layer is being loaded
+  // then finds that one's timings in tuning_ rather than timing beside it.
+  absl::Mutex create_mu_;
   LayerStore store_;
 };
 

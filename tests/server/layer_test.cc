@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -631,6 +632,58 @@ TEST_F(LayerTest, ExplainOnARequestNamesTheAutotunedKernelThatRuns) {
   auto again = plain.load(req, std::vector<int8_t>(kN * kK, 1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->layer().buckets()[0].kernel, "cuda.gemv_s8");
+}
+
+// An engine creates one layer at a time, so that no load's timing runs beside another's: loads of
+// one shape started at once measure once (the first; the others take its times), and with shared
+// tuning off each measures, never two at the same time.
+TEST_F(LayerTest, EngineLoadsStartedAtOnceNeverTimeTogether) {
+  auto in_flight = std::make_shared<std::atomic<int>>(0);
+  auto most = std::make_shared<std::atomic<int>>(0);
+  auto timed = [in_flight, most](double us) -> Measure {
+    return [in_flight, most, us](const ProblemShape&) -> absl::StatusOr<double> {
+      const int now = in_flight->fetch_add(1) + 1;
+      int seen = most->load();
+      while (now > seen && !most->compare_exchange_weak(seen, now)) {
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+      in_flight->fetch_sub(1);
+      return us;
+    };
+  };
+  add({"cuda.cutlass_sm90", timed(20.0)});
+  add({"cuda.cublaslt", timed(10.0)});
+  add({"cpu.reference"});
+  for (const bool share : {true, false}) {
+    SCOPED_TRACE(share ? "shared tuning" : "each layer times its own");
+    EngineOptions eo;
+    eo.share_tuning = share;
+    Engine engine(registry_, host_, eo);
+    const int before = log_->measure_count("cuda.cutlass_sm90");
+    constexpr int kLoads = 6;
+    std::vector<std::thread> loads;
+    std::vector<absl::Status> results(kLoads);
+    for (int i = 0; i < kLoads; ++i) {
+      loads.emplace_back([&, i] {
+        LoadRequest req;
+        req.name = absl::StrCat("l", i);
+        req.spec.n = kN;
+        req.spec.k = kK;
+        req.spec.weight_scale = {0.002f};
+        req.spec.weight_scale_shape = {1};
+        results[i] = engine.load(req, std::vector<int8_t>(kN * kK, 1)).status();
+      });
+    }
+    for (std::thread& t : loads) t.join();
+    for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+    EXPECT_EQ(most->load(), 1);
+    EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90") - before, share ? 6 : 6 * kLoads);
+    for (int i = 0; i < kLoads; ++i) {
+      const auto served = engine.store().get(absl::StrCat("l", i));
+      ASSERT_TRUE(served.ok()) << served.status();
+      EXPECT_EQ((*served)->layer->buckets()[0].kernel, "cuda.cublaslt");
+    }
+  }
 }
 
 // The bytes a layer holds without any kernel's extra bytes.
