@@ -3282,9 +3282,10 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   // Every CUDA kernel that can run this layer at some M, each prepared `copies` times on as many
   // LayerWeights (the CUDA kernels of one LayerWeights share one device copy; rotation needs
   // distinct copies). As in the server (--share-tuning), the copies after the first take what the
-  // first one's load timed; with --share_tuning=false each copy times its own.
-  const std::shared_ptr<TuningCache> tuning =
-      o.share_tuning ? std::make_shared<TuningCache>() : nullptr;
+  // first one's load timed (cuda.gemv_s8, which does not share, times its plans per copy); with
+  // --share_tuning=false each copy times its own.
+  TuningCache shared_tuning;
+  TuningCache* const tuning = o.share_tuning ? &shared_tuning : nullptr;
   std::vector<std::shared_ptr<const LayerWeights>> weight_copies = {weights};
   while (static_cast<int>(weight_copies.size()) < b.copies) {
     weight_copies.push_back(std::make_shared<const LayerWeights>(*weights));
@@ -3305,7 +3306,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     KernelCopies kc{kern, {}};
     for (int c = 0; c < b.copies; ++c) {
       ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p,
-                       kern->prepare_with_tuning(*weight_copies[c], tuning.get()));
+                       kern->prepare_with_tuning(*weight_copies[c], tuning));
       if (dynamic_cast<CudaPreparedKernel*>(p.get()) == nullptr) break;
       kc.prepared.push_back(std::move(p));
     }

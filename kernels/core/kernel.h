@@ -18,9 +18,10 @@
 #include "absl/strings/string_view.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/layer.h"
-#include "kernels/core/tuning_cache.h"
 
 namespace qlinear {
+
+class TuningCache;  // kernels/core/tuning_cache.h
 
 // Rows of activations a kernel is best at; the registry skips it for M buckets outside.
 struct MRange {

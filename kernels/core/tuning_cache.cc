@@ -9,11 +9,6 @@ size_t TuningCache::size() const {
   return entries_.size();
 }
 
-void TuningCache::clear() {
-  absl::MutexLock lock(&mu_);
-  entries_.clear();
-}
-
 std::string tuning_key(absl::string_view what, absl::string_view device, const LayerConfig& c) {
   return absl::StrCat(what, " on ", device, ": N=", c.n, " K=", c.k, " ", scheme_name(c.scheme),
                       c.has_bias ? " bias" : " no bias");

@@ -1,16 +1,17 @@
 // What a layer's load times, kept for the next layer of the same shape.
 //
 // A layer times choices at load: its buckets' candidate kernels (autotune, SPEC section 6) and,
-// inside some kernels, their own launch forms (cuda.cutlass_sm90's tiles, cuda.stream_s8's ring,
-// cuda.gemv_s8's plans). The times depend on the layer's shape, scheme and device, not on its
-// weights' values; a model holds many layers of each shape (Llama-3 70B: 80 of each of four
-// projections). With a TuningCache, the first layer of a shape times and stores its choices and
-// every later layer of that shape on that device takes them as they are: it loads without timing
-// anything, and all layers of a shape run the same kernels (the same code in the SMs'
-// instruction caches as one layer follows another, and one explanation for all of them).
+// inside some kernels, their own launch forms (cuda.cutlass_sm90's tiles, cuda.stream_s8's ring).
+// The times depend on the layer's shape, scheme and device, and hardly on its weights' values
+// (the first layer's weights are the ones timed); a model holds many layers of each shape
+// (Llama-3 70B: 80 of each of four projections). With a TuningCache, the first layer of a shape
+// times and stores its choices and every later layer of that shape on that device takes them as
+// they are: it loads without timing them, and all layers of a shape run the same kernels (the
+// same code in the SMs' instruction caches as one layer follows another, and one explanation for
+// all of them). (cuda.gemv_s8, which the server does not register, times its plans per layer.)
 //
-// The server's engine owns one (--share-tuning, on by default); a layer or kernel prepared
-// without one times its own choices. Thread-safe.
+// The server's engine owns one (--share-tuning, on by default) and fills it only while layers
+// load; a layer or kernel prepared without one times its own choices. Thread-safe.
 #pragma once
 
 #include <any>
@@ -47,7 +48,6 @@ class TuningCache {
     entries_.try_emplace(key, std::any(std::move(value)));
   }
   size_t size() const;
-  void clear();
 
  private:
   mutable absl::Mutex mu_;
@@ -60,7 +60,8 @@ class TuningCache {
 std::string tuning_key(absl::string_view what, absl::string_view device, const LayerConfig& c);
 
 // What an explanation adds to a choice taken from a TuningCache, e.g. "(timed fastest at load,
-// M=1, by an earlier layer of this shape)".
-inline constexpr absl::string_view kTunedByEarlierLayer = ", by an earlier layer of this shape";
+// M=1, by an earlier layer of the same N, K, scheme and bias)".
+inline constexpr absl::string_view kTunedByEarlierLayer =
+    ", by an earlier layer of the same N, K, scheme and bias";
 
 }  // namespace qlinear

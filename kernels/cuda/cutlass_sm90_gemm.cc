@@ -675,7 +675,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   }
   absl::Status init(TuningCache* tuning);
   // Times the tiles (into tuned_, tuned_unfused_ and tuned_times_). *every_m: whether it timed
-  // every M it would on a GPU with memory to spare.
+  // every M it would on a GPU with memory to spare, with the primes.
   absl::Status tune_tiles(bool* every_m);
   CutlassSm90Tile tile_for_call(int64_t m) const;
   int forced_tile(int64_t m) const;
@@ -777,7 +777,8 @@ absl::Status CutlassSm90Prepared::init(TuningCache* tuning) {
       cudaMemcpy(bias_v_.get(), bias_v.data(), bias_v_.size(), cudaMemcpyHostToDevice));
   RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   // The tiles an earlier layer of this shape timed, where one did.
-  const std::string key = tuning_key("cuda.cutlass_sm90 tiles", this->device(), c);
+  const std::string key =
+      tuning != nullptr ? tuning_key("cuda.cutlass_sm90 tiles", this->device(), c) : "";
   if (tuning != nullptr) {
     if (const std::optional<TunedTiles> t = tuning->find<TunedTiles>(key)) {
       tuned_ = t->tile;
@@ -1108,7 +1109,9 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
                       std::round(by_median[r].first * 10) / 10);
     }
   }
-  *every_m = max_m == wanted_m;
+  // (Timings without the primes, on a GPU short of memory, are not what a layer with the memory
+  // would time either.)
+  *every_m = max_m == wanted_m && prime_w.get() != nullptr;
   return absl::OkStatus();
 #else
   return absl::OkStatus();

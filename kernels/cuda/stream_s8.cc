@@ -110,7 +110,8 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
   p->token_ = ((static_cast<uint64_t>(rd()) << 32) ^ rd()) | 1;
   RETURN_IF_ERROR(p->warm_up());
   // The ring and start an earlier layer of this shape timed, where one did.
-  const std::string key = tuning_key("cuda.stream_s8 ring", p->device(), c);
+  const std::string key =
+      tuning != nullptr ? tuning_key("cuda.stream_s8 ring", p->device(), c) : "";
   if (tuning != nullptr) {
     if (const std::optional<TunedRing> t = tuning->find<TunedRing>(key)) {
       p->fused_stages_ = t->fused_stages;

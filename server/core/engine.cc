@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -151,9 +152,16 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   opts.tuning = tuning_;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
+  // One layer created at a time where a load times anything (a usable kernel that measures
+  // itself: the GPU kernels); CPU kernels only pack, and their loads go on side by side.
+  bool times = false;
+  for (const Kernel* k : registry_.kernels()) {
+    times = times || (k->measurable() && registry_.usable(*k, host_).ok());
+  }
   absl::StatusOr<std::shared_ptr<const Layer>> created;
   {
-    absl::MutexLock lock(&create_mu_);
+    std::optional<absl::MutexLock> lock;
+    if (times) lock.emplace(&create_mu_);
     created = Layer::create(std::move(opts), std::move(lw), registry_, host_);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, std::move(created));

@@ -141,9 +141,9 @@ class Engine {
   Metrics* metrics_;
   // What the loads timed, per shape; null without options_.share_tuning.
   std::shared_ptr<TuningCache> tuning_;
-  // Held while a layer is created (publish): what a load times would be skewed by another load
-  // timing on the same GPU at once, and a layer of a shape whose first layer is being loaded
-  // then finds that one's timings in tuning_ rather than timing beside it.
+  // Held while a layer is created (publish) where loads time (a GPU): what a load times would be
+  // skewed by another load timing on the same GPU at once, and a layer of a shape whose first
+  // layer is being loaded then finds that one's timings in tuning_ rather than timing beside it.
   absl::Mutex create_mu_;
   LayerStore store_;
 };

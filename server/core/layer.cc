@@ -4,9 +4,11 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 
@@ -108,9 +110,13 @@ std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
     }
   }
   // When a faster kernel cannot run this request's shape, the next in the ranking runs.
-  return absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape",
-                      mine->shared ? kTunedByEarlierLayer : "", ", ", us_str(mine->us),
-                      " at M=", b.measured_m, others);
+  // (Times an earlier layer of the shape measured: see autotune_bucket.)
+  const std::string how =
+      !b.measured_shared
+          ? absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape")
+          : absl::StrCat("fastest", fastest ? "" : " that can run this shape", " measured at load",
+                         kTunedByEarlierLayer);
+  return absl::StrCat(how, ", ", us_str(mine->us), " at M=", b.measured_m, others);
 }
 
 }  // namespace
@@ -155,7 +161,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   const bool tune = layer->options_.autotune && forced.empty();
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i]->name() == forced || (forced.empty() && may_choose(order, i, c, tune))) {
-      RETURN_IF_ERROR(layer->prepared(*layer->slots_[i]).status());
+      RETURN_IF_ERROR(layer->prepared(*layer->slots_[i], /*at_load=*/true).status());
     }
   }
 
@@ -188,7 +194,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     if (explanation.ok()) {
       // The recorded kernel is a prepared one: prepare it now if the probes missed its shape.
       if (Slot* s = layer->find_slot(chosen); s != nullptr) {
-        RETURN_IF_ERROR(layer->prepared(*s).status());
+        RETURN_IF_ERROR(layer->prepared(*s, /*at_load=*/true).status());
       }
       info.kernel = std::string(chosen->name());
       info.explanation = *std::move(explanation);
@@ -212,42 +218,67 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   struct Measured {
     Slot* p;
     absl::StatusOr<double> us;
-    bool shared;  // taken from options_.tuning
   };
-  std::vector<Measured> measured;  // priority order
-  size_t first = cands.size();     // position of the first measurable candidate
+  // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that says
+  // it is unmeasurable is never measured.
+  std::vector<size_t> eligible;
   for (size_t i = 0; i < cands.size(); ++i) {
-    // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that
-    // says it is unmeasurable is never measured.
     const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
     if (p == nullptr || !cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
-    // What an earlier layer of this shape measured, where one did; only a successful
-    // measurement is stored for the next.
-    const std::string key =
-        tuning_key(absl::StrCat("autotune of ", cands[i]->kernel->name(), " at M=", shape.m, " ",
-                                dtype_name(shape.x_dtype), " to ", dtype_name(shape.y_dtype)),
-                   p->device(), config());
-    if (options_.tuning != nullptr) {
-      if (const std::optional<double> us = options_.tuning->find<double>(key)) {
-        first = std::min(first, i);
-        measured.push_back({cands[i], *us, true});
-        continue;
-      }
+    eligible.push_back(i);
+  }
+  // The times an earlier layer of this shape measured for the same candidates, each running the
+  // same variant of itself (the tiles or ring it timed or took from options_.tuning), where one
+  // did: a bucket takes them all or measures them all, and stores them only when every
+  // measurement succeeded.
+  using SharedTimes = std::vector<std::pair<std::string, double>>;  // kernel, us
+  std::string key;
+  std::optional<SharedTimes> shared;
+  if (options_.tuning != nullptr && !eligible.empty()) {
+    std::string what = absl::StrCat("autotune at M=", shape.m, " ", dtype_name(shape.x_dtype),
+                                    " to ", dtype_name(shape.y_dtype), " of");
+    for (size_t i : eligible) {
+      const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
+      absl::StrAppend(&what, " ", cands[i]->kernel->name(), " [",
+                      absl::StrReplaceAll(p->variant(shape.m), {{kTunedByEarlierLayer, ""}}), "]");
     }
-    absl::StatusOr<double> us = p->measure_us(shape);
-    if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
-    if (us.ok() && options_.tuning != nullptr) options_.tuning->insert(key, *us);
+    key = tuning_key(what, cands[eligible[0]]->ready.load(std::memory_order_acquire)->device(),
+                     config());
+    shared = options_.tuning->find<SharedTimes>(key);
+  }
+  std::vector<Measured> measured;  // priority order
+  size_t first = cands.size();     // position of the first measured candidate
+  for (size_t i : eligible) {
+    absl::StatusOr<double> us;
+    if (shared.has_value()) {
+      const auto it = std::find_if(shared->begin(), shared->end(), [&](const auto& t) {
+        return t.first == cands[i]->kernel->name();
+      });
+      if (it == shared->end()) continue;  // it did not time itself there either (UNIMPLEMENTED)
+      us = it->second;
+    } else {
+      us = cands[i]->ready.load(std::memory_order_acquire)->measure_us(shape);
+      if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
+    }
     first = std::min(first, i);
-    measured.push_back({cands[i], std::move(us), false});
+    measured.push_back({cands[i], std::move(us)});
+  }
+  const bool all_ok =
+      std::all_of(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
+  if (!shared.has_value() && options_.tuning != nullptr && !measured.empty() && all_ok) {
+    SharedTimes times;
+    for (const Measured& m : measured) times.emplace_back(std::string(m.p->kernel->name()), *m.us);
+    options_.tuning->insert(key, std::move(times));
   }
   if (measured.size() < 2) return;  // nothing to rank
 
   BucketInfo& info = buckets_[bi];
   info.measured_m = shape.m;
+  info.measured_shared = shared.has_value();
   bool any_ok = false;
   for (const Measured& m : measured) {
-    KernelMeasurement km{std::string(m.p->kernel->name()), 0, "", m.shared};
+    KernelMeasurement km{std::string(m.p->kernel->name()), 0, ""};
     if (m.us.ok()) {
       km.us = *m.us;
       any_ok = true;
@@ -344,13 +375,14 @@ Layer::Slot* Layer::find_slot(const Kernel* k) const {
   return nullptr;
 }
 
-absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool* prepared_now) const {
+absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool at_load,
+                                                      bool* prepared_now) const {
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
   absl::MutexLock lock(&slot.mu);
   // Another request may have prepared it while this one waited.
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
   absl::StatusOr<std::unique_ptr<PreparedKernel>> state =
-      slot.kernel->prepare_with_tuning(*weights_, options_.tuning.get());
+      slot.kernel->prepare_with_tuning(*weights_, at_load ? options_.tuning.get() : nullptr);
   if (!state.ok()) return state.status();  // not cached: the next request tries again
   slot.state = *std::move(state);
   total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);
@@ -395,7 +427,7 @@ absl::StatusOr<KernelChoice> Layer::choose(const ProblemShape& shape, absl::stri
         absl::StrCat("kernel ", choice.kernel->name(), " was not prepared for layer ", name(),
                      " (it could not implement the layer at load)"));
   }
-  ASSIGN_OR_RETURN(choice.prepared, prepared(*slot, &choice.prepared_now));
+  ASSIGN_OR_RETURN(choice.prepared, prepared(*slot, /*at_load=*/false, &choice.prepared_now));
   if (!choice.explanation.empty()) {
     // The kernel's own choice for this M (a tile, a launch), after why it was selected.
     if (const std::string how = choice.prepared->variant(shape.m); !how.empty()) {

@@ -24,9 +24,8 @@ namespace qlinear {
 // One candidate's autotune measurement at load.
 struct KernelMeasurement {
   std::string kernel;
-  double us = 0;        // one call at the bucket's measured M, when `error` is empty
-  std::string error;    // why the measurement failed; empty when it succeeded
-  bool shared = false;  // `us` is an earlier layer's of the same shape (Options::tuning)
+  double us = 0;      // one call at the bucket's measured M, when `error` is empty
+  std::string error;  // why the measurement failed; empty when it succeeded
 };
 
 struct BucketInfo {
@@ -38,6 +37,9 @@ struct BucketInfo {
   // or fewer than two measurable candidates).
   int64_t measured_m = 0;
   std::vector<KernelMeasurement> measured;
+  // Whether `measured` are the times an earlier layer of the same N, K, scheme and bias measured
+  // for the same candidates, each running the same variant of itself (Options::tuning).
+  bool measured_shared = false;
 };
 
 // The kernel that will serve one request.
@@ -106,9 +108,12 @@ class Layer {
     std::unique_ptr<PreparedKernel> state;              // written once, under mu
   };
   Slot* find_slot(const Kernel* k) const;
-  // The slot's prepared kernel, preparing it first if needed. Lock-free once prepared.
-  // The slot's prepared kernel, preparing it first if needed (*prepared_now then set, when given).
-  absl::StatusOr<const PreparedKernel*> prepared(Slot& slot, bool* prepared_now = nullptr) const;
+  // The slot's prepared kernel, preparing it first if needed (*prepared_now then set, when
+  // given). Lock-free once prepared. At load (`at_load`) the kernel shares what it times through
+  // options_.tuning; a kernel prepared on demand, while requests run on the GPU, times its own
+  // and neither takes nor stores anything there.
+  absl::StatusOr<const PreparedKernel*> prepared(Slot& slot, bool at_load,
+                                                 bool* prepared_now = nullptr) const;
   // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape` and moves
   // the measured ones, as one block ranked fastest first, to the position of the first of them;
   // those whose measurement failed follow the block. Records the measurements in buckets_[bi].
