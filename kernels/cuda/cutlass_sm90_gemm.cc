@@ -468,6 +468,19 @@ constexpr int64_t kPrimeChannels = 256;
 constexpr int64_t kPrimeSmChannels = 256;
 constexpr int64_t kPrimeK = 256;
 
+// Up to kRotateMaxM tokens tune_tiles times each candidate as a decode step serves it, where the
+// GPU has the memory: back to back with the calls before it, each call on the next of several
+// copies of the layer's weights (at least kRotateBytes of them together, over 4x the L2, so that
+// each call streams its weights from HBM), in turns of kRotateTurn calls of one candidate timed
+// call by call, the first of each turn (after another candidate's) left out. The copies (at most
+// kRotateMaxExtraBytes besides the layer's own) live only while the layer times its tiles, once
+// per shape with shared tuning. Elsewhere, or without the memory, each call is timed cold after an
+// L2 read and the primes.
+constexpr int64_t kRotateMaxM = 64;
+constexpr size_t kRotateBytes = size_t{256} << 20;
+constexpr size_t kRotateMaxExtraBytes = size_t{512} << 20;
+constexpr int kRotateTurn = 6;
+
 // Whether a tile with a cluster would leave some of its CTAs without a token: m fills fewer token
 // blocks than the cluster holds (the 64 x 128 tile with a 2 x 1 cluster up to M = 64, the 128-token
 // tiles up to 128). Such a CTA computes rows past M only; tune_tiles does not time those tiles.
@@ -928,6 +941,7 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
   const int64_t wanted_m = max_m;
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y, claim, prime_w;
+  std::vector<DeviceBuffer> copies;  // the rotated timing's weight copies (kRotateMaxM)
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
   RETURN_IF_ERROR(timer->reserve_cold());  // M = 1 is always timed cold
   // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
@@ -972,6 +986,45 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
   if (prime_w.get() != nullptr) {
     RETURN_IF_CUDA_ERROR(cudaMemset(prime_w.get(), 0, prime_w.size()));
   }
+  // The weight copies of the rotated timing (kRotateMaxM), where the GPU has the memory.
+  const size_t w_bytes = static_cast<size_t>(c.n * c.k);
+  const size_t rotation = std::clamp<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2, 16);
+  std::vector<const int8_t*> rotated = {dev_->w.as<int8_t>()};
+  if ((rotation - 1) * w_bytes <= kRotateMaxExtraBytes) {
+    copies.resize(rotation - 1);
+    for (DeviceBuffer& copy : copies) {
+      const absl::Status st = copy.allocate(w_bytes, "tile tuning weight copies");
+      if (!st.ok()) {
+        if (!absl::IsResourceExhausted(st)) return st;
+        rotated.resize(1);
+        break;
+      }
+      RETURN_IF_CUDA_ERROR(
+          cudaMemcpy(copy.get(), dev_->w.get(), w_bytes, cudaMemcpyDeviceToDevice));
+      rotated.push_back(copy.as<int8_t>());
+    }
+  }
+  if (rotated.size() < rotation) {
+    rotated.resize(1);
+    copies.clear();
+  }
+  std::vector<cudaEvent_t> turn_events(kRotateTurn + 1, nullptr);
+  for (cudaEvent_t& e : turn_events) {
+    const cudaError_t ce = cudaEventCreate(&e);
+    if (ce != cudaSuccess) {
+      for (cudaEvent_t made : turn_events) {
+        if (made != nullptr) cudaEventDestroy(made);
+      }
+      return cuda_error_status(ce, "cudaEventCreate", __FILE__, __LINE__);
+    }
+  }
+  struct EventsGone {
+    std::vector<cudaEvent_t>* e;
+    ~EventsGone() {
+      for (cudaEvent_t x : *e) cudaEventDestroy(x);
+    }
+  } events_gone{&turn_events};
+  size_t next_copy = 0;  // the rotation goes on from turn to turn
   if (x.get() != nullptr) {
     RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16,
                                              static_cast<size_t>(max_m * c.k), cudaStreamLegacy));
@@ -1011,6 +1064,7 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
     };
     std::vector<Candidate> candidates;
     const bool cold = g.m <= 256;  // cold L2 where the weights stream, as a served layer finds it
+    const bool rotate = g.m <= kRotateMaxM && rotated.size() > 1;
     auto call_of = [&](const Candidate& candidate) {
       return [&, cp = &candidate](cudaStream_t stream) -> absl::Status {
         if (whole_ops && !tile_quantizes(static_cast<CutlassSm90Tile>(cp->tile))) {
@@ -1044,6 +1098,26 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
         return absl::OkStatus();
       };
     };
+    // A turn of kRotateTurn calls of `candidate` back to back on the rotated weights (see
+    // kRotateMaxM), each timed; the median of all but the first.
+    auto rotated_us = [&](const Candidate& candidate) -> absl::StatusOr<double> {
+      cudaStream_t s = timer->stream();
+      RETURN_IF_CUDA_ERROR(cudaEventRecord(turn_events[0], s));
+      for (int i = 0; i < kRotateTurn; ++i) {
+        Candidate on = candidate;
+        on.args.w = rotated[next_copy++ % rotated.size()];
+        RETURN_IF_ERROR(call_of(on)(s));
+        RETURN_IF_CUDA_ERROR(cudaEventRecord(turn_events[i + 1], s));
+      }
+      RETURN_IF_CUDA_ERROR(cudaEventSynchronize(turn_events[kRotateTurn]));
+      std::vector<double> us;
+      for (int i = 1; i < kRotateTurn; ++i) {
+        float ms = 0.f;
+        RETURN_IF_CUDA_ERROR(cudaEventElapsedTime(&ms, turn_events[i], turn_events[i + 1]));
+        us.push_back(1000.0 * ms);
+      }
+      return median_of(us);
+    };
     for (const CutlassSm90Tile t : kTimedTiles) {
       // (The quantizing tile 15 is timed wherever its whole op is, see kTimedTiles.)
       if (tile_quantizes(t) && !((kTuneQuantizingTiles || t == kFusedTile) && whole_ops)) continue;
@@ -1063,7 +1137,11 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
       cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
       const auto call = call_of(cand);
       RETURN_IF_ERROR(call(timer->stream()));  // warm-up
-      ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call, prime_of(cand)));
+      if (rotate) {
+        ASSIGN_OR_RETURN(cand.us, rotated_us(cand));
+      } else {
+        ASSIGN_OR_RETURN(cand.us, timer->median_us(5, cold, call, prime_of(cand)));
+      }
       candidates.push_back(cand);
     }
     if (candidates.empty()) continue;
@@ -1082,8 +1160,9 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
     std::vector<std::vector<double>> rounds(candidates.size());
     for (int r = 0; r < kTuneRounds && candidates.size() > 1; ++r) {
       for (size_t j = 0; j < candidates.size(); ++j) {
-        ASSIGN_OR_RETURN(const double us, timer->median_us(1, cold, call_of(candidates[j]),
-                                                           prime_of(candidates[j])));
+        ASSIGN_OR_RETURN(const double us, rotate ? rotated_us(candidates[j])
+                                                 : timer->median_us(1, cold, call_of(candidates[j]),
+                                                                    prime_of(candidates[j])));
         rounds[j].push_back(us);
       }
     }
