@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
 #include "kernels/cuda/gemm_s8_check.h"
+#include "kernels/cuda/l2_flush.h"
 #include "kernels/cuda/quantize_s8.h"
 
 namespace qlinear::gpu {
@@ -472,14 +473,17 @@ constexpr int64_t kPrimeK = 256;
 // GPU has the memory: back to back with the calls before it, each call on the next of several
 // copies of the layer's weights (at least kRotateBytes of them together, over 4x the L2, so that
 // each call streams its weights from HBM), in turns of kRotateTurn calls of one candidate timed
-// call by call, the first of each turn (after another candidate's) left out. The copies (at most
-// kRotateMaxExtraBytes besides the layer's own) live only while the layer times its tiles, once
-// per shape with shared tuning. Elsewhere, or without the memory, each call is timed cold after an
-// L2 read and the primes.
+// call by call, the first of each turn left out (it follows another candidate's call, or the
+// candidate's warm-up). A turn is queued behind a kernel that holds the stream for kRotateHoldNs,
+// so that its calls run back to back as a served graph's replays do, not at the rate the host
+// launches them. The copies (at most kRotateMaxExtraBytes besides the layer's own, in one buffer)
+// live only while the layer times its tiles, once per shape with shared tuning. Elsewhere, or
+// without the memory, each call is timed cold after an L2 read and the primes.
 constexpr int64_t kRotateMaxM = 64;
 constexpr size_t kRotateBytes = size_t{256} << 20;
 constexpr size_t kRotateMaxExtraBytes = size_t{512} << 20;
 constexpr int kRotateTurn = 6;
+constexpr uint64_t kRotateHoldNs = 300'000;
 
 // Whether a tile with a cluster would leave some of its CTAs without a token: m fills fewer token
 // blocks than the cluster holds (the 64 x 128 tile with a 2 x 1 cluster up to M = 64, the 128-token
@@ -941,9 +945,11 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
   const int64_t wanted_m = max_m;
   // Declared before the timer, so freed after its stream has been synchronised.
   DeviceBuffer x, xq, sa, azp, counters, y, claim, prime_w;
-  std::vector<DeviceBuffer> copies;  // the rotated timing's weight copies (kRotateMaxM)
+  DeviceBuffer copies;  // the rotated timing's weight copies (kRotateMaxM), one after another
   ASSIGN_OR_RETURN(std::unique_ptr<CallTimer> timer, CallTimer::create());
-  RETURN_IF_ERROR(timer->reserve_cold());  // M = 1 is always timed cold
+  // (M = 128 and 256 are timed cold, and M <= 64 where the weight copies do not fit: reserved
+  // first, so that the copies give way when memory is short.)
+  RETURN_IF_ERROR(timer->reserve_cold());
   // The M timed as whole ops: from kQuantizingMinM (see there), and wherever a tile's GEMM is
   // served as the quantize kernel's programmatic dependent (see kWholeOpMaxM).
   auto whole_op_m = [](int64_t m) { return m >= kQuantizingMinM || m <= kWholeOpMaxM; };
@@ -987,43 +993,30 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
     RETURN_IF_CUDA_ERROR(cudaMemset(prime_w.get(), 0, prime_w.size()));
   }
   // The weight copies of the rotated timing (kRotateMaxM), where the GPU has the memory.
-  const size_t w_bytes = static_cast<size_t>(c.n * c.k);
-  const size_t rotation = std::clamp<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2, 16);
+  const size_t w_bytes = align_up(static_cast<size_t>(c.n * c.k));
+  const size_t rotation = std::max<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2);
+  const bool rotation_fits = (rotation - 1) * w_bytes <= kRotateMaxExtraBytes;
   std::vector<const int8_t*> rotated = {dev_->w.as<int8_t>()};
-  if ((rotation - 1) * w_bytes <= kRotateMaxExtraBytes) {
-    copies.resize(rotation - 1);
-    for (DeviceBuffer& copy : copies) {
-      const absl::Status st = copy.allocate(w_bytes, "tile tuning weight copies");
-      if (!st.ok()) {
-        if (!absl::IsResourceExhausted(st)) return st;
-        rotated.resize(1);
-        break;
-      }
-      RETURN_IF_CUDA_ERROR(
-          cudaMemcpy(copy.get(), dev_->w.get(), w_bytes, cudaMemcpyDeviceToDevice));
-      rotated.push_back(copy.as<int8_t>());
+  if (rotation_fits) {
+    const absl::Status st = copies.allocate((rotation - 1) * w_bytes, "tile tuning weight copies");
+    if (!st.ok() && !absl::IsResourceExhausted(st)) return st;
+    for (size_t i = 0; st.ok() && i + 1 < rotation; ++i) {
+      int8_t* copy = copies.as<int8_t>() + i * w_bytes;
+      RETURN_IF_CUDA_ERROR(cudaMemcpy(copy, dev_->w.get(), static_cast<size_t>(c.n * c.k),
+                                      cudaMemcpyDeviceToDevice));
+      rotated.push_back(copy);
     }
-  }
-  if (rotated.size() < rotation) {
-    rotated.resize(1);
-    copies.clear();
   }
   std::vector<cudaEvent_t> turn_events(kRotateTurn + 1, nullptr);
-  for (cudaEvent_t& e : turn_events) {
-    const cudaError_t ce = cudaEventCreate(&e);
-    if (ce != cudaSuccess) {
-      for (cudaEvent_t made : turn_events) {
-        if (made != nullptr) cudaEventDestroy(made);
-      }
-      return cuda_error_status(ce, "cudaEventCreate", __FILE__, __LINE__);
-    }
-  }
   struct EventsGone {
     std::vector<cudaEvent_t>* e;
     ~EventsGone() {
-      for (cudaEvent_t x : *e) cudaEventDestroy(x);
+      for (cudaEvent_t x : *e) {
+        if (x != nullptr) cudaEventDestroy(x);
+      }
     }
   } events_gone{&turn_events};
+  for (cudaEvent_t& e : turn_events) RETURN_IF_CUDA_ERROR(cudaEventCreate(&e));
   size_t next_copy = 0;  // the rotation goes on from turn to turn
   if (x.get() != nullptr) {
     RETURN_IF_ERROR(fill_made_up_activations(x.get(), DType::kBF16,
@@ -1102,6 +1095,7 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
     // kRotateMaxM), each timed; the median of all but the first.
     auto rotated_us = [&](const Candidate& candidate) -> absl::StatusOr<double> {
       cudaStream_t s = timer->stream();
+      RETURN_IF_CUDA_ERROR(launch_stream_hold(kRotateHoldNs, s));
       RETURN_IF_CUDA_ERROR(cudaEventRecord(turn_events[0], s));
       for (int i = 0; i < kRotateTurn; ++i) {
         Candidate on = candidate;
@@ -1136,7 +1130,10 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
       cand.args.weights_ahead_stages = served_ahead_stages(*ops);
       cand.args.tail_prefetch_bytes = served_tail_prefetch_bytes(*ops);
       const auto call = call_of(cand);
-      RETURN_IF_ERROR(call(timer->stream()));  // warm-up
+      // Warm-up (where the timing rotates, on the rotation's next copy).
+      Candidate warm = cand;
+      if (rotate) warm.args.w = rotated[next_copy++ % rotated.size()];
+      RETURN_IF_ERROR(call_of(warm)(timer->stream()));
       if (rotate) {
         ASSIGN_OR_RETURN(cand.us, rotated_us(cand));
       } else {
@@ -1190,7 +1187,9 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
   }
   // (Timings without the primes, on a GPU short of memory, are not what a layer with the memory
   // would time either.)
-  *every_m = max_m == wanted_m && prime_w.get() != nullptr;
+  // (Nor timings cold for want of the weight copies, where the copies would have fit the budget.)
+  *every_m =
+      max_m == wanted_m && prime_w.get() != nullptr && (rotated.size() > 1 || !rotation_fits);
   return absl::OkStatus();
 #else
   return absl::OkStatus();

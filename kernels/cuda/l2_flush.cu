@@ -20,6 +20,15 @@ __global__ void __launch_bounds__(256)
   if (acc == kNeverMatches) *sink = acc;
 }
 
+__global__ void stream_hold_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
 }  // namespace
 
 cudaError_t launch_l2_flush_read(const void* buffer, size_t bytes, uint32_t* sink,
@@ -37,6 +46,11 @@ cudaError_t launch_l2_flush_read(const void* buffer, size_t bytes, uint32_t* sin
   const int blocks = static_cast<int>(wanted < static_cast<size_t>(sms) * 8 ? wanted : sms * 8);
   l2_flush_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const int4*>(buffer), count,
                                                         sink);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_stream_hold(uint64_t ns, cudaStream_t stream) {
+  stream_hold_kernel<<<1, 1, 0, stream>>>(ns);
   return cudaGetLastError();
 }
 

@@ -19,4 +19,9 @@ namespace qlinear::gpu {
 cudaError_t launch_l2_flush_read(const void* buffer, size_t bytes, uint32_t* sink,
                                  cudaStream_t stream);
 
+// Enqueues one thread that holds `stream` for `ns` nanoseconds of the GPU's global timer, so that
+// the host can queue the calls behind it meanwhile and they then run back to back, not at the
+// rate the host launches them. Returns the launch error, if any.
+cudaError_t launch_stream_hold(uint64_t ns, cudaStream_t stream);
+
 }  // namespace qlinear::gpu
