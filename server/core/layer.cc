@@ -221,12 +221,12 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   };
   // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that says
   // it is unmeasurable is never measured.
-  std::vector<size_t> eligible;
+  std::vector<std::pair<size_t, const PreparedKernel*>> eligible;  // position, prepared kernel
   for (size_t i = 0; i < cands.size(); ++i) {
     const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
     if (p == nullptr || !cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
-    eligible.push_back(i);
+    eligible.emplace_back(i, p);
   }
   // The times an earlier layer of this shape measured for the same candidates, each running the
   // same variant of itself (the tiles or ring it timed or took from options_.tuning), where one
@@ -238,18 +238,16 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   if (options_.tuning != nullptr && !eligible.empty()) {
     std::string what = absl::StrCat("autotune at M=", shape.m, " ", dtype_name(shape.x_dtype),
                                     " to ", dtype_name(shape.y_dtype), " of");
-    for (size_t i : eligible) {
-      const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
+    for (const auto& [i, p] : eligible) {
       absl::StrAppend(&what, " ", cands[i]->kernel->name(), " [",
                       absl::StrReplaceAll(p->variant(shape.m), {{kTunedByEarlierLayer, ""}}), "]");
     }
-    key = tuning_key(what, cands[eligible[0]]->ready.load(std::memory_order_acquire)->device(),
-                     config());
+    key = tuning_key(what, eligible[0].second->device(), config());
     shared = options_.tuning->find<SharedTimes>(key);
   }
   std::vector<Measured> measured;  // priority order
   size_t first = cands.size();     // position of the first measured candidate
-  for (size_t i : eligible) {
+  for (const auto& [i, p] : eligible) {
     absl::StatusOr<double> us;
     if (shared.has_value()) {
       const auto it = std::find_if(shared->begin(), shared->end(), [&](const auto& t) {
@@ -258,7 +256,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
       if (it == shared->end()) continue;  // it did not time itself there either (UNIMPLEMENTED)
       us = it->second;
     } else {
-      us = cands[i]->ready.load(std::memory_order_acquire)->measure_us(shape);
+      us = p->measure_us(shape);
       if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
     }
     first = std::min(first, i);
