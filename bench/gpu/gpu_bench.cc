@@ -3306,7 +3306,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     KernelCopies kc{kern, {}};
     for (int c = 0; c < b.copies; ++c) {
       ASSIGN_OR_RETURN(std::unique_ptr<PreparedKernel> p,
-                       kern->prepare_with_tuning(*weight_copies[c], tuning));
+                       kern->prepare_with_tuning(*weight_copies[c], PrepareContext{tuning}));
       if (dynamic_cast<CudaPreparedKernel*>(p.get()) == nullptr) break;
       kc.prepared.push_back(std::move(p));
     }

@@ -3,7 +3,7 @@
 //   can_implement(layer, shape) can I compute this layer at this shape (scheme, alignment, M)?
 //   prepare(weights)            once per layer (at load, or on first use): pack a private copy
 //                               (prepare_with_tuning: and take what it times from an earlier
-//                               layer of the same shape).
+//                               layer of the same shape, see PrepareContext).
 //   PreparedKernel::run(args)   per request.
 // Each check returns OK or a status whose message is the reason, shown to users verbatim.
 #pragma once
@@ -22,6 +22,21 @@
 namespace qlinear {
 
 class TuningCache;  // kernels/core/tuning_cache.h
+
+// How a layer prepares a kernel (Kernel::prepare_with_tuning).
+struct PrepareContext {
+  // What the loads of earlier layers of the same N, K, scheme and bias timed (see TuningCache):
+  // a kernel takes its own choices from there where they are stored, and stores what it times
+  // otherwise. nullptr: nothing is shared.
+  TuningCache* tuning = nullptr;
+  // Prepared on demand: by a request, for a kernel the layer's load did not prepare (one the
+  // request names), while the device serves other requests. The kernel still takes what
+  // `tuning` holds, but stores nothing there (what it times beside running requests is not what
+  // a load times), and times without large scratch (cuda.cutlass_sm90 times its tiles cold
+  // rather than over hundreds of MB of copies of the weights), so that serving layers keep the
+  // device memory they may need; its explanation says "on first use" where it says "at load".
+  bool on_demand = false;
+};
 
 // Rows of activations a kernel is best at; the registry skips it for M buckets outside.
 struct MRange {
@@ -76,13 +91,13 @@ class Kernel {
   // `weights` outlives the returned object.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const = 0;
-  // prepare, where what the kernel times at load for itself (cuda.cutlass_sm90's tiles, ...) is
-  // taken from `tuning` when an earlier layer of the same shape stored it there, and stored there
-  // otherwise (see TuningCache; nullptr: prepare). The default, for kernels that time nothing of
-  // their own at load, is prepare.
+  // prepare, where what the kernel times for itself (cuda.cutlass_sm90's tiles, ...) is taken
+  // from context.tuning when an earlier layer of the same shape stored it there, and stored there
+  // otherwise (see PrepareContext; a default context: prepare). The default, for kernels that
+  // time nothing of their own, is prepare.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
-      const LayerWeights& weights, TuningCache* tuning) const {
-    (void)tuning;
+      const LayerWeights& weights, const PrepareContext& context) const {
+    (void)context;
     return prepare(weights);
   }
 };

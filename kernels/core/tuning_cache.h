@@ -11,7 +11,8 @@
 // all of them). (cuda.gemv_s8, which the server does not register, times its plans per layer.)
 //
 // The server's engine owns one (--share-tuning, on by default) and fills it only while layers
-// load; a layer or kernel prepared without one times its own choices. Thread-safe.
+// load (a kernel a request prepares on demand reads it but stores nothing: PrepareContext); a
+// layer or kernel prepared without one times its own choices. Thread-safe.
 #pragma once
 
 #include <any>

@@ -672,10 +672,11 @@ struct ScratchLayout {
 
 class CutlassSm90Prepared final : public HostCallPreparedKernel {
  public:
-  // With `tuning`, the tiles come from an earlier layer of the same shape where one timed them,
-  // and this layer's timed tiles are stored there otherwise.
+  // With context.tuning, the tiles come from an earlier layer of the same shape where one timed
+  // them, and this layer's timed tiles are stored there otherwise (not on demand: see
+  // PrepareContext; on demand the tiles are timed cold, without the weight copies).
   static absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> create(const LayerWeights& weights,
-                                                                     TuningCache* tuning);
+                                                                     const PrepareContext& context);
 
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.k, claim_workspace_bytes(sm_count_)).total;
@@ -690,10 +691,11 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
     tuned_.fill(-1);
     tuned_unfused_.fill(-1);
   }
-  absl::Status init(TuningCache* tuning);
-  // Times the tiles (into tuned_, tuned_unfused_ and tuned_times_). *every_m: whether it timed
-  // every M it would on a GPU with memory to spare, with the primes.
-  absl::Status tune_tiles(bool* every_m);
+  absl::Status init(const PrepareContext& context);
+  // Times the tiles (into tuned_, tuned_unfused_ and tuned_times_); over copies of the weights
+  // up to kRotateMaxM where `copies_wanted` and the GPU has the memory, else cold. *every_m:
+  // whether it timed every M it would on a GPU with memory to spare, with the primes.
+  absl::Status tune_tiles(bool copies_wanted, bool* every_m);
   CutlassSm90Tile tile_for_call(int64_t m) const;
   int forced_tile(int64_t m) const;
   // The tile a call of m tokens runs where tile_for_call's is tile 15 but the call cannot take
@@ -734,6 +736,8 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   std::array<std::string, std::size(kTuneMs)> tuned_times_;
   // Whether the three came from an earlier layer of this shape (TuningCache).
   bool tuned_shared_ = false;
+  // When they were timed: "at load", or "on first use" (PrepareContext::on_demand).
+  const char* timed_when_ = "at load";
   // What a TuningCache holds for a shape.
   struct TunedTiles {
     std::array<int, std::size(kTuneMs)> tile, unfused;
@@ -742,17 +746,18 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
 };
 
 absl::StatusOr<std::unique_ptr<CutlassSm90Prepared>> CutlassSm90Prepared::create(
-    const LayerWeights& weights, TuningCache* tuning) {
+    const LayerWeights& weights, const PrepareContext& context) {
   std::unique_ptr<CutlassSm90Prepared> p(new CutlassSm90Prepared(weights));
-  RETURN_IF_ERROR(p->init(tuning));
+  RETURN_IF_ERROR(p->init(context));
   // init already touched every tile's kernel when it raised its shared-memory limit; the rest of
   // the path loads here.
   RETURN_IF_ERROR(p->warm_up());
   return p;
 }
 
-absl::Status CutlassSm90Prepared::init(TuningCache* tuning) {
+absl::Status CutlassSm90Prepared::init(const PrepareContext& context) {
 #if QLINEAR_HAVE_CUTLASS
+  TuningCache* const tuning = context.tuning;
   const LayerConfig& c = weights_.config;
   RETURN_IF_ERROR(attach());
   int device = 0;
@@ -805,16 +810,19 @@ absl::Status CutlassSm90Prepared::init(TuningCache* tuning) {
       return absl::OkStatus();
     }
   }
-  // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer.
+  // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer. On
+  // demand, beside running requests, the tiles are timed cold: no weight copies (up to 512 MB)
+  // that a serving layer's load might want, and nothing stored for later layers.
+  if (context.on_demand) timed_when_ = "on first use";
   bool every_m = false;
-  const absl::Status tuned = tune_tiles(&every_m);
+  const absl::Status tuned = tune_tiles(/*copies=*/!context.on_demand, &every_m);
   if (absl::IsResourceExhausted(tuned)) {
     tuned_.fill(-1);
     for (std::string& t : tuned_times_) t.clear();
     return absl::OkStatus();
   }
   // (What a GPU short of memory timed is not stored: the next layer may have the memory.)
-  if (tuned.ok() && every_m && tuning != nullptr) {
+  if (tuned.ok() && every_m && tuning != nullptr && !context.on_demand) {
     tuning->insert(key, TunedTiles{tuned_, tuned_unfused_, tuned_times_});
   }
   return tuned;
@@ -875,17 +883,16 @@ std::string CutlassSm90Prepared::variant(int64_t m) const {
   const cutlass_sm90::TileOps& ops = *cutlass_sm90::tile_ops(tile, ElemType::kBF16);
   const std::string timed =
       forced_tile(m) >= 0 ? std::string(" (forced: set_cutlass_sm90_forced_tile)")
-      : tuned_[i] >= 0    ? absl::StrCat(" (timed fastest at load, M=", kTuneMs[i],
+      : tuned_[i] >= 0    ? absl::StrCat(" (timed fastest ", timed_when_, ", M=", kTuneMs[i],
                                       tuned_shared_ ? kTunedByEarlierLayer : "", ")")
-                          : std::string(
-                                " (by rule: not timed at load, its operands over 256 MB or the "
-                                   "GPU short of memory)");
+                          : absl::StrCat(" (by rule: not timed ", timed_when_,
+                                         ", its operands over 256 MB or the GPU short of memory)");
   constexpr const char* kDependent =
       "; GEMM launched as the quantize kernel's programmatic dependent";
-  // The finalists timed in turns at load (medians), where there were several.
+  // The finalists timed in turns (medians), where there were several.
   const std::string times =
       tuned_[i] >= 0 && !tuned_times_[i].empty()
-          ? absl::StrCat("; at load, M=", kTuneMs[i], " (us): ", tuned_times_[i])
+          ? absl::StrCat("; ", timed_when_, ", M=", kTuneMs[i], " (us): ", tuned_times_[i])
           : std::string();
   if (tile == kFusedTile) {
     const cutlass_sm90::TileOps& other =
@@ -929,7 +936,7 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
 // at each of kTuneMs, weights coming from HBM for the small M as in serving, and keeps the
 // fastest per M. From kQuantizingMinM on it times whole ops on made-up bf16 activations instead
 // (see kQuantizingMinM). Sizes whose operands would take over kTuneBytes are left to tile_for.
-absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
+absl::Status CutlassSm90Prepared::tune_tiles(bool copies_wanted, bool* every_m) {
   *every_m = false;
 #if QLINEAR_HAVE_CUTLASS
   tuned_.fill(-1);
@@ -995,7 +1002,7 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool* every_m) {
   // The weight copies of the rotated timing (kRotateMaxM), where the GPU has the memory.
   const size_t w_bytes = align_up(static_cast<size_t>(c.n * c.k));
   const size_t rotation = std::max<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2);
-  const bool rotation_fits = (rotation - 1) * w_bytes <= kRotateMaxExtraBytes;
+  const bool rotation_fits = copies_wanted && (rotation - 1) * w_bytes <= kRotateMaxExtraBytes;
   std::vector<const int8_t*> rotated = {dev_->w.as<int8_t>()};
   if (rotation_fits) {
     const absl::Status st = copies.allocate((rotation - 1) * w_bytes, "tile tuning weight copies");
@@ -1317,12 +1324,12 @@ class CutlassSm90Kernel final : public Kernel {
   MRange preferred_m() const override { return MRange{}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
-    return prepare_with_tuning(weights, nullptr);
+    return prepare_with_tuning(weights, PrepareContext{});
   }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
-      const LayerWeights& weights, TuningCache* tuning) const override {
+      const LayerWeights& weights, const PrepareContext& context) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<CutlassSm90Prepared> p,
-                     CutlassSm90Prepared::create(weights, tuning));
+                     CutlassSm90Prepared::create(weights, context));
     return std::unique_ptr<PreparedKernel>(std::move(p));
   }
 };

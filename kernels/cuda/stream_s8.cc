@@ -46,10 +46,10 @@ struct ScratchLayout {
 
 class StreamS8Prepared final : public HostCallPreparedKernel {
  public:
-  // With `tuning`, the ring and start come from an earlier layer of the same shape where one
-  // timed them, and this layer's are stored there otherwise.
+  // With context.tuning, the ring and start come from an earlier layer of the same shape where
+  // one timed them, and this layer's are stored there otherwise (not on demand).
   static absl::StatusOr<std::unique_ptr<StreamS8Prepared>> create(const LayerWeights& weights,
-                                                                  TuningCache* tuning);
+                                                                  const PrepareContext& context);
 
   size_t device_scratch_bytes(int64_t m) const override {
     return ScratchLayout(m, weights_.config.n, weights_.config.k, grid_).total;
@@ -88,6 +88,8 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
   std::string tune_error_;  // why tune_fused_ring failed, if it did
   // Whether the ring and start came from an earlier layer of this shape (TuningCache).
   bool tuned_shared_ = false;
+  // When they were timed: "at load", or "on first use" (PrepareContext::on_demand).
+  const char* timed_when_ = "at load";
   // What a TuningCache holds for a shape.
   struct TunedRing {
     int fused_stages, fused_ahead;
@@ -100,8 +102,9 @@ class StreamS8Prepared final : public HostCallPreparedKernel {
 };
 
 absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
-    const LayerWeights& weights, TuningCache* tuning) {
+    const LayerWeights& weights, const PrepareContext& context) {
   std::unique_ptr<StreamS8Prepared> p(new StreamS8Prepared(weights));
+  TuningCache* const tuning = context.tuning;
   const LayerConfig& c = weights.config;
   RETURN_IF_ERROR(p->attach());
   RETURN_IF_CUDA_ERROR(stream_s8_grid(c.n, c.k, &p->grid_));
@@ -123,7 +126,9 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     }
   }
   // Like the autotune's measurements, a failed timing (out of memory for the timer's buffers)
-  // never fails the load: the default ring stays, and the explanation says why.
+  // never fails the load: the default ring stays, and the explanation says why. (Timed on
+  // demand, beside running requests, it is not stored.)
+  if (context.on_demand) p->timed_when_ = "on first use";
   if (const absl::Status s = p->tune_fused_ring(); !s.ok()) {
     cudaGetLastError();
     p->fused_stages_ = 0;
@@ -131,7 +136,7 @@ absl::StatusOr<std::unique_ptr<StreamS8Prepared>> StreamS8Prepared::create(
     p->unfused_start_ = Start{};
     p->unfused_timed_ = false;
     p->tune_error_ = std::string(s.message());
-  } else if (tuning != nullptr) {
+  } else if (tuning != nullptr && !context.on_demand) {
     tuning->insert(
         key, TunedRing{p->fused_stages_, p->fused_ahead_, p->unfused_start_, p->unfused_timed_});
   }
@@ -274,9 +279,10 @@ std::string StreamS8Prepared::variant(int64_t m) const {
                            fused_ahead_ > 0
                                ? absl::StrCat(" and ", fused_ahead_, " units prefetched into L2")
                                : std::string(),
-                           " (timed fastest at load, M=1",
+                           " (timed fastest ", timed_when_, ", M=1",
                            tuned_shared_ ? kTunedByEarlierLayer : "", ")")
-            : absl::StrCat("the default slots (timing them at load failed: ", tune_error_, ")");
+            : absl::StrCat("the default slots (timing them ", timed_when_, " failed: ", tune_error_,
+                           ")");
     return absl::StrCat("quantizes inside the launch (16-bit activations); ring of ", ring);
   }
   const std::string two = "the quantize kernel first, this kernel as its programmatic dependent";
@@ -288,8 +294,8 @@ std::string StreamS8Prepared::variant(int64_t m) const {
                       : st.slots == 1 ? std::string("1 ring slot")
                                       : absl::StrCat(st.slots, " ring slots"),
                       " filled and ", st.ahead > 0 ? absl::StrCat(st.ahead) : std::string("no"),
-                      " units prefetched into L2 (timed fastest at load, M=", kTunedUnfusedM,
-                      tuned_shared_ ? kTunedByEarlierLayer : "", ")");
+                      " units prefetched into L2 (timed fastest ", timed_when_,
+                      ", M=", kTunedUnfusedM, tuned_shared_ ? kTunedByEarlierLayer : "", ")");
 }
 
 absl::Status StreamS8Prepared::enqueue(const DeviceRunArgs& args, void* scratch,
@@ -428,12 +434,12 @@ class StreamS8Kernel final : public Kernel {
   MRange preferred_m() const override { return MRange{1, 16}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
-    return prepare_with_tuning(weights, nullptr);
+    return prepare_with_tuning(weights, PrepareContext{});
   }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
-      const LayerWeights& weights, TuningCache* tuning) const override {
+      const LayerWeights& weights, const PrepareContext& context) const override {
     ASSIGN_OR_RETURN(std::unique_ptr<StreamS8Prepared> p,
-                     StreamS8Prepared::create(weights, tuning));
+                     StreamS8Prepared::create(weights, context));
     return std::unique_ptr<PreparedKernel>(std::move(p));
   }
 };

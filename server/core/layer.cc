@@ -380,7 +380,7 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool at_load,
   // Another request may have prepared it while this one waited.
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
   absl::StatusOr<std::unique_ptr<PreparedKernel>> state =
-      slot.kernel->prepare_with_tuning(*weights_, at_load ? options_.tuning.get() : nullptr);
+      slot.kernel->prepare_with_tuning(*weights_, PrepareContext{options_.tuning.get(), !at_load});
   if (!state.ok()) return state.status();  // not cached: the next request tries again
   slot.state = *std::move(state);
   total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);

@@ -42,6 +42,7 @@ struct Log {
   std::map<std::string, int> runs;
   std::map<std::string, int> prepares;  // calls of Kernel::prepare, failed ones included
   std::map<std::string, int> prepares_with_tuning;  // of those, the ones given a TuningCache
+  std::map<std::string, int> prepares_on_demand;    // of those, the ones a request made
   int measure_count(absl::string_view kernel) {
     absl::MutexLock lock(&mu);
     int n = 0;
@@ -59,6 +60,10 @@ struct Log {
   int prepare_with_tuning_count(const std::string& kernel) {
     absl::MutexLock lock(&mu);
     return prepares_with_tuning[kernel];
+  }
+  int prepare_on_demand_count(const std::string& kernel) {
+    absl::MutexLock lock(&mu);
+    return prepares_on_demand[kernel];
   }
 };
 
@@ -145,10 +150,11 @@ class FakeKernel final : public Kernel {
         new FakePrepared(name_, measure_, extra_bytes_, variant_, log_));
   }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
-      const LayerWeights& w, TuningCache* tuning) const override {
-    if (tuning != nullptr) {
+      const LayerWeights& w, const PrepareContext& context) const override {
+    {
       absl::MutexLock lock(&log_->mu);
-      log_->prepares_with_tuning[name_]++;
+      if (context.tuning != nullptr) log_->prepares_with_tuning[name_]++;
+      if (context.on_demand) log_->prepares_on_demand[name_]++;
     }
     return prepare(w);
   }
@@ -370,15 +376,23 @@ TEST_F(LayerTest, LaterLayersOfAShapeTakeWhatTheFirstOnesLoadMeasured) {
   EXPECT_EQ(log_->measure_count("cuda.cutlass_sm90"), 24);
   EXPECT_EQ(log_->prepare_with_tuning_count("cuda.cutlass_sm90"), 5);  // all but the last
 
-  // A kernel a request prepares on demand (here forced) neither takes nor stores anything.
+  // A kernel a request prepares on demand (here forced) is given the cache, to take what an
+  // earlier layer's load stored, and told it is on demand (it stores nothing; PrepareContext).
+  // Nothing at load is prepared so.
+  EXPECT_EQ(log_->prepare_on_demand_count("cuda.cutlass_sm90"), 0);
+  EXPECT_EQ(log_->prepare_on_demand_count("cuda.cublaslt"), 0);
   const size_t stored = tuning->size();
   const int prepares = log_->prepare_count("cpu.reference");
   auto forced = (*second)->choose(shape(1), "cpu.reference", false);
   ASSERT_TRUE(forced.ok()) << forced.status();
   EXPECT_TRUE(forced->prepared_now);
   EXPECT_EQ(log_->prepare_count("cpu.reference"), prepares + 1);
-  EXPECT_EQ(log_->prepare_with_tuning_count("cpu.reference"), 0);
+  EXPECT_EQ(log_->prepare_with_tuning_count("cpu.reference"), 1);
+  EXPECT_EQ(log_->prepare_on_demand_count("cpu.reference"), 1);
   EXPECT_EQ(tuning->size(), stored);
+  // Once prepared, it is not prepared again.
+  ASSERT_TRUE((*second)->choose(shape(16), "cpu.reference", false).ok());
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), prepares + 1);
 }
 
 // A bucket takes an earlier layer's times only where each candidate runs as it did there (its

@@ -216,12 +216,13 @@ struct Prepared {
   const CudaPreparedKernel* kernel = nullptr;
 };
 
-// (With `tuning`, what the kernel times at load is shared through it: Kernel::prepare_with_tuning.)
+// (With `tuning`, what the kernel times at load is shared through it; `on_demand`: prepared as a
+// request prepares a kernel the load did not. See PrepareContext.)
 inline Prepared prepare(const Kernel& k, std::shared_ptr<const LayerWeights> w,
-                        TuningCache* tuning = nullptr) {
+                        TuningCache* tuning = nullptr, bool on_demand = false) {
   Prepared p;
   p.weights = std::move(w);
-  auto st = k.prepare_with_tuning(*p.weights, tuning);
+  auto st = k.prepare_with_tuning(*p.weights, PrepareContext{tuning, on_demand});
   EXPECT_TRUE(st.ok()) << st.status();
   if (!st.ok()) return p;
   p.owner = std::move(st).value();

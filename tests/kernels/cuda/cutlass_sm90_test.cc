@@ -109,6 +109,28 @@ TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
     EXPECT_TRUE(absl::StrContains(v, "(timed fastest at load, M=1)")) << v;
   }
   EXPECT_TRUE(check_call(asym, make_x(rng, 1, 528, DType::kBF16), DType::kBF16, 1, DType::kBF16));
+
+  // Prepared on demand (as a request prepares a kernel the load did not): a stored shape's tiles
+  // are taken; a new shape's are timed, said to be timed on first use, and not stored.
+  const Prepared taken =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 272, 528, true), &tuning,
+              /*on_demand=*/true);
+  ASSERT_NE(taken.kernel, nullptr);
+  for (int64_t m : {int64_t{1}, int64_t{64}, int64_t{2048}}) {
+    EXPECT_EQ(taken.owner->variant(m), second.owner->variant(m)) << "M=" << m;
+  }
+  const Prepared timed =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 304, 528, true), &tuning,
+              /*on_demand=*/true);
+  ASSERT_NE(timed.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 3u);
+  for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{256}}) {
+    const std::string v = timed.owner->variant(m);
+    EXPECT_TRUE(absl::StrContains(v, absl::StrCat("(timed fastest on first use, M=", m, ")"))) << v;
+    EXPECT_FALSE(absl::StrContains(v, "at load")) << v;
+    EXPECT_TRUE(
+        check_call(timed, make_x(rng, m, 528, DType::kBF16), DType::kBF16, m, DType::kBF16));
+  }
 }
 
 // Past the largest M a layer's operands let it time at load (256 MB each), a call takes the tile

@@ -350,6 +350,23 @@ TEST_F(StreamS8Test, LaterLayersOfAShapeTakeTheFirstOnesRing) {
   EXPECT_EQ(tuning.size(), 2u);
   EXPECT_TRUE(absl::EndsWith(other.owner->variant(1), "(timed fastest at load, M=1)"))
       << other.owner->variant(1);
+
+  // Prepared on demand (as a request prepares a kernel the load did not): a stored shape's ring
+  // is taken; a new shape's is timed, said to be timed on first use, and not stored.
+  const Prepared taken = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true),
+                                 &tuning, /*on_demand=*/true);
+  ASSERT_NE(taken.kernel, nullptr);
+  const Prepared timed =
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k + 32, true), &tuning, true);
+  ASSERT_NE(timed.kernel, nullptr);
+  EXPECT_EQ(tuning.size(), 2u);
+  for (int64_t m : {int64_t{1}, int64_t{16}}) {
+    EXPECT_EQ(taken.owner->variant(m), second.owner->variant(m));
+    const std::string v = timed.owner->variant(m);
+    EXPECT_TRUE(absl::EndsWith(v, absl::StrCat("(timed fastest on first use, M=", m, ")"))) << v;
+    EXPECT_TRUE(
+        check_call(timed, make_x(rng, m, k + 32, DType::kBF16), DType::kBF16, m, DType::kBF16));
+  }
 }
 
 // The autotune's measurement, after an L2 read and back to back (as the fused ring's timing on
