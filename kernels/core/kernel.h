@@ -32,9 +32,10 @@ struct PrepareContext {
   // Prepared on demand: by a request, for a kernel the layer's load did not prepare (one the
   // request names), while the device serves other requests. The kernel still takes what
   // `tuning` holds, but stores nothing there (what it times beside running requests is not what
-  // a load times), and times without large scratch (cuda.cutlass_sm90 times its tiles cold
-  // rather than over hundreds of MB of copies of the weights), so that serving layers keep the
-  // device memory they may need; its explanation says "on first use" where it says "at load".
+  // a load times), and times with less scratch (cuda.cutlass_sm90 times its tiles cold, without
+  // the rotated timing's copies of the weights, up to 512 MB), so that serving layers keep more
+  // of the device memory they may need. Where it times its own choices, its explanation says
+  // "on first use" where a load's says "at load".
   bool on_demand = false;
 };
 

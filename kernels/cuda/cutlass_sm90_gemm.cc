@@ -623,6 +623,9 @@ constexpr CutlassSm90Tile kFusedTile = CutlassSm90Tile::k16x64x256WholeSwapQ;
 // set_cutlass_sm90_forced_tile's tile, or -1.
 std::atomic<int> g_forced_tile{-1};
 
+// How many tile timings in this process made the weight copies (cutlass_sm90_timings_over_copies).
+std::atomic<int64_t> g_timings_over_copies{0};
+
 // The tiles a layer times at load: those without a workspace, the claiming tiles, then tile 15
 // (timed as the whole op it is, at the M it takes).
 constexpr auto kTimedTiles = [] {
@@ -700,7 +703,7 @@ class CutlassSm90Prepared final : public HostCallPreparedKernel {
   int forced_tile(int64_t m) const;
   // The tile a call of m tokens runs where tile_for_call's is tile 15 but the call cannot take
   // it (x in host memory, outputs mirrored there, a debug call, x not 16-bit): the fastest other
-  // tile timed at load.
+  // tile timed.
   CutlassSm90Tile unfused_tile_for_call(int64_t m) const;
   // The index in kTuneMs whose timed choice a call of m tokens takes (tuned_ there may be -1).
   size_t tuned_index(int64_t m) const;
@@ -811,11 +814,12 @@ absl::Status CutlassSm90Prepared::init(const PrepareContext& context) {
     }
   }
   // A GPU too short of memory to time the tiles at all gets the rules, not a failed layer. On
-  // demand, beside running requests, the tiles are timed cold: no weight copies (up to 512 MB)
-  // that a serving layer's load might want, and nothing stored for later layers.
+  // demand, beside running requests, the tiles are timed cold: without the rotated timing's
+  // weight copies (up to 512 MB more; the cold timing's own buffers stay), and nothing is stored
+  // for later layers.
   if (context.on_demand) timed_when_ = "on first use";
   bool every_m = false;
-  const absl::Status tuned = tune_tiles(/*copies=*/!context.on_demand, &every_m);
+  const absl::Status tuned = tune_tiles(/*copies_wanted=*/!context.on_demand, &every_m);
   if (absl::IsResourceExhausted(tuned)) {
     tuned_.fill(-1);
     for (std::string& t : tuned_times_) t.clear();
@@ -1002,11 +1006,12 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool copies_wanted, bool* every_m) 
   // The weight copies of the rotated timing (kRotateMaxM), where the GPU has the memory.
   const size_t w_bytes = align_up(static_cast<size_t>(c.n * c.k));
   const size_t rotation = std::max<size_t>((kRotateBytes + w_bytes - 1) / w_bytes, 2);
-  const bool rotation_fits = copies_wanted && (rotation - 1) * w_bytes <= kRotateMaxExtraBytes;
+  const bool copies_fit = (rotation - 1) * w_bytes <= kRotateMaxExtraBytes;
   std::vector<const int8_t*> rotated = {dev_->w.as<int8_t>()};
-  if (rotation_fits) {
+  if (copies_wanted && copies_fit) {
     const absl::Status st = copies.allocate((rotation - 1) * w_bytes, "tile tuning weight copies");
     if (!st.ok() && !absl::IsResourceExhausted(st)) return st;
+    if (st.ok()) g_timings_over_copies.fetch_add(1, std::memory_order_relaxed);
     for (size_t i = 0; st.ok() && i + 1 < rotation; ++i) {
       int8_t* copy = copies.as<int8_t>() + i * w_bytes;
       RETURN_IF_CUDA_ERROR(cudaMemcpy(copy, dev_->w.get(), static_cast<size_t>(c.n * c.k),
@@ -1194,9 +1199,10 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool copies_wanted, bool* every_m) 
   }
   // (Timings without the primes, on a GPU short of memory, are not what a layer with the memory
   // would time either.)
-  // (Nor timings cold for want of the weight copies, where the copies would have fit the budget.)
-  *every_m =
-      max_m == wanted_m && prime_w.get() != nullptr && (rotated.size() > 1 || !rotation_fits);
+  // (Nor timings cold for want of the weight copies, where the copies would have fit the budget,
+  // nor those that did not want them.)
+  *every_m = max_m == wanted_m && prime_w.get() != nullptr && copies_wanted &&
+             (rotated.size() > 1 || !copies_fit);
   return absl::OkStatus();
 #else
   return absl::OkStatus();
@@ -1340,6 +1346,10 @@ std::unique_ptr<Kernel> make_cutlass_sm90_kernel() { return std::make_unique<Cut
 
 void set_cutlass_sm90_forced_tile(int tile) {
   g_forced_tile.store(tile, std::memory_order_relaxed);
+}
+
+int64_t cutlass_sm90_timings_over_copies() {
+  return g_timings_over_copies.load(std::memory_order_relaxed);
 }
 
 }  // namespace qlinear::gpu

@@ -62,4 +62,8 @@ bool cutlass_sm90_compiled_in();
 // with.
 void set_cutlass_sm90_forced_tile(int tile);
 
+// How many of this process's tile timings (a layer's load, up to kRotateMaxM) ran over copies of
+// the layer's weights rather than cold; for tests of when the copies are made.
+int64_t cutlass_sm90_timings_over_copies();
+
 }  // namespace qlinear::gpu

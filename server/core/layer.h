@@ -111,7 +111,7 @@ class Layer {
   // The slot's prepared kernel, preparing it first if needed (*prepared_now then set, when
   // given). Lock-free once prepared. At load (`at_load`) the kernel shares what it times through
   // options_.tuning; a kernel prepared on demand, while requests run on the GPU, takes what is
-  // stored there but stores nothing, and times without large scratch (PrepareContext::on_demand).
+  // stored there but stores nothing, and times with less scratch (PrepareContext::on_demand).
   absl::StatusOr<const PreparedKernel*> prepared(Slot& slot, bool at_load,
                                                  bool* prepared_now = nullptr) const;
   // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape` and moves

@@ -381,7 +381,6 @@ TEST_F(LayerTest, LaterLayersOfAShapeTakeWhatTheFirstOnesLoadMeasured) {
   // Nothing at load is prepared so.
   EXPECT_EQ(log_->prepare_on_demand_count("cuda.cutlass_sm90"), 0);
   EXPECT_EQ(log_->prepare_on_demand_count("cuda.cublaslt"), 0);
-  const size_t stored = tuning->size();
   const int prepares = log_->prepare_count("cpu.reference");
   auto forced = (*second)->choose(shape(1), "cpu.reference", false);
   ASSERT_TRUE(forced.ok()) << forced.status();
@@ -389,7 +388,6 @@ TEST_F(LayerTest, LaterLayersOfAShapeTakeWhatTheFirstOnesLoadMeasured) {
   EXPECT_EQ(log_->prepare_count("cpu.reference"), prepares + 1);
   EXPECT_EQ(log_->prepare_with_tuning_count("cpu.reference"), 1);
   EXPECT_EQ(log_->prepare_on_demand_count("cpu.reference"), 1);
-  EXPECT_EQ(tuning->size(), stored);
   // Once prepared, it is not prepared again.
   ASSERT_TRUE((*second)->choose(shape(16), "cpu.reference", false).ok());
   EXPECT_EQ(log_->prepare_count("cpu.reference"), prepares + 1);

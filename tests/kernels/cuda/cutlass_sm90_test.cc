@@ -97,6 +97,8 @@ TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
     EXPECT_TRUE(
         check_call(second, make_x(rng, m, 528, DType::kBF16), DType::kBF16, m, DType::kBF16));
   }
+  // A load times its tiles up to kRotateMaxM over copies of the weights (the GPU has the memory).
+  const int64_t over_copies = cutlass_sm90_timings_over_copies();
   const Prepared wider =
       prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 288, 528, true), &tuning);
   ASSERT_NE(wider.kernel, nullptr);
@@ -104,6 +106,7 @@ TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
       prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, 272, 528, true), &tuning);
   ASSERT_NE(asym.kernel, nullptr);
   EXPECT_EQ(tuning.size(), 3u);
+  EXPECT_EQ(cutlass_sm90_timings_over_copies(), over_copies + 2);
   for (const Prepared* p : {&wider, &asym}) {
     const std::string v = p->owner->variant(1);
     EXPECT_TRUE(absl::StrContains(v, "(timed fastest at load, M=1)")) << v;
@@ -111,7 +114,8 @@ TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
   EXPECT_TRUE(check_call(asym, make_x(rng, 1, 528, DType::kBF16), DType::kBF16, 1, DType::kBF16));
 
   // Prepared on demand (as a request prepares a kernel the load did not): a stored shape's tiles
-  // are taken; a new shape's are timed, said to be timed on first use, and not stored.
+  // are taken; a new shape's are timed cold (no weight copies), said to be timed on first use,
+  // and not stored.
   const Prepared taken =
       prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, 272, 528, true), &tuning,
               /*on_demand=*/true);
@@ -124,6 +128,7 @@ TEST_F(CutlassSm90Test, LaterLayersOfAShapeTakeTheFirstOnesTiles) {
               /*on_demand=*/true);
   ASSERT_NE(timed.kernel, nullptr);
   EXPECT_EQ(tuning.size(), 3u);
+  EXPECT_EQ(cutlass_sm90_timings_over_copies(), over_copies + 2);
   for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{256}}) {
     const std::string v = timed.owner->variant(m);
     EXPECT_TRUE(absl::StrContains(v, absl::StrCat("(timed fastest on first use, M=", m, ")"))) << v;

@@ -357,11 +357,12 @@ TEST_F(StreamS8Test, LaterLayersOfAShapeTakeTheFirstOnesRing) {
                                  &tuning, /*on_demand=*/true);
   ASSERT_NE(taken.kernel, nullptr);
   const Prepared timed =
-      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k + 32, true), &tuning, true);
+      prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k + 32, true), &tuning,
+              /*on_demand=*/true);
   ASSERT_NE(timed.kernel, nullptr);
   EXPECT_EQ(tuning.size(), 2u);
   for (int64_t m : {int64_t{1}, int64_t{16}}) {
-    EXPECT_EQ(taken.owner->variant(m), second.owner->variant(m));
+    EXPECT_EQ(taken.owner->variant(m), second.owner->variant(m)) << "M=" << m;
     const std::string v = timed.owner->variant(m);
     EXPECT_TRUE(absl::EndsWith(v, absl::StrCat("(timed fastest on first use, M=", m, ")"))) << v;
     EXPECT_TRUE(
