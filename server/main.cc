@@ -2,7 +2,8 @@
 //
 // Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
 // SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, new calls get UNAVAILABLE, queued
-// and running calls finish (up to --drain-timeout-ms), then it exits 0.
+// and running calls finish (up to --drain-timeout-ms), then it exits 0. Received while the
+// layers of --layer-manifest load, they stop the start-up after the layer loading then (exit 0).
 #include <pthread.h>
 #include <signal.h>
 
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   bool share_tuning = o.share_tuning;
   bool cuda_graphs = true;
   int64_t gpu_staging_mb = 64;
-  std::string disabled;
+  std::string disabled, layer_manifest;
   int64_t max_batch_rows = o.batching.max_batch_rows;
   int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
   int64_t max_queue_requests = o.batching.max_queue_requests;
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
       "qlinear-server [options]",
       "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
       "grpc.health.v1.Health and server reflection). Layers are uploaded with qlinear-cli load\n"
-      "or any gRPC client.\n\n"
+      "or any gRPC client, or loaded at start-up from a layer manifest (--layer-manifest).\n\n"
       "Environment: QLINEAR_DISABLED_KERNELS=a,b turns kernels off (added to --disabled-kernels).");
   args.add("address", &address, "Address to listen on");
   args.add("port", &port, "Port to listen on (0 picks a free one)");
@@ -54,6 +55,9 @@ int main(int argc, char** argv) {
   args.add("demo-layer", &demo_layer, "Load the deterministic demo layer 'demo' at start-up");
   args.add("demo-n", &demo_n, "Output features of the demo layer");
   args.add("demo-k", &demo_k, "Input features of the demo layer");
+  args.add("layer-manifest", &layer_manifest,
+           "JSON file naming layers and their .npy files (see the README): every layer is "
+           "loaded at start-up, before the server listens, and the first that fails stops it");
   args.add("disabled-kernels", &disabled, "Comma-separated kernel names to turn off");
   args.add("autotune", &autotune,
            "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
@@ -119,6 +123,15 @@ int main(int argc, char** argv) {
   o.demo_layer = demo_layer;
   o.demo_n = demo_n;
   o.demo_k = demo_k;
+  o.layer_manifest = layer_manifest;
+  // A stop signal waits, blocked, for the sigwait below; the manifest's loading asks for it
+  // between layers.
+  o.stop_requested = [] {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) != 0) return false;
+    return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
+  };
   o.disabled_kernels = qlinear::parse_kernel_list(disabled);
   o.autotune = autotune;
   o.share_tuning = share_tuning;
@@ -152,6 +165,11 @@ int main(int argc, char** argv) {
                                    gpu_staging_mb, " MiB each per stream context)"));
   }
   auto server = qlinear::QLinearServer::start(o);
+  if (absl::IsCancelled(server.status())) {
+    qlinear::log_info(absl::StrCat(
+        "received a stop signal while starting: ", server.status().message(), "; stopped"));
+    return 0;
+  }
   if (!server.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", server.status().ToString().c_str());
     return 1;

@@ -163,6 +163,14 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   return r;
 }
 
+std::string load_summary(const LoadResult& result) {
+  const Layer& layer = result.layer();
+  return absl::StrCat(result.replaced ? "replaced" : "loaded", " layer '", layer.name(), "' ",
+                      layer.config().n, "x", layer.config().k, " ",
+                      scheme_name(layer.config().scheme), " on ", layer.device(), " in ",
+                      result.load_time_us / 1000, " ms; kernels: ", bucket_summary(layer));
+}
+
 void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info) {
   const Layer& layer = *served.layer;
   const LayerConfig& c = layer.config();
@@ -233,11 +241,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
     log_info(absl::StrCat("load of layer '", name, "' failed: ", result.status().ToString()));
     return to_grpc_status(result.status());
   }
-  const Layer& layer = result->layer();
-  log_info(absl::StrCat(result->replaced ? "replaced" : "loaded", " layer '", layer.name(), "' ",
-                        layer.config().n, "x", layer.config().k, " ",
-                        scheme_name(layer.config().scheme), " on ", layer.device(), " in ",
-                        result->load_time_us / 1000, " ms; kernels: ", bucket_summary(layer)));
+  log_info(load_summary(*result));
   fill_layer_info(*result->served, response->mutable_layer());
   response->set_replaced(result->replaced);
   response->set_load_time_us(result->load_time_us);

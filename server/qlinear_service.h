@@ -48,6 +48,9 @@ class QLinearService final : public v1::QLinear::Service {
 
 // Proto <-> core conversions, shared with tests.
 void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info);
+// The log line of a load: "loaded layer 'q' 4096x4096 dynamic_symmetric on cpu in 12 ms;
+// kernels: M 1-16: a, M >=17: b" ("replaced" where it replaced a layer).
+std::string load_summary(const LoadResult& result);
 absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& header);
 
 }  // namespace qlinear

@@ -4,7 +4,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/layer_manifest.h"
 #include "grpc/health/v1/health.pb.h"
 #include "kernels/core/status.h"
 #include "server/core/demo_layer.h"
@@ -12,6 +14,46 @@
 #include "server/metrics_http.h"
 
 namespace qlinear {
+namespace {
+
+// Loads every layer of the manifest at o.layer_manifest, one after another and each as an upload
+// of its header and weights would be, logging each. The first failure ends it, named.
+absl::Status load_layer_manifest(Engine& engine, const ServerOptions& o) {
+  const std::string& path = o.layer_manifest;
+  ASSIGN_OR_RETURN(const std::vector<ManifestLayer> layers, read_layer_manifest(path));
+  log_info(absl::StrCat("loading ", layers.size(), " layer", layers.size() == 1 ? "" : "s",
+                        " from the manifest ", path));
+  const auto start = std::chrono::steady_clock::now();
+  int64_t bytes = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ManifestLayer& l = layers[i];
+    if (o.stop_requested && o.stop_requested()) {
+      return absl::CancelledError(absl::StrCat("stopped while loading the manifest ", path,
+                                               ", after ", i, " of ", layers.size(), " layers"));
+    }
+    auto failed = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat(path, ": ", l.describe(), ": ", s.message()));
+    };
+    v1::LayerHeader header;
+    std::vector<int8_t> weights;
+    if (absl::Status s = read_manifest_layer(l, &header, &weights); !s.ok()) return failed(s);
+    absl::StatusOr<LoadRequest> request = load_request_from_header(header);
+    if (!request.ok()) return failed(request.status());
+    bytes += static_cast<int64_t>(weights.size());
+    absl::StatusOr<LoadResult> r = engine.load(*std::move(request), std::move(weights));
+    if (!r.ok()) return failed(r.status());
+    log_info(absl::StrCat("[", i + 1, "/", layers.size(), "] ", load_summary(*r)));
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  log_info(absl::StrFormat("loaded %d layer%s (%.1f MiB of weights) from the manifest in %d ms",
+                           layers.size(), layers.size() == 1 ? "" : "s",
+                           static_cast<double>(bytes) / (1 << 20), ms));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const ServerOptions& o) {
   std::unique_ptr<QLinearServer> s(new QLinearServer);
@@ -61,6 +103,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
                             r->layer().device(), "; kernel for M=1: ", m1.kernel, why));
     }
   }
+
+  if (!o.layer_manifest.empty()) RETURN_IF_ERROR(load_layer_manifest(*s->engine_, o));
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service has no protobuf descriptor of its own; linking ours lets

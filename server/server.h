@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,12 @@ struct ServerOptions {
   bool demo_layer = true;   // load the deterministic layer "demo" at start-up
   int64_t demo_n = 4096;
   int64_t demo_k = 4096;
+  // A layer manifest (common/layer_manifest.h) whose layers are loaded at start-up, after the
+  // demo layer and before the server listens; empty: none. The first layer that fails to load
+  // fails the start-up with its reason.
+  std::string layer_manifest;
+  // Asked between the manifest's layers; true stops the start-up (CANCELLED), e.g. on SIGTERM.
+  std::function<bool()> stop_requested;
   std::vector<std::string> disabled_kernels;
   bool autotune = true;      // measure each bucket's GPU kernels at load and keep the fastest
   bool share_tuning = true;  // later layers of a shape take what the first one's load timed

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
-#include "client/cli/npy.h"
+#include "common/npy.h"
 #include "kernels/core/status.h"
 
 namespace qlinear::cli {

@@ -10,7 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
-#include "client/cli/npy.h"
+#include "common/layer_manifest.h"
+#include "common/npy.h"
 #include "common/random.h"
 
 namespace qlinear::cli {
@@ -54,24 +55,6 @@ absl::Status read_weights(const std::string& path, int64_t* n, int64_t* k, std::
   }
   w->assign(bytes->begin(), bytes->end());
   return absl::OkStatus();
-}
-
-// A small float tensor (scales, bias) from a .npy file of float32 or float16, shape kept.
-absl::StatusOr<v1::Tensor> read_float_tensor(const std::string& path, absl::string_view what) {
-  auto a = read_npy_file(path);
-  if (!a.ok()) return a.status();
-  v1::Tensor t;
-  if (a->dtype == NpyDType::kF4) {
-    t.set_dtype(v1::DTYPE_FP32);
-  } else if (a->dtype == NpyDType::kF2) {
-    t.set_dtype(v1::DTYPE_FP16);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", what, " must be float32 (<f4) or float16 (<f2), got ", npy_descr(a->dtype)));
-  }
-  for (int64_t d : a->shape) t.add_shape(d);
-  t.set_data(std::move(a->data));
-  return t;
 }
 
 v1::Tensor f32_tensor(const std::vector<float>& v, std::vector<int64_t> shape) {
@@ -125,6 +108,47 @@ std::vector<std::string> rewrite_bias_switch(const CommandArgs& args) {
 
 constexpr int64_t kProgressThreshold = int64_t{4} << 20;
 
+// load --manifest: uploads every layer of the manifest in its order, a line each; the first that
+// fails stops it, with what was uploaded before.
+int load_manifest(const CommandArgs& args, const std::string& path, bool replace,
+                  const ClientOptions& options) {
+  absl::StatusOr<std::vector<ManifestLayer>> layers = read_layer_manifest(path);
+  if (!layers.ok()) return fail(layers.status());
+  auto client = make_client(args, options);
+  const auto start = Clock::now();
+  int64_t bytes = 0;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const ManifestLayer& l = (*layers)[i];
+    auto failed = [&](const absl::Status& s) {
+      std::fprintf(stderr, "qlinear-cli: %s: %s: stopped after %zu of %zu layers\n", path.c_str(),
+                   l.describe().c_str(), i, layers->size());
+      return fail(s);
+    };
+    v1::LayerHeader h;
+    std::vector<int8_t> weights;
+    if (absl::Status s = read_manifest_layer(l, &h, &weights); !s.ok()) return failed(s);
+    h.set_replace(replace);
+    UploadProgress progress(h.name());
+    std::function<void(int64_t, int64_t)> on_chunk;
+    if (static_cast<int64_t>(weights.size()) > kProgressThreshold) {
+      on_chunk = [&progress](int64_t sent, int64_t total) { progress.update(sent, total); };
+    }
+    auto resp = client->load_layer(std::move(h), weights, on_chunk);
+    if (!resp.ok()) return failed(resp.status());
+    bytes += static_cast<int64_t>(weights.size());
+    const v1::LayerInfo& info = resp->layer();
+    std::printf("[%zu/%zu] %s layer '%s' N=%lld K=%lld %s on %s in %.1f ms\n", i + 1,
+                layers->size(), resp->replaced() ? "replaced" : "loaded", info.name().c_str(),
+                static_cast<long long>(info.n()), static_cast<long long>(info.k()),
+                scheme_cli_name(info.scheme()).c_str(), info.device().c_str(),
+                resp->load_time_us() / 1000.0);
+  }
+  std::printf("uploaded %zu layer%s (%s of weights) from %s in %.1f s\n", layers->size(),
+              layers->size() == 1 ? "" : "s", human_bytes(bytes).c_str(), path.c_str(),
+              seconds_since(start));
+  return kExitOk;
+}
+
 }  // namespace
 
 int cmd_load(const CommandArgs& raw_args) {
@@ -135,12 +159,13 @@ int cmd_load(const CommandArgs& raw_args) {
   args.argv = argv.data();
 
   std::string name, scheme_arg = "dynamic_symmetric", bias_arg, input_scale_arg, zero_point_arg;
-  std::string widths_arg, weights_path, scale_path, forced_kernel;
+  std::string widths_arg, weights_path, scale_path, forced_kernel, manifest_path;
   int64_t n = 0, k = 0, seed = 1, max_batch_rows = -1, max_queue_delay_us = -1;
   bool per_tensor_scale = false, replace = false;
   double chunk_mb = 1;
   ArgParser p(
-      "qlinear-cli load --name NAME [--n N --k K] [options]",
+      "qlinear-cli load --name NAME [--n N --k K] [options]\n"
+      "       qlinear-cli load --manifest FILE [--replace]",
       "Uploads a layer. Without --weights the layer is random: int8 weights, per-channel scales\n"
       "in [0.5e-3, 2e-3) and a bias in [-1, 1), all drawn from --seed. From a checkpoint:\n"
       "--weights (.npy int8 [N, K], or raw int8 bytes with --n and --k) with --weight-scale\n"
@@ -149,7 +174,10 @@ int cmd_load(const CommandArgs& raw_args) {
       "Bare --bias / --no-bias turn the random bias on or off (on for random layers, off when\n"
       "--weights is given). Static schemes need --input-scale, static_asymmetric also\n"
       "--input-zero-point. Uploads over 4 MiB show a progress line on stderr. Prints the\n"
-      "layer's device, load time and kernel per M bucket.");
+      "layer's device, load time and kernel per M bucket.\n"
+      "--manifest FILE uploads every layer of a layer manifest (the JSON file that\n"
+      "qlinear-server --layer-manifest loads; see the README) in its order, a line each, and\n"
+      "stops at the first that fails.");
   p.add("name", &name, "Layer name ([A-Za-z0-9_.:/-], up to 128 characters)");
   p.add("n", &n, "Output features N (0: from --weights, else 1024)");
   p.add("k", &k, "Input features K (0: from --weights, else 1024)");
@@ -171,12 +199,28 @@ int cmd_load(const CommandArgs& raw_args) {
         "Dynamic batching: most rows per GEMM for this layer (1: off; -1: the server's default)");
   p.add("max-queue-delay-us", &max_queue_delay_us,
         "Dynamic batching: how long a request may wait for company (-1: the server's default)");
+  p.add("manifest", &manifest_path,
+        "Upload every layer of this layer manifest (with --replace and --chunk-mb only)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
 
-  if (name.empty()) return usage_error("--name is required");
+  if (!(chunk_mb > 0 && chunk_mb <= 1024)) return usage_error("--chunk-mb must be in (0, 1024]");
+  ClientOptions options;
+  options.upload_chunk_bytes = std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)));
+  if (!manifest_path.empty()) {
+    if (!name.empty() || n != 0 || k != 0 || scheme_arg != "dynamic_symmetric" ||
+        !bias_arg.empty() || seed != 1 || !input_scale_arg.empty() || !zero_point_arg.empty() ||
+        !widths_arg.empty() || per_tensor_scale || !weights_path.empty() || !scale_path.empty() ||
+        !forced_kernel.empty() || max_batch_rows != -1 || max_queue_delay_us != -1) {
+      return usage_error(
+          "--manifest takes every layer's settings from the file; it goes with --replace and "
+          "--chunk-mb only");
+    }
+    return load_manifest(args, manifest_path, replace, options);
+  }
+
+  if (name.empty()) return usage_error("--name is required (or --manifest FILE)");
   auto scheme = parse_scheme(scheme_arg);
   if (!scheme.ok()) return usage_error(scheme.status().message());
-  if (!(chunk_mb > 0 && chunk_mb <= 1024)) return usage_error("--chunk-mb must be in (0, 1024]");
   if (n < 0 || k < 0) return usage_error("--n and --k must be positive");
   std::vector<int64_t> widths;
   for (absl::string_view w : absl::StrSplit(widths_arg, ',', absl::SkipWhitespace())) {
@@ -239,7 +283,7 @@ int cmd_load(const CommandArgs& raw_args) {
   std::vector<float> random_sb =
       random_floats(rng, static_cast<size_t>(scale_count), 0.5e-3f, 2e-3f);
   if (!scale_path.empty()) {
-    auto t = read_float_tensor(scale_path, "the weight scale");
+    auto t = read_float_tensor_npy(scale_path, "the weight scale");
     if (!t.ok()) return fail(t.status());
     *h.mutable_weight_scale() = *std::move(t);
   } else {
@@ -251,14 +295,12 @@ int cmd_load(const CommandArgs& raw_args) {
   if (bias_arg == "on" || bias_arg == "true") {
     *h.mutable_bias() = f32_tensor(random_bias, {n});
   } else if (bias_arg != "off" && bias_arg != "false") {
-    auto t = read_float_tensor(bias_arg, "the bias");
+    auto t = read_float_tensor_npy(bias_arg, "the bias");
     if (!t.ok()) return fail(t.status());
     *h.mutable_bias() = *std::move(t);
   }
   const bool has_bias = h.has_bias();
 
-  ClientOptions options;
-  options.upload_chunk_bytes = std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)));
   auto client = make_client(args, options);
   UploadProgress progress(name);
   std::function<void(int64_t, int64_t)> on_chunk;

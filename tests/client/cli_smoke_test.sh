@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of qlinear-cli against a real qlinear-server on a free local port: health,
 # smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
-# (random and from .npy files), infer (unary and streamed, .npy in and out), short load
+# (random, from .npy files, and a layer manifest, also loaded by a second server at start-up), infer (unary and streamed, .npy in and out), short load
 # benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, and a
 # graceful SIGTERM stop of the server (exit 0).
 #
@@ -18,9 +18,11 @@ work=$(mktemp -d)
 server_pid=""
 
 cleanup() {
-  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
+  for pid in "$server_pid" "${server2_pid:-}"; do
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -157,6 +159,64 @@ expect 1 infer --layer cli-test/files --input "$work/x8.npy"
 grep_err "activations must be float32 (<f4) or float16 (<f2), got |i1"
 expect 1 infer --layer cli-test/missing
 grep_err '^qlinear-cli: NOT_FOUND: '
+
+# --- a layer manifest: uploaded by the CLI, and loaded by a second server at start-up ----------
+cat >"$work/layers.json" <<'EOF'
+{"layers": [
+  {"name": "cli-test/manifest-a", "weights": "w.npy", "weight_scale": "s.npy", "bias": "b.npy"},
+  {"name": "cli-test/manifest-b", "weights": "w.npy", "weight_scale": "s.npy",
+   "scheme": "static_symmetric", "input_scale": 0.01, "max_batch_rows": 8}
+]}
+EOF
+expect 0 load --manifest "$work/layers.json"
+grep_out "^\[1/2\] loaded layer 'cli-test/manifest-a' N=40 K=72 dynamic_symmetric on cpu in "
+grep_out "^\[2/2\] loaded layer 'cli-test/manifest-b' N=40 K=72 static_symmetric on cpu in "
+grep_out "^uploaded 2 layers (5.6 KiB of weights) from $work/layers.json in "
+expect 0 infer --layer cli-test/manifest-a --input "$work/x.npy" --output-dtype fp32 \
+  --output "$work/y5.npy"
+cmp -s "$work/y4.npy" "$work/y5.npy" || fail "the manifest's layer answers otherwise than the same files loaded one by one"
+expect 1 load --manifest "$work/layers.json"
+grep_err "^qlinear-cli: $work/layers.json: layer 'cli-test/manifest-a' (layers\[0\]): stopped after 0 of 2 layers"
+grep_err '^qlinear-cli: ALREADY_EXISTS: '
+expect 0 load --manifest "$work/layers.json" --replace
+grep_out "^\[2/2\] replaced layer 'cli-test/manifest-b'"
+expect 2 load --manifest "$work/layers.json" --name other
+grep_err 'manifest takes every layer.s settings from the file'
+printf '{"layers": [{"name": "x", "weights": "w.npy", "weight_scale": "s.npy", "bais": "b.npy"}]}' \
+  >"$work/bad.json"
+expect 1 load --manifest "$work/bad.json"
+grep_err "INVALID_ARGUMENT: $work/bad.json: layer 'x' (layers\[0\]): unknown key \"bais\""
+
+port2=$(free_port)
+"$server_bin" --address 127.0.0.1 --port "$port2" --no-demo-layer \
+  --layer-manifest "$work/layers.json" 2>"$work/server2.log" &
+server2_pid=$!
+expect 0 --server "127.0.0.1:$port2" health --wait-seconds 20
+expect 0 --server "127.0.0.1:$port2" layers
+grep_out '^cli-test/manifest-a  *40  *72  *dynamic_symmetric  *yes '
+grep_out '^cli-test/manifest-b  *40  *72  *static_symmetric  *no '
+expect 0 --server "127.0.0.1:$port2" infer --layer cli-test/manifest-a --input "$work/x.npy" \
+  --output-dtype fp32 --output "$work/y6.npy"
+cmp -s "$work/y4.npy" "$work/y6.npy" || fail "the layer loaded at start-up answers otherwise"
+grep -q "^.*\[2/2\] loaded layer 'cli-test/manifest-b' 40x72 static_symmetric on cpu" \
+  "$work/server2.log" || fail "no '[2/2] loaded layer' log line"
+grep -q "loaded 2 layers (0.0 MiB of weights) from the manifest in" "$work/server2.log" ||
+  fail "no 'loaded 2 layers' log line"
+kill -TERM "$server2_pid"
+rc=0
+wait "$server2_pid" || rc=$?
+server2_pid=""
+[[ $rc -eq 0 ]] || fail "the second server exited $rc on SIGTERM"
+# A manifest that cannot load stops the server at start-up, naming the layer and why.
+rc=0
+"$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer --layer-manifest "$work/bad.json" \
+  2>"$work/server3.log" || rc=$?
+[[ $rc -eq 1 ]] || fail "a server with a bad manifest exited $rc, expected 1"
+grep -q "layer 'x' (layers\[0\]): unknown key \"bais\"" "$work/server3.log" ||
+  fail "the bad manifest's reason is not in the server's log"
+for layer in cli-test/manifest-a cli-test/manifest-b; do
+  expect 0 unload "$layer"
+done
 
 # --- bench: streams, echo, unary with the echo comparison, an existing layer --------------------
 expect 0 bench --n 256 --k 256 --streams 4 --duration 2 --m 1

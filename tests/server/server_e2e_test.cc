@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/qlinear_client.h"
+#include "common/npy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "server/server.h"
 #include "tests/server/test_util.h"
@@ -764,6 +766,176 @@ TEST_F(ServerTest, BatchMetadataAndPerLayerBatchSettings) {
   auto bad = client_->load_layer(t.header, t.weights);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("max_batch_rows must be >= 1"), absl::string_view::npos);
+}
+
+// A server started with a layer manifest (--layer-manifest) holds its layers when it listens, as
+// an upload of the same files would have made them, and answers them bit for bit as the
+// reference does; a manifest whose layer cannot load fails the start-up, naming the manifest, the
+// layer and why; a stop asked for while it loads ends the start-up.
+class ManifestServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/qlinear_manifest_e2e.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const std::string& f : files_) unlink(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  // Writes `t`'s weights, scales and bias as NAME.w.npy, NAME.s.npy and NAME.b.npy; returns the
+  // manifest entry's keys for them.
+  std::string save(const std::string& file, const TestLayer& t) {
+    auto write = [&](const std::string& name, NpyDType dtype, std::vector<int64_t> shape,
+                     std::string data) {
+      NpyArray a;
+      a.dtype = dtype;
+      a.shape = std::move(shape);
+      a.data = std::move(data);
+      files_.push_back(dir_ + "/" + name);
+      EXPECT_TRUE(write_npy_file(files_.back(), a).ok());
+    };
+    write(file + ".w.npy", NpyDType::kI1, {t.spec.n, t.spec.k},
+          std::string(t.weights.begin(), t.weights.end()));
+    write(file + ".s.npy", NpyDType::kF4, {t.spec.n}, t.header.weight_scale().data());
+    std::string keys =
+        absl::StrCat(R"("weights": ")", file, R"(.w.npy", "weight_scale": ")", file, R"(.s.npy")");
+    if (!t.spec.bias.empty()) {
+      write(file + ".b.npy", NpyDType::kF4, {t.spec.n}, t.header.bias().data());
+      absl::StrAppend(&keys, R"(, "bias": ")", file, R"(.b.npy")");
+    }
+    return keys;
+  }
+  std::string write_manifest(const std::string& json) {
+    files_.push_back(dir_ + "/manifest.json");
+    FILE* f = fopen(files_.back().c_str(), "w");
+    EXPECT_NE(f, nullptr);
+    if (f != nullptr) {
+      fputs(json.c_str(), f);
+      fclose(f);
+    }
+    return files_.back();
+  }
+  static ServerOptions options(const std::string& manifest) {
+    ServerOptions o;
+    o.address = "127.0.0.1";
+    o.port = 0;
+    o.quiet = true;
+    o.demo_n = 48;
+    o.demo_k = 64;
+    o.layer_manifest = manifest;
+    return o;
+  }
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(ManifestServerTest, LoadsEveryLayerBeforeListeningAndServesThem) {
+  SEED_TRACE();
+  const TestLayer a =
+      make_test_layer("model/a", 40, 96, Scheme::kDynamicSymmetric, true, test_seed());
+  const TestLayer b =
+      make_test_layer("model/b", 24, 72, Scheme::kStaticAsymmetric, false, test_seed() + 1);
+  const std::string manifest = write_manifest(
+      absl::StrCat(R"({"layers": [{"name": "model/a", )", save("a", a),
+                   R"(, "max_batch_rows": 4, "max_queue_delay_us": 30},
+         {"name": "model/b", )",
+                   save("b", b),
+                   R"(, "scheme": "static_asymmetric", "input_scale": 0.015, "input_zero_point": 5,
+          "forced_kernel": "cpu.reference", "weight_sha256": ")",
+                   b.header.weight_sha256(), R"("}]})"));
+  auto server = QLinearServer::start(options(manifest));
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  auto list = client.list_layers();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->layers_size(), 3);  // demo, model/a, model/b
+  auto ia = client.describe_layer("model/a");
+  ASSERT_TRUE(ia.ok()) << ia.status();
+  EXPECT_EQ(ia->n(), 40);
+  EXPECT_EQ(ia->k(), 96);
+  EXPECT_TRUE(ia->has_bias());
+  EXPECT_EQ(ia->max_batch_rows(), 4);
+  EXPECT_EQ(ia->max_queue_delay_us(), 30);
+  EXPECT_EQ(ia->weight_sha256(), a.header.weight_sha256());  // computed where not given
+  auto ib = client.describe_layer("model/b");
+  ASSERT_TRUE(ib.ok()) << ib.status();
+  EXPECT_EQ(ib->scheme(), v1::SCHEME_STATIC_ASYMMETRIC);
+  EXPECT_EQ(ib->input_zero_point(), 5);
+  EXPECT_EQ(ib->forced_kernel(), "cpu.reference");
+  EXPECT_FALSE(ib->has_bias());
+  SplitMix64 rng(test_seed() + 2);
+  for (const TestLayer* t : {&a, &b}) {
+    const int64_t m = 3;
+    const std::string x = random_x(rng, m, t->spec.k, DType::kBF16);
+    auto r = client.infer(make_request(t->header.name(), x, DType::kBF16, m, DType::kF32));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->y(), reference_y(*t, x, DType::kBF16, m, DType::kF32)) << t->header.name();
+  }
+  auto forced = client.infer(
+      make_request("model/b", random_x(rng, 1, 72, DType::kBF16), DType::kBF16, 1, DType::kBF16));
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->metadata().kernel(), "cpu.reference");
+}
+
+TEST_F(ManifestServerTest, ALayerThatCannotLoadFailsTheStartUpNamingIt) {
+  SEED_TRACE();
+  const TestLayer a = make_test_layer("a", 16, 32, Scheme::kDynamicSymmetric, true, test_seed());
+  const std::string files = save("a", a);
+  struct Case {
+    std::string entries;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const Case cases[] = {
+      // The server's own checks, as for an upload.
+      {R"({"name": "a", )" + files + R"(, "scheme": "static_symmetric"})",
+       absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): "},
+      {R"({"name": "a", )" + files + R"(, "weight_sha256": ")" + std::string(64, '0') + R"("})",
+       absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): weight checksum mismatch"},
+      {R"({"name": "a", )" + files + R"(, "forced_kernel": "cuda.none"})",
+       absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): unknown forced_kernel"},
+      {R"({"name": "bad name!", )" + files + "}", absl::StatusCode::kInvalidArgument,
+       "layer 'bad name!' (layers[0]): "},
+      // The demo layer is loaded first.
+      {R"({"name": "demo", )" + files + "}", absl::StatusCode::kAlreadyExists,
+       "layer 'demo' (layers[0]): "},
+      // A later layer's file is missing: the start-up fails there.
+      {R"({"name": "a", )" + files + R"(}, {"name": "b", "weights": "nothing.npy",
+          "weight_scale": "a.s.npy"})",
+       absl::StatusCode::kNotFound, "layer 'b' (layers[1]): cannot open " + dir_ + "/nothing.npy"},
+      {R"({"name": "a", "wieghts": "a.w.npy"})", absl::StatusCode::kInvalidArgument,
+       "layer 'a' (layers[0]): unknown key \"wieghts\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.entries);
+    const std::string manifest = write_manifest(absl::StrCat(R"({"layers": [)", c.entries, "]}"));
+    files_.pop_back();  // written again by the next case
+    auto server = QLinearServer::start(options(manifest));
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), c.code) << server.status();
+    EXPECT_TRUE(absl::StartsWith(server.status().message(), manifest + ": ")) << server.status();
+    EXPECT_TRUE(absl::StrContains(server.status().message(), c.message)) << server.status();
+  }
+  files_.push_back(dir_ + "/manifest.json");
+  // A manifest that is not there.
+  auto missing = QLinearServer::start(options(dir_ + "/none.json"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), dir_ + "/none.json"));
+}
+
+TEST_F(ManifestServerTest, AStopAskedForWhileLoadingEndsTheStartUp) {
+  const TestLayer a = make_test_layer("a", 16, 32, Scheme::kDynamicSymmetric, true, 1);
+  const std::string files = save("a", a);
+  const std::string manifest = write_manifest(
+      absl::StrCat(R"({"layers": [{"name": "a", )", files, R"(}, {"name": "b", )", files, "}]}"));
+  ServerOptions o = options(manifest);
+  int asked = 0;
+  o.stop_requested = [&asked] { return ++asked == 2; };  // after the first layer
+  auto server = QLinearServer::start(o);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kCancelled) << server.status();
+  EXPECT_EQ(server.status().message(),
+            "stopped while loading the manifest " + manifest + ", after 1 of 2 layers");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The .npy reader/writer of qlinear-cli: round trips for every dtype and rank, the exact bytes
 // numpy writes, and rejection (with a message that says why) of everything it does not read.
-#include "client/cli/npy.h"
+#include "common/npy.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

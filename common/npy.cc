@@ -1,4 +1,4 @@
-#include "client/cli/npy.h"
+#include "common/npy.h"
 
 #include <cerrno>
 #include <cstring>

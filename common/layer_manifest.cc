@@ -1,0 +1,286 @@
+#include "common/layer_manifest.h"
+
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/npy.h"
+
+namespace qlinear {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kKeys[] = {
+    "name",          "weights",       "weight_scale",     "bias",
+    "scheme",        "input_scale",   "input_zero_point", "logical_widths",
+    "forced_kernel", "weight_sha256", "max_batch_rows",   "max_queue_delay_us"};
+
+const char* type_name(const Json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+absl::StatusOr<v1::Scheme> scheme_from_name(absl::string_view name) {
+  const std::pair<const char*, v1::Scheme> kSchemes[] = {
+      {"dynamic_symmetric", v1::SCHEME_DYNAMIC_SYMMETRIC},
+      {"static_symmetric", v1::SCHEME_STATIC_SYMMETRIC},
+      {"dynamic_asymmetric", v1::SCHEME_DYNAMIC_ASYMMETRIC},
+      {"static_asymmetric", v1::SCHEME_STATIC_ASYMMETRIC}};
+  for (const auto& [n, s] : kSchemes) {
+    if (name == n) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scheme '", name,
+      "'; expected dynamic_symmetric, static_symmetric, dynamic_asymmetric or static_asymmetric"));
+}
+
+std::string resolve(absl::string_view base_dir, const std::string& path) {
+  if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
+  return absl::StrCat(absl::StripSuffix(base_dir, "/"), "/", path);
+}
+
+// One entry of "layers" (`where` is "layers[I]" for messages).
+absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string_view base_dir) {
+  const std::string where = absl::StrCat("layers[", index, "]");
+  if (!e.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " must be an object, got ", type_name(e)));
+  }
+  ManifestLayer out;
+  out.index = index;
+  // The name first, so that later messages can give it.
+  const auto name_it = e.find("name");
+  if (name_it == e.end() || !name_it->is_string() || name_it->get<std::string>().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"name\" is required and must be a non-empty string"));
+  }
+  out.header.set_name(name_it->get<std::string>());
+  const std::string at = out.describe();
+  for (const auto& [key, value] : e.items()) {
+    bool known = false;
+    for (const char* k : kKeys) known |= key == k;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ": unknown key \"", key, "\"; the keys are ", absl::StrJoin(kKeys, ", ")));
+    }
+  }
+  auto string_at = [&](const char* key, std::string* v) -> absl::Status {
+    const auto it = e.find(key);
+    if (it == e.end()) return absl::OkStatus();
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"", key, "\" must be a string, got ", type_name(*it)));
+    }
+    *v = it->get<std::string>();
+    return absl::OkStatus();
+  };
+  // An integer in [lo, hi]; *present says whether the key is there.
+  auto integer_at = [&](const char* key, int64_t lo, int64_t hi, int64_t* v,
+                        bool* present) -> absl::Status {
+    const auto it = e.find(key);
+    *present = it != e.end();
+    if (!*present) return absl::OkStatus();
+    if (!it->is_number_integer() && !it->is_number_unsigned()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"", key, "\" must be an integer, got ", type_name(*it)));
+    }
+    if (it->is_number_unsigned() &&
+        it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": \"", key, "\" is out of range"));
+    }
+    *v = it->get<int64_t>();
+    if (*v < lo || *v > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"", key, "\" must be in ", lo, "..", hi, ", got ", *v));
+    }
+    return absl::OkStatus();
+  };
+
+  if (absl::Status s = string_at("weights", &out.weights_path); !s.ok()) return s;
+  if (absl::Status s = string_at("weight_scale", &out.weight_scale_path); !s.ok()) return s;
+  if (absl::Status s = string_at("bias", &out.bias_path); !s.ok()) return s;
+  if (out.weights_path.empty() || out.weight_scale_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ": \"weights\" and \"weight_scale\" are required (paths of .npy files)"));
+  }
+  out.weights_path = resolve(base_dir, out.weights_path);
+  out.weight_scale_path = resolve(base_dir, out.weight_scale_path);
+  out.bias_path = resolve(base_dir, out.bias_path);
+
+  std::string scheme = "dynamic_symmetric";
+  if (absl::Status s = string_at("scheme", &scheme); !s.ok()) return s;
+  absl::StatusOr<v1::Scheme> sc = scheme_from_name(scheme);
+  if (!sc.ok()) return absl::InvalidArgumentError(absl::StrCat(at, ": ", sc.status().message()));
+  out.header.set_scheme(*sc);
+
+  if (const auto it = e.find("input_scale"); it != e.end()) {
+    if (!it->is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"input_scale\" must be a number, got ", type_name(*it)));
+    }
+    out.header.set_input_scale(it->get<float>());
+  }
+  int64_t v = 0;
+  bool present = false;
+  if (absl::Status s = integer_at("input_zero_point", std::numeric_limits<int32_t>::min(),
+                                  std::numeric_limits<int32_t>::max(), &v, &present);
+      !s.ok()) {
+    return s;
+  }
+  if (present) out.header.set_input_zero_point(static_cast<int32_t>(v));
+  if (absl::Status s =
+          integer_at("max_batch_rows", 1, std::numeric_limits<int64_t>::max(), &v, &present);
+      !s.ok()) {
+    return s;
+  }
+  if (present) out.header.set_max_batch_rows(v);
+  if (absl::Status s = integer_at("max_queue_delay_us", 0, 10'000'000, &v, &present); !s.ok()) {
+    return s;
+  }
+  if (present) out.header.set_max_queue_delay_us(v);
+
+  if (const auto it = e.find("logical_widths"); it != e.end()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ": \"logical_widths\" must be an array of positive integers, got ", type_name(*it)));
+    }
+    for (const Json& w : *it) {
+      if (!w.is_number_integer() && !w.is_number_unsigned()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": \"logical_widths\" must hold positive integers, got ", type_name(w)));
+      }
+      if (w.is_number_unsigned() &&
+          w.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": \"logical_widths\" holds a value out of range"));
+      }
+      if (w.get<int64_t>() < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ": \"logical_widths\" must hold positive integers, got ", w.get<int64_t>()));
+      }
+      out.header.add_logical_widths(w.get<int64_t>());
+    }
+  }
+  std::string s;
+  if (absl::Status st = string_at("forced_kernel", &s); !st.ok()) return st;
+  out.header.set_forced_kernel(s);
+  s.clear();
+  if (absl::Status st = string_at("weight_sha256", &s); !st.ok()) return st;
+  out.header.set_weight_sha256(s);
+  return out;
+}
+
+}  // namespace
+
+std::string ManifestLayer::describe() const {
+  return absl::StrCat("layer '", header.name(), "' (layers[", index, "])");
+}
+
+absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_view json,
+                                                                absl::string_view base_dir) {
+  Json doc;
+  try {
+    doc = Json::parse(json.begin(), json.end());
+  } catch (const Json::parse_error& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+    std::string what = e.what();
+    if (const size_t p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != what.npos) {
+      what = what.substr(p + 2);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", what));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("must be an object with a \"layers\" array, got ", type_name(doc)));
+  }
+  for (const auto& [key, value] : doc.items()) {
+    if (key != "layers") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key \"", key, "\"; the manifest holds \"layers\" only"));
+    }
+  }
+  const auto layers = doc.find("layers");
+  if (layers == doc.end() || !layers->is_array()) {
+    return absl::InvalidArgumentError("must have a \"layers\" array");
+  }
+  std::vector<ManifestLayer> out;
+  std::map<std::string, int> first_index;
+  for (size_t i = 0; i < layers->size(); ++i) {
+    absl::StatusOr<ManifestLayer> e = parse_entry((*layers)[i], static_cast<int>(i), base_dir);
+    if (!e.ok()) return e.status();
+    const auto [it, inserted] = first_index.emplace(e->header.name(), e->index);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("layer '", e->header.name(),
+                                                     "' is named twice (layers[", it->second,
+                                                     "] and layers[", e->index, "])"));
+    }
+    out.push_back(*std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string& path) {
+  absl::StatusOr<std::string> text = read_file(path);
+  if (!text.ok()) return text.status();
+  const size_t slash = path.rfind('/');
+  const std::string base_dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  absl::StatusOr<std::vector<ManifestLayer>> layers = parse_layer_manifest(*text, base_dir);
+  if (!layers.ok()) {
+    return absl::Status(layers.status().code(),
+                        absl::StrCat(path, ": ", layers.status().message()));
+  }
+  return layers;
+}
+
+absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::string_view what) {
+  absl::StatusOr<NpyArray> a = read_npy_file(path);
+  if (!a.ok()) return a.status();
+  v1::Tensor t;
+  if (a->dtype == NpyDType::kF4) {
+    t.set_dtype(v1::DTYPE_FP32);
+  } else if (a->dtype == NpyDType::kF2) {
+    t.set_dtype(v1::DTYPE_FP16);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", what, " must be float32 (<f4) or float16 (<f2), got ", npy_descr(a->dtype)));
+  }
+  for (int64_t d : a->shape) t.add_shape(d);
+  t.set_data(std::move(a->data));
+  return t;
+}
+
+absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
+                                 std::vector<int8_t>* weights) {
+  *header = layer.header;
+  absl::StatusOr<NpyArray> w = read_npy_file(layer.weights_path);
+  if (!w.ok()) return w.status();
+  if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(layer.weights_path, ": weights must be int8 (|i1) of shape [N, K], got ",
+                     npy_descr(w->dtype), " ", shape_string(w->shape)));
+  }
+  header->set_n(w->shape[0]);
+  header->set_k(w->shape[1]);
+  absl::StatusOr<v1::Tensor> scale = read_float_tensor_npy(layer.weight_scale_path, "weight_scale");
+  if (!scale.ok()) return scale.status();
+  *header->mutable_weight_scale() = *std::move(scale);
+  if (!layer.bias_path.empty()) {
+    absl::StatusOr<v1::Tensor> bias = read_float_tensor_npy(layer.bias_path, "bias");
+    if (!bias.ok()) return bias.status();
+    *header->mutable_bias() = *std::move(bias);
+  }
+  weights->assign(w->data.begin(), w->data.end());
+  return absl::OkStatus();
+}
+
+}  // namespace qlinear

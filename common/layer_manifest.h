@@ -1,0 +1,75 @@
+// A layer manifest: a JSON file that names layers and the .npy files holding them. qlinear-server
+// loads every layer in it at start-up (--layer-manifest), before it listens; qlinear-cli uploads
+// them to a running server (load --manifest). One file serves both, so that a server that starts
+// again, or a replica added later, holds the same layers.
+//
+//   {
+//     "layers": [
+//       {
+//         "name": "model.layers.0.mlp.down_proj",       required; [A-Za-z0-9_.:/-]{1,128}
+//         "weights": "down_proj.weight.npy",              required; int8 (|i1) [N, K]
+//         "weight_scale": "down_proj.weight_scale.npy",   required; float32 or float16, of a
+//                                                         LayerHeader's shapes ([N], [1], ...)
+//         "bias": "down_proj.bias.npy",                   float32 or float16 [N]
+//         "scheme": "dynamic_symmetric",                  the default; static_symmetric,
+//                                                         dynamic_asymmetric, static_asymmetric
+//         "input_scale": 0.02,                            static schemes
+//         "input_zero_point": 3,                          static_asymmetric
+//         "logical_widths": [4096, 1024, 1024],           fused modules
+//         "forced_kernel": "cpu.reference",
+//         "weight_sha256": "9f86d081...",                 verified when given
+//         "max_batch_rows": 64,                           unset: the server's flags
+//         "max_queue_delay_us": 100
+//       }
+//     ]
+//   }
+//
+// Relative paths are taken from the manifest's folder. An unknown key, a value of the wrong type
+// and a name given twice are errors that name the entry, so that a typo never loads a layer other
+// than the one meant. What the values mean, and what is checked of them (shapes, schemes,
+// scales), is the LayerHeader's (proto/qlinear/v1/qlinear.proto); the server checks it on load,
+// as for an upload.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "qlinear/v1/qlinear.pb.h"
+
+namespace qlinear {
+
+// One entry of a manifest, its files not yet read.
+struct ManifestLayer {
+  int index = 0;  // its position in "layers", from 0
+  // Every field the manifest gives but n, k, weight_scale and bias (read_manifest_layer's).
+  v1::LayerHeader header;
+  // Resolved against the manifest's folder; bias_path is empty for a layer without bias.
+  std::string weights_path, weight_scale_path, bias_path;
+
+  // "layer 'NAME' (entry I)", for messages.
+  std::string describe() const;
+};
+
+// The entries of the manifest `json`, whose relative paths are taken from `base_dir`.
+// INVALID_ARGUMENT says what is wrong and where.
+absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_view json,
+                                                                absl::string_view base_dir);
+
+// The same, from the file at `path` (NOT_FOUND or PERMISSION_DENIED when it cannot be read).
+// Messages start with the path.
+absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string& path);
+
+// Reads an entry's files: `*header` becomes its whole header (n and k from the weights' shape,
+// weight_scale and bias as stored), `*weights` its N*K weight bytes. Messages name the file.
+absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
+                                 std::vector<int8_t>* weights);
+
+// A float tensor (a weight scale, a bias) from a .npy file of float32 or float16, its shape kept;
+// `what` names it in the message of a file of another dtype.
+absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::string_view what);
+
+}  // namespace qlinear

@@ -1,0 +1,238 @@
+// The layer manifest: parsing (every key, defaults, paths, and each error by code and message)
+// and reading an entry's .npy files.
+#include "common/layer_manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/npy.h"
+
+namespace qlinear {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status parse_error(const std::string& json) {
+  return parse_layer_manifest(json, "/m").status();
+}
+
+TEST(LayerManifestTest, ReadsEveryKeyAndResolvesPaths) {
+  auto layers = parse_layer_manifest(R"({"layers": [
+    {"name": "model.layers.0/qkv", "weights": "w.npy", "weight_scale": "sub/s.npy",
+     "bias": "/abs/b.npy", "scheme": "static_asymmetric", "input_scale": 0.25,
+     "input_zero_point": -3, "logical_widths": [64, 16, 16], "forced_kernel": "cpu.reference",
+     "weight_sha256": "AB12", "max_batch_rows": 8, "max_queue_delay_us": 250},
+    {"name": "o", "weights": "o.npy", "weight_scale": "o_s.npy"}
+  ]})",
+                                     "/models/llama/");
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ASSERT_EQ(layers->size(), 2u);
+  const ManifestLayer& a = (*layers)[0];
+  EXPECT_EQ(a.index, 0);
+  EXPECT_EQ(a.describe(), "layer 'model.layers.0/qkv' (layers[0])");
+  EXPECT_EQ(a.weights_path, "/models/llama/w.npy");
+  EXPECT_EQ(a.weight_scale_path, "/models/llama/sub/s.npy");
+  EXPECT_EQ(a.bias_path, "/abs/b.npy");
+  const v1::LayerHeader& h = a.header;
+  EXPECT_EQ(h.name(), "model.layers.0/qkv");
+  EXPECT_EQ(h.scheme(), v1::SCHEME_STATIC_ASYMMETRIC);
+  ASSERT_TRUE(h.has_input_scale());
+  EXPECT_EQ(h.input_scale(), 0.25f);
+  ASSERT_TRUE(h.has_input_zero_point());
+  EXPECT_EQ(h.input_zero_point(), -3);
+  EXPECT_THAT(std::vector<int64_t>(h.logical_widths().begin(), h.logical_widths().end()),
+              ::testing::ElementsAre(64, 16, 16));
+  EXPECT_EQ(h.forced_kernel(), "cpu.reference");
+  EXPECT_EQ(h.weight_sha256(), "AB12");
+  ASSERT_TRUE(h.has_max_batch_rows());
+  EXPECT_EQ(h.max_batch_rows(), 8);
+  ASSERT_TRUE(h.has_max_queue_delay_us());
+  EXPECT_EQ(h.max_queue_delay_us(), 250);
+  EXPECT_FALSE(h.replace());
+
+  // The defaults: dynamic symmetric, no bias, nothing static, the server's batching.
+  const ManifestLayer& b = (*layers)[1];
+  EXPECT_EQ(b.index, 1);
+  EXPECT_EQ(b.bias_path, "");
+  EXPECT_EQ(b.header.scheme(), v1::SCHEME_DYNAMIC_SYMMETRIC);
+  EXPECT_FALSE(b.header.has_input_scale());
+  EXPECT_FALSE(b.header.has_input_zero_point());
+  EXPECT_FALSE(b.header.has_max_batch_rows());
+  EXPECT_FALSE(b.header.has_max_queue_delay_us());
+  EXPECT_TRUE(b.header.forced_kernel().empty());
+
+  // Without a folder, relative paths stay relative (to the working directory).
+  auto here = parse_layer_manifest(R"({"layers": [{"name": "x", "weights": "w.npy",
+                                       "weight_scale": "s.npy"}]})",
+                                   "");
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_EQ((*here)[0].weights_path, "w.npy");
+  // No layers at all is a manifest too.
+  auto none = parse_layer_manifest(R"({"layers": []})", "/m");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
+  struct Case {
+    std::string json, message;
+  };
+  const std::string ok_files = R"("weights": "w.npy", "weight_scale": "s.npy")";
+  const Case cases[] = {
+      {R"({"layers": [)", "not valid JSON: parse error at line 1, column 13"},
+      {R"([1, 2])", "must be an object with a \"layers\" array, got an array"},
+      {R"({"layers": [], "extra": 1})",
+       "unknown key \"extra\"; the manifest holds \"layers\" only"},
+      {R"({"layer": []})", "unknown key \"layer\""},
+      {R"({})", "must have a \"layers\" array"},
+      {R"({"layers": {}})", "must have a \"layers\" array"},
+      {R"({"layers": [7]})", "layers[0] must be an object, got an integer"},
+      {R"({"layers": [{)" + ok_files + "}]}",
+       "layers[0]: \"name\" is required and must be a non-empty string"},
+      {R"({"layers": [{"name": 5, )" + ok_files + "}]}",
+       "layers[0]: \"name\" is required and must be a non-empty string"},
+      {R"({"layers": [{"name": "a", "weight_scale": "s.npy"}]})",
+       "layer 'a' (layers[0]): \"weights\" and \"weight_scale\" are required (paths of .npy "
+       "files)"},
+      {R"({"layers": [{"name": "a", "weights": "w.npy"}]})",
+       "layer 'a' (layers[0]): \"weights\" and \"weight_scale\" are required"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "bais": "b.npy"}]})",
+       "layer 'a' (layers[0]): unknown key \"bais\"; the keys are name, weights, weight_scale, "
+       "bias, scheme,"},
+      {R"({"layers": [{"name": "a", "weights": 3, "weight_scale": "s.npy"}]})",
+       "layer 'a' (layers[0]): \"weights\" must be a string, got an integer"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "scheme": "int8"}]})",
+       "layer 'a' (layers[0]): unknown scheme 'int8'; expected dynamic_symmetric, "
+       "static_symmetric, dynamic_asymmetric or static_asymmetric"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": "0.1"}]})",
+       "layer 'a' (layers[0]): \"input_scale\" must be a number, got a string"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_zero_point": 1.5}]})",
+       "layer 'a' (layers[0]): \"input_zero_point\" must be an integer, got a number"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_zero_point": 3000000000}]})",
+       "layer 'a' (layers[0]): \"input_zero_point\" must be in -2147483648..2147483647, got "
+       "3000000000"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "max_batch_rows": 0}]})",
+       "layer 'a' (layers[0]): \"max_batch_rows\" must be in 1..9223372036854775807, got 0"},
+      {R"({"layers": [{"name": "a", )" + ok_files +
+           R"(, "max_batch_rows": 18446744073709551615}]})",
+       "layer 'a' (layers[0]): \"max_batch_rows\" is out of range"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "max_queue_delay_us": 10000001}]})",
+       "layer 'a' (layers[0]): \"max_queue_delay_us\" must be in 0..10000000, got 10000001"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "logical_widths": 4}]})",
+       "layer 'a' (layers[0]): \"logical_widths\" must be an array of positive integers, got an "
+       "integer"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "logical_widths": [4, 0]}]})",
+       "layer 'a' (layers[0]): \"logical_widths\" must hold positive integers, got 0"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "logical_widths": [4, "8"]}]})",
+       "layer 'a' (layers[0]): \"logical_widths\" must hold positive integers, got a string"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "forced_kernel": null}]})",
+       "layer 'a' (layers[0]): \"forced_kernel\" must be a string, got null"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(}, {"name": "b", )" + ok_files +
+           R"(}, {"name": "a", )" + ok_files + "}]}",
+       "layer 'a' is named twice (layers[0] and layers[2])"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.json);
+    const absl::Status s = parse_error(c.json);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message));
+  }
+}
+
+class ManifestFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/qlinear_manifest_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    for (const std::string& f : files_) unlink(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string path(const std::string& name) {
+    files_.push_back(dir_ + "/" + name);
+    return files_.back();
+  }
+  void save(const std::string& name, NpyDType dtype, std::vector<int64_t> shape,
+            const std::string& data) {
+    NpyArray a;
+    a.dtype = dtype;
+    a.shape = std::move(shape);
+    a.data = data;
+    ASSERT_TRUE(write_npy_file(path(name), a).ok());
+  }
+  static std::string floats(const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  }
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+TEST_F(ManifestFilesTest, ReadsTheWeightsScalesAndBias) {
+  const std::string w = {1, -2, 3, -4, 5, -6};
+  save("w.npy", NpyDType::kI1, {2, 3}, w);
+  save("s.npy", NpyDType::kF4, {2, 1}, floats({0.5f, 0.25f}));
+  save("b.npy", NpyDType::kF2, {2}, std::string("\x00\x3c\x00\xc0", 4));  // 1, -2 in fp16
+  const std::string manifest = path("m.json");
+  {
+    FILE* f = fopen(manifest.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(R"({"layers": [{"name": "q", "weights": "w.npy", "weight_scale": "s.npy",
+                          "bias": "b.npy", "forced_kernel": "cpu.reference"},
+                         {"name": "r", "weights": "w.npy", "weight_scale": "w.npy"},
+                         {"name": "s", "weights": "s.npy", "weight_scale": "s.npy"},
+                         {"name": "t", "weights": "missing.npy", "weight_scale": "s.npy"}]})",
+          f);
+    fclose(f);
+  }
+  auto layers = read_layer_manifest(manifest);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ASSERT_EQ(layers->size(), 4u);
+
+  v1::LayerHeader h;
+  std::vector<int8_t> weights;
+  ASSERT_TRUE(read_manifest_layer((*layers)[0], &h, &weights).ok());
+  EXPECT_EQ(h.name(), "q");
+  EXPECT_EQ(h.n(), 2);
+  EXPECT_EQ(h.k(), 3);
+  EXPECT_EQ(h.forced_kernel(), "cpu.reference");
+  EXPECT_EQ(std::string(weights.begin(), weights.end()), w);
+  EXPECT_EQ(h.weight_scale().dtype(), v1::DTYPE_FP32);
+  EXPECT_THAT(
+      std::vector<int64_t>(h.weight_scale().shape().begin(), h.weight_scale().shape().end()),
+      ::testing::ElementsAre(2, 1));
+  EXPECT_EQ(h.weight_scale().data(), floats({0.5f, 0.25f}));
+  EXPECT_EQ(h.bias().dtype(), v1::DTYPE_FP16);
+  EXPECT_EQ(h.bias().data(), std::string("\x00\x3c\x00\xc0", 4));
+
+  // Each file's mistake, with the file named.
+  absl::Status s = read_manifest_layer((*layers)[1], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            dir_ + "/w.npy: weight_scale must be float32 (<f4) or float16 (<f2), got |i1");
+  s = read_manifest_layer((*layers)[2], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            dir_ + "/s.npy: weights must be int8 (|i1) of shape [N, K], got <f4 [2, 1]");
+  s = read_manifest_layer((*layers)[3], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/missing.npy"));
+
+  // A manifest that is not there, or not JSON, is named by its path.
+  s = read_layer_manifest(dir_ + "/nothing.json").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/nothing.json"));
+  s = read_layer_manifest(dir_ + "/w.npy").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/w.npy: not valid JSON: "));
+}
+
+}  // namespace
+}  // namespace qlinear
