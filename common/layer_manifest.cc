@@ -1,13 +1,16 @@
 #include "common/layer_manifest.h"
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/layer_name.h"
 #include "common/npy.h"
 
 namespace qlinear {
@@ -65,6 +68,9 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
         absl::StrCat(where, ": \"name\" is required and must be a non-empty string"));
   }
   out.header.set_name(name_it->get<std::string>());
+  if (absl::Status s = validate_layer_name(out.header.name()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  }
   const std::string at = out.describe();
   for (const auto& [key, value] : e.items()) {
     bool known = false;
@@ -91,8 +97,8 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
     *present = it != e.end();
     if (!*present) return absl::OkStatus();
     if (!it->is_number_integer() && !it->is_number_unsigned()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ": \"", key, "\" must be an integer, got ", type_name(*it)));
+      return absl::InvalidArgumentError(absl::StrCat(at, ": \"", key, "\" must be an integer, got ",
+                                                     type_name(*it), " (", it->dump(), ")"));
     }
     if (it->is_number_unsigned() &&
         it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -113,6 +119,10 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
     return absl::InvalidArgumentError(
         absl::StrCat(at, ": \"weights\" and \"weight_scale\" are required (paths of .npy files)"));
   }
+  if (e.contains("bias") && out.bias_path.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ": \"bias\" is an empty path (leave the key out for no bias)"));
+  }
   out.weights_path = resolve(base_dir, out.weights_path);
   out.weight_scale_path = resolve(base_dir, out.weight_scale_path);
   out.bias_path = resolve(base_dir, out.bias_path);
@@ -128,7 +138,16 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
       return absl::InvalidArgumentError(
           absl::StrCat(at, ": \"input_scale\" must be a number, got ", type_name(*it)));
     }
-    out.header.set_input_scale(it->get<float>());
+    // A float32 on the wire: a value beyond its range, or lost in it, would reach the server as
+    // another value (inf, 0) than the file's.
+    const double d = it->get<double>();
+    const bool fits = std::fabs(d) <= std::numeric_limits<float>::max();
+    const float f = fits ? static_cast<float>(d) : 0.f;
+    if (!fits || (d != 0 && f == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"input_scale\" ", it->dump(), " is out of the range of a float32"));
+    }
+    out.header.set_input_scale(f);
   }
   int64_t v = 0;
   bool present = false;
@@ -188,17 +207,67 @@ std::string ManifestLayer::describe() const {
 
 absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_view json,
                                                                 absl::string_view base_dir) {
+  // JSON lets an object name a key twice (the last one counts); a manifest does not, so that a
+  // key given twice by mistake cannot go unnoticed. The parser's callback sees every key, in
+  // objects nested in objects and arrays (`where`: "", "layers", "layers[2]", ...).
+  struct Frame {
+    bool object = false;
+    std::string where, last_key;
+    std::set<std::string> keys;
+    int elements = 0;
+  };
+  std::vector<Frame> frames;
+  std::string duplicate;
+  auto child_where = [&frames]() -> std::string {
+    if (frames.empty()) return "";
+    Frame& parent = frames.back();
+    if (!parent.object) return absl::StrCat(parent.where, "[", parent.elements++, "]");
+    return parent.where.empty() ? parent.last_key
+                                : absl::StrCat(parent.where, ".", parent.last_key);
+  };
+  auto callback = [&](int, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start: {
+        Frame f;
+        f.object = event == Json::parse_event_t::object_start;
+        f.where = child_where();
+        frames.push_back(std::move(f));
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!frames.empty() && parsed.is_string()) {
+          Frame& f = frames.back();
+          f.last_key = parsed.get<std::string>();
+          if (!f.keys.insert(f.last_key).second && duplicate.empty()) {
+            duplicate = absl::StrCat(f.where.empty() ? "" : absl::StrCat(f.where, ": "),
+                                     "the key \"", f.last_key, "\" is given twice");
+          }
+        }
+        break;
+      case Json::parse_event_t::value:
+        if (!frames.empty() && !frames.back().object) ++frames.back().elements;
+        break;
+    }
+    return true;
+  };
   Json doc;
   try {
-    doc = Json::parse(json.begin(), json.end());
-  } catch (const Json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 5: ...".
+    doc = Json::parse(json.begin(), json.end(), callback);
+  } catch (const Json::exception& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 5: ...", or
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'".
     std::string what = e.what();
     if (const size_t p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != what.npos) {
       what = what.substr(p + 2);
     }
     return absl::InvalidArgumentError(absl::StrCat("not valid JSON: ", what));
   }
+  if (!duplicate.empty()) return absl::InvalidArgumentError(duplicate);
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("must be an object with a \"layers\" array, got ", type_name(doc)));
@@ -262,8 +331,13 @@ absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights) {
   *header = layer.header;
-  absl::StatusOr<NpyArray> w = read_npy_file(layer.weights_path);
-  if (!w.ok()) return w.status();
+  // The file is read once into memory, and its data copied once, into *weights.
+  absl::StatusOr<std::string> bytes = read_file(layer.weights_path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<NpyView> w = view_npy(*bytes);
+  if (!w.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(layer.weights_path, ": ", w.status().message()));
+  }
   if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(layer.weights_path, ": weights must be int8 (|i1) of shape [N, K], got ",

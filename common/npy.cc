@@ -1,5 +1,7 @@
 #include "common/npy.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -186,7 +188,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 bool is_npy(absl::string_view bytes) { return bytes.substr(0, kMagic.size()) == kMagic; }
 
-absl::StatusOr<NpyArray> parse_npy(absl::string_view bytes) {
+absl::StatusOr<NpyView> view_npy(absl::string_view bytes) {
   if (!is_npy(bytes)) return bad("it does not start with the magic string \\x93NUMPY");
   if (bytes.size() < 10) return bad("the file ends inside the preamble");
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -217,7 +219,7 @@ absl::StatusOr<NpyArray> parse_npy(absl::string_view bytes) {
   if (absl::Status s = HeaderParser(header).parse(&descr, &fortran_order, &shape); !s.ok()) {
     return s;
   }
-  NpyArray a;
+  NpyView a;
   auto dtype = dtype_from_descr(descr);
   if (!dtype.ok()) return dtype.status();
   a.dtype = *dtype;
@@ -241,7 +243,17 @@ absl::StatusOr<NpyArray> parse_npy(absl::string_view bytes) {
                             shape_string(a.shape), " of ", descr, " needs ", want,
                             " bytes of data, the file has ", have));
   }
-  a.data = std::string(bytes.substr(prefix + header_len));
+  a.data = bytes.substr(prefix + header_len);
+  return a;
+}
+
+absl::StatusOr<NpyArray> parse_npy(absl::string_view bytes) {
+  absl::StatusOr<NpyView> v = view_npy(bytes);
+  if (!v.ok()) return v.status();
+  NpyArray a;
+  a.dtype = v->dtype;
+  a.shape = std::move(v->shape);
+  a.data = std::string(v->data);
   return a;
 }
 
@@ -292,10 +304,19 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
     if (err == EACCES) return absl::PermissionDeniedError(what);
     return absl::NotFoundError(what);
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  return std::move(ss).str();
+  // (A folder opens too, and reads as nothing.)
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  // Read at once into a string of the file's size (no second copy).
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (in.gcount() != static_cast<std::streamsize>(bytes.size()) || in.bad()) {
+    return absl::DataLossError(absl::StrCat("error reading ", path, ": got ", in.gcount(), " of ",
+                                            bytes.size(), " bytes"));
+  }
+  return bytes;
 }
 
 absl::Status write_file(const std::string& path, absl::string_view bytes) {

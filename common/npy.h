@@ -36,6 +36,14 @@ bool is_npy(absl::string_view bytes);
 // Parses a whole .npy file held in memory. INVALID_ARGUMENT says what is wrong with it.
 absl::StatusOr<NpyArray> parse_npy(absl::string_view bytes);
 
+// The same checks, with the data left where it is: `data` points into `bytes`.
+struct NpyView {
+  NpyDType dtype = NpyDType::kF4;
+  std::vector<int64_t> shape;
+  absl::string_view data;
+};
+absl::StatusOr<NpyView> view_npy(absl::string_view bytes);
+
 // Serializes `array` (format 1.0, or 2.0 when the header does not fit 1.0). The data size must
 // match the shape.
 absl::StatusOr<std::string> serialize_npy(const NpyArray& array);

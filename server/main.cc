@@ -3,7 +3,8 @@
 // Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
 // SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, new calls get UNAVAILABLE, queued
 // and running calls finish (up to --drain-timeout-ms), then it exits 0. Received while the
-// layers of --layer-manifest load, they stop the start-up after the layer loading then (exit 0).
+// layers of --layer-manifest load, they stop the start-up once the layer being loaded is done
+// (exit 0).
 #include <pthread.h>
 #include <signal.h>
 
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
                                    gpu_staging_mb, " MiB each per stream context)"));
   }
   auto server = qlinear::QLinearServer::start(o);
-  if (absl::IsCancelled(server.status())) {
+  if (absl::IsCancelled(server.status()) && o.stop_requested()) {
     qlinear::log_info(absl::StrCat(
         "received a stop signal while starting: ", server.status().message(), "; stopped"));
     return 0;

@@ -2,6 +2,9 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,21 +19,45 @@
 namespace qlinear {
 namespace {
 
-// Loads every layer of the manifest at o.layer_manifest, one after another and each as an upload
-// of its header and weights would be, logging each. The first failure ends it, named.
-absl::Status load_layer_manifest(Engine& engine, const ServerOptions& o) {
+// The manifest at o.layer_manifest, checked before any layer loads: its JSON, every entry, and
+// that each file it names is there (so that a mistake in the last entry is not found after the
+// others have loaded).
+absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o) {
   const std::string& path = o.layer_manifest;
-  ASSIGN_OR_RETURN(const std::vector<ManifestLayer> layers, read_layer_manifest(path));
+  ASSIGN_OR_RETURN(std::vector<ManifestLayer> layers, read_layer_manifest(path));
+  for (const ManifestLayer& l : layers) {
+    for (const std::string* f : {&l.weights_path, &l.weight_scale_path, &l.bias_path}) {
+      if (f->empty()) continue;
+      struct stat st;
+      const int err = stat(f->c_str(), &st) != 0 ? errno : 0;
+      if (err != 0 || !S_ISREG(st.st_mode)) {
+        const bool missing = err == ENOENT;
+        return absl::Status(
+            missing ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
+            absl::StrCat(path, ": ", l.describe(), ": ", *f,
+                         missing ? " does not exist" : " is not a regular file"));
+      }
+    }
+  }
+  return layers;
+}
+
+// Loads the manifest's layers one after another, each as an upload of its header and weights
+// would be, logging each. The first failure ends it, named.
+absl::Status load_manifest(Engine& engine, const ServerOptions& o,
+                           const std::vector<ManifestLayer>& layers) {
+  const std::string& path = o.layer_manifest;
   log_info(absl::StrCat("loading ", layers.size(), " layer", layers.size() == 1 ? "" : "s",
                         " from the manifest ", path));
   const auto start = std::chrono::steady_clock::now();
   int64_t bytes = 0;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const ManifestLayer& l = layers[i];
+  for (size_t i = 0; i <= layers.size(); ++i) {
     if (o.stop_requested && o.stop_requested()) {
       return absl::CancelledError(absl::StrCat("stopped while loading the manifest ", path,
                                                ", after ", i, " of ", layers.size(), " layers"));
     }
+    if (i == layers.size()) break;
+    const ManifestLayer& l = layers[i];
     auto failed = [&](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat(path, ": ", l.describe(), ": ", s.message()));
     };
@@ -41,6 +68,11 @@ absl::Status load_layer_manifest(Engine& engine, const ServerOptions& o) {
     if (!request.ok()) return failed(request.status());
     bytes += static_cast<int64_t>(weights.size());
     absl::StatusOr<LoadResult> r = engine.load(*std::move(request), std::move(weights));
+    if (absl::IsAlreadyExists(r.status())) {
+      // (Names are unique within a manifest: the one loaded before it is the demo layer.)
+      return failed(absl::AlreadyExistsError(
+          "the demo layer has this name; rename the entry, or start with --no-demo-layer"));
+    }
     if (!r.ok()) return failed(r.status());
     log_info(absl::StrCat("[", i + 1, "/", layers.size(), "] ", load_summary(*r)));
   }
@@ -86,6 +118,12 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     log_info(absl::StrCat("kernels in priority order: ", absl::StrJoin(names, ", ")));
   }
 
+  // The manifest is checked before the demo layer loads, its layers loaded after it.
+  std::vector<ManifestLayer> manifest;
+  if (!o.layer_manifest.empty()) {
+    ASSIGN_OR_RETURN(manifest, read_manifest(o));
+  }
+
   if (o.demo_layer) {
     std::vector<int8_t> w;
     LoadRequest req = make_demo_layer_request("demo", o.demo_n, o.demo_k, kDemoSeed, &w);
@@ -104,7 +142,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     }
   }
 
-  if (!o.layer_manifest.empty()) RETURN_IF_ERROR(load_layer_manifest(*s->engine_, o));
+  if (!o.layer_manifest.empty()) RETURN_IF_ERROR(load_manifest(*s->engine_, o, manifest));
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service has no protobuf descriptor of its own; linking ours lets

@@ -109,7 +109,7 @@ std::vector<std::string> rewrite_bias_switch(const CommandArgs& args) {
 constexpr int64_t kProgressThreshold = int64_t{4} << 20;
 
 // load --manifest: uploads every layer of the manifest in its order, a line each; the first that
-// fails stops it, with what was uploaded before.
+// fails stops it, with how many were uploaded before it.
 int load_manifest(const CommandArgs& args, const std::string& path, bool replace,
                   const ClientOptions& options) {
   absl::StatusOr<std::vector<ManifestLayer>> layers = read_layer_manifest(path);
@@ -120,9 +120,9 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
   for (size_t i = 0; i < layers->size(); ++i) {
     const ManifestLayer& l = (*layers)[i];
     auto failed = [&](const absl::Status& s) {
-      std::fprintf(stderr, "qlinear-cli: %s: %s: stopped after %zu of %zu layers\n", path.c_str(),
-                   l.describe().c_str(), i, layers->size());
-      return fail(s);
+      return fail(absl::Status(
+          s.code(), absl::StrCat(path, ": ", l.describe(), ": ", s.message(), " (", i, " of ",
+                                 layers->size(), " layers uploaded before it)")));
     };
     v1::LayerHeader h;
     std::vector<int8_t> weights;

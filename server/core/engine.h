@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/layer_name.h"
 #include "common/sha256.h"
 #include "kernels/core/tuning_cache.h"
 #include "kernels/core/weights.h"
@@ -147,8 +148,5 @@ class Engine {
   absl::Mutex create_mu_;
   LayerStore store_;
 };
-
-// Layer names: 1-128 characters of [A-Za-z0-9_.:/-].
-absl::Status validate_layer_name(absl::string_view name);
 
 }  // namespace qlinear

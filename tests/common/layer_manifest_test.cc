@@ -86,6 +86,25 @@ TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
   const std::string ok_files = R"("weights": "w.npy", "weight_scale": "s.npy")";
   const Case cases[] = {
       {R"({"layers": [)", "not valid JSON: parse error at line 1, column 13"},
+      {R"({"layers": [], "x": 1e400})", "not valid JSON: number overflow parsing '1e400'"},
+      {R"({"layers": [], "layers": []})", "the key \"layers\" is given twice"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(}, {"name": "b", "name": "c", )" + ok_files +
+           "}]}",
+       "layers[1]: the key \"name\" is given twice"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "weights": "v.npy"}]})",
+       "layers[0]: the key \"weights\" is given twice"},
+      {R"({"layers": [{"name": "bad name!", )" + ok_files + "}]}",
+       "layers[0]: layer name 'bad name!' has characters outside [A-Za-z0-9_.:/-]"},
+      {R"({"layers": [{"name": ")" + std::string(129, 'n') + R"(", )" + ok_files + "}]}",
+       "layers[0]: layer name is 129 characters long; the limit is 128"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "bias": ""}]})",
+       "layer 'a' (layers[0]): \"bias\" is an empty path (leave the key out for no bias)"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": 1e39}]})",
+       "layer 'a' (layers[0]): \"input_scale\" 1e+39 is out of the range of a float32"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": 1e-50}]})",
+       "layer 'a' (layers[0]): \"input_scale\" 1e-50 is out of the range of a float32"},
+      {R"({"layers": [{"name": "a", )" + ok_files + R"(, "max_batch_rows": 64.0}]})",
+       "layer 'a' (layers[0]): \"max_batch_rows\" must be an integer, got a number (64.0)"},
       {R"([1, 2])", "must be an object with a \"layers\" array, got an array"},
       {R"({"layers": [], "extra": 1})",
        "unknown key \"extra\"; the manifest holds \"layers\" only"},
@@ -232,6 +251,9 @@ TEST_F(ManifestFilesTest, ReadsTheWeightsScalesAndBias) {
   s = read_layer_manifest(dir_ + "/w.npy").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/w.npy: not valid JSON: "));
+  s = read_layer_manifest(dir_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ + " is not a regular file");
 }
 
 }  // namespace

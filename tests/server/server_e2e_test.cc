@@ -890,20 +890,26 @@ TEST_F(ManifestServerTest, ALayerThatCannotLoadFailsTheStartUpNamingIt) {
   const Case cases[] = {
       // The server's own checks, as for an upload.
       {R"({"name": "a", )" + files + R"(, "scheme": "static_symmetric"})",
-       absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): "},
+       absl::StatusCode::kInvalidArgument,
+       "layer 'a' (layers[0]): scheme static_symmetric requires input_scale"},
       {R"({"name": "a", )" + files + R"(, "weight_sha256": ")" + std::string(64, '0') + R"("})",
        absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): weight checksum mismatch"},
       {R"({"name": "a", )" + files + R"(, "forced_kernel": "cuda.none"})",
        absl::StatusCode::kInvalidArgument, "layer 'a' (layers[0]): unknown forced_kernel"},
       {R"({"name": "bad name!", )" + files + "}", absl::StatusCode::kInvalidArgument,
-       "layer 'bad name!' (layers[0]): "},
+       "layers[0]: layer name 'bad name!' has characters outside [A-Za-z0-9_.:/-]"},
       // The demo layer is loaded first.
       {R"({"name": "demo", )" + files + "}", absl::StatusCode::kAlreadyExists,
-       "layer 'demo' (layers[0]): "},
-      // A later layer's file is missing: the start-up fails there.
+       "layer 'demo' (layers[0]): the demo layer has this name; rename the entry, or start with "
+       "--no-demo-layer"},
+      // A later layer's file is missing: found before any layer loads.
       {R"({"name": "a", )" + files + R"(}, {"name": "b", "weights": "nothing.npy",
           "weight_scale": "a.s.npy"})",
-       absl::StatusCode::kNotFound, "layer 'b' (layers[1]): cannot open " + dir_ + "/nothing.npy"},
+       absl::StatusCode::kNotFound,
+       "layer 'b' (layers[1]): " + dir_ + "/nothing.npy does not exist"},
+      {R"({"name": "a", "weights": ".", "weight_scale": "a.s.npy"})",
+       absl::StatusCode::kInvalidArgument,
+       "layer 'a' (layers[0]): " + dir_ + "/. is not a regular file"},
       {R"({"name": "a", "wieghts": "a.w.npy"})", absl::StatusCode::kInvalidArgument,
        "layer 'a' (layers[0]): unknown key \"wieghts\""},
   };
