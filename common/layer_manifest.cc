@@ -1,6 +1,7 @@
 #include "common/layer_manifest.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,17 @@
 #include "absl/strings/strip.h"
 #include "common/layer_name.h"
 #include "common/npy.h"
+#include "common/safetensors.h"
+
+// ASSIGN_OR_RETURN for this file (common/ does not depend on kernels/core/status.h).
+#define QL_MANIFEST_CONCAT_INNER(a, b) a##b
+#define QL_MANIFEST_CONCAT(a, b) QL_MANIFEST_CONCAT_INNER(a, b)
+#define ASSIGN_OR_RETURN_MANIFEST(lhs, expr) \
+  ASSIGN_OR_RETURN_MANIFEST_IMPL(QL_MANIFEST_CONCAT(_manifest_or_, __LINE__), lhs, expr)
+#define ASSIGN_OR_RETURN_MANIFEST_IMPL(var, lhs, expr) \
+  auto var = (expr);                                   \
+  if (!var.ok()) return var.status();                  \
+  lhs = *std::move(var)
 
 namespace qlinear {
 namespace {
@@ -112,20 +124,46 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
     return absl::OkStatus();
   };
 
-  if (absl::Status s = string_at("weights", &out.weights_path); !s.ok()) return s;
-  if (absl::Status s = string_at("weight_scale", &out.weight_scale_path); !s.ok()) return s;
-  if (absl::Status s = string_at("bias", &out.bias_path); !s.ok()) return s;
-  if (out.weights_path.empty() || out.weight_scale_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(at, ": \"weights\" and \"weight_scale\" are required (paths of .npy files)"));
+  // A tensor's source: a .npy file's path, or {"file": F, "tensor": T} for tensor T of the
+  // safetensors file F.
+  auto source_at = [&](const char* key, TensorSource* v) -> absl::Status {
+    const auto it = e.find(key);
+    if (it == e.end()) return absl::OkStatus();
+    const std::string expected = absl::StrCat(
+        at, ": \"", key,
+        "\" must be the path of a .npy file or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}");
+    if (it->is_string()) {
+      if (it->get<std::string>().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": \"", key, "\" is an empty path (leave the key out for none)"));
+      }
+      v->path = resolve(base_dir, it->get<std::string>());
+      return absl::OkStatus();
+    }
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(expected, ", got ", type_name(*it)));
+    }
+    for (const auto& [k, x] : it->items()) {
+      if ((k != "file" && k != "tensor") || !x.is_string() || x.get<std::string>().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(expected, "; \"", k, "\" is not one of them or not a non-empty string"));
+      }
+    }
+    if (!it->contains("file") || !it->contains("tensor")) {
+      return absl::InvalidArgumentError(absl::StrCat(expected, "; both keys are required"));
+    }
+    v->path = resolve(base_dir, (*it)["file"].get<std::string>());
+    v->tensor = (*it)["tensor"].get<std::string>();
+    return absl::OkStatus();
+  };
+
+  if (absl::Status s = source_at("weights", &out.weights); !s.ok()) return s;
+  if (absl::Status s = source_at("weight_scale", &out.weight_scale); !s.ok()) return s;
+  if (absl::Status s = source_at("bias", &out.bias); !s.ok()) return s;
+  if (out.weights.path.empty() || out.weight_scale.path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, ": \"weights\" and \"weight_scale\" are required (.npy files or safetensors tensors)"));
   }
-  if (e.contains("bias") && out.bias_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(at, ": \"bias\" is an empty path (leave the key out for no bias)"));
-  }
-  out.weights_path = resolve(base_dir, out.weights_path);
-  out.weight_scale_path = resolve(base_dir, out.weight_scale_path);
-  out.bias_path = resolve(base_dir, out.bias_path);
 
   std::string scheme = "dynamic_symmetric";
   if (absl::Status s = string_at("scheme", &scheme); !s.ok()) return s;
@@ -133,10 +171,13 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   if (!sc.ok()) return absl::InvalidArgumentError(absl::StrCat(at, ": ", sc.status().message()));
   out.header.set_scheme(*sc);
 
-  if (const auto it = e.find("input_scale"); it != e.end()) {
+  if (const auto it = e.find("input_scale"); it != e.end() && it->is_object()) {
+    if (absl::Status s = source_at("input_scale", &out.input_scale); !s.ok()) return s;
+  } else if (it != e.end()) {
     if (!it->is_number()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ": \"input_scale\" must be a number, got ", type_name(*it)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          at, ": \"input_scale\" must be a number or {\"file\": ..., \"tensor\": ...}, got ",
+          type_name(*it)));
     }
     // A float32 on the wire: a value beyond its range, or lost in it, would reach the server as
     // another value (inf, 0) than the file's.
@@ -151,9 +192,11 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   }
   int64_t v = 0;
   bool present = false;
-  if (absl::Status s = integer_at("input_zero_point", std::numeric_limits<int32_t>::min(),
-                                  std::numeric_limits<int32_t>::max(), &v, &present);
-      !s.ok()) {
+  if (const auto it = e.find("input_zero_point"); it != e.end() && it->is_object()) {
+    if (absl::Status s = source_at("input_zero_point", &out.input_zero_point); !s.ok()) return s;
+  } else if (absl::Status s = integer_at("input_zero_point", std::numeric_limits<int32_t>::min(),
+                                         std::numeric_limits<int32_t>::max(), &v, &present);
+             !s.ok()) {
     return s;
   }
   if (present) out.header.set_input_zero_point(static_cast<int32_t>(v));
@@ -328,32 +371,149 @@ absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::
   return t;
 }
 
+std::string TensorSource::describe() const {
+  return tensor.empty() ? path : absl::StrCat(path, ", tensor '", tensor, "'");
+}
+
+namespace {
+
+// A float tensor (weight_scale, bias) from its source: a .npy file of float32 or float16, or a
+// safetensors tensor of F32, F16 or BF16.
+absl::StatusOr<v1::Tensor> read_float_tensor(const TensorSource& src, absl::string_view what) {
+  if (src.tensor.empty()) return read_float_tensor_npy(src.path, what);
+  ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(src.path));
+  const auto it = h.tensors.find(src.tensor);
+  if (it == h.tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(src.path, " has no tensor '", src.tensor, "'"));
+  }
+  v1::Tensor t;
+  const std::string& dt = it->second.dtype;
+  if (dt == "F32") {
+    t.set_dtype(v1::DTYPE_FP32);
+  } else if (dt == "F16") {
+    t.set_dtype(v1::DTYPE_FP16);
+  } else if (dt == "BF16") {
+    t.set_dtype(v1::DTYPE_BF16);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src.describe(), ": ", what, " must be F32, F16 or BF16, got ", dt));
+  }
+  for (int64_t d : it->second.shape) t.add_shape(d);
+  ASSIGN_OR_RETURN_MANIFEST(std::string bytes, read_safetensors_tensor(h, src.tensor));
+  t.set_data(std::move(bytes));
+  return t;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const int exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
+  } else if (exp == 31) {
+    f = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    f = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= sign;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The one value of a safetensors tensor of one element (input_scale: F32, F16 or BF16;
+// input_zero_point: I32 or I8), as a double.
+absl::StatusOr<double> read_scalar(const TensorSource& src, absl::string_view what, bool integer) {
+  ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(src.path));
+  const auto it = h.tensors.find(src.tensor);
+  if (it == h.tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(src.path, " has no tensor '", src.tensor, "'"));
+  }
+  const std::string& dt = it->second.dtype;
+  const bool ok_dtype =
+      integer ? (dt == "I32" || dt == "I8") : (dt == "F32" || dt == "F16" || dt == "BF16");
+  if (!ok_dtype || it->second.elements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src.describe(), ": ", what, " must be one value of ",
+        integer ? "I32 or I8" : "F32, F16 or BF16", ", got ", it->second.elements(), " of ", dt));
+  }
+  ASSIGN_OR_RETURN_MANIFEST(std::string b, read_safetensors_tensor(h, src.tensor));
+  const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+  if (dt == "I8") return static_cast<double>(static_cast<int8_t>(p[0]));
+  if (dt == "I32") {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return static_cast<double>(v);
+  }
+  if (dt == "F32") {
+    float v;
+    std::memcpy(&v, p, 4);
+    return static_cast<double>(v);
+  }
+  const uint16_t bits = static_cast<uint16_t>(p[0] | (p[1] << 8));
+  if (dt == "F16") return static_cast<double>(half_to_float(bits));
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;  // BF16
+  float v;
+  std::memcpy(&v, &wide, 4);
+  return static_cast<double>(v);
+}
+
+}  // namespace
+
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights) {
   *header = layer.header;
-  // The file is read once into memory, and its data copied once, into *weights.
-  absl::StatusOr<std::string> bytes = read_file(layer.weights_path);
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<NpyView> w = view_npy(*bytes);
-  if (!w.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(layer.weights_path, ": ", w.status().message()));
+  const TensorSource& ws = layer.weights;
+  // The weights are read once into memory, and copied once, into *weights.
+  std::string bytes;
+  std::vector<int64_t> shape;
+  if (ws.tensor.empty()) {
+    absl::StatusOr<std::string> file = read_file(ws.path);
+    if (!file.ok()) return file.status();
+    bytes = *std::move(file);
+    absl::StatusOr<NpyView> w = view_npy(bytes);
+    if (!w.ok())
+      return absl::InvalidArgumentError(absl::StrCat(ws.path, ": ", w.status().message()));
+    if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ws.path, ": weights must be int8 (|i1) of shape [N, K], got ",
+                       npy_descr(w->dtype), " ", shape_string(w->shape)));
+    }
+    shape = w->shape;
+    weights->assign(w->data.begin(), w->data.end());
+  } else {
+    ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(ws.path));
+    const auto it = h.tensors.find(ws.tensor);
+    if (it == h.tensors.end()) {
+      return absl::NotFoundError(absl::StrCat(ws.path, " has no tensor '", ws.tensor, "'"));
+    }
+    if (it->second.dtype != "I8" || it->second.shape.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ws.describe(), ": weights must be I8 of shape [N, K], got ",
+                       it->second.dtype, " ", shape_string(it->second.shape)));
+    }
+    shape = it->second.shape;
+    ASSIGN_OR_RETURN_MANIFEST(bytes, read_safetensors_tensor(h, ws.tensor));
+    weights->assign(bytes.begin(), bytes.end());
   }
-  if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(layer.weights_path, ": weights must be int8 (|i1) of shape [N, K], got ",
-                     npy_descr(w->dtype), " ", shape_string(w->shape)));
+  header->set_n(shape[0]);
+  header->set_k(shape[1]);
+  ASSIGN_OR_RETURN_MANIFEST(*header->mutable_weight_scale(),
+                            read_float_tensor(layer.weight_scale, "weight_scale"));
+  if (!layer.bias.path.empty()) {
+    ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(), read_float_tensor(layer.bias, "bias"));
   }
-  header->set_n(w->shape[0]);
-  header->set_k(w->shape[1]);
-  absl::StatusOr<v1::Tensor> scale = read_float_tensor_npy(layer.weight_scale_path, "weight_scale");
-  if (!scale.ok()) return scale.status();
-  *header->mutable_weight_scale() = *std::move(scale);
-  if (!layer.bias_path.empty()) {
-    absl::StatusOr<v1::Tensor> bias = read_float_tensor_npy(layer.bias_path, "bias");
-    if (!bias.ok()) return bias.status();
-    *header->mutable_bias() = *std::move(bias);
+  if (!layer.input_scale.path.empty()) {
+    ASSIGN_OR_RETURN_MANIFEST(const double d, read_scalar(layer.input_scale, "input_scale", false));
+    header->set_input_scale(static_cast<float>(d));
   }
-  weights->assign(w->data.begin(), w->data.end());
+  if (!layer.input_zero_point.path.empty()) {
+    ASSIGN_OR_RETURN_MANIFEST(const double d,
+                              read_scalar(layer.input_zero_point, "input_zero_point", true));
+    header->set_input_zero_point(static_cast<int32_t>(d));
+  }
   return absl::OkStatus();
 }
 

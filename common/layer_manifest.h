@@ -24,11 +24,19 @@
 //     ]
 //   }
 //
-// Relative paths are taken from the manifest's folder. An unknown key, a value of the wrong type
-// and a name given twice are errors that name the entry, so that a typo never loads a layer other
-// than the one meant. What the values mean, and what is checked of them (shapes, schemes,
-// scales), is the LayerHeader's (proto/qlinear/v1/qlinear.proto); the server checks it on load,
-// as for an upload.
+// Each tensor (weights, weight_scale, bias, and input_scale and input_zero_point given as
+// tensors) may instead be a tensor of a safetensors file, as a checkpoint holds it:
+//   "weights": {"file": "model-00001-of-00002.safetensors",
+//               "tensor": "model.layers.0.mlp.down_proj.weight"}                 I8 [N, K]
+//   "weight_scale": {"file": ..., "tensor": "...down_proj.weight_scale"}     F32, F16 or BF16
+//   "input_scale": {"file": ..., "tensor": "...down_proj.input_scale"}      one F32/F16/BF16
+//   "input_zero_point": {"file": ..., "tensor": "...input_zero_point"}      one I32 or I8
+// (qlinear-cli manifest --checkpoint writes such a manifest for a compressed-tensors W8A8
+// checkpoint.) Relative paths are taken from the manifest's folder. An unknown key, a value of the
+// wrong type and a name given twice are errors that name the entry, so that a typo never loads a
+// layer other than the one meant. What the values mean, and what is checked of them (shapes,
+// schemes, scales), is the LayerHeader's (proto/qlinear/v1/qlinear.proto); the server checks it on
+// load, as for an upload.
 #pragma once
 
 #include <cstdint>
@@ -42,13 +50,22 @@
 
 namespace qlinear {
 
+// Where a tensor comes from: a .npy file (`tensor` empty), or tensor `tensor` of a safetensors
+// file. `path` is resolved against the manifest's folder; empty: not given.
+struct TensorSource {
+  std::string path, tensor;
+  // "PATH", or "PATH, tensor 'T'", for messages.
+  std::string describe() const;
+};
+
 // One entry of a manifest, its files not yet read.
 struct ManifestLayer {
   int index = 0;  // its position in "layers", from 0
-  // Every field the manifest gives but n, k, weight_scale and bias (read_manifest_layer's).
+  // Every field the manifest gives but n, k and the tensors (read_manifest_layer's).
   v1::LayerHeader header;
-  // Resolved against the manifest's folder; bias_path is empty for a layer without bias.
-  std::string weights_path, weight_scale_path, bias_path;
+  TensorSource weights, weight_scale, bias;
+  // Given as tensors (else in `header` where given as numbers, or not at all).
+  TensorSource input_scale, input_zero_point;
 
   // "layer 'NAME' (entry I)", for messages.
   std::string describe() const;
@@ -63,8 +80,9 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
 // Messages start with the path.
 absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string& path);
 
-// Reads an entry's files: `*header` becomes its whole header (n and k from the weights' shape,
-// weight_scale and bias as stored), `*weights` its N*K weight bytes. Messages name the file.
+// Reads an entry's tensors: `*header` becomes its whole header (n and k from the weights' shape,
+// weight_scale and bias as stored, input_scale and input_zero_point where given as tensors),
+// `*weights` its N*K weight bytes. Messages name the file (and tensor).
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights);
 

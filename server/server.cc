@@ -26,7 +26,9 @@ absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o)
   const std::string& path = o.layer_manifest;
   ASSIGN_OR_RETURN(std::vector<ManifestLayer> layers, read_layer_manifest(path));
   for (const ManifestLayer& l : layers) {
-    for (const std::string* f : {&l.weights_path, &l.weight_scale_path, &l.bias_path}) {
+    for (const TensorSource* src :
+         {&l.weights, &l.weight_scale, &l.bias, &l.input_scale, &l.input_zero_point}) {
+      const std::string* f = &src->path;
       if (f->empty()) continue;
       struct stat st;
       const int err = stat(f->c_str(), &st) != 0 ? errno : 0;

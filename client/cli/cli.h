@@ -51,6 +51,7 @@ int cmd_layers(const CommandArgs& args);
 int cmd_describe(const CommandArgs& args);
 int cmd_load(const CommandArgs& args);
 int cmd_unload(const CommandArgs& args);
+int cmd_manifest(const CommandArgs& args);
 int cmd_infer(const CommandArgs& args);
 int cmd_smoke(const CommandArgs& args);
 int cmd_bench(const CommandArgs& args);

@@ -254,6 +254,58 @@ for layer in cli-test/manifest-a cli-test/manifest-b; do
   expect 0 unload "$layer"
 done
 
+# --- a W8A8 safetensors checkpoint (compressed-tensors): its manifest, uploaded -----------------
+mkdir "$work/ckpt"
+python3 - "$work" <<'EOF'
+import json, struct, sys
+work = sys.argv[1]
+def npy_data(name):  # the data bytes of a .npy file written above (format 1.0)
+    raw = open(f"{work}/{name}", "rb").read()
+    return raw[10 + struct.unpack("<H", raw[8:10])[0]:]
+w, s, b = npy_data("w.npy"), npy_data("s.npy"), npy_data("b.npy")
+bf16 = b"".join(x[2:] for x in (s[i:i + 4] for i in range(0, len(s), 4)))  # truncated to bf16
+def save(name, tensors):
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for t, dtype, shape, raw in tensors:
+        header[t] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    open(f"{work}/ckpt/{name}", "wb").write(struct.pack("<Q", len(h)) + h + data)
+p = "model.layers.0.mlp."
+save("model-00001-of-00002.safetensors", [
+    (p + "down_proj.weight", "I8", [40, 72], w), (p + "down_proj.weight_scale", "F32", [40, 1], s),
+    (p + "down_proj.bias", "F16", [40], b), ("lm_head.weight", "BF16", [4, 72], bytes(576))])
+save("model-00002-of-00002.safetensors", [
+    (p + "up_proj.weight", "I8", [40, 72], w), (p + "up_proj.weight_scale", "BF16", [40, 1], bf16),
+    (p + "gate_proj.weight", "I8", [40, 72], w)])
+json.dump({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+    "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
+                "input_activations": {"num_bits": 8, "type": "int", "dynamic": True,
+                                      "symmetric": True}}}}}, open(f"{work}/ckpt/config.json", "w"))
+EOF
+expect 0 manifest --checkpoint "$work/ckpt" --output "$work/ckpt/layers.json"
+grep_out "^wrote $work/ckpt/layers.json: 2 layers (5.6 KiB of int8 weights) from 2 safetensors files; dynamic_symmetric (config.json)$"
+grep_out '^skipped model.layers.0.mlp.gate_proj.weight: int8 without a weight_scale$'
+grep -q '"file": "model-00001-of-00002.safetensors"' "$work/ckpt/layers.json" ||
+  fail "the manifest beside the checkpoint does not name its files by their names"
+expect 0 load --manifest "$work/ckpt/layers.json"
+grep_out "^\[1/2\] loaded layer 'model.layers.0.mlp.down_proj' N=40 K=72 dynamic_symmetric"
+expect 0 describe model.layers.0.mlp.down_proj
+grep_out 'with bias\|bias  *yes'
+expect 0 infer --layer model.layers.0.mlp.down_proj --input "$work/x.npy" --output-dtype fp32 \
+  --output "$work/y7.npy"
+cmp -s "$work/y4.npy" "$work/y7.npy" || fail "the checkpoint's layer answers otherwise than the same tensors from .npy files"
+expect 0 infer --layer model.layers.0.mlp.up_proj --input "$work/x.npy"
+expect 0 manifest --checkpoint "$work/ckpt" --output "$work/elsewhere.json"
+grep -q "\"file\": \"$work/ckpt/model-00002-of-00002.safetensors\"" "$work/elsewhere.json" ||
+  fail "a manifest written elsewhere does not name the checkpoint's files by absolute paths"
+expect 1 manifest --checkpoint "$work" --output "$work/none.json"
+grep_err "^qlinear-cli: NOT_FOUND: no \*.safetensors files in "
+expect 2 manifest --checkpoint "$work/ckpt"
+for layer in model.layers.0.mlp.down_proj model.layers.0.mlp.up_proj; do
+  expect 0 unload "$layer"
+done
+
 # --- bench: streams, echo, unary with the echo comparison, an existing layer --------------------
 expect 0 bench --n 256 --k 256 --streams 4 --duration 2 --m 1
 cat "$work/out"

@@ -9,9 +9,11 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/npy.h"
+#include "common/safetensors.h"
 
 namespace qlinear {
 namespace {
@@ -36,9 +38,9 @@ TEST(LayerManifestTest, ReadsEveryKeyAndResolvesPaths) {
   const ManifestLayer& a = (*layers)[0];
   EXPECT_EQ(a.index, 0);
   EXPECT_EQ(a.describe(), "layer 'model.layers.0/qkv' (layers[0])");
-  EXPECT_EQ(a.weights_path, "/models/llama/w.npy");
-  EXPECT_EQ(a.weight_scale_path, "/models/llama/sub/s.npy");
-  EXPECT_EQ(a.bias_path, "/abs/b.npy");
+  EXPECT_EQ(a.weights.path, "/models/llama/w.npy");
+  EXPECT_EQ(a.weight_scale.path, "/models/llama/sub/s.npy");
+  EXPECT_EQ(a.bias.path, "/abs/b.npy");
   const v1::LayerHeader& h = a.header;
   EXPECT_EQ(h.name(), "model.layers.0/qkv");
   EXPECT_EQ(h.scheme(), v1::SCHEME_STATIC_ASYMMETRIC);
@@ -59,7 +61,7 @@ TEST(LayerManifestTest, ReadsEveryKeyAndResolvesPaths) {
   // The defaults: dynamic symmetric, no bias, nothing static, the server's batching.
   const ManifestLayer& b = (*layers)[1];
   EXPECT_EQ(b.index, 1);
-  EXPECT_EQ(b.bias_path, "");
+  EXPECT_EQ(b.bias.path, "");
   EXPECT_EQ(b.header.scheme(), v1::SCHEME_DYNAMIC_SYMMETRIC);
   EXPECT_FALSE(b.header.has_input_scale());
   EXPECT_FALSE(b.header.has_input_zero_point());
@@ -72,7 +74,7 @@ TEST(LayerManifestTest, ReadsEveryKeyAndResolvesPaths) {
                                        "weight_scale": "s.npy"}]})",
                                    "");
   ASSERT_TRUE(here.ok()) << here.status();
-  EXPECT_EQ((*here)[0].weights_path, "w.npy");
+  EXPECT_EQ((*here)[0].weights.path, "w.npy");
   // No layers at all is a manifest too.
   auto none = parse_layer_manifest(R"({"layers": []})", "/m");
   ASSERT_TRUE(none.ok()) << none.status();
@@ -98,7 +100,7 @@ TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
       {R"({"layers": [{"name": ")" + std::string(129, 'n') + R"(", )" + ok_files + "}]}",
        "layers[0]: layer name is 129 characters long; the limit is 128"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "bias": ""}]})",
-       "layer 'a' (layers[0]): \"bias\" is an empty path (leave the key out for no bias)"},
+       "layer 'a' (layers[0]): \"bias\" is an empty path (leave the key out for none)"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": 1e39}]})",
        "layer 'a' (layers[0]): \"input_scale\" 1e+39 is out of the range of a float32"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": 1e-50}]})",
@@ -117,20 +119,28 @@ TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
       {R"({"layers": [{"name": 5, )" + ok_files + "}]}",
        "layers[0]: \"name\" is required and must be a non-empty string"},
       {R"({"layers": [{"name": "a", "weight_scale": "s.npy"}]})",
-       "layer 'a' (layers[0]): \"weights\" and \"weight_scale\" are required (paths of .npy "
-       "files)"},
+       "layer 'a' (layers[0]): \"weights\" and \"weight_scale\" are required (.npy files or "
+       "safetensors tensors)"},
       {R"({"layers": [{"name": "a", "weights": "w.npy"}]})",
        "layer 'a' (layers[0]): \"weights\" and \"weight_scale\" are required"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "bais": "b.npy"}]})",
        "layer 'a' (layers[0]): unknown key \"bais\"; the keys are name, weights, weight_scale, "
        "bias, scheme,"},
       {R"({"layers": [{"name": "a", "weights": 3, "weight_scale": "s.npy"}]})",
-       "layer 'a' (layers[0]): \"weights\" must be a string, got an integer"},
+       "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or {\"file\": "
+       "\"F.safetensors\", \"tensor\": \"T\"}, got an integer"},
+      {R"({"layers": [{"name": "a", "weights": {"file": "m.safetensors"}, "weight_scale": "s.npy"}]})",
+       "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or {\"file\": "
+       "\"F.safetensors\", \"tensor\": \"T\"}; both keys are required"},
+      {R"({"layers": [{"name": "a", "weights": {"file": "m.safetensors", "tensr": "w"},
+           "weight_scale": "s.npy"}]})",
+       "; \"tensr\" is not one of them or not a non-empty string"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "scheme": "int8"}]})",
        "layer 'a' (layers[0]): unknown scheme 'int8'; expected dynamic_symmetric, "
        "static_symmetric, dynamic_asymmetric or static_asymmetric"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_scale": "0.1"}]})",
-       "layer 'a' (layers[0]): \"input_scale\" must be a number, got a string"},
+       "layer 'a' (layers[0]): \"input_scale\" must be a number or {\"file\": ..., \"tensor\": "
+       "...}, got a string"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_zero_point": 1.5}]})",
        "layer 'a' (layers[0]): \"input_zero_point\" must be an integer, got a number"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(, "input_zero_point": 3000000000}]})",
@@ -254,6 +264,150 @@ TEST_F(ManifestFilesTest, ReadsTheWeightsScalesAndBias) {
   s = read_layer_manifest(dir_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), dir_ + " is not a regular file");
+}
+
+// A safetensors file of `tensors` (name, dtype, shape, bytes) in the order given.
+std::string safetensors_bytes(
+    const std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, std::string>>&
+        tensors) {
+  std::string header = "{", data;
+  for (const auto& [name, dtype, shape, bytes] : tensors) {
+    std::string dims;
+    for (size_t i = 0; i < shape.size(); ++i) dims += (i ? "," : "") + std::to_string(shape[i]);
+    if (header.size() > 1) header += ",";
+    header += "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + dims +
+              "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + bytes.size()) + "]}";
+    data += bytes;
+  }
+  header += ",\"__metadata__\":{\"format\":\"pt\"}}";
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+TEST_F(ManifestFilesTest, ReadsTensorsOfASafetensorsCheckpoint) {
+  const std::string w = {1, -2, 3, -4, 5, -6};
+  const std::string bf16_scales("\x00\x3f\x80\x3e", 4);  // 0.5, 0.25 in bf16
+  const std::string f16_bias("\x00\x3c\x00\xc0", 4);     // 1, -2 in fp16
+  float in_scale = 0.125f;
+  int32_t zp = -7;
+  const std::string file = safetensors_bytes({
+      {"l.weight", "I8", {2, 3}, w},
+      {"l.weight_scale", "BF16", {2, 1}, bf16_scales},
+      {"l.bias", "F16", {2}, f16_bias},
+      {"l.input_scale", "F32", {1}, std::string(reinterpret_cast<char*>(&in_scale), 4)},
+      {"l.input_zero_point", "I32", {1}, std::string(reinterpret_cast<char*>(&zp), 4)},
+      {"bad.weight", "F32", {2, 3}, std::string(24, '\0')},
+      {"two.input_scale", "F32", {2}, std::string(8, '\0')},
+  });
+  {
+    FILE* f = fopen(path("model.safetensors").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fwrite(file.data(), 1, file.size(), f);
+    fclose(f);
+  }
+  save("s.npy", NpyDType::kF4, {2}, floats({0.5f, 0.25f}));
+  auto ref = [](const std::string& t) {
+    return R"({"file": "model.safetensors", "tensor": ")" + t + R"("})";
+  };
+  const std::string manifest = path("m.json");
+  {
+    FILE* f = fopen(manifest.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string json =
+        R"({"layers": [{"name": "l", "scheme": "static_asymmetric", "weights": )" +
+        ref("l.weight") + R"(, "weight_scale": )" + ref("l.weight_scale") + R"(, "bias": )" +
+        ref("l.bias") + R"(, "input_scale": )" + ref("l.input_scale") +
+        R"(, "input_zero_point": )" + ref("l.input_zero_point") + R"(},
+        {"name": "missing", "weights": )" +
+        ref("nope") + R"(, "weight_scale": "s.npy"},
+        {"name": "f32", "weights": )" +
+        ref("bad.weight") + R"(, "weight_scale": "s.npy"},
+        {"name": "two", "weights": )" +
+        ref("l.weight") + R"(, "weight_scale": "s.npy",
+         "scheme": "static_symmetric", "input_scale": )" +
+        ref("two.input_scale") + R"(},
+        {"name": "npy", "weights": {"file": "s.npy", "tensor": "x"}, "weight_scale": "s.npy"}]})";
+    fputs(json.c_str(), f);
+    fclose(f);
+  }
+  auto layers = read_layer_manifest(manifest);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ASSERT_EQ(layers->size(), 5u);
+  EXPECT_EQ((*layers)[0].weights.path, dir_ + "/model.safetensors");
+  EXPECT_EQ((*layers)[0].weights.tensor, "l.weight");
+  EXPECT_EQ((*layers)[0].weights.describe(), dir_ + "/model.safetensors, tensor 'l.weight'");
+
+  v1::LayerHeader h;
+  std::vector<int8_t> weights;
+  const absl::Status ok = read_manifest_layer((*layers)[0], &h, &weights);
+  ASSERT_TRUE(ok.ok()) << ok;
+  EXPECT_EQ(h.n(), 2);
+  EXPECT_EQ(h.k(), 3);
+  EXPECT_EQ(std::string(weights.begin(), weights.end()), w);
+  EXPECT_EQ(h.weight_scale().dtype(), v1::DTYPE_BF16);
+  EXPECT_THAT(
+      std::vector<int64_t>(h.weight_scale().shape().begin(), h.weight_scale().shape().end()),
+      ::testing::ElementsAre(2, 1));
+  EXPECT_EQ(h.weight_scale().data(), bf16_scales);
+  EXPECT_EQ(h.bias().dtype(), v1::DTYPE_FP16);
+  EXPECT_EQ(h.bias().data(), f16_bias);
+  ASSERT_TRUE(h.has_input_scale());
+  EXPECT_EQ(h.input_scale(), 0.125f);
+  ASSERT_TRUE(h.has_input_zero_point());
+  EXPECT_EQ(h.input_zero_point(), -7);
+
+  absl::Status s = read_manifest_layer((*layers)[1], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), dir_ + "/model.safetensors has no tensor 'nope'");
+  s = read_manifest_layer((*layers)[2], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ +
+                             "/model.safetensors, tensor 'bad.weight': weights must be I8 of "
+                             "shape [N, K], got F32 [2, 3]");
+  s = read_manifest_layer((*layers)[3], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ +
+                             "/model.safetensors, tensor 'two.input_scale': input_scale must be "
+                             "one value of F32, F16 or BF16, got 2 of F32");
+  s = read_manifest_layer((*layers)[4], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(dir_ + "/s.npy: the header length "));
+}
+
+TEST_F(ManifestFilesTest, ASafetensorsHeaderThatDoesNotHoldIsRefused) {
+  struct Case {
+    std::string bytes, message;
+  };
+  const std::string ok = safetensors_bytes({{"w", "I8", {2, 2}, std::string(4, '\0')}});
+  std::string truncated = ok.substr(0, ok.size() - 1);
+  std::string lie = ok;
+  lie.replace(lie.find("[0,4]"), 5, "[0,3]");
+  std::string dtype = ok;
+  dtype.replace(dtype.find("\"I8\""), 4, "\"Q4\"");
+  const Case cases[] = {
+      {"short", "too short for a safetensors file"},
+      {truncated, "tensor 'w' ends past the end of the file (truncated?)"},
+      {lie, "tensor 'w': data_offsets [0, 3] hold 3 bytes, its shape of I8 needs 4"},
+      {dtype, "tensor 'w' has the unknown dtype Q4"},
+      {std::string("\x04\0\0\0\0\0\0\0[1] ", 12), "the header is not a JSON object"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    const std::string p = path("case.safetensors");
+    files_.pop_back();
+    FILE* f = fopen(p.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fwrite(c.bytes.data(), 1, c.bytes.size(), f);
+    fclose(f);
+    const absl::Status s = read_safetensors_header(p).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(p + ": " + c.message));
+  }
+  files_.push_back(dir_ + "/case.safetensors");
+  auto h = read_safetensors_header(dir_ + "/case.safetensors");
+  EXPECT_FALSE(h.ok());
 }
 
 }  // namespace

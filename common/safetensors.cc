@@ -1,0 +1,142 @@
+#include "common/safetensors.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace qlinear {
+namespace {
+
+using Json = nlohmann::json;
+
+// Larger headers are refused (the format's own reader caps them at 100 MB as well).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
+absl::Status bad(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+absl::Status open_failed(const std::string& path) {
+  const int err = errno;
+  std::string what = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
+  if (err == EACCES) return absl::PermissionDeniedError(what);
+  return absl::NotFoundError(what);
+}
+
+}  // namespace
+
+int64_t SafetensorsTensor::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int safetensors_dtype_size(absl::string_view dtype) {
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" ||
+      dtype == "F8_E5M2") {
+    return 1;
+  }
+  if (dtype == "I16" || dtype == "U16" || dtype == "F16" || dtype == "BF16") return 2;
+  if (dtype == "I32" || dtype == "U32" || dtype == "F32") return 4;
+  if (dtype == "I64" || dtype == "U64" || dtype == "F64") return 8;
+  return 0;
+}
+
+absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return open_failed(path);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  unsigned char len_bytes[8];
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) {
+    return bad(path, "too short for a safetensors file (no 8-byte header length)");
+  }
+  uint64_t header_bytes = 0;
+  for (int i = 0; i < 8; ++i) header_bytes |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  if (header_bytes > kMaxHeaderBytes || 8 + header_bytes > file_bytes) {
+    return bad(path, absl::StrCat("the header length ", header_bytes, " does not fit the file (",
+                                  file_bytes, " bytes); not a safetensors file?"));
+  }
+  std::string text(static_cast<size_t>(header_bytes), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(header_bytes))) {
+    return absl::DataLossError(absl::StrCat("error reading ", path));
+  }
+  Json doc;
+  try {
+    doc = Json::parse(text);
+  } catch (const Json::exception& e) {
+    return bad(path, absl::StrCat("the header is not valid JSON: ", e.what()));
+  }
+  if (!doc.is_object()) return bad(path, "the header is not a JSON object");
+  SafetensorsHeader h;
+  h.path = path;
+  const uint64_t data_start = 8 + header_bytes;
+  for (const auto& [name, t] : doc.items()) {
+    if (name == "__metadata__") continue;
+    const std::string at = absl::StrCat("tensor '", name, "'");
+    if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") ||
+        !t["shape"].is_array() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
+        t["data_offsets"].size() != 2) {
+      return bad(path, absl::StrCat(at, " lacks a dtype, shape or data_offsets [begin, end]"));
+    }
+    SafetensorsTensor out;
+    out.dtype = t["dtype"].get<std::string>();
+    const int size = safetensors_dtype_size(out.dtype);
+    if (size == 0) return bad(path, absl::StrCat(at, " has the unknown dtype ", out.dtype));
+    uint64_t elements = 1;
+    for (const Json& d : t["shape"]) {
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+        return bad(path, absl::StrCat(at, " has a shape entry that is not a size"));
+      }
+      const uint64_t v = d.get<uint64_t>();
+      if (v > (uint64_t{1} << 40) || (v > 0 && elements > (uint64_t{1} << 50) / v)) {
+        return bad(path, absl::StrCat(at, " has a shape too large"));
+      }
+      elements *= v;
+      out.shape.push_back(static_cast<int64_t>(v));
+    }
+    const Json& off = t["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return bad(path, absl::StrCat(at, " has data_offsets that are not sizes"));
+    }
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    if (end < begin || end - begin != elements * size) {
+      return bad(path,
+                 absl::StrCat(at, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
+                              " bytes, its shape of ", out.dtype, " needs ", elements * size));
+    }
+    if (end > file_bytes - data_start) {
+      return bad(path, absl::StrCat(at, " ends past the end of the file (truncated?)"));
+    }
+    out.offset = data_start + begin;
+    out.bytes = end - begin;
+    h.tensors.emplace(name, std::move(out));
+  }
+  return h;
+}
+
+absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& header,
+                                                    absl::string_view name) {
+  const auto it = header.tensors.find(std::string(name));
+  if (it == header.tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
+  }
+  std::ifstream in(header.path, std::ios::binary);
+  if (!in) return open_failed(header.path);
+  std::string bytes(static_cast<size_t>(it->second.bytes), '\0');
+  in.seekg(static_cast<std::streamoff>(it->second.offset));
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    return absl::DataLossError(absl::StrCat("error reading tensor '", name, "' of ", header.path));
+  }
+  return bytes;
+}
+
+}  // namespace qlinear
