@@ -1,5 +1,8 @@
 #include "common/layer_manifest.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -129,9 +132,10 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   auto source_at = [&](const char* key, TensorSource* v) -> absl::Status {
     const auto it = e.find(key);
     if (it == e.end()) return absl::OkStatus();
+    const bool scalar = std::string(key) == "input_scale" || std::string(key) == "input_zero_point";
     const std::string expected = absl::StrCat(
-        at, ": \"", key,
-        "\" must be the path of a .npy file or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}");
+        at, ": \"", key, "\" must be ", scalar ? "a number" : "the path of a .npy file",
+        " or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}");
     if (it->is_string()) {
       if (it->get<std::string>().empty()) {
         return absl::InvalidArgumentError(
@@ -377,31 +381,80 @@ std::string TensorSource::describe() const {
 
 namespace {
 
-// A float tensor (weight_scale, bias) from its source: a .npy file of float32 or float16, or a
-// safetensors tensor of F32, F16 or BF16.
-absl::StatusOr<v1::Tensor> read_float_tensor(const TensorSource& src, absl::string_view what) {
-  if (src.tensor.empty()) return read_float_tensor_npy(src.path, what);
-  ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(src.path));
-  const auto it = h.tensors.find(src.tensor);
-  if (it == h.tensors.end()) {
+// Safetensors headers, each file's read once (for a layer, or for a check of a whole manifest).
+class HeaderCache {
+ public:
+  absl::StatusOr<const SafetensorsHeader*> get(const std::string& path) {
+    auto it = headers_.find(path);
+    if (it == headers_.end()) {
+      absl::StatusOr<SafetensorsHeader> h = read_safetensors_header(path);
+      if (!h.ok()) return h.status();
+      it = headers_.emplace(path, *std::move(h)).first;
+    }
+    return &it->second;
+  }
+
+ private:
+  std::map<std::string, SafetensorsHeader> headers_;
+};
+
+// What a tensor is read as.
+enum class Kind {
+  kWeights,      // I8 [N, K]
+  kFloats,       // weight_scale, bias: F32, F16 or BF16
+  kFloatScalar,  // input_scale: one F32, F16 or BF16
+  kIntScalar,    // input_zero_point: one I32 or I8
+};
+
+bool is_float(const std::string& dt) { return dt == "F32" || dt == "F16" || dt == "BF16"; }
+
+// The safetensors tensor `src` names, checked for what it is read as.
+absl::StatusOr<std::pair<const SafetensorsHeader*, const SafetensorsTensor*>> lookup(
+    HeaderCache& cache, const TensorSource& src, Kind kind, absl::string_view what) {
+  ASSIGN_OR_RETURN_MANIFEST(const SafetensorsHeader* h, cache.get(src.path));
+  const auto it = h->tensors.find(src.tensor);
+  if (it == h->tensors.end()) {
     return absl::NotFoundError(absl::StrCat(src.path, " has no tensor '", src.tensor, "'"));
   }
-  v1::Tensor t;
-  const std::string& dt = it->second.dtype;
-  if (dt == "F32") {
-    t.set_dtype(v1::DTYPE_FP32);
-  } else if (dt == "F16") {
-    t.set_dtype(v1::DTYPE_FP16);
-  } else if (dt == "BF16") {
-    t.set_dtype(v1::DTYPE_BF16);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(src.describe(), ": ", what, " must be F32, F16 or BF16, got ", dt));
+  const SafetensorsTensor& t = it->second;
+  std::string wanted;
+  switch (kind) {
+    case Kind::kWeights:
+      if (t.dtype != "I8" || t.shape.size() != 2) wanted = "I8 of shape [N, K]";
+      break;
+    case Kind::kFloats:
+      if (!is_float(t.dtype)) wanted = "F32, F16 or BF16";
+      break;
+    case Kind::kFloatScalar:
+      if (!is_float(t.dtype) || t.elements() != 1) wanted = "one value of F32, F16 or BF16";
+      break;
+    case Kind::kIntScalar:
+      if ((t.dtype != "I32" && t.dtype != "I8") || t.elements() != 1)
+        wanted = "one value of I32 or I8";
+      break;
   }
-  for (int64_t d : it->second.shape) t.add_shape(d);
-  ASSIGN_OR_RETURN_MANIFEST(std::string bytes, read_safetensors_tensor(h, src.tensor));
-  t.set_data(std::move(bytes));
-  return t;
+  if (!wanted.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(src.describe(), ": ", what, " must be ", wanted,
+                                                   ", got ", t.dtype, " ", shape_string(t.shape)));
+  }
+  return std::make_pair(h, &t);
+}
+
+// A float tensor (weight_scale, bias) from its source: a .npy file of float32 or float16, or a
+// safetensors tensor of F32, F16 or BF16.
+absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSource& src,
+                                             absl::string_view what) {
+  if (src.tensor.empty()) return read_float_tensor_npy(src.path, what);
+  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, src, Kind::kFloats, what));
+  const SafetensorsTensor& t = *found.second;
+  v1::Tensor out;
+  out.set_dtype(t.dtype == "F32"   ? v1::DTYPE_FP32
+                : t.dtype == "F16" ? v1::DTYPE_FP16
+                                   : v1::DTYPE_BF16);
+  for (int64_t d : t.shape) out.add_shape(d);
+  ASSIGN_OR_RETURN_MANIFEST(std::string bytes, read_safetensors_tensor(*found.first, src.tensor));
+  out.set_data(std::move(bytes));
+  return out;
 }
 
 float half_to_float(uint16_t h) {
@@ -424,22 +477,12 @@ float half_to_float(uint16_t h) {
 }
 
 // The one value of a safetensors tensor of one element (input_scale: F32, F16 or BF16;
-// input_zero_point: I32 or I8), as a double.
-absl::StatusOr<double> read_scalar(const TensorSource& src, absl::string_view what, bool integer) {
-  ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(src.path));
-  const auto it = h.tensors.find(src.tensor);
-  if (it == h.tensors.end()) {
-    return absl::NotFoundError(absl::StrCat(src.path, " has no tensor '", src.tensor, "'"));
-  }
-  const std::string& dt = it->second.dtype;
-  const bool ok_dtype =
-      integer ? (dt == "I32" || dt == "I8") : (dt == "F32" || dt == "F16" || dt == "BF16");
-  if (!ok_dtype || it->second.elements() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        src.describe(), ": ", what, " must be one value of ",
-        integer ? "I32 or I8" : "F32, F16 or BF16", ", got ", it->second.elements(), " of ", dt));
-  }
-  ASSIGN_OR_RETURN_MANIFEST(std::string b, read_safetensors_tensor(h, src.tensor));
+// input_zero_point: I32 or I8), as a double (exact for each).
+absl::StatusOr<double> read_scalar(HeaderCache& cache, const TensorSource& src, Kind kind,
+                                   absl::string_view what) {
+  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, src, kind, what));
+  const std::string& dt = found.second->dtype;
+  ASSIGN_OR_RETURN_MANIFEST(std::string b, read_safetensors_tensor(*found.first, src.tensor));
   const auto* p = reinterpret_cast<const unsigned char*>(b.data());
   if (dt == "I8") return static_cast<double>(static_cast<int8_t>(p[0]));
   if (dt == "I32") {
@@ -460,22 +503,62 @@ absl::StatusOr<double> read_scalar(const TensorSource& src, absl::string_view wh
   return static_cast<double>(v);
 }
 
+// Each of a layer's tensors with what it is read as.
+struct Use {
+  const TensorSource* src;
+  Kind kind;
+  const char* what;
+};
+std::vector<Use> uses(const ManifestLayer& l) {
+  return {{&l.weights, Kind::kWeights, "weights"},
+          {&l.weight_scale, Kind::kFloats, "weight_scale"},
+          {&l.bias, Kind::kFloats, "bias"},
+          {&l.input_scale, Kind::kFloatScalar, "input_scale"},
+          {&l.input_zero_point, Kind::kIntScalar, "input_zero_point"}};
+}
+
 }  // namespace
+
+absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
+  HeaderCache cache;
+  for (const ManifestLayer& l : layers) {
+    for (const Use& u : uses(l)) {
+      const TensorSource& src = *u.src;
+      if (src.path.empty()) continue;
+      absl::Status s;
+      if (src.tensor.empty()) {
+        struct stat st;
+        const int err = stat(src.path.c_str(), &st) != 0 ? errno : 0;
+        if (err != 0 || !S_ISREG(st.st_mode)) {
+          s = absl::Status(
+              err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
+              absl::StrCat(src.path, err == ENOENT ? " does not exist"
+                                     : err != 0    ? absl::StrCat(": ", std::strerror(err))
+                                                   : " is not a regular file"));
+        }
+      } else {
+        s = lookup(cache, src, u.kind, u.what).status();
+      }
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(l.describe(), ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights) {
   *header = layer.header;
+  HeaderCache cache;
   const TensorSource& ws = layer.weights;
-  // The weights are read once into memory, and copied once, into *weights.
-  std::string bytes;
   std::vector<int64_t> shape;
   if (ws.tensor.empty()) {
+    // The file is read once into memory, and its data copied once, into *weights.
     absl::StatusOr<std::string> file = read_file(ws.path);
     if (!file.ok()) return file.status();
-    bytes = *std::move(file);
-    absl::StatusOr<NpyView> w = view_npy(bytes);
-    if (!w.ok())
+    absl::StatusOr<NpyView> w = view_npy(*file);
+    if (!w.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(ws.path, ": ", w.status().message()));
+    }
     if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat(ws.path, ": weights must be int8 (|i1) of shape [N, K], got ",
@@ -484,34 +567,30 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
     shape = w->shape;
     weights->assign(w->data.begin(), w->data.end());
   } else {
-    ASSIGN_OR_RETURN_MANIFEST(SafetensorsHeader h, read_safetensors_header(ws.path));
-    const auto it = h.tensors.find(ws.tensor);
-    if (it == h.tensors.end()) {
-      return absl::NotFoundError(absl::StrCat(ws.path, " has no tensor '", ws.tensor, "'"));
-    }
-    if (it->second.dtype != "I8" || it->second.shape.size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ws.describe(), ": weights must be I8 of shape [N, K], got ",
-                       it->second.dtype, " ", shape_string(it->second.shape)));
-    }
-    shape = it->second.shape;
-    ASSIGN_OR_RETURN_MANIFEST(bytes, read_safetensors_tensor(h, ws.tensor));
-    weights->assign(bytes.begin(), bytes.end());
+    // Read straight into *weights.
+    ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
+    shape = found.second->shape;
+    weights->resize(static_cast<size_t>(found.second->bytes));
+    absl::Status s = read_safetensors_tensor_into(*found.first, ws.tensor,
+                                                  reinterpret_cast<char*>(weights->data()));
+    if (!s.ok()) return s;
   }
   header->set_n(shape[0]);
   header->set_k(shape[1]);
   ASSIGN_OR_RETURN_MANIFEST(*header->mutable_weight_scale(),
-                            read_float_tensor(layer.weight_scale, "weight_scale"));
+                            read_float_tensor(cache, layer.weight_scale, "weight_scale"));
   if (!layer.bias.path.empty()) {
-    ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(), read_float_tensor(layer.bias, "bias"));
+    ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(),
+                              read_float_tensor(cache, layer.bias, "bias"));
   }
   if (!layer.input_scale.path.empty()) {
-    ASSIGN_OR_RETURN_MANIFEST(const double d, read_scalar(layer.input_scale, "input_scale", false));
+    ASSIGN_OR_RETURN_MANIFEST(
+        const double d, read_scalar(cache, layer.input_scale, Kind::kFloatScalar, "input_scale"));
     header->set_input_scale(static_cast<float>(d));
   }
   if (!layer.input_zero_point.path.empty()) {
-    ASSIGN_OR_RETURN_MANIFEST(const double d,
-                              read_scalar(layer.input_zero_point, "input_zero_point", true));
+    ASSIGN_OR_RETURN_MANIFEST(const double d, read_scalar(cache, layer.input_zero_point,
+                                                          Kind::kIntScalar, "input_zero_point"));
     header->set_input_zero_point(static_cast<int32_t>(d));
   }
   return absl::OkStatus();

@@ -80,6 +80,11 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
 // Messages start with the path.
 absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string& path);
 
+// Checks, without reading their data, that every tensor the layers name is there: each .npy
+// file exists, and each safetensors tensor is in its file with a dtype and shape it can be read
+// as (each file's header read once). Messages name the layer and the file (and tensor).
+absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers);
+
 // Reads an entry's tensors: `*header` becomes its whole header (n and k from the weights' shape,
 // weight_scale and bias as stored, input_scale and input_zero_point where given as tensors),
 // `*weights` its N*K weight bytes. Messages name the file (and tensor).

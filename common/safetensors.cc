@@ -14,8 +14,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Larger headers are refused (the format's own reader caps them at 100 MB as well).
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+// Larger headers are refused (the format's own reader caps them at 100,000,000 bytes).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 absl::Status bad(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -89,8 +89,9 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
     }
     SafetensorsTensor out;
     out.dtype = t["dtype"].get<std::string>();
+    // A dtype not known here (a newer one) is kept, its byte count unchecked, so that the file's
+    // other tensors stay readable; no reader here takes such a tensor.
     const int size = safetensors_dtype_size(out.dtype);
-    if (size == 0) return bad(path, absl::StrCat(at, " has the unknown dtype ", out.dtype));
     uint64_t elements = 1;
     for (const Json& d : t["shape"]) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
@@ -108,7 +109,7 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
       return bad(path, absl::StrCat(at, " has data_offsets that are not sizes"));
     }
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (end < begin || end - begin != elements * size) {
+    if (end < begin || (size != 0 && end - begin != elements * size)) {
       return bad(path,
                  absl::StrCat(at, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
                               " bytes, its shape of ", out.dtype, " needs ", elements * size));
@@ -123,19 +124,29 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
   return h;
 }
 
-absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& header,
-                                                    absl::string_view name) {
+absl::Status read_safetensors_tensor_into(const SafetensorsHeader& header, absl::string_view name,
+                                          char* out) {
   const auto it = header.tensors.find(std::string(name));
   if (it == header.tensors.end()) {
     return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
   }
   std::ifstream in(header.path, std::ios::binary);
   if (!in) return open_failed(header.path);
-  std::string bytes(static_cast<size_t>(it->second.bytes), '\0');
   in.seekg(static_cast<std::streamoff>(it->second.offset));
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+  if (!in.read(out, static_cast<std::streamsize>(it->second.bytes))) {
     return absl::DataLossError(absl::StrCat("error reading tensor '", name, "' of ", header.path));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& header,
+                                                    absl::string_view name) {
+  const auto it = header.tensors.find(std::string(name));
+  if (it == header.tensors.end()) {
+    return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
+  }
+  std::string bytes(static_cast<size_t>(it->second.bytes), '\0');
+  if (absl::Status s = read_safetensors_tensor_into(header, name, bytes.data()); !s.ok()) return s;
   return bytes;
 }
 

@@ -30,13 +30,17 @@ struct SafetensorsHeader {
   std::map<std::string, SafetensorsTensor> tensors;  // by name ("__metadata__" left out)
 };
 
-// The header of the file at `path`, checked: every tensor's dtype is known, its byte range holds
-// exactly its shape's bytes and lies inside the file. Messages start with the path.
+// The header of the file at `path`, checked: every tensor's byte range lies inside the file and,
+// where its dtype is known (safetensors_dtype_size), holds exactly its shape's bytes. Messages
+// start with the path.
 absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path);
 
 // The bytes of tensor `name` of the file `header` describes; NOT_FOUND names the tensor.
 absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& header,
                                                     absl::string_view name);
+// The same into `out`, which has room for the tensor's bytes (SafetensorsTensor::bytes).
+absl::Status read_safetensors_tensor_into(const SafetensorsHeader& header, absl::string_view name,
+                                          char* out);
 
 // The size of one element of a safetensors dtype ("BF16": 2), or 0 for one not known.
 int safetensors_dtype_size(absl::string_view dtype);

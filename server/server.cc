@@ -2,9 +2,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <sys/stat.h>
-
-#include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,26 +17,13 @@ namespace qlinear {
 namespace {
 
 // The manifest at o.layer_manifest, checked before any layer loads: its JSON, every entry, and
-// that each file it names is there (so that a mistake in the last entry is not found after the
+// that each tensor it names is there (so that a mistake in the last entry is not found after the
 // others have loaded).
 absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o) {
   const std::string& path = o.layer_manifest;
   ASSIGN_OR_RETURN(std::vector<ManifestLayer> layers, read_layer_manifest(path));
-  for (const ManifestLayer& l : layers) {
-    for (const TensorSource* src :
-         {&l.weights, &l.weight_scale, &l.bias, &l.input_scale, &l.input_zero_point}) {
-      const std::string* f = &src->path;
-      if (f->empty()) continue;
-      struct stat st;
-      const int err = stat(f->c_str(), &st) != 0 ? errno : 0;
-      if (err != 0 || !S_ISREG(st.st_mode)) {
-        const bool missing = err == ENOENT;
-        return absl::Status(
-            missing ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
-            absl::StrCat(path, ": ", l.describe(), ": ", *f,
-                         missing ? " does not exist" : " is not a regular file"));
-      }
-    }
+  if (absl::Status s = check_manifest_tensors(layers); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   return layers;
 }

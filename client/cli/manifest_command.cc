@@ -2,6 +2,9 @@
 // compressed-tensors format that vLLM loads), so that a server serves its layers as they are
 // stored (qlinear-server --layer-manifest, qlinear-cli load --manifest).
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/cli.h"
+#include "common/layer_name.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 
@@ -29,61 +33,98 @@ struct ActivationScheme {
   bool dynamic = true, symmetric = true;
 };
 
-// The activation scheme config.json's quantization_config gives, if it is there; an error where
-// it names one qlinear does not serve.
+// The activation scheme config.json's quantization config gives, if there is a config.json; an
+// error where it names a quantization qlinear does not serve (weights other than symmetric int8
+// per channel or per tensor, activations other than int8).
 absl::StatusOr<std::optional<ActivationScheme>> config_scheme(const fs::path& dir) {
   const fs::path config = dir / "config.json";
   std::error_code ec;
-  if (!fs::exists(config, ec)) return std::optional<ActivationScheme>();
+  const bool there = fs::exists(config, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot read ", config.string(), ": ", ec.message()));
+  }
+  if (!there) return std::optional<ActivationScheme>();
   absl::StatusOr<std::string> text = read_file(config.string());
   if (!text.ok()) return text.status();
-  Json doc;
-  try {
-    doc = Json::parse(*text);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config.string(), ": not valid JSON: ", e.what()));
-  }
   const auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(config.string(), ": ", what));
   };
-  if (!doc.is_object() || !doc.contains("quantization_config")) {
-    return bad("has no quantization_config; not a quantized checkpoint");
+  try {
+    const Json doc = Json::parse(*text);
+    // Where checkpoints keep it: quantization_config; compression_config (older
+    // compressed-tensors); text_config.quantization_config (vision-language models).
+    const Json* q = nullptr;
+    if (doc.is_object()) {
+      if (doc.contains("quantization_config")) {
+        q = &doc["quantization_config"];
+      } else if (doc.contains("compression_config")) {
+        q = &doc["compression_config"];
+      } else if (doc.contains("text_config") && doc["text_config"].is_object() &&
+                 doc["text_config"].contains("quantization_config")) {
+        q = &doc["text_config"]["quantization_config"];
+      }
+    }
+    if (q == nullptr) return bad("has no quantization_config; not a quantized checkpoint");
+    auto str = [](const Json& o, const char* key) {
+      return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>()
+                                                                    : std::string();
+    };
+    auto int8 = [](const Json& o) {
+      return o.is_object() && o.contains("num_bits") && o["num_bits"].is_number_integer() &&
+             o["num_bits"].get<int64_t>() == 8 && o.contains("type") && o["type"] == "int";
+    };
+    // A boolean where given, else `otherwise`; *ok false where given as something else.
+    auto flag = [](const Json& o, const char* key, bool otherwise, bool* ok) {
+      if (!o.contains(key) || o[key].is_null()) return otherwise;
+      if (!o[key].is_boolean()) {
+        *ok = false;
+        return otherwise;
+      }
+      return o[key].get<bool>();
+    };
+    if (str(*q, "quant_method") != "compressed-tensors" || !q->contains("config_groups") ||
+        !(*q)["config_groups"].is_object()) {
+      return bad(
+          "the quantization config is not compressed-tensors with config_groups (the W8A8 int8 "
+          "format vLLM loads)");
+    }
+    std::optional<ActivationScheme> scheme;
+    for (const auto& [group, g] : (*q)["config_groups"].items()) {
+      const std::string at = absl::StrCat("config group '", group, "'");
+      if (!g.is_object() || !g.contains("weights") || !int8(g["weights"])) {
+        return bad(absl::StrCat(at, " does not quantize weights to int8"));
+      }
+      const Json& w = g["weights"];
+      bool ok = true;
+      const bool w_symmetric = flag(w, "symmetric", true, &ok);
+      const std::string strategy = str(w, "strategy");
+      if (!ok || !w_symmetric || (strategy != "channel" && strategy != "tensor")) {
+        return bad(absl::StrCat(at,
+                                " quantizes weights other than symmetric per channel or per "
+                                "tensor (strategy '",
+                                strategy, "'); qlinear serves those two"));
+      }
+      if (!g.contains("input_activations") || g["input_activations"].is_null()) {
+        return bad(
+            absl::StrCat(at, " leaves the activations unquantized (W8A16); qlinear serves W8A8"));
+      }
+      const Json& a = g["input_activations"];
+      if (!int8(a)) return bad(absl::StrCat(at, " does not quantize activations to int8"));
+      ActivationScheme s;
+      s.dynamic = flag(a, "dynamic", false, &ok);
+      s.symmetric = flag(a, "symmetric", true, &ok);
+      if (!ok) return bad(absl::StrCat(at, ": dynamic and symmetric must be true or false"));
+      if (scheme && (scheme->dynamic != s.dynamic || scheme->symmetric != s.symmetric)) {
+        return bad("config groups quantize activations in different ways; not supported");
+      }
+      scheme = s;
+    }
+    if (!scheme) return bad("config_groups is empty");
+    return scheme;
+  } catch (const Json::exception& e) {
+    return bad(absl::StrCat("not valid JSON: ", e.what()));
   }
-  const Json& q = doc["quantization_config"];
-  if (!q.is_object() || q.value("quant_method", "") != "compressed-tensors" ||
-      !q.contains("config_groups") || !q["config_groups"].is_object()) {
-    return bad(
-        "quantization_config is not compressed-tensors with config_groups (the W8A8 int8 "
-        "format vLLM loads)");
-  }
-  std::optional<ActivationScheme> scheme;
-  for (const auto& [group, g] : q["config_groups"].items()) {
-    const Json* w = g.is_object() && g.contains("weights") ? &g["weights"] : nullptr;
-    const Json* a =
-        g.is_object() && g.contains("input_activations") ? &g["input_activations"] : nullptr;
-    if (w == nullptr || !w->is_object() || w->value("type", "") != "int" ||
-        w->value("num_bits", 0) != 8) {
-      return bad(absl::StrCat("config group '", group, "' does not quantize weights to int8"));
-    }
-    if (a == nullptr || !a->is_object()) {
-      return bad(absl::StrCat("config group '", group,
-                              "' leaves the activations unquantized (W8A16); qlinear serves "
-                              "W8A8"));
-    }
-    if (a->value("type", "") != "int" || a->value("num_bits", 0) != 8) {
-      return bad(absl::StrCat("config group '", group, "' does not quantize activations to int8"));
-    }
-    ActivationScheme s;
-    s.dynamic = a->value("dynamic", false);
-    s.symmetric = a->value("symmetric", true);
-    if (scheme && (scheme->dynamic != s.dynamic || scheme->symmetric != s.symmetric)) {
-      return bad("config groups quantize activations in different ways; not supported");
-    }
-    scheme = s;
-  }
-  if (!scheme) return bad("config_groups is empty");
-  return scheme;
 }
 
 }  // namespace
@@ -96,9 +137,11 @@ int cmd_manifest(const CommandArgs& args) {
       "compressed-tensors format vLLM loads). Every int8 2-D tensor NAME.weight with a\n"
       "NAME.weight_scale becomes layer NAME, its tensors taken from the checkpoint's files as\n"
       "they are (with NAME.bias, NAME.input_scale and NAME.input_zero_point where there).\n"
-      "The scheme comes from config.json's quantization_config (config_groups'\n"
-      "input_activations: dynamic or static, symmetric or not); without a config.json, from the\n"
-      "tensors (static where an input_scale is stored, asymmetric where an input_zero_point is).\n"
+      "The scheme comes from config.json's quantization config (config_groups'\n"
+      "input_activations: dynamic or static, symmetric or not; weights must be symmetric int8 per\n"
+      "channel or per tensor); without a config.json, from the tensors (static where an\n"
+      "input_scale is stored, static asymmetric where an input_zero_point is too; dynamic\n"
+      "asymmetric checkpoints need their config.json).\n"
       "Files are named by their names where FILE is written into DIR, by absolute paths\n"
       "otherwise. Nothing is sent to a server: give FILE to qlinear-server --layer-manifest or\n"
       "to qlinear-cli load --manifest.");
@@ -110,12 +153,20 @@ int cmd_manifest(const CommandArgs& args) {
   }
   std::error_code ec;
   const fs::path dir = fs::canonical(checkpoint, ec);
-  if (ec || !fs::is_directory(dir)) {
-    return fail(absl::NotFoundError(absl::StrCat(checkpoint, " is not a folder")));
+  if (ec) return fail(absl::NotFoundError(absl::StrCat(checkpoint, ": ", ec.message())));
+  if (!fs::is_directory(dir, ec)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(checkpoint, " is not a folder")));
   }
   std::vector<fs::path> files;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (it->is_regular_file(type_ec) && it->path().extension() == ".safetensors") {
+      files.push_back(it->path());
+    }
+  }
+  if (ec) {
+    return fail(absl::PermissionDeniedError(
+        absl::StrCat("cannot list ", dir.string(), ": ", ec.message())));
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) {
@@ -125,8 +176,9 @@ int cmd_manifest(const CommandArgs& args) {
   if (!config.ok()) return fail(config.status());
 
   // Where the manifest names the files from: their names where it lies in the checkpoint's folder.
-  const fs::path out_dir = fs::weakly_canonical(fs::absolute(output)).parent_path();
-  const bool beside = out_dir == dir;
+  // (The folder as the server will take it: that of the path given, links in it resolved.)
+  const fs::path out_dir = fs::weakly_canonical(fs::absolute(output, ec).parent_path(), ec);
+  const bool beside = !ec && out_dir == dir;
   struct Where {
     std::string file;
     SafetensorsTensor t;
@@ -149,9 +201,11 @@ int cmd_manifest(const CommandArgs& args) {
   Json layers = Json::array();
   int64_t bytes = 0;
   std::set<std::string> schemes;
-  std::vector<std::string> no_scale;
+  std::vector<std::string> no_scale, not_2d;
   for (const auto& [t, where] : tensors) {
-    if (!absl::EndsWith(t, ".weight") || where.t.dtype != "I8" || where.t.shape.size() != 2) {
+    if (!absl::EndsWith(t, ".weight") || where.t.dtype != "I8") continue;
+    if (where.t.shape.size() != 2) {
+      not_2d.push_back(t);
       continue;
     }
     const std::string name = t.substr(0, t.size() - std::string(".weight").size());
@@ -159,8 +213,22 @@ int cmd_manifest(const CommandArgs& args) {
       no_scale.push_back(t);
       continue;
     }
+    if (absl::Status s = validate_layer_name(name); !s.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("tensor '", t, "': ", s.message())));
+    }
+    if (tensors.count(name + ".weight_zero_point")) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("layer ", name, " has asymmetric weights (", name,
+                       ".weight_zero_point); qlinear serves symmetric int8 weights")));
+    }
     const bool has_scale = tensors.count(name + ".input_scale") > 0;
     const bool has_zp = tensors.count(name + ".input_zero_point") > 0;
+    if (!config->has_value() && has_zp && !has_scale) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("layer ", name,
+                       " has an input_zero_point but no input_scale; give the "
+                       "checkpoint's config.json")));
+    }
     const ActivationScheme s =
         config->has_value() ? **config : ActivationScheme{!has_scale, !has_zp};
     if (!s.dynamic && !has_scale) {
@@ -190,10 +258,20 @@ int cmd_manifest(const CommandArgs& args) {
         "no W8A8 layer (an int8 NAME.weight with a NAME.weight_scale) in ", dir.string())));
   }
   {
-    std::ofstream out(output, std::ios::binary | std::ios::trunc);
-    out << Json{{"layers", layers}}.dump(2) << "\n";
+    // Written whole to a file beside it, then renamed over it: never half a manifest.
+    const std::string tmp = output + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (out) out << Json{{"layers", layers}}.dump(2) << "\n";
+    out.close();
     if (!out) {
-      return fail(absl::PermissionDeniedError(absl::StrCat("cannot write ", output)));
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      return fail(absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp, ": ", why)));
+    }
+    if (std::rename(tmp.c_str(), output.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      return fail(absl::PermissionDeniedError(absl::StrCat("cannot write ", output, ": ", why)));
     }
   }
   std::printf("wrote %s: %zu layers (%s of int8 weights) from %zu safetensors file%s; %s (%s)\n",
@@ -202,6 +280,9 @@ int cmd_manifest(const CommandArgs& args) {
               config->has_value() ? "config.json" : "from the tensors, without a config.json");
   for (const std::string& t : no_scale) {
     std::printf("skipped %s: int8 without a weight_scale\n", t.c_str());
+  }
+  for (const std::string& t : not_2d) {
+    std::printf("skipped %s: int8 but not [N, K] (stacked experts?)\n", t.c_str());
   }
   return kExitOk;
 }

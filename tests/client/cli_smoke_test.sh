@@ -279,7 +279,8 @@ save("model-00002-of-00002.safetensors", [
     (p + "up_proj.weight", "I8", [40, 72], w), (p + "up_proj.weight_scale", "BF16", [40, 1], bf16),
     (p + "gate_proj.weight", "I8", [40, 72], w)])
 json.dump({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
-    "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int"},
+    "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "symmetric": True,
+                                                   "strategy": "channel"},
                 "input_activations": {"num_bits": 8, "type": "int", "dynamic": True,
                                       "symmetric": True}}}}}, open(f"{work}/ckpt/config.json", "w"))
 EOF
@@ -302,6 +303,41 @@ grep -q "\"file\": \"$work/ckpt/model-00002-of-00002.safetensors\"" "$work/elsew
 expect 1 manifest --checkpoint "$work" --output "$work/none.json"
 grep_err "^qlinear-cli: NOT_FOUND: no \*.safetensors files in "
 expect 2 manifest --checkpoint "$work/ckpt"
+# Without a config.json the scheme comes from the tensors: an input_scale and an I8 zero point.
+mkdir "$work/ckpt2"
+cp "$work/ckpt/model-00001-of-00002.safetensors" "$work/ckpt2/"
+python3 - "$work" <<'EOF'
+import json, struct, sys
+work = sys.argv[1]
+raw = open(f"{work}/ckpt2/model-00001-of-00002.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+for name, dtype, value in (("input_scale", "F32", struct.pack("<f", 0.02)),
+                           ("input_zero_point", "I8", struct.pack("<b", -5))):
+    header[f"model.layers.0.mlp.down_proj.{name}"] = {
+        "dtype": dtype, "shape": [1], "data_offsets": [len(data), len(data) + len(value)]}
+    data += value
+h = json.dumps(header).encode()
+open(f"{work}/ckpt2/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + data)
+EOF
+rm "$work/ckpt2/model-00001-of-00002.safetensors"
+expect 0 manifest --checkpoint "$work/ckpt2" --output "$work/ckpt2/layers.json"
+grep_out '; static_asymmetric (from the tensors, without a config.json)$'
+expect 0 load --manifest "$work/ckpt2/layers.json" --replace
+grep_out "^\[1/1\] replaced layer 'model.layers.0.mlp.down_proj' N=40 K=72 static_asymmetric"
+expect 0 describe model.layers.0.mlp.down_proj
+grep_out '^input zero point -5'
+# A config.json that names what qlinear does not serve is refused with the reason.
+echo '{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
+  "weights": {"num_bits": 8, "type": "int", "symmetric": false, "strategy": "channel"},
+  "input_activations": {"num_bits": 8, "type": "int", "dynamic": true}}}}}' >"$work/ckpt2/config.json"
+expect 1 manifest --checkpoint "$work/ckpt2" --output "$work/ckpt2/layers.json"
+grep_err "config group 'g' quantizes weights other than symmetric per channel or per tensor"
+echo '{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
+  "weights": {"num_bits": 8, "type": "int", "strategy": "tensor"},
+  "input_activations": {"num_bits": 8, "type": "int", "dynamic": "yes"}}}}}' >"$work/ckpt2/config.json"
+expect 1 manifest --checkpoint "$work/ckpt2" --output "$work/ckpt2/layers.json"
+grep_err "config group 'g': dynamic and symmetric must be true or false"
 for layer in model.layers.0.mlp.down_proj model.layers.0.mlp.up_proj; do
   expect 0 unload "$layer"
 done
