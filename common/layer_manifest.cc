@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -128,43 +129,64 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   };
 
   // A tensor's source: a .npy file's path, or {"file": F, "tensor": T} for tensor T of the
-  // safetensors file F.
-  auto source_at = [&](const char* key, TensorSource* v) -> absl::Status {
-    const auto it = e.find(key);
-    if (it == e.end()) return absl::OkStatus();
+  // safetensors file F; or (weights, weight_scale, bias, input_scale) an array of them, the
+  // parts of a fused module, concatenated (see TensorSource::parts).
+  auto one_source = [&](const char* key, const Json& j, TensorSource* v) -> absl::Status {
     const bool scalar = std::string(key) == "input_scale" || std::string(key) == "input_zero_point";
     const std::string expected = absl::StrCat(
         at, ": \"", key, "\" must be ", scalar ? "a number" : "the path of a .npy file",
-        " or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}");
-    if (it->is_string()) {
-      if (it->get<std::string>().empty()) {
+        " or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}",
+        std::string(key) == "input_zero_point" ? "" : ", or an array of them");
+    if (j.is_string() && !scalar) {
+      if (j.get<std::string>().empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat(at, ": \"", key, "\" is an empty path (leave the key out for none)"));
       }
-      v->path = resolve(base_dir, it->get<std::string>());
+      v->path = resolve(base_dir, j.get<std::string>());
       return absl::OkStatus();
     }
-    if (!it->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(expected, ", got ", type_name(*it)));
+    if (!j.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(expected, ", got ", type_name(j)));
     }
-    for (const auto& [k, x] : it->items()) {
+    for (const auto& [k, x] : j.items()) {
       if ((k != "file" && k != "tensor") || !x.is_string() || x.get<std::string>().empty()) {
         return absl::InvalidArgumentError(
             absl::StrCat(expected, "; \"", k, "\" is not one of them or not a non-empty string"));
       }
     }
-    if (!it->contains("file") || !it->contains("tensor")) {
+    if (!j.contains("file") || !j.contains("tensor")) {
       return absl::InvalidArgumentError(absl::StrCat(expected, "; both keys are required"));
     }
-    v->path = resolve(base_dir, (*it)["file"].get<std::string>());
-    v->tensor = (*it)["tensor"].get<std::string>();
+    v->path = resolve(base_dir, j["file"].get<std::string>());
+    v->tensor = j["tensor"].get<std::string>();
+    return absl::OkStatus();
+  };
+  auto source_at = [&](const char* key, TensorSource* v) -> absl::Status {
+    const auto it = e.find(key);
+    if (it == e.end()) return absl::OkStatus();
+    if (!it->is_array()) return one_source(key, *it, v);
+    if (std::string(key) == "input_zero_point") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at,
+          ": \"input_zero_point\" cannot be an array (fused static asymmetric modules are not "
+          "served)"));
+    }
+    if (it->size() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, ": \"", key, "\" as an array needs two or more parts"));
+    }
+    for (const Json& part : *it) {
+      TensorSource p;
+      if (absl::Status s = one_source(key, part, &p); !s.ok()) return s;
+      v->parts.push_back(std::move(p));
+    }
     return absl::OkStatus();
   };
 
   if (absl::Status s = source_at("weights", &out.weights); !s.ok()) return s;
   if (absl::Status s = source_at("weight_scale", &out.weight_scale); !s.ok()) return s;
   if (absl::Status s = source_at("bias", &out.bias); !s.ok()) return s;
-  if (out.weights.path.empty() || out.weight_scale.path.empty()) {
+  if (!out.weights.given() || !out.weight_scale.given()) {
     return absl::InvalidArgumentError(absl::StrCat(
         at, ": \"weights\" and \"weight_scale\" are required (.npy files or safetensors tensors)"));
   }
@@ -175,7 +197,7 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   if (!sc.ok()) return absl::InvalidArgumentError(absl::StrCat(at, ": ", sc.status().message()));
   out.header.set_scheme(*sc);
 
-  if (const auto it = e.find("input_scale"); it != e.end() && it->is_object()) {
+  if (const auto it = e.find("input_scale"); it != e.end() && (it->is_object() || it->is_array())) {
     if (absl::Status s = source_at("input_scale", &out.input_scale); !s.ok()) return s;
   } else if (it != e.end()) {
     if (!it->is_number()) {
@@ -196,7 +218,8 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   }
   int64_t v = 0;
   bool present = false;
-  if (const auto it = e.find("input_zero_point"); it != e.end() && it->is_object()) {
+  if (const auto it = e.find("input_zero_point");
+      it != e.end() && (it->is_object() || it->is_array())) {
     if (absl::Status s = source_at("input_zero_point", &out.input_zero_point); !s.ok()) return s;
   } else if (absl::Status s = integer_at("input_zero_point", std::numeric_limits<int32_t>::min(),
                                          std::numeric_limits<int32_t>::max(), &v, &present);
@@ -376,6 +399,11 @@ absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::
 }
 
 std::string TensorSource::describe() const {
+  if (!parts.empty()) {
+    std::vector<std::string> each;
+    for (const TensorSource& p : parts) each.push_back(p.describe());
+    return absl::StrCat("[", absl::StrJoin(each, "; "), "]");
+  }
   return tensor.empty() ? path : absl::StrCat(path, ", tensor '", tensor, "'");
 }
 
@@ -444,6 +472,42 @@ absl::StatusOr<std::pair<const SafetensorsHeader*, const SafetensorsTensor*>> lo
 // safetensors tensor of F32, F16 or BF16.
 absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSource& src,
                                              absl::string_view what) {
+  if (!src.parts.empty()) {
+    // The parts of a fused module, one after another: [N_1 (, 1)] ... -> [N (, 1)], or one value
+    // each (per-tensor scales) -> [parts], one per logical width.
+    std::vector<v1::Tensor> parts;
+    bool scalars = true;
+    for (const TensorSource& p : src.parts) {
+      ASSIGN_OR_RETURN_MANIFEST(v1::Tensor t, read_float_tensor(cache, p, what));
+      int64_t elements = 1;
+      for (int64_t d : t.shape()) elements *= d;
+      scalars = scalars && elements == 1;
+      if (!parts.empty() && t.dtype() != parts[0].dtype()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(src.describe(), ": the parts of ", what, " are of different dtypes"));
+      }
+      parts.push_back(std::move(t));
+    }
+    v1::Tensor out;
+    out.set_dtype(parts[0].dtype());
+    int64_t rows = 0;
+    for (const v1::Tensor& t : parts) {
+      const bool same_rest =
+          t.shape_size() >= 1 && t.shape_size() == parts[0].shape_size() &&
+          std::equal(t.shape().begin() + 1, t.shape().end(), parts[0].shape().begin() + 1);
+      if (!scalars && !same_rest) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            src.describe(), ": the parts of ", what, " are not of shapes [N_i] or [N_i, 1] alike"));
+      }
+      rows += scalars ? 1 : t.shape(0);
+      out.mutable_data()->append(t.data());
+    }
+    out.add_shape(rows);
+    if (!scalars) {
+      for (int i = 1; i < parts[0].shape_size(); ++i) out.add_shape(parts[0].shape(i));
+    }
+    return out;
+  }
   if (src.tensor.empty()) return read_float_tensor_npy(src.path, what);
   ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, src, Kind::kFloats, what));
   const SafetensorsTensor& t = *found.second;
@@ -517,12 +581,44 @@ std::vector<Use> uses(const ManifestLayer& l) {
           {&l.input_zero_point, Kind::kIntScalar, "input_zero_point"}};
 }
 
+// One source's weights: a .npy file of int8 [N, K] (read once, copied once into *weights) or an
+// I8 [N, K] safetensors tensor (read straight into *weights).
+absl::Status read_weights(HeaderCache& cache, const TensorSource& ws, std::vector<int64_t>* shape,
+                          std::vector<int8_t>* weights) {
+  if (ws.tensor.empty()) {
+    absl::StatusOr<std::string> file = read_file(ws.path);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<NpyView> w = view_npy(*file);
+    if (!w.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(ws.path, ": ", w.status().message()));
+    }
+    if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ws.path, ": weights must be int8 (|i1) of shape [N, K], got ",
+                       npy_descr(w->dtype), " ", shape_string(w->shape)));
+    }
+    *shape = w->shape;
+    weights->assign(w->data.begin(), w->data.end());
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
+  *shape = found.second->shape;
+  weights->resize(static_cast<size_t>(found.second->bytes));
+  return read_safetensors_tensor_into(*found.first, ws.tensor,
+                                      reinterpret_cast<char*>(weights->data()));
+}
+
 }  // namespace
 
 absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
   HeaderCache cache;
   for (const ManifestLayer& l : layers) {
+    std::vector<Use> each;
     for (const Use& u : uses(l)) {
+      if (u.src->parts.empty()) each.push_back(u);
+      for (const TensorSource& p : u.src->parts) each.push_back({&p, u.kind, u.what});
+    }
+    for (const Use& u : each) {
       const TensorSource& src = *u.src;
       if (src.path.empty()) continue;
       absl::Status s;
@@ -549,46 +645,65 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
                                  std::vector<int8_t>* weights) {
   *header = layer.header;
   HeaderCache cache;
-  const TensorSource& ws = layer.weights;
   std::vector<int64_t> shape;
-  if (ws.tensor.empty()) {
-    // The file is read once into memory, and its data copied once, into *weights.
-    absl::StatusOr<std::string> file = read_file(ws.path);
-    if (!file.ok()) return file.status();
-    absl::StatusOr<NpyView> w = view_npy(*file);
-    if (!w.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(ws.path, ": ", w.status().message()));
-    }
-    if (w->dtype != NpyDType::kI1 || w->shape.size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ws.path, ": weights must be int8 (|i1) of shape [N, K], got ",
-                       npy_descr(w->dtype), " ", shape_string(w->shape)));
-    }
-    shape = w->shape;
-    weights->assign(w->data.begin(), w->data.end());
+  if (layer.weights.parts.empty()) {
+    if (absl::Status s = read_weights(cache, layer.weights, &shape, weights); !s.ok()) return s;
   } else {
-    // Read straight into *weights.
-    ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
-    shape = found.second->shape;
-    weights->resize(static_cast<size_t>(found.second->bytes));
-    absl::Status s = read_safetensors_tensor_into(*found.first, ws.tensor,
-                                                  reinterpret_cast<char*>(weights->data()));
-    if (!s.ok()) return s;
+    // A fused module: the parts' rows one after another; their Ns are the logical widths.
+    weights->clear();
+    std::vector<int64_t> widths;
+    for (const TensorSource& p : layer.weights.parts) {
+      std::vector<int64_t> part_shape;
+      std::vector<int8_t> part;
+      if (absl::Status s = read_weights(cache, p, &part_shape, &part); !s.ok()) return s;
+      if (!widths.empty() && part_shape[1] != shape[1]) {
+        return absl::InvalidArgumentError(absl::StrCat(p.describe(), ": K=", part_shape[1],
+                                                       " where the first part has K=", shape[1]));
+      }
+      if (widths.empty()) shape = part_shape;
+      widths.push_back(part_shape[0]);
+      weights->insert(weights->end(), part.begin(), part.end());
+    }
+    shape[0] = 0;
+    for (int64_t w : widths) shape[0] += w;
+    if (header->logical_widths_size() == 0) {
+      for (int64_t w : widths) header->add_logical_widths(w);
+    } else if (!std::equal(widths.begin(), widths.end(), header->logical_widths().begin(),
+                           header->logical_widths().end())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"logical_widths\" [", absl::StrJoin(header->logical_widths(), ", "),
+                       "] differ from the weights' parts [", absl::StrJoin(widths, ", "), "]"));
+    }
   }
   header->set_n(shape[0]);
   header->set_k(shape[1]);
   ASSIGN_OR_RETURN_MANIFEST(*header->mutable_weight_scale(),
                             read_float_tensor(cache, layer.weight_scale, "weight_scale"));
-  if (!layer.bias.path.empty()) {
+  if (layer.bias.given()) {
     ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(),
                               read_float_tensor(cache, layer.bias, "bias"));
   }
-  if (!layer.input_scale.path.empty()) {
-    ASSIGN_OR_RETURN_MANIFEST(
-        const double d, read_scalar(cache, layer.input_scale, Kind::kFloatScalar, "input_scale"));
+  if (layer.input_scale.given()) {
+    // A fused module's parts: the largest of their scales, as vLLM takes for a static symmetric
+    // fused module.
+    double d = 0;
+    if (layer.input_scale.parts.empty()) {
+      ASSIGN_OR_RETURN_MANIFEST(
+          d, read_scalar(cache, layer.input_scale, Kind::kFloatScalar, "input_scale"));
+    } else {
+      if (header->scheme() != v1::SCHEME_STATIC_SYMMETRIC) {
+        return absl::InvalidArgumentError(
+            "\"input_scale\" as parts is for a static_symmetric fused module only");
+      }
+      for (const TensorSource& p : layer.input_scale.parts) {
+        ASSIGN_OR_RETURN_MANIFEST(const double v,
+                                  read_scalar(cache, p, Kind::kFloatScalar, "input_scale"));
+        d = std::max(d, v);
+      }
+    }
     header->set_input_scale(static_cast<float>(d));
   }
-  if (!layer.input_zero_point.path.empty()) {
+  if (layer.input_zero_point.given()) {
     ASSIGN_OR_RETURN_MANIFEST(const double d, read_scalar(cache, layer.input_zero_point,
                                                           Kind::kIntScalar, "input_zero_point"));
     header->set_input_zero_point(static_cast<int32_t>(d));

@@ -131,6 +131,7 @@ absl::StatusOr<std::optional<ActivationScheme>> config_scheme(const fs::path& di
 
 int cmd_manifest(const CommandArgs& args) {
   std::string checkpoint, output;
+  bool fuse = true;
   ArgParser p(
       "qlinear-cli manifest --checkpoint DIR --output FILE",
       "Writes a layer manifest for a safetensors checkpoint of W8A8 int8 layers (the\n"
@@ -143,10 +144,14 @@ int cmd_manifest(const CommandArgs& args) {
       "input_scale is stored, static asymmetric where an input_zero_point is too; dynamic\n"
       "asymmetric checkpoints need their config.json).\n"
       "Files are named by their names where FILE is written into DIR, by absolute paths\n"
-      "otherwise. Nothing is sent to a server: give FILE to qlinear-server --layer-manifest or\n"
-      "to qlinear-cli load --manifest.");
+      "otherwise. The q/k/v and gate/up projections of a layer become one fused layer each, as\n"
+      "vLLM serves them (--fuse=false: one layer per module). Nothing is sent to a server: give\n"
+      "FILE to qlinear-server --layer-manifest or to qlinear-cli load --manifest.");
   p.add("checkpoint", &checkpoint, "Folder of the checkpoint: *.safetensors and config.json");
   p.add("output", &output, "The manifest to write (JSON)");
+  p.add("fuse", &fuse,
+        "Fuse q/k/v_proj into qkv_proj and gate/up_proj into gate_up_proj, as vLLM serves them "
+        "(--fuse=false: one layer per module)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
   if (checkpoint.empty() || output.empty()) {
     return usage_error("--checkpoint DIR and --output FILE are required");
@@ -253,6 +258,64 @@ int cmd_manifest(const CommandArgs& args) {
     layers.push_back(std::move(e));
     bytes += static_cast<int64_t>(where.t.bytes);
   }
+  // vLLM's fused modules: q/k/v into qkv_proj, gate/up into gate_up_proj (in that order), where
+  // every part is a layer of the same K and scheme (not static asymmetric) whose scales (and
+  // biases, all or none) have one dtype.
+  int fused = 0;
+  if (fuse) {
+    const std::pair<std::vector<std::string>, std::string> kGroups[] = {
+        {{".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj"}, ".self_attn.qkv_proj"},
+        {{".mlp.gate_proj", ".mlp.up_proj"}, ".mlp.gate_up_proj"}};
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < layers.size(); ++i) index[layers[i]["name"].get<std::string>()] = i;
+    std::set<size_t> gone;
+    Json added = Json::array();
+    for (const auto& [name, i] : index) {
+      for (const auto& [suffixes, fused_suffix] : kGroups) {
+        if (!absl::EndsWith(name, suffixes[0])) continue;
+        const std::string prefix = name.substr(0, name.size() - suffixes[0].size());
+        std::vector<size_t> parts;
+        for (const std::string& suffix : suffixes) {
+          const auto it = index.find(prefix + suffix);
+          if (it != index.end()) parts.push_back(it->second);
+        }
+        if (parts.size() != suffixes.size()) continue;
+        auto dtype = [&](const Json& r) { return tensors[r["tensor"].get<std::string>()].t.dtype; };
+        auto k = [&](size_t p) {
+          return tensors[layers[p]["weights"]["tensor"].get<std::string>()].t.shape[1];
+        };
+        const Json& first = layers[parts[0]];
+        bool ok = first["scheme"] != "static_asymmetric";
+        for (size_t p : parts) {
+          const Json& l = layers[p];
+          ok = ok && l["scheme"] == first["scheme"] && k(p) == k(parts[0]) &&
+               dtype(l["weight_scale"]) == dtype(first["weight_scale"]) &&
+               l.contains("bias") == first.contains("bias") &&
+               (!l.contains("bias") || dtype(l["bias"]) == dtype(first["bias"]));
+        }
+        if (!ok) {
+          std::printf("not fused %s%s: its parts differ in K, scheme or dtypes\n", prefix.c_str(),
+                      fused_suffix.c_str());
+          continue;
+        }
+        Json e = {{"name", prefix + fused_suffix}, {"scheme", first["scheme"]}};
+        for (const char* key : {"weights", "weight_scale", "bias", "input_scale"}) {
+          if (!first.contains(key)) continue;
+          e[key] = Json::array();
+          for (size_t p : parts) e[key].push_back(layers[p][key]);
+        }
+        added.push_back(std::move(e));
+        gone.insert(parts.begin(), parts.end());
+        ++fused;
+      }
+    }
+    Json kept = Json::array();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (!gone.count(i)) kept.push_back(layers[i]);
+    }
+    for (Json& e : added) kept.push_back(std::move(e));
+    layers = std::move(kept);
+  }
   if (layers.empty()) {
     return fail(absl::NotFoundError(absl::StrCat(
         "no W8A8 layer (an int8 NAME.weight with a NAME.weight_scale) in ", dir.string())));
@@ -274,10 +337,12 @@ int cmd_manifest(const CommandArgs& args) {
       return fail(absl::PermissionDeniedError(absl::StrCat("cannot write ", output, ": ", why)));
     }
   }
-  std::printf("wrote %s: %zu layers (%s of int8 weights) from %zu safetensors file%s; %s (%s)\n",
-              output.c_str(), layers.size(), human_bytes(bytes).c_str(), files.size(),
-              files.size() == 1 ? "" : "s", absl::StrJoin(schemes, ", ").c_str(),
-              config->has_value() ? "config.json" : "from the tensors, without a config.json");
+  std::printf(
+      "wrote %s: %zu layers (%s of int8 weights%s) from %zu safetensors file%s; %s (%s)\n",
+      output.c_str(), layers.size(), human_bytes(bytes).c_str(),
+      fused > 0 ? absl::StrCat("; ", fused, " fused module", fused == 1 ? "" : "s").c_str() : "",
+      files.size(), files.size() == 1 ? "" : "s", absl::StrJoin(schemes, ", ").c_str(),
+      config->has_value() ? "config.json" : "from the tensors, without a config.json");
   for (const std::string& t : no_scale) {
     std::printf("skipped %s: int8 without a weight_scale\n", t.c_str());
   }

@@ -275,9 +275,12 @@ p = "model.layers.0.mlp."
 save("model-00001-of-00002.safetensors", [
     (p + "down_proj.weight", "I8", [40, 72], w), (p + "down_proj.weight_scale", "F32", [40, 1], s),
     (p + "down_proj.bias", "F16", [40], b), ("lm_head.weight", "BF16", [4, 72], bytes(576))])
+a = "model.layers.0.self_attn."
 save("model-00002-of-00002.safetensors", [
     (p + "up_proj.weight", "I8", [40, 72], w), (p + "up_proj.weight_scale", "BF16", [40, 1], bf16),
-    (p + "gate_proj.weight", "I8", [40, 72], w)])
+    (p + "gate_proj.weight", "I8", [40, 72], w)] + [
+    (a + f"{x}_proj.{t}", dtype, shape, raw) for x in "qkv" for t, dtype, shape, raw in (
+        ("weight", "I8", [40, 72], w), ("weight_scale", "F32", [40, 1], s), ("bias", "F16", [40], b))])
 json.dump({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
     "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "symmetric": True,
                                                    "strategy": "channel"},
@@ -285,12 +288,32 @@ json.dump({"quantization_config": {"quant_method": "compressed-tensors", "config
                                       "symmetric": True}}}}}, open(f"{work}/ckpt/config.json", "w"))
 EOF
 expect 0 manifest --checkpoint "$work/ckpt" --output "$work/ckpt/layers.json"
-grep_out "^wrote $work/ckpt/layers.json: 2 layers (5.6 KiB of int8 weights) from 2 safetensors files; dynamic_symmetric (config.json)$"
+grep_out "^wrote $work/ckpt/layers.json: 3 layers (14.1 KiB of int8 weights; 1 fused module) from 2 safetensors files; dynamic_symmetric (config.json)$"
 grep_out '^skipped model.layers.0.mlp.gate_proj.weight: int8 without a weight_scale$'
 grep -q '"file": "model-00001-of-00002.safetensors"' "$work/ckpt/layers.json" ||
   fail "the manifest beside the checkpoint does not name its files by their names"
 expect 0 load --manifest "$work/ckpt/layers.json"
-grep_out "^\[1/2\] loaded layer 'model.layers.0.mlp.down_proj' N=40 K=72 dynamic_symmetric"
+grep_out "^\[1/3\] loaded layer 'model.layers.0.mlp.down_proj' N=40 K=72 dynamic_symmetric"
+grep_out "^\[3/3\] loaded layer 'model.layers.0.self_attn.qkv_proj' N=120 K=72 dynamic_symmetric"
+expect 0 describe model.layers.0.self_attn.qkv_proj
+grep_out '^logical widths   \[40, 40, 40\]'
+# The fused layer answers, row by row, what each of its parts does: here q, k and v are the same.
+expect 0 infer --layer model.layers.0.self_attn.qkv_proj --input "$work/x.npy" --output-dtype fp32 \
+  --output "$work/y8.npy"
+python3 - "$work" <<'EOF' || fail "the fused qkv_proj does not answer its parts' rows"
+import struct, sys
+work = sys.argv[1]
+def data(name):
+    raw = open(f"{work}/{name}", "rb").read()
+    return raw[10 + struct.unpack("<H", raw[8:10])[0]:]
+part, fused = data("y4.npy"), data("y8.npy")
+row = 40 * 4
+assert len(fused) == 3 * len(part), (len(fused), len(part))
+for m in range(len(part) // row):
+    assert fused[3 * row * m:3 * row * (m + 1)] == part[row * m:row * (m + 1)] * 3, m
+EOF
+expect 0 manifest --checkpoint "$work/ckpt" --output "$work/unfused.json" --fuse=false
+grep_out "^wrote $work/unfused.json: 5 layers (14.1 KiB of int8 weights) from 2 safetensors files"
 expect 0 describe model.layers.0.mlp.down_proj
 grep_out 'with bias\|bias  *yes'
 expect 0 infer --layer model.layers.0.mlp.down_proj --input "$work/x.npy" --output-dtype fp32 \
@@ -338,7 +361,8 @@ echo '{"quantization_config": {"quant_method": "compressed-tensors", "config_gro
   "input_activations": {"num_bits": 8, "type": "int", "dynamic": "yes"}}}}}' >"$work/ckpt2/config.json"
 expect 1 manifest --checkpoint "$work/ckpt2" --output "$work/ckpt2/layers.json"
 grep_err "config group 'g': dynamic and symmetric must be true or false"
-for layer in model.layers.0.mlp.down_proj model.layers.0.mlp.up_proj; do
+for layer in model.layers.0.mlp.down_proj model.layers.0.mlp.up_proj \
+  model.layers.0.self_attn.qkv_proj; do
   expect 0 unload "$layer"
 done
 

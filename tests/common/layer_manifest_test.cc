@@ -128,10 +128,10 @@ TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
        "bias, scheme,"},
       {R"({"layers": [{"name": "a", "weights": 3, "weight_scale": "s.npy"}]})",
        "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or {\"file\": "
-       "\"F.safetensors\", \"tensor\": \"T\"}, got an integer"},
+       "\"F.safetensors\", \"tensor\": \"T\"}, or an array of them, got an integer"},
       {R"({"layers": [{"name": "a", "weights": {"file": "m.safetensors"}, "weight_scale": "s.npy"}]})",
        "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or {\"file\": "
-       "\"F.safetensors\", \"tensor\": \"T\"}; both keys are required"},
+       "\"F.safetensors\", \"tensor\": \"T\"}, or an array of them; both keys are required"},
       {R"({"layers": [{"name": "a", "weights": {"file": "m.safetensors", "tensr": "w"},
            "weight_scale": "s.npy"}]})",
        "; \"tensr\" is not one of them or not a non-empty string"},
@@ -196,6 +196,17 @@ class ManifestFilesTest : public ::testing::Test {
     a.shape = std::move(shape);
     a.data = data;
     ASSERT_TRUE(write_npy_file(path(name), a).ok());
+  }
+  // Writes `bytes` to the file `name` in the test's folder; returns its path.
+  std::string write(const std::string& name, const std::string& bytes) {
+    const std::string p = path(name);
+    FILE* f = fopen(p.c_str(), "wb");
+    EXPECT_NE(f, nullptr);
+    if (f != nullptr) {
+      fwrite(bytes.data(), 1, bytes.size(), f);
+      fclose(f);
+    }
+    return p;
   }
   static std::string floats(const std::vector<float>& v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -405,6 +416,103 @@ TEST_F(ManifestFilesTest, ReadsTensorsOfASafetensorsCheckpoint) {
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("layer 'f32' (layers[2]): " + dir_ +
                         "/model.safetensors, tensor 'bad.weight': weights must be I8"));
+}
+
+// A fused module's parts (as vLLM fuses q/k/v and gate/up): weights stacked along N, the parts'
+// Ns the logical widths, scales and biases stacked, per-tensor scales one per part, the largest
+// static input scale.
+TEST_F(ManifestFilesTest, FusedModulesStackTheirParts) {
+  const std::string w = {1, -2, 3, -4, 5, -6};
+  const std::string w4(8, '\x07');
+  float quarter = 0.25f, eighth = 0.125f;
+  const std::string file = safetensors_bytes({
+      {"a.weight", "I8", {2, 3}, w},
+      {"b.weight", "I8", {1, 3}, w.substr(0, 3)},
+      {"c.weight", "I8", {2, 4}, w4},
+      {"a.weight_scale", "BF16", {2, 1}, std::string("\x00\x3f\x80\x3e", 4)},
+      {"s1", "F32", {1}, std::string(reinterpret_cast<char*>(&quarter), 4)},
+      {"s2", "F32", {}, std::string(reinterpret_cast<char*>(&eighth), 4)},
+  });
+  write("m.safetensors", file);
+  save("s2.npy", NpyDType::kF4, {2, 1}, floats({0.5f, 0.25f}));
+  save("s1.npy", NpyDType::kF4, {1, 1}, floats({2.f}));
+  auto ref = [](const std::string& t) {
+    return R"({"file": "m.safetensors", "tensor": ")" + t + R"("})";
+  };
+  const std::string json =
+      R"({"layers": [
+    {"name": "ab", "weights": [)" +
+      ref("a.weight") + ", " + ref("b.weight") +
+      R"(], "weight_scale": ["s2.npy", "s1.npy"]},
+    {"name": "pt", "weights": [)" +
+      ref("a.weight") + ", " + ref("a.weight") + R"(], "weight_scale": [)" + ref("s1") + ", " +
+      ref("s2") + R"(], "scheme": "static_symmetric", "input_scale": [)" + ref("s2") + ", " +
+      ref("s1") +
+      R"(]},
+    {"name": "dt", "weights": [)" +
+      ref("a.weight") + ", " + ref("a.weight") + R"(], "weight_scale": ["s2.npy", )" +
+      ref("a.weight_scale") + R"(]},
+    {"name": "k", "weights": [)" +
+      ref("a.weight") + ", " + ref("c.weight") +
+      R"(], "weight_scale": ["s2.npy", "s2.npy"]},
+    {"name": "lw", "weights": [)" +
+      ref("a.weight") + ", " + ref("b.weight") +
+      R"(], "weight_scale": ["s2.npy", "s1.npy"], "logical_widths": [1, 2]}]})";
+  const std::string manifest = write("m.json", json);
+  auto layers = read_layer_manifest(manifest);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  ASSERT_EQ(layers->size(), 5u);
+  EXPECT_TRUE(check_manifest_tensors(*layers).ok()) << check_manifest_tensors(*layers);
+
+  v1::LayerHeader h;
+  std::vector<int8_t> weights;
+  absl::Status s = read_manifest_layer((*layers)[0], &h, &weights);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(h.n(), 3);
+  EXPECT_EQ(h.k(), 3);
+  EXPECT_EQ(std::string(weights.begin(), weights.end()), w + w.substr(0, 3));
+  EXPECT_THAT(std::vector<int64_t>(h.logical_widths().begin(), h.logical_widths().end()),
+              ::testing::ElementsAre(2, 1));
+  EXPECT_THAT(
+      std::vector<int64_t>(h.weight_scale().shape().begin(), h.weight_scale().shape().end()),
+      ::testing::ElementsAre(3, 1));
+  EXPECT_EQ(h.weight_scale().data(), floats({0.5f, 0.25f, 2.f}));
+
+  // Per-tensor scales: one value per part; the largest input scale.
+  s = read_manifest_layer((*layers)[1], &h, &weights);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(h.n(), 4);
+  EXPECT_THAT(
+      std::vector<int64_t>(h.weight_scale().shape().begin(), h.weight_scale().shape().end()),
+      ::testing::ElementsAre(2));
+  EXPECT_EQ(h.weight_scale().data(), floats({0.25f, 0.125f}));
+  EXPECT_EQ(h.input_scale(), 0.25f);
+
+  s = read_manifest_layer((*layers)[2], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("the parts of weight_scale are of different dtypes"));
+  s = read_manifest_layer((*layers)[3], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            dir_ + "/m.safetensors, tensor 'c.weight': K=4 where the first part has K=3");
+  s = read_manifest_layer((*layers)[4], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "\"logical_widths\" [1, 2] differ from the weights' parts [2, 1]");
+
+  // Parts only where they make sense.
+  for (const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"layers": [{"name": "a", "weights": ["w.npy"], "weight_scale": "s.npy"}]})",
+            "layer 'a' (layers[0]): \"weights\" as an array needs two or more parts"},
+           {R"({"layers": [{"name": "a", "weights": "w.npy", "weight_scale": "s.npy",
+              "input_zero_point": [1, 2]}]})",
+            "layer 'a' (layers[0]): \"input_zero_point\" cannot be an array"},
+           {R"({"layers": [{"name": "a", "weights": ["w.npy", 4], "weight_scale": "s.npy"}]})",
+            "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or"}}) {
+    const absl::Status e = parse_layer_manifest(json, "/m").status();
+    EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument) << json;
+    EXPECT_THAT(std::string(e.message()), HasSubstr(message)) << json;
+  }
 }
 
 TEST_F(ManifestFilesTest, ASafetensorsHeaderThatDoesNotHoldIsRefused) {
