@@ -131,12 +131,18 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   // A tensor's source: a .npy file's path, or {"file": F, "tensor": T} for tensor T of the
   // safetensors file F; or (weights, weight_scale, bias, input_scale) an array of them, the
   // parts of a fused module, concatenated (see TensorSource::parts).
-  auto one_source = [&](const char* key, const Json& j, TensorSource* v) -> absl::Status {
+  auto one_source = [&](const char* key, const Json& j, TensorSource* v,
+                        bool in_array) -> absl::Status {
     const bool scalar = std::string(key) == "input_scale" || std::string(key) == "input_zero_point";
-    const std::string expected = absl::StrCat(
-        at, ": \"", key, "\" must be ", scalar ? "a number" : "the path of a .npy file",
-        " or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}",
-        std::string(key) == "input_zero_point" ? "" : ", or an array of them");
+    const std::string expected =
+        in_array
+            ? absl::StrCat(at, ": each part of \"", key, "\" must be ",
+                           scalar ? "" : "the path of a .npy file or ",
+                           "{\"file\": \"F.safetensors\", \"tensor\": \"T\"}")
+            : absl::StrCat(at, ": \"", key, "\" must be ",
+                           scalar ? "a number" : "the path of a .npy file",
+                           " or {\"file\": \"F.safetensors\", \"tensor\": \"T\"}",
+                           std::string(key) == "input_zero_point" ? "" : ", or an array of them");
     if (j.is_string() && !scalar) {
       if (j.get<std::string>().empty()) {
         return absl::InvalidArgumentError(
@@ -164,7 +170,7 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
   auto source_at = [&](const char* key, TensorSource* v) -> absl::Status {
     const auto it = e.find(key);
     if (it == e.end()) return absl::OkStatus();
-    if (!it->is_array()) return one_source(key, *it, v);
+    if (!it->is_array()) return one_source(key, *it, v, false);
     if (std::string(key) == "input_zero_point") {
       return absl::InvalidArgumentError(absl::StrCat(
           at,
@@ -177,7 +183,7 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
     }
     for (const Json& part : *it) {
       TensorSource p;
-      if (absl::Status s = one_source(key, part, &p); !s.ok()) return s;
+      if (absl::Status s = one_source(key, part, &p, true); !s.ok()) return s;
       v->parts.push_back(std::move(p));
     }
     return absl::OkStatus();
@@ -199,6 +205,11 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
 
   if (const auto it = e.find("input_scale"); it != e.end() && (it->is_object() || it->is_array())) {
     if (absl::Status s = source_at("input_scale", &out.input_scale); !s.ok()) return s;
+    if (!out.input_scale.parts.empty() && *sc != v1::SCHEME_STATIC_SYMMETRIC) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          at,
+          ": \"input_scale\" as an array of parts is for a static_symmetric fused module only"));
+    }
   } else if (it != e.end()) {
     if (!it->is_number()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -471,17 +482,32 @@ absl::StatusOr<std::pair<const SafetensorsHeader*, const SafetensorsTensor*>> lo
 // A float tensor (weight_scale, bias) from its source: a .npy file of float32 or float16, or a
 // safetensors tensor of F32, F16 or BF16.
 absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSource& src,
-                                             absl::string_view what) {
+                                             absl::string_view what,
+                                             const std::vector<int64_t>& widths = {},
+                                             bool per_tensor_allowed = true) {
   if (!src.parts.empty()) {
     // The parts of a fused module, one after another: [N_1 (, 1)] ... -> [N (, 1)], or one value
-    // each (per-tensor scales) -> [parts], one per logical width.
+    // each (per-tensor scales) -> [parts], one per logical width. Part i holds N_i values (the
+    // i-th weights part's rows), or one value where per-tensor values are allowed; all alike.
+    if (widths.size() != src.parts.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has ", src.parts.size(), " parts where the weights have ", widths.size()));
+    }
     std::vector<v1::Tensor> parts;
-    bool scalars = true;
-    for (const TensorSource& p : src.parts) {
+    bool scalars = true, channels = true;
+    for (size_t i = 0; i < src.parts.size(); ++i) {
+      const TensorSource& p = src.parts[i];
       ASSIGN_OR_RETURN_MANIFEST(v1::Tensor t, read_float_tensor(cache, p, what));
       int64_t elements = 1;
       for (int64_t d : t.shape()) elements *= d;
-      scalars = scalars && elements == 1;
+      scalars = scalars && elements == 1 && per_tensor_allowed;
+      channels = channels && elements == widths[i];
+      if (!scalars && !channels) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(p.describe(), ": part ", i, " of ", what, " holds ", elements,
+                         " values where its ", "weights have ", widths[i], " rows",
+                         per_tensor_allowed ? " (or one for all, in every part)" : ""));
+      }
       if (!parts.empty() && t.dtype() != parts[0].dtype()) {
         return absl::InvalidArgumentError(
             absl::StrCat(src.describe(), ": the parts of ", what, " are of different dtypes"));
@@ -677,15 +703,20 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
   }
   header->set_n(shape[0]);
   header->set_k(shape[1]);
-  ASSIGN_OR_RETURN_MANIFEST(*header->mutable_weight_scale(),
-                            read_float_tensor(cache, layer.weight_scale, "weight_scale"));
+  const std::vector<int64_t> widths(header->logical_widths().begin(),
+                                    header->logical_widths().end());
+  const std::vector<int64_t> part_rows =
+      layer.weights.parts.empty() ? std::vector<int64_t>{} : widths;
+  ASSIGN_OR_RETURN_MANIFEST(
+      *header->mutable_weight_scale(),
+      read_float_tensor(cache, layer.weight_scale, "weight_scale", part_rows, true));
   if (layer.bias.given()) {
     ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(),
-                              read_float_tensor(cache, layer.bias, "bias"));
+                              read_float_tensor(cache, layer.bias, "bias", part_rows, false));
   }
   if (layer.input_scale.given()) {
-    // A fused module's parts: the largest of their scales, as vLLM takes for a static symmetric
-    // fused module.
+    // A fused module's parts: the largest of their scales (a calibrated checkpoint gives its
+    // parts, which see the same input, the same scale; the largest never clips).
     double d = 0;
     if (layer.input_scale.parts.empty()) {
       ASSIGN_OR_RETURN_MANIFEST(
@@ -695,10 +726,15 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
         return absl::InvalidArgumentError(
             "\"input_scale\" as parts is for a static_symmetric fused module only");
       }
-      for (const TensorSource& p : layer.input_scale.parts) {
+      for (size_t i = 0; i < layer.input_scale.parts.size(); ++i) {
+        const TensorSource& p = layer.input_scale.parts[i];
         ASSIGN_OR_RETURN_MANIFEST(const double v,
                                   read_scalar(cache, p, Kind::kFloatScalar, "input_scale"));
-        d = std::max(d, v);
+        if (!(std::isfinite(v) && v > 0)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(p.describe(), ": input_scale must be finite and > 0, got ", v));
+        }
+        d = i == 0 ? v : std::max(d, v);
       }
     }
     header->set_input_scale(static_cast<float>(d));

@@ -33,9 +33,9 @@
 //   "input_zero_point": {"file": ..., "tensor": "...input_zero_point"}      one I32 or I8
 // weights, weight_scale, bias and input_scale may also be arrays of such sources, the parts of
 // a fused module (TensorSource::parts). (qlinear-cli manifest --checkpoint writes such a manifest
-// for a compressed-tensors W8A8 checkpoint.) Relative paths are taken from the manifest's folder. An unknown key, a value of the
-// wrong type and a name given twice are errors that name the entry, so that a typo never loads a
-// layer other than the one meant. What the values mean, and what is checked of them (shapes,
+// for a compressed-tensors W8A8 checkpoint.) Relative paths are taken from the manifest's
+// folder. An unknown key, a value of the wrong type and a name given twice are errors that name
+// the entry, so that a typo never loads a layer other than the one meant. What the values mean, and what is checked of them (shapes,
 // schemes, scales), is the LayerHeader's (proto/qlinear/v1/qlinear.proto); the server checks it on
 // load, as for an upload.
 #pragma once
@@ -58,8 +58,8 @@ struct TensorSource {
   // Or the parts of a fused module (vLLM's qkv_proj from q_proj, k_proj and v_proj; gate_up_proj
   // from gate_proj and up_proj), given as an array: weights are concatenated along N (the
   // parts' Ns are the layer's logical widths), weight_scale and bias likewise (per-tensor
-  // scales become one value per logical width), input_scale takes the largest (static
-  // symmetric only). path and tensor are then empty.
+  // scales become one value per logical width; each part's values fit its own rows),
+  // input_scale takes the largest (static symmetric only). path and tensor are then empty.
   std::vector<TensorSource> parts;
   bool given() const { return !path.empty() || !parts.empty(); }
   // "PATH", or "PATH, tensor 'T'", for messages.

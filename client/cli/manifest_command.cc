@@ -285,17 +285,26 @@ int cmd_manifest(const CommandArgs& args) {
           return tensors[layers[p]["weights"]["tensor"].get<std::string>()].t.shape[1];
         };
         const Json& first = layers[parts[0]];
-        bool ok = first["scheme"] != "static_asymmetric";
+        // (A static asymmetric module is not fused: see layer_manifest.h.)
+        if (first["scheme"] == "static_asymmetric") continue;
+        const std::string fused_name = prefix + fused_suffix;
+        auto per_tensor = [&](const Json& r) {
+          return tensors[r["tensor"].get<std::string>()].t.elements() == 1;
+        };
+        bool ok = validate_layer_name(fused_name).ok() && !index.count(fused_name);
         for (size_t p : parts) {
           const Json& l = layers[p];
           ok = ok && l["scheme"] == first["scheme"] && k(p) == k(parts[0]) &&
                dtype(l["weight_scale"]) == dtype(first["weight_scale"]) &&
+               per_tensor(l["weight_scale"]) == per_tensor(first["weight_scale"]) &&
                l.contains("bias") == first.contains("bias") &&
                (!l.contains("bias") || dtype(l["bias"]) == dtype(first["bias"]));
         }
         if (!ok) {
-          std::printf("not fused %s%s: its parts differ in K, scheme or dtypes\n", prefix.c_str(),
-                      fused_suffix.c_str());
+          std::printf(
+              "not fused %s: its parts differ in K, scale kind or dtypes, or the name does not "
+              "fit\n",
+              fused_name.c_str());
           continue;
         }
         Json e = {{"name", prefix + fused_suffix}, {"scheme", first["scheme"]}};

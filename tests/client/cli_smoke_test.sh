@@ -276,11 +276,14 @@ save("model-00001-of-00002.safetensors", [
     (p + "down_proj.weight", "I8", [40, 72], w), (p + "down_proj.weight_scale", "F32", [40, 1], s),
     (p + "down_proj.bias", "F16", [40], b), ("lm_head.weight", "BF16", [4, 72], bytes(576))])
 a = "model.layers.0.self_attn."
+s2 = struct.pack("<40f", *(2 * x for x in struct.unpack("<40f", s)))
+qkv = {"q": (w, s), "k": (w[::-1], s), "v": (w, s2)}  # three different parts
 save("model-00002-of-00002.safetensors", [
     (p + "up_proj.weight", "I8", [40, 72], w), (p + "up_proj.weight_scale", "BF16", [40, 1], bf16),
     (p + "gate_proj.weight", "I8", [40, 72], w)] + [
     (a + f"{x}_proj.{t}", dtype, shape, raw) for x in "qkv" for t, dtype, shape, raw in (
-        ("weight", "I8", [40, 72], w), ("weight_scale", "F32", [40, 1], s), ("bias", "F16", [40], b))])
+        ("weight", "I8", [40, 72], qkv[x][0]), ("weight_scale", "F32", [40, 1], qkv[x][1]),
+        ("bias", "F16", [40], b))])
 json.dump({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
     "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "symmetric": True,
                                                    "strategy": "channel"},
@@ -297,23 +300,29 @@ grep_out "^\[1/3\] loaded layer 'model.layers.0.mlp.down_proj' N=40 K=72 dynamic
 grep_out "^\[3/3\] loaded layer 'model.layers.0.self_attn.qkv_proj' N=120 K=72 dynamic_symmetric"
 expect 0 describe model.layers.0.self_attn.qkv_proj
 grep_out '^logical widths   \[40, 40, 40\]'
-# The fused layer answers, row by row, what each of its parts does: here q, k and v are the same.
 expect 0 infer --layer model.layers.0.self_attn.qkv_proj --input "$work/x.npy" --output-dtype fp32 \
   --output "$work/y8.npy"
+# The fused layer answers, row by row, what each of its parts (all different) does alone.
+expect 0 manifest --checkpoint "$work/ckpt" --output "$work/unfused.json" --fuse=false
+grep_out "^wrote $work/unfused.json: 5 layers (14.1 KiB of int8 weights) from 2 safetensors files"
+expect 0 load --manifest "$work/unfused.json" --replace
+for x in q k v; do
+  expect 0 infer --layer "model.layers.0.self_attn.${x}_proj" --input "$work/x.npy" \
+    --output-dtype fp32 --output "$work/y8$x.npy"
+done
 python3 - "$work" <<'EOF' || fail "the fused qkv_proj does not answer its parts' rows"
 import struct, sys
 work = sys.argv[1]
 def data(name):
     raw = open(f"{work}/{name}", "rb").read()
     return raw[10 + struct.unpack("<H", raw[8:10])[0]:]
-part, fused = data("y4.npy"), data("y8.npy")
+fused, parts = data("y8.npy"), [data(f"y8{x}.npy") for x in "qkv"]
 row = 40 * 4
-assert len(fused) == 3 * len(part), (len(fused), len(part))
-for m in range(len(part) // row):
-    assert fused[3 * row * m:3 * row * (m + 1)] == part[row * m:row * (m + 1)] * 3, m
+assert len(fused) == sum(map(len, parts)), (len(fused), [len(p) for p in parts])
+assert parts[0] != parts[1] and parts[0] != parts[2]
+for m in range(len(parts[0]) // row):
+    assert fused[3 * row * m:3 * row * (m + 1)] == b"".join(p[row * m:row * (m + 1)] for p in parts), m
 EOF
-expect 0 manifest --checkpoint "$work/ckpt" --output "$work/unfused.json" --fuse=false
-grep_out "^wrote $work/unfused.json: 5 layers (14.1 KiB of int8 weights) from 2 safetensors files"
 expect 0 describe model.layers.0.mlp.down_proj
 grep_out 'with bias\|bias  *yes'
 expect 0 infer --layer model.layers.0.mlp.down_proj --input "$work/x.npy" --output-dtype fp32 \
@@ -362,7 +371,8 @@ echo '{"quantization_config": {"quant_method": "compressed-tensors", "config_gro
 expect 1 manifest --checkpoint "$work/ckpt2" --output "$work/ckpt2/layers.json"
 grep_err "config group 'g': dynamic and symmetric must be true or false"
 for layer in model.layers.0.mlp.down_proj model.layers.0.mlp.up_proj \
-  model.layers.0.self_attn.qkv_proj; do
+  model.layers.0.self_attn.qkv_proj model.layers.0.self_attn.q_proj \
+  model.layers.0.self_attn.k_proj model.layers.0.self_attn.v_proj; do
   expect 0 unload "$layer"
 done
 

@@ -457,11 +457,13 @@ TEST_F(ManifestFilesTest, FusedModulesStackTheirParts) {
       R"(], "weight_scale": ["s2.npy", "s2.npy"]},
     {"name": "lw", "weights": [)" +
       ref("a.weight") + ", " + ref("b.weight") +
-      R"(], "weight_scale": ["s2.npy", "s1.npy"], "logical_widths": [1, 2]}]})";
+      R"(], "weight_scale": ["s2.npy", "s1.npy"], "logical_widths": [1, 2]},
+      {"name": "sw", "weights": [)" +
+      ref("a.weight") + ", " + ref("b.weight") + R"(], "weight_scale": ["s1.npy", "s2.npy"]}]})";
   const std::string manifest = write("m.json", json);
   auto layers = read_layer_manifest(manifest);
   ASSERT_TRUE(layers.ok()) << layers.status();
-  ASSERT_EQ(layers->size(), 5u);
+  ASSERT_EQ(layers->size(), 6u);
   EXPECT_TRUE(check_manifest_tensors(*layers).ok()) << check_manifest_tensors(*layers);
 
   v1::LayerHeader h;
@@ -499,6 +501,12 @@ TEST_F(ManifestFilesTest, FusedModulesStackTheirParts) {
   s = read_manifest_layer((*layers)[4], &h, &weights);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "\"logical_widths\" [1, 2] differ from the weights' parts [2, 1]");
+  // Each part's scales fit its own weights: swapped parts are refused.
+  s = read_manifest_layer((*layers)[5], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ +
+                             "/s2.npy: part 1 of weight_scale holds 2 values where its weights "
+                             "have 1 rows (or one for all, in every part)");
 
   // Parts only where they make sense.
   for (const auto& [json, message] : std::vector<std::pair<std::string, std::string>>{
@@ -507,8 +515,17 @@ TEST_F(ManifestFilesTest, FusedModulesStackTheirParts) {
            {R"({"layers": [{"name": "a", "weights": "w.npy", "weight_scale": "s.npy",
               "input_zero_point": [1, 2]}]})",
             "layer 'a' (layers[0]): \"input_zero_point\" cannot be an array"},
+           {R"({"layers": [{"name": "a", "weights": "w.npy", "weight_scale": "s.npy",
+                "input_scale": [{"file": "m.safetensors", "tensor": "s1"}, 0.5],
+                "scheme": "static_symmetric"}]})",
+            "layer 'a' (layers[0]): each part of \"input_scale\" must be {\"file\""},
+           {R"({"layers": [{"name": "a", "weights": "w.npy", "weight_scale": "s.npy",
+                "input_scale": [{"file": "m.safetensors", "tensor": "s1"},
+                                {"file": "m.safetensors", "tensor": "s2"}]}]})",
+            "\"input_scale\" as an array of parts is for a static_symmetric fused module only"},
            {R"({"layers": [{"name": "a", "weights": ["w.npy", 4], "weight_scale": "s.npy"}]})",
-            "layer 'a' (layers[0]): \"weights\" must be the path of a .npy file or"}}) {
+            "layer 'a' (layers[0]): each part of \"weights\" must be the path of a .npy file "
+            "or"}}) {
     const absl::Status e = parse_layer_manifest(json, "/m").status();
     EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument) << json;
     EXPECT_THAT(std::string(e.message()), HasSubstr(message)) << json;
