@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -634,6 +635,62 @@ absl::Status read_weights(HeaderCache& cache, const TensorSource& ws, std::vecto
                                       reinterpret_cast<char*>(weights->data()));
 }
 
+// For a fused module whose parts are safetensors tensors, from their headers: every weights part
+// of one K, and each float tensor's parts of one dtype, each fitting its weights part's rows (or,
+// for weight_scale, one value in every part).
+absl::Status check_parts_fit(HeaderCache& cache, const ManifestLayer& l) {
+  const std::vector<TensorSource>& wp = l.weights.parts;
+  if (wp.empty()) return absl::OkStatus();
+  auto header_of = [&](const TensorSource& p) -> const SafetensorsTensor* {
+    if (p.tensor.empty()) return nullptr;
+    auto h = cache.get(p.path);
+    if (!h.ok()) return nullptr;
+    const auto it = (*h)->tensors.find(p.tensor);
+    return it == (*h)->tensors.end() ? nullptr : &it->second;
+  };
+  std::vector<int64_t> rows;
+  for (const TensorSource& p : wp) {
+    const SafetensorsTensor* t = header_of(p);
+    if (t == nullptr) return absl::OkStatus();  // a .npy part: checked when read
+    if (!rows.empty() && t->shape[1] != header_of(wp[0])->shape[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.describe(), ": K=", t->shape[1],
+                       " where the first part has K=", header_of(wp[0])->shape[1]));
+    }
+    rows.push_back(t->shape[0]);
+  }
+  for (const auto& [src, what, per_tensor_allowed] :
+       {std::tuple<const TensorSource*, const char*, bool>{&l.weight_scale, "weight_scale", true},
+        {&l.bias, "bias", false}}) {
+    if (src->parts.empty()) continue;
+    if (src->parts.size() != rows.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has ", src->parts.size(), " parts where the weights have ", rows.size()));
+    }
+    std::vector<const SafetensorsTensor*> ts;
+    for (const TensorSource& p : src->parts) {
+      const SafetensorsTensor* t = header_of(p);
+      if (t == nullptr) return absl::OkStatus();
+      if (!ts.empty() && t->dtype != ts[0]->dtype) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(src->describe(), ": the parts of ", what, " are of different dtypes"));
+      }
+      ts.push_back(t);
+    }
+    bool scalars = per_tensor_allowed;
+    for (const SafetensorsTensor* t : ts) scalars = scalars && t->elements() == 1;
+    for (size_t i = 0; i < ts.size() && !scalars; ++i) {
+      if (ts[i]->elements() != rows[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(src->parts[i].describe(), ": part ", i, " of ", what, " holds ",
+                         ts[i]->elements(), " values where its weights have ", rows[i], " rows",
+                         per_tensor_allowed ? " (or one for all, in every part)" : ""));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
@@ -662,6 +719,11 @@ absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
         s = lookup(cache, src, u.kind, u.what).status();
       }
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat(l.describe(), ": ", s.message()));
+    }
+    // A fused module whose parts are all safetensors tensors: the checks on how they fit
+    // together that need only their headers (read_manifest_layer makes them all, .npy parts too).
+    if (absl::Status s = check_parts_fit(cache, l); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(l.describe(), ": ", s.message()));
     }
   }
   return absl::OkStatus();

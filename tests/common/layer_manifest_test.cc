@@ -459,12 +459,32 @@ TEST_F(ManifestFilesTest, FusedModulesStackTheirParts) {
       ref("a.weight") + ", " + ref("b.weight") +
       R"(], "weight_scale": ["s2.npy", "s1.npy"], "logical_widths": [1, 2]},
       {"name": "sw", "weights": [)" +
-      ref("a.weight") + ", " + ref("b.weight") + R"(], "weight_scale": ["s1.npy", "s2.npy"]}]})";
+      ref("a.weight") + ", " + ref("b.weight") + R"(], "weight_scale": ["s1.npy", "s2.npy"]},
+      {"name": "sf", "weights": [)" +
+      ref("a.weight") + ", " + ref("b.weight") + R"(], "weight_scale": [)" + ref("a.weight_scale") +
+      ", " + ref("s1") + R"(]}]})";
   const std::string manifest = write("m.json", json);
   auto layers = read_layer_manifest(manifest);
   ASSERT_TRUE(layers.ok()) << layers.status();
-  ASSERT_EQ(layers->size(), 6u);
-  EXPECT_TRUE(check_manifest_tensors(*layers).ok()) << check_manifest_tensors(*layers);
+  ASSERT_EQ(layers->size(), 7u);
+  // Before any layer loads: the K of safetensors parts ("k"), and their scales' dtypes where all
+  // parts are safetensors tensors; .npy parts are checked when read.
+  std::vector<ManifestLayer> k_layer = {(*layers)[3]};
+  absl::Status c = check_manifest_tensors(k_layer);
+  EXPECT_EQ(c.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.message(), "layer 'k' (layers[3]): " + dir_ +
+                             "/m.safetensors, tensor 'c.weight': K=4 where the first part has K=3");
+  std::vector<ManifestLayer> fit = {(*layers)[0], (*layers)[1], (*layers)[2], (*layers)[4],
+                                    (*layers)[5]};
+  EXPECT_TRUE(check_manifest_tensors(fit).ok()) << check_manifest_tensors(fit);
+  std::vector<ManifestLayer> sf = {(*layers)[6]};
+  c = check_manifest_tensors(sf);
+  EXPECT_EQ(c.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.message()),
+              HasSubstr("layer 'sf' (layers[6]): [" + dir_ +
+                        "/m.safetensors, tensor 'a.weight_scale'; " + dir_ +
+                        "/m.safetensors, tensor 's1']: the parts of weight_scale are of "
+                        "different dtypes"));
 
   v1::LayerHeader h;
   std::vector<int8_t> weights;
