@@ -19,16 +19,9 @@
 #include "common/layer_name.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
-
-// ASSIGN_OR_RETURN for this file (common/ does not depend on kernels/core/status.h).
-#define QL_MANIFEST_CONCAT_INNER(a, b) a##b
-#define QL_MANIFEST_CONCAT(a, b) QL_MANIFEST_CONCAT_INNER(a, b)
-#define ASSIGN_OR_RETURN_MANIFEST(lhs, expr) \
-  ASSIGN_OR_RETURN_MANIFEST_IMPL(QL_MANIFEST_CONCAT(_manifest_or_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_MANIFEST_IMPL(var, lhs, expr) \
-  auto var = (expr);                                   \
-  if (!var.ok()) return var.status();                  \
-  lhs = *std::move(var)
+#include "kernels/core/dtype.h"
+#include "kernels/core/layer.h"
+#include "kernels/core/status.h"
 
 namespace qlinear {
 namespace {
@@ -48,20 +41,6 @@ const char* type_name(const Json& v) {
   if (v.is_array()) return "an array";
   if (v.is_object()) return "an object";
   return "null";
-}
-
-absl::StatusOr<v1::Scheme> scheme_from_name(absl::string_view name) {
-  const std::pair<const char*, v1::Scheme> kSchemes[] = {
-      {"dynamic_symmetric", v1::SCHEME_DYNAMIC_SYMMETRIC},
-      {"static_symmetric", v1::SCHEME_STATIC_SYMMETRIC},
-      {"dynamic_asymmetric", v1::SCHEME_DYNAMIC_ASYMMETRIC},
-      {"static_asymmetric", v1::SCHEME_STATIC_ASYMMETRIC}};
-  for (const auto& [n, s] : kSchemes) {
-    if (name == n) return s;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown scheme '", name,
-      "'; expected dynamic_symmetric, static_symmetric, dynamic_asymmetric or static_asymmetric"));
 }
 
 std::string resolve(absl::string_view base_dir, const std::string& path) {
@@ -200,7 +179,7 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
 
   std::string scheme = "dynamic_symmetric";
   if (absl::Status s = string_at("scheme", &scheme); !s.ok()) return s;
-  absl::StatusOr<v1::Scheme> sc = scheme_from_name(scheme);
+  absl::StatusOr<v1::Scheme> sc = parse_scheme_name(scheme);
   if (!sc.ok()) return absl::InvalidArgumentError(absl::StrCat(at, ": ", sc.status().message()));
   out.header.set_scheme(*sc);
 
@@ -410,6 +389,16 @@ absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::
   return t;
 }
 
+absl::StatusOr<v1::Scheme> parse_scheme_name(absl::string_view name) {
+  for (Scheme s : {Scheme::kDynamicSymmetric, Scheme::kStaticSymmetric, Scheme::kDynamicAsymmetric,
+                   Scheme::kStaticAsymmetric}) {
+    if (name == scheme_name(s)) return static_cast<v1::Scheme>(static_cast<int>(s));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scheme '", name,
+      "'; expected dynamic_symmetric, static_symmetric, dynamic_asymmetric or static_asymmetric"));
+}
+
 std::string TensorSource::describe() const {
   if (!parts.empty()) {
     std::vector<std::string> each;
@@ -421,23 +410,6 @@ std::string TensorSource::describe() const {
 
 namespace {
 
-// Safetensors headers, each file's read once (for a layer, or for a check of a whole manifest).
-class HeaderCache {
- public:
-  absl::StatusOr<const SafetensorsHeader*> get(const std::string& path) {
-    auto it = headers_.find(path);
-    if (it == headers_.end()) {
-      absl::StatusOr<SafetensorsHeader> h = read_safetensors_header(path);
-      if (!h.ok()) return h.status();
-      it = headers_.emplace(path, *std::move(h)).first;
-    }
-    return &it->second;
-  }
-
- private:
-  std::map<std::string, SafetensorsHeader> headers_;
-};
-
 // What a tensor is read as.
 enum class Kind {
   kWeights,      // I8 [N, K]
@@ -447,11 +419,15 @@ enum class Kind {
 };
 
 bool is_float(const std::string& dt) { return dt == "F32" || dt == "F16" || dt == "BF16"; }
+// The DType of a float safetensors dtype (is_float).
+DType float_dtype(const std::string& dt) {
+  return dt == "F32" ? DType::kF32 : dt == "F16" ? DType::kF16 : DType::kBF16;
+}
 
 // The safetensors tensor `src` names, checked for what it is read as.
 absl::StatusOr<std::pair<const SafetensorsHeader*, const SafetensorsTensor*>> lookup(
-    HeaderCache& cache, const TensorSource& src, Kind kind, absl::string_view what) {
-  ASSIGN_OR_RETURN_MANIFEST(const SafetensorsHeader* h, cache.get(src.path));
+    SafetensorsHeaderCache& cache, const TensorSource& src, Kind kind, absl::string_view what) {
+  ASSIGN_OR_RETURN(const SafetensorsHeader* h, cache.get(src.path));
   const auto it = h->tensors.find(src.tensor);
   if (it == h->tensors.end()) {
     return absl::NotFoundError(absl::StrCat(src.path, " has no tensor '", src.tensor, "'"));
@@ -480,9 +456,38 @@ absl::StatusOr<std::pair<const SafetensorsHeader*, const SafetensorsTensor*>> lo
   return std::make_pair(h, &t);
 }
 
+// Whether the parts of a fused module's `what` (`src`, part i of dtype dtypes[i] holding
+// elements[i] values) fit its weights' parts of `rows` rows: as many parts, part i holding rows[i]
+// values or, where per_tensor_allowed, every part one value; all of one dtype.
+absl::Status check_parts(const TensorSource& src, absl::string_view what,
+                         const std::vector<std::string>& dtypes,
+                         const std::vector<int64_t>& elements, const std::vector<int64_t>& rows,
+                         bool per_tensor_allowed) {
+  if (rows.size() != src.parts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", src.parts.size(),
+                                                   " parts where the weights have ", rows.size()));
+  }
+  bool scalars = per_tensor_allowed, channels = true;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    scalars = scalars && elements[i] == 1;
+    channels = channels && elements[i] == rows[i];
+    if (!scalars && !channels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src.parts[i].describe(), ": part ", i, " of ", what, " holds ", elements[i],
+                       " values where its weights have ", rows[i], " rows",
+                       per_tensor_allowed ? " (or one for all, in every part)" : ""));
+    }
+    if (dtypes[i] != dtypes[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src.describe(), ": the parts of ", what, " are of different dtypes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A float tensor (weight_scale, bias) from its source: a .npy file of float32 or float16, or a
 // safetensors tensor of F32, F16 or BF16.
-absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSource& src,
+absl::StatusOr<v1::Tensor> read_float_tensor(SafetensorsHeaderCache& cache, const TensorSource& src,
                                              absl::string_view what,
                                              const std::vector<int64_t>& widths = {},
                                              bool per_tensor_allowed = true) {
@@ -490,31 +495,20 @@ absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSou
     // The parts of a fused module, one after another: [N_1 (, 1)] ... -> [N (, 1)], or one value
     // each (per-tensor scales) -> [parts], one per logical width. Part i holds N_i values (the
     // i-th weights part's rows), or one value where per-tensor values are allowed; all alike.
-    if (widths.size() != src.parts.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has ", src.parts.size(), " parts where the weights have ", widths.size()));
-    }
     std::vector<v1::Tensor> parts;
-    bool scalars = true, channels = true;
-    for (size_t i = 0; i < src.parts.size(); ++i) {
-      const TensorSource& p = src.parts[i];
-      ASSIGN_OR_RETURN_MANIFEST(v1::Tensor t, read_float_tensor(cache, p, what));
-      int64_t elements = 1;
-      for (int64_t d : t.shape()) elements *= d;
-      scalars = scalars && elements == 1 && per_tensor_allowed;
-      channels = channels && elements == widths[i];
-      if (!scalars && !channels) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(p.describe(), ": part ", i, " of ", what, " holds ", elements,
-                         " values where its ", "weights have ", widths[i], " rows",
-                         per_tensor_allowed ? " (or one for all, in every part)" : ""));
-      }
-      if (!parts.empty() && t.dtype() != parts[0].dtype()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(src.describe(), ": the parts of ", what, " are of different dtypes"));
-      }
+    std::vector<std::string> dtypes;
+    std::vector<int64_t> elements;
+    bool scalars = true;
+    for (const TensorSource& p : src.parts) {
+      ASSIGN_OR_RETURN(v1::Tensor t, read_float_tensor(cache, p, what));
+      int64_t n = 1;
+      for (int64_t d : t.shape()) n *= d;
+      scalars = scalars && n == 1 && per_tensor_allowed;
+      dtypes.push_back(v1::DType_Name(t.dtype()));
+      elements.push_back(n);
       parts.push_back(std::move(t));
     }
+    RETURN_IF_ERROR(check_parts(src, what, dtypes, elements, widths, per_tensor_allowed));
     v1::Tensor out;
     out.set_dtype(parts[0].dtype());
     int64_t rows = 0;
@@ -536,44 +530,23 @@ absl::StatusOr<v1::Tensor> read_float_tensor(HeaderCache& cache, const TensorSou
     return out;
   }
   if (src.tensor.empty()) return read_float_tensor_npy(src.path, what);
-  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, src, Kind::kFloats, what));
+  ASSIGN_OR_RETURN(auto found, lookup(cache, src, Kind::kFloats, what));
   const SafetensorsTensor& t = *found.second;
   v1::Tensor out;
-  out.set_dtype(t.dtype == "F32"   ? v1::DTYPE_FP32
-                : t.dtype == "F16" ? v1::DTYPE_FP16
-                                   : v1::DTYPE_BF16);
+  out.set_dtype(static_cast<v1::DType>(static_cast<int>(float_dtype(t.dtype))));
   for (int64_t d : t.shape) out.add_shape(d);
-  ASSIGN_OR_RETURN_MANIFEST(std::string bytes, read_safetensors_tensor(*found.first, src.tensor));
+  ASSIGN_OR_RETURN(std::string bytes, read_safetensors_tensor(*found.first, src.tensor));
   out.set_data(std::move(bytes));
   return out;
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const int exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ff;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    f = mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  } else {
-    f = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits |= sign;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // The one value of a safetensors tensor of one element (input_scale: F32, F16 or BF16;
 // input_zero_point: I32 or I8), as a double (exact for each).
-absl::StatusOr<double> read_scalar(HeaderCache& cache, const TensorSource& src, Kind kind,
-                                   absl::string_view what) {
-  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, src, kind, what));
+absl::StatusOr<double> read_scalar(SafetensorsHeaderCache& cache, const TensorSource& src,
+                                   Kind kind, absl::string_view what) {
+  ASSIGN_OR_RETURN(auto found, lookup(cache, src, kind, what));
   const std::string& dt = found.second->dtype;
-  ASSIGN_OR_RETURN_MANIFEST(std::string b, read_safetensors_tensor(*found.first, src.tensor));
+  ASSIGN_OR_RETURN(std::string b, read_safetensors_tensor(*found.first, src.tensor));
   const auto* p = reinterpret_cast<const unsigned char*>(b.data());
   if (dt == "I8") return static_cast<double>(static_cast<int8_t>(p[0]));
   if (dt == "I32") {
@@ -581,17 +554,7 @@ absl::StatusOr<double> read_scalar(HeaderCache& cache, const TensorSource& src, 
     std::memcpy(&v, p, 4);
     return static_cast<double>(v);
   }
-  if (dt == "F32") {
-    float v;
-    std::memcpy(&v, p, 4);
-    return static_cast<double>(v);
-  }
-  const uint16_t bits = static_cast<uint16_t>(p[0] | (p[1] << 8));
-  if (dt == "F16") return static_cast<double>(half_to_float(bits));
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;  // BF16
-  float v;
-  std::memcpy(&v, &wide, 4);
-  return static_cast<double>(v);
+  return static_cast<double>(load_as_f32(b.data(), float_dtype(dt), 0));
 }
 
 // Each of a layer's tensors with what it is read as.
@@ -610,8 +573,8 @@ std::vector<Use> uses(const ManifestLayer& l) {
 
 // One source's weights: a .npy file of int8 [N, K] (read once, copied once into *weights) or an
 // I8 [N, K] safetensors tensor (read straight into *weights).
-absl::Status read_weights(HeaderCache& cache, const TensorSource& ws, std::vector<int64_t>* shape,
-                          std::vector<int8_t>* weights) {
+absl::Status read_weights(SafetensorsHeaderCache& cache, const TensorSource& ws,
+                          std::vector<int64_t>* shape, std::vector<int8_t>* weights) {
   if (ws.tensor.empty()) {
     absl::StatusOr<std::string> file = read_file(ws.path);
     if (!file.ok()) return file.status();
@@ -628,7 +591,7 @@ absl::Status read_weights(HeaderCache& cache, const TensorSource& ws, std::vecto
     weights->assign(w->data.begin(), w->data.end());
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN_MANIFEST(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
+  ASSIGN_OR_RETURN(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
   *shape = found.second->shape;
   weights->resize(static_cast<size_t>(found.second->bytes));
   return read_safetensors_tensor_into(*found.first, ws.tensor,
@@ -638,7 +601,7 @@ absl::Status read_weights(HeaderCache& cache, const TensorSource& ws, std::vecto
 // For a fused module whose parts are safetensors tensors, from their headers: every weights part
 // of one K, and each float tensor's parts of one dtype, each fitting its weights part's rows (or,
 // for weight_scale, one value in every part).
-absl::Status check_parts_fit(HeaderCache& cache, const ManifestLayer& l) {
+absl::Status check_parts_fit(SafetensorsHeaderCache& cache, const ManifestLayer& l) {
   const std::vector<TensorSource>& wp = l.weights.parts;
   if (wp.empty()) return absl::OkStatus();
   auto header_of = [&](const TensorSource& p) -> const SafetensorsTensor* {
@@ -663,38 +626,35 @@ absl::Status check_parts_fit(HeaderCache& cache, const ManifestLayer& l) {
        {std::tuple<const TensorSource*, const char*, bool>{&l.weight_scale, "weight_scale", true},
         {&l.bias, "bias", false}}) {
     if (src->parts.empty()) continue;
-    if (src->parts.size() != rows.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has ", src->parts.size(), " parts where the weights have ", rows.size()));
-    }
-    std::vector<const SafetensorsTensor*> ts;
+    std::vector<std::string> dtypes;
+    std::vector<int64_t> elements;
     for (const TensorSource& p : src->parts) {
       const SafetensorsTensor* t = header_of(p);
-      if (t == nullptr) return absl::OkStatus();
-      if (!ts.empty() && t->dtype != ts[0]->dtype) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(src->describe(), ": the parts of ", what, " are of different dtypes"));
-      }
-      ts.push_back(t);
+      if (t == nullptr) return absl::OkStatus();  // a .npy part: checked when read
+      dtypes.push_back(t->dtype);
+      elements.push_back(t->elements());
     }
-    bool scalars = per_tensor_allowed;
-    for (const SafetensorsTensor* t : ts) scalars = scalars && t->elements() == 1;
-    for (size_t i = 0; i < ts.size() && !scalars; ++i) {
-      if (ts[i]->elements() != rows[i]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(src->parts[i].describe(), ": part ", i, " of ", what, " holds ",
-                         ts[i]->elements(), " values where its weights have ", rows[i], " rows",
-                         per_tensor_allowed ? " (or one for all, in every part)" : ""));
-      }
-    }
+    RETURN_IF_ERROR(check_parts(*src, what, dtypes, elements, rows, per_tensor_allowed));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
-  HeaderCache cache;
+absl::StatusOr<const SafetensorsHeader*> SafetensorsHeaderCache::get(const std::string& path) {
+  auto it = headers_.find(path);
+  if (it == headers_.end()) {
+    absl::StatusOr<SafetensorsHeader> h = read_safetensors_header(path);
+    if (!h.ok()) return h.status();
+    it = headers_.emplace(path, *std::move(h)).first;
+  }
+  return &it->second;
+}
+
+absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers,
+                                    SafetensorsHeaderCache* headers) {
+  SafetensorsHeaderCache own;
+  SafetensorsHeaderCache& cache = headers != nullptr ? *headers : own;
   for (const ManifestLayer& l : layers) {
     std::vector<Use> each;
     for (const Use& u : uses(l)) {
@@ -730,9 +690,10 @@ absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers) {
 }
 
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
-                                 std::vector<int8_t>* weights) {
+                                 std::vector<int8_t>* weights, SafetensorsHeaderCache* headers) {
   *header = layer.header;
-  HeaderCache cache;
+  SafetensorsHeaderCache own;
+  SafetensorsHeaderCache& cache = headers != nullptr ? *headers : own;
   std::vector<int64_t> shape;
   if (layer.weights.parts.empty()) {
     if (absl::Status s = read_weights(cache, layer.weights, &shape, weights); !s.ok()) return s;
@@ -769,20 +730,18 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
                                     header->logical_widths().end());
   const std::vector<int64_t> part_rows =
       layer.weights.parts.empty() ? std::vector<int64_t>{} : widths;
-  ASSIGN_OR_RETURN_MANIFEST(
-      *header->mutable_weight_scale(),
-      read_float_tensor(cache, layer.weight_scale, "weight_scale", part_rows, true));
+  ASSIGN_OR_RETURN(*header->mutable_weight_scale(),
+                   read_float_tensor(cache, layer.weight_scale, "weight_scale", part_rows, true));
   if (layer.bias.given()) {
-    ASSIGN_OR_RETURN_MANIFEST(*header->mutable_bias(),
-                              read_float_tensor(cache, layer.bias, "bias", part_rows, false));
+    ASSIGN_OR_RETURN(*header->mutable_bias(),
+                     read_float_tensor(cache, layer.bias, "bias", part_rows, false));
   }
   if (layer.input_scale.given()) {
     // A fused module's parts: the largest of their scales (a calibrated checkpoint gives its
     // parts, which see the same input, the same scale; the largest never clips).
     double d = 0;
     if (layer.input_scale.parts.empty()) {
-      ASSIGN_OR_RETURN_MANIFEST(
-          d, read_scalar(cache, layer.input_scale, Kind::kFloatScalar, "input_scale"));
+      ASSIGN_OR_RETURN(d, read_scalar(cache, layer.input_scale, Kind::kFloatScalar, "input_scale"));
     } else {
       if (header->scheme() != v1::SCHEME_STATIC_SYMMETRIC) {
         return absl::InvalidArgumentError(
@@ -790,8 +749,7 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
       }
       for (size_t i = 0; i < layer.input_scale.parts.size(); ++i) {
         const TensorSource& p = layer.input_scale.parts[i];
-        ASSIGN_OR_RETURN_MANIFEST(const double v,
-                                  read_scalar(cache, p, Kind::kFloatScalar, "input_scale"));
+        ASSIGN_OR_RETURN(const double v, read_scalar(cache, p, Kind::kFloatScalar, "input_scale"));
         if (!(std::isfinite(v) && v > 0)) {
           return absl::InvalidArgumentError(
               absl::StrCat(p.describe(), ": input_scale must be finite and > 0, got ", v));
@@ -802,8 +760,8 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
     header->set_input_scale(static_cast<float>(d));
   }
   if (layer.input_zero_point.given()) {
-    ASSIGN_OR_RETURN_MANIFEST(const double d, read_scalar(cache, layer.input_zero_point,
-                                                          Kind::kIntScalar, "input_zero_point"));
+    ASSIGN_OR_RETURN(const double d, read_scalar(cache, layer.input_zero_point, Kind::kIntScalar,
+                                                 "input_zero_point"));
     header->set_input_zero_point(static_cast<int32_t>(d));
   }
   return absl::OkStatus();

@@ -35,18 +35,20 @@
 // a fused module (TensorSource::parts). (qlinear-cli manifest --checkpoint writes such a manifest
 // for a compressed-tensors W8A8 checkpoint.) Relative paths are taken from the manifest's
 // folder. An unknown key, a value of the wrong type and a name given twice are errors that name
-// the entry, so that a typo never loads a layer other than the one meant. What the values mean, and what is checked of them (shapes,
-// schemes, scales), is the LayerHeader's (proto/qlinear/v1/qlinear.proto); the server checks it on
-// load, as for an upload.
+// the entry, so that a typo never loads a layer other than the one meant. What the values mean, and
+// what is checked of them (shapes, schemes, scales), is the LayerHeader's
+// (proto/qlinear/v1/qlinear.proto); the server checks it on load, as for an upload.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/safetensors.h"
 #include "qlinear/v1/qlinear.pb.h"
 
 namespace qlinear {
@@ -79,6 +81,10 @@ struct ManifestLayer {
   std::string describe() const;
 };
 
+// The scheme named `name` ("dynamic_symmetric", ...: kernels/core/layer.h's scheme_name);
+// INVALID_ARGUMENT lists the names.
+absl::StatusOr<v1::Scheme> parse_scheme_name(absl::string_view name);
+
 // The entries of the manifest `json`, whose relative paths are taken from `base_dir`.
 // INVALID_ARGUMENT says what is wrong and where.
 absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_view json,
@@ -88,16 +94,30 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
 // Messages start with the path.
 absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string& path);
 
+// The headers of the safetensors files a manifest names, each read once: a caller that checks a
+// manifest and then reads its layers passes one to both, so that no header is parsed twice.
+class SafetensorsHeaderCache {
+ public:
+  absl::StatusOr<const SafetensorsHeader*> get(const std::string& path);
+
+ private:
+  std::map<std::string, SafetensorsHeader> headers_;
+};
+
 // Checks, without reading their data, that every tensor the layers name is there: each .npy
 // file exists, and each safetensors tensor is in its file with a dtype and shape it can be read
-// as (each file's header read once). Messages name the layer and the file (and tensor).
-absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers);
+// as (each file's header read once, into `headers` where given). Messages name the layer and the
+// file (and tensor).
+absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers,
+                                    SafetensorsHeaderCache* headers = nullptr);
 
 // Reads an entry's tensors: `*header` becomes its whole header (n and k from the weights' shape,
 // weight_scale and bias as stored, input_scale and input_zero_point where given as tensors),
-// `*weights` its N*K weight bytes. Messages name the file (and tensor).
+// `*weights` its N*K weight bytes. Safetensors headers are taken from `headers` where given.
+// Messages name the file (and tensor).
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
-                                 std::vector<int8_t>* weights);
+                                 std::vector<int8_t>* weights,
+                                 SafetensorsHeaderCache* headers = nullptr);
 
 // A float tensor (a weight scale, a bias) from a .npy file of float32 or float16, its shape kept;
 // `what` names it in the message of a file of another dtype.

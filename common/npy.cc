@@ -296,9 +296,9 @@ absl::StatusOr<std::string> serialize_npy(const NpyArray& a) {
   return out;
 }
 
-absl::StatusOr<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstream* in) {
+  in->open(path, std::ios::binary);
+  if (!*in) {
     const int err = errno;
     std::string what = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
     if (err == EACCES) return absl::PermissionDeniedError(what);
@@ -309,8 +309,15 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path) {
+  std::ifstream in;
+  absl::StatusOr<uint64_t> size = open_regular_file(path, &in);
+  if (!size.ok()) return size.status();
   // Read at once into a string of the file's size (no second copy).
-  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  std::string bytes(static_cast<size_t>(*size), '\0');
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (in.gcount() != static_cast<std::streamsize>(bytes.size()) || in.bad()) {
     return absl::DataLossError(absl::StrCat("error reading ", path, ": got ", in.gcount(), " of ",

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ absl::StatusOr<std::string> serialize_npy(const NpyArray& array);
 // File helpers. Errors name the path: NOT_FOUND / PERMISSION_DENIED for I/O, INVALID_ARGUMENT
 // for content.
 absl::StatusOr<std::string> read_file(const std::string& path);
+// Opens the regular file at `path` for reading into `*in`; its size in bytes. NOT_FOUND or
+// PERMISSION_DENIED ("cannot open PATH: reason"), INVALID_ARGUMENT for a folder or other non-file.
+absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstream* in);
 absl::Status write_file(const std::string& path, absl::string_view bytes);
 absl::StatusOr<NpyArray> read_npy_file(const std::string& path);
 absl::Status write_npy_file(const std::string& path, const NpyArray& array);

@@ -1,13 +1,10 @@
 #include "common/safetensors.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/npy.h"
 
 namespace qlinear {
 namespace {
@@ -19,13 +16,6 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 absl::Status bad(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
-}
-
-absl::Status open_failed(const std::string& path) {
-  const int err = errno;
-  std::string what = absl::StrCat("cannot open ", path, ": ", std::strerror(err));
-  if (err == EACCES) return absl::PermissionDeniedError(what);
-  return absl::NotFoundError(what);
 }
 
 }  // namespace
@@ -48,13 +38,10 @@ int safetensors_dtype_size(absl::string_view dtype) {
 }
 
 absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return open_failed(path);
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
-  }
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
+  std::ifstream in;
+  absl::StatusOr<uint64_t> size = open_regular_file(path, &in);
+  if (!size.ok()) return size.status();
+  const uint64_t file_bytes = *size;
   unsigned char len_bytes[8];
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) {
     return bad(path, "too short for a safetensors file (no 8-byte header length)");
@@ -130,8 +117,8 @@ absl::Status read_safetensors_tensor_into(const SafetensorsHeader& header, absl:
   if (it == header.tensors.end()) {
     return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
   }
-  std::ifstream in(header.path, std::ios::binary);
-  if (!in) return open_failed(header.path);
+  std::ifstream in;
+  if (absl::Status s = open_regular_file(header.path, &in).status(); !s.ok()) return s;
   in.seekg(static_cast<std::streamoff>(it->second.offset));
   if (!in.read(out, static_cast<std::streamsize>(it->second.bytes))) {
     return absl::DataLossError(absl::StrCat("error reading tensor '", name, "' of ", header.path));

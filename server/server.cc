@@ -19,10 +19,11 @@ namespace {
 // The manifest at o.layer_manifest, checked before any layer loads: its JSON, every entry, and
 // that each tensor it names is there (so that a mistake in the last entry is not found after the
 // others have loaded).
-absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o) {
+absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o,
+                                                         SafetensorsHeaderCache* headers) {
   const std::string& path = o.layer_manifest;
   ASSIGN_OR_RETURN(std::vector<ManifestLayer> layers, read_layer_manifest(path));
-  if (absl::Status s = check_manifest_tensors(layers); !s.ok()) {
+  if (absl::Status s = check_manifest_tensors(layers, headers); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   return layers;
@@ -31,7 +32,8 @@ absl::StatusOr<std::vector<ManifestLayer>> read_manifest(const ServerOptions& o)
 // Loads the manifest's layers one after another, each as an upload of its header and weights
 // would be, logging each. The first failure ends it, named.
 absl::Status load_manifest(Engine& engine, const ServerOptions& o,
-                           const std::vector<ManifestLayer>& layers) {
+                           const std::vector<ManifestLayer>& layers,
+                           SafetensorsHeaderCache* headers) {
   const std::string& path = o.layer_manifest;
   log_info(absl::StrCat("loading ", layers.size(), " layer", layers.size() == 1 ? "" : "s",
                         " from the manifest ", path));
@@ -49,7 +51,9 @@ absl::Status load_manifest(Engine& engine, const ServerOptions& o,
     };
     v1::LayerHeader header;
     std::vector<int8_t> weights;
-    if (absl::Status s = read_manifest_layer(l, &header, &weights); !s.ok()) return failed(s);
+    if (absl::Status s = read_manifest_layer(l, &header, &weights, headers); !s.ok()) {
+      return failed(s);
+    }
     absl::StatusOr<LoadRequest> request = load_request_from_header(header);
     if (!request.ok()) return failed(request.status());
     bytes += static_cast<int64_t>(weights.size());
@@ -106,8 +110,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
 
   // The manifest is checked before the demo layer loads, its layers loaded after it.
   std::vector<ManifestLayer> manifest;
+  SafetensorsHeaderCache headers;  // read once, by the check, for the loads
   if (!o.layer_manifest.empty()) {
-    ASSIGN_OR_RETURN(manifest, read_manifest(o));
+    ASSIGN_OR_RETURN(manifest, read_manifest(o, &headers));
   }
 
   if (o.demo_layer) {
@@ -128,7 +133,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     }
   }
 
-  if (!o.layer_manifest.empty()) RETURN_IF_ERROR(load_manifest(*s->engine_, o, manifest));
+  if (!o.layer_manifest.empty()) {
+    RETURN_IF_ERROR(load_manifest(*s->engine_, o, manifest, &headers));
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service has no protobuf descriptor of its own; linking ours lets

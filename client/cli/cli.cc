@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/layer_manifest.h"
 
 namespace qlinear::cli {
 
@@ -83,15 +84,7 @@ std::string scheme_cli_name(v1::Scheme s) {
   }
 }
 
-absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name) {
-  for (v1::Scheme s : {v1::SCHEME_DYNAMIC_SYMMETRIC, v1::SCHEME_STATIC_SYMMETRIC,
-                       v1::SCHEME_DYNAMIC_ASYMMETRIC, v1::SCHEME_STATIC_ASYMMETRIC}) {
-    if (name == scheme_cli_name(s)) return s;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown scheme '", name,
-      "'; expected dynamic_symmetric, static_symmetric, dynamic_asymmetric or static_asymmetric"));
-}
+absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name) { return parse_scheme_name(name); }
 
 std::string dtype_cli_name(v1::DType t) {
   switch (t) {

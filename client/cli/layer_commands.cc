@@ -117,6 +117,7 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
   auto client = make_client(args, options);
   const auto start = Clock::now();
   int64_t bytes = 0;
+  SafetensorsHeaderCache headers;  // each file's header parsed once for all its layers
   for (size_t i = 0; i < layers->size(); ++i) {
     const ManifestLayer& l = (*layers)[i];
     auto failed = [&](const absl::Status& s) {
@@ -126,7 +127,7 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
     };
     v1::LayerHeader h;
     std::vector<int8_t> weights;
-    if (absl::Status s = read_manifest_layer(l, &h, &weights); !s.ok()) return failed(s);
+    if (absl::Status s = read_manifest_layer(l, &h, &weights, &headers); !s.ok()) return failed(s);
     h.set_replace(replace);
     UploadProgress progress(h.name());
     std::function<void(int64_t, int64_t)> on_chunk;
