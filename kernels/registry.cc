@@ -24,6 +24,7 @@ const std::vector<std::string>& kernel_priority_order() {
       // CPUs.
       "cpu.avx512_vnni",  // VPDPBUSD micro-kernels, small-M weight streaming
       "cpu.onednn",       // oneDNN int8 matmul
+      "cpu.avx2",         // VPMADDWD micro-kernels, for hosts without AVX-512 VNNI
       "cpu.reference",    // the oracle; always fits
   };
   return order;

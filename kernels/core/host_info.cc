@@ -35,6 +35,7 @@ HostInfo detect_host_info() {
   __builtin_cpu_init();
   h.avx2 = __builtin_cpu_supports("avx2");
   h.fma = __builtin_cpu_supports("fma");
+  h.f16c = __builtin_cpu_supports("f16c");
   h.avx512f = __builtin_cpu_supports("avx512f");
   h.avx512bw = __builtin_cpu_supports("avx512bw");
   h.avx512vl = __builtin_cpu_supports("avx512vl");
@@ -53,6 +54,7 @@ std::string HostInfo::cpu_description() const {
   std::vector<std::string> isa;
   if (avx2) isa.push_back("avx2");
   if (fma) isa.push_back("fma");
+  if (f16c) isa.push_back("f16c");
   if (avx512f) isa.push_back("avx512f");
   if (avx512bw) isa.push_back("avx512bw");
   if (avx512vl) isa.push_back("avx512vl");

@@ -20,6 +20,7 @@ struct HostInfo {
   int cpu_threads = 0;
   bool avx2 = false;
   bool fma = false;
+  bool f16c = false;
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;

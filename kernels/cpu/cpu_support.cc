@@ -58,6 +58,24 @@ absl::Status avx512_vnni_isa_status(const HostInfo& host) {
 #endif
 }
 
+absl::Status avx2_isa_status(const HostInfo& host) {
+#if !QLINEAR_HAVE_AVX2
+  (void)host;
+  return absl::FailedPreconditionError(
+      "not compiled in (the compiler that built this binary lacks -mavx2 -mfma -mf16c)");
+#else
+  std::vector<std::string> missing;
+  if (!host.avx2) missing.push_back("avx2");
+  if (!host.fma) missing.push_back("fma");
+  if (!host.f16c) missing.push_back("f16c");
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("needs AVX2, FMA and F16C; this CPU lacks ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+#endif
+}
+
 const float* RoundedBias::get(DType t) const {
   const std::vector<float>& v = t == DType::kF32 ? f32 : t == DType::kF16 ? f16 : bf16;
   return v.empty() ? nullptr : v.data();

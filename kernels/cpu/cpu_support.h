@@ -52,6 +52,11 @@ class ScratchBuffer {
 // reason, for users. Nothing in those files may run before this passed.
 absl::Status avx512_vnni_isa_status(const HostInfo& host);
 
+// OK when this binary holds the AVX2 code of kernels/cpu (quantize_avx2, epilogue_avx2,
+// avx2_gemm) and the host has avx2, fma and f16c; otherwise the reason, for users. Nothing in
+// those files may run before this passed.
+absl::Status avx2_isa_status(const HostInfo& host);
+
 // The layer's bias rounded to each output dtype and widened back (`bias_f` of SPEC section 4),
 // indexed by DType; empty when the layer has no bias.
 struct RoundedBias {

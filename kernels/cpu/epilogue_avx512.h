@@ -8,25 +8,9 @@
 
 #include <cstdint>
 
-#include "kernels/core/dtype.h"
-#include "kernels/core/layer.h"
+#include "kernels/cpu/epilogue_args.h"
 
 namespace qlinear::cpu {
-
-struct EpilogueArgs {
-  Scheme scheme = Scheme::kDynamicSymmetric;
-  const float* sb = nullptr;         // [N]
-  const float* bias_f = nullptr;     // [N] bias already rounded to y_dtype, or null for no bias
-  const int32_t* azp_adj = nullptr;  // [N], asymmetric schemes
-  // [N] or null: added (wrapping) to every accumulator first. A GEMM on xq + 128 passes
-  // -128 * colsum here to recover the int8 x int8 sums.
-  const int32_t* comp = nullptr;
-  const float* sa = nullptr;     // [M]; static schemes hold the input scale in every row
-  const int32_t* azp = nullptr;  // [M], dynamic asymmetric
-  void* y = nullptr;             // [M, ldy] in y_dtype
-  DType y_dtype = DType::kBF16;
-  int64_t ldy = 0;
-};
 
 // y[m, n] for m in [m0, m0 + rows), n in [n0, n0 + cols), from acc (element (m0, n0) of an
 // int32 tile with row stride ld_acc).

@@ -84,7 +84,7 @@ CanImplement k_multiple_of(int64_t q) {
 
 const std::vector<std::string> kPinnedOrder = {
     "cuda.gemv_s8",    "cuda.stream_s8", "cuda.cutlass_sm90", "cuda.cublaslt",
-    "cpu.avx512_vnni", "cpu.onednn",     "cpu.reference"};
+    "cpu.avx512_vnni", "cpu.onednn",     "cpu.avx2",          "cpu.reference"};
 
 LayerConfig layer(int64_t k) {
   LayerConfig c;
@@ -94,7 +94,7 @@ LayerConfig layer(int64_t k) {
 }
 ProblemShape shape(int64_t m, int64_t k) { return ProblemShape{m, 64, k}; }
 
-// The usual cast: two GPU kernels that cannot run here, one that needs K % 16, two CPU kernels
+// The usual cast: three GPU kernels that cannot run here, one that needs K % 16, three CPU kernels
 // that fit, and the reference.
 Registry typical_registry() {
   Registry r;
@@ -107,6 +107,7 @@ Registry typical_registry() {
   const absl::Status old_gpu = absl::FailedPreconditionError("compute capability 8.0, needs 9.0");
   EXPECT_TRUE(r.add(make({"cuda.cutlass_sm90", old_gpu, nullptr, {}, 2})).ok());
   EXPECT_TRUE(r.add(make({"cuda.stream_s8", old_gpu, nullptr, {}, 7})).ok());
+  EXPECT_TRUE(r.add(make({"cpu.avx2", absl::OkStatus(), nullptr, {}, 8})).ok());
   return r;
 }
 
@@ -120,9 +121,9 @@ TEST(PriorityOrder, IsPinned) {
 }
 
 TEST(Registration, OrderOfAddCallsDoesNotMatter) {
-  // Every permutation of the seven names, each registered twice (the second copy after all
+  // Every permutation of the eight names, each registered twice (the second copy after all
   // first copies, in reverse). The result is always the pinned order, holding the first copies.
-  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6};
+  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6, 7};
   int permutations = 0;
   do {
     Registry r;
@@ -136,7 +137,7 @@ TEST(Registration, OrderOfAddCallsDoesNotMatter) {
     for (const Kernel* k : r.kernels()) ASSERT_EQ(tag_of(k), 1) << k->name();
     ++permutations;
   } while (std::next_permutation(perm.begin(), perm.end()));
-  EXPECT_EQ(permutations, 5040);
+  EXPECT_EQ(permutations, 40320);
 }
 
 TEST(Registration, DuplicateRegistrationKeepsTheFirst) {
@@ -283,7 +284,8 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
       *sel, kPinnedOrder,
       {"no CUDA device: driver not found", "compute capability 8.0, needs 9.0",
        "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "",
-       "a higher-priority kernel was selected", "a higher-priority kernel was selected"},
+       "a higher-priority kernel was selected", "a higher-priority kernel was selected",
+       "a higher-priority kernel was selected"},
       4);
   // K = 32: cuBLASLt can implement it and comes first.
   sel = r.select(HostInfo{}, layer(32), shape(5, 32), "", 2, 16);
@@ -293,7 +295,8 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
   expect_explanation(
       *sel, kPinnedOrder,
       {"no CUDA device", "needs 9.0", "needs 9.0", "", "a higher-priority kernel was selected",
-       "a higher-priority kernel was selected", "a higher-priority kernel was selected"},
+       "a higher-priority kernel was selected", "a higher-priority kernel was selected",
+       "a higher-priority kernel was selected"},
       3);
 }
 
@@ -305,7 +308,8 @@ TEST(Select, DisabledKernelsAreSkippedWithTheReason) {
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   expect_explanation(*sel, kPinnedOrder,
                      {"no CUDA device", "needs 9.0", "needs 9.0", "not a multiple of 16",
-                      "disabled by the operator", "", "a higher-priority kernel was selected"},
+                      "disabled by the operator", "", "a higher-priority kernel was selected",
+                      "a higher-priority kernel was selected"},
                      5);
 }
 
@@ -389,9 +393,10 @@ TEST(Force, ForcedKernelIsUsedEvenIfAnotherComesFirst) {
   ASSERT_TRUE(sel.ok()) << sel.status();
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   EXPECT_EQ(tag_of(sel->kernel), 5);
-  expect_explanation(
-      *sel, kPinnedOrder,
-      {"not forced", "not forced", "not forced", "not forced", "not forced", "", "not forced"}, 5);
+  expect_explanation(*sel, kPinnedOrder,
+                     {"not forced", "not forced", "not forced", "not forced", "not forced", "",
+                      "not forced", "not forced"},
+                     5);
 }
 
 TEST(Force, ForcingOverridesTheMPreference) {

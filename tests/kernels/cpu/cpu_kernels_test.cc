@@ -1,5 +1,5 @@
-// cpu.avx512_vnni and cpu.onednn against cpu.reference through the Kernel interface: the whole
-// W8A8 op (quantize, GEMM, epilogue) bit for bit on y, sa and azp; accumulators bit for bit
+// cpu.avx512_vnni, cpu.onednn and cpu.avx2 against cpu.reference through the Kernel interface: the
+// whole W8A8 op (quantize, GEMM, epilogue) bit for bit on y, sa and azp; accumulators bit for bit
 // through an identity epilogue; every scheme x input dtype x output dtype x bias, per-channel,
 // per-tensor and per-partition scales, M = 1..67 and N, K with odd tails; non-finite rows rejected
 // with the reference's message; several threads on one prepared kernel.
@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/avx2_kernel.h"
 #include "kernels/cpu/avx512_vnni_kernel.h"
 #include "kernels/cpu/onednn_gemm.h"
 #include "kernels/reference/reference_w8a8.h"
@@ -41,6 +42,7 @@ std::vector<std::unique_ptr<Kernel>> supported_kernels(std::string* skipped) {
   std::vector<std::unique_ptr<Kernel>> all;
   all.push_back(make_avx512_vnni_kernel());
   all.push_back(make_onednn_kernel());
+  all.push_back(make_avx2_kernel());
   std::vector<std::unique_ptr<Kernel>> out;
   for (auto& k : all) {
     const absl::Status s = k->is_supported(host_info());
@@ -331,6 +333,27 @@ TEST(CpuKernels, DeclineWithReasonsOnHostsWithoutVnni) {
   }
 }
 
+TEST(CpuKernels, Avx2DeclinesWithReasonsOnHostsWithoutIt) {
+  for (const char* missing : {"avx2", "fma", "f16c"}) {
+    HostInfo host = host_info();
+    host.avx2 = host.fma = host.f16c = true;
+    if (std::string(missing) == "avx2") host.avx2 = false;
+    if (std::string(missing) == "fma") host.fma = false;
+    if (std::string(missing) == "f16c") host.f16c = false;
+    const absl::Status s = make_avx2_kernel()->is_supported(host);
+    ASSERT_FALSE(s.ok()) << missing;
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    const std::string msg(s.message());
+    EXPECT_TRUE(msg == std::string("needs AVX2, FMA and F16C; this CPU lacks ") + missing ||
+                msg.find("not compiled in") != std::string::npos)
+        << missing << ": " << msg;
+  }
+  HostInfo host = host_info();
+  host.avx2 = host.fma = host.f16c = true;
+  const absl::Status s = make_avx2_kernel()->is_supported(host);
+  EXPECT_TRUE(s.ok() || std::string(s.message()).find("not compiled in") != std::string::npos) << s;
+}
+
 TEST(CpuKernels, CanImplementLimits) {
   LayerConfig c;
   c.n = 8;
@@ -340,8 +363,10 @@ TEST(CpuKernels, CanImplementLimits) {
   const absl::Status s = make_onednn_kernel()->can_implement(c, shape);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(s.message()).find("65793"), std::string::npos) << s;
+  EXPECT_TRUE(make_avx2_kernel()->can_implement(c, shape).ok());
   c.k = kMaxK + 1;
   EXPECT_FALSE(make_avx512_vnni_kernel()->can_implement(c, shape).ok());
+  EXPECT_FALSE(make_avx2_kernel()->can_implement(c, shape).ok());
 }
 
 TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
@@ -351,7 +376,8 @@ TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
   ASSERT_TRUE(r.add(reference::make_reference_kernel()).ok());
   std::vector<std::string> names;
   for (const Kernel* k : r.kernels()) names.emplace_back(k->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"cpu.avx512_vnni", "cpu.onednn", "cpu.reference"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2",
+                                             "cpu.reference"}));
 }
 
 }  // namespace

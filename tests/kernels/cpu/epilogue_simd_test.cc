@@ -1,14 +1,15 @@
-// The AVX-512 epilogue (kernels/cpu/epilogue_avx512.h) against reference::epilogue_value and
-// store_from_f32: every scheme, bias or not, every output dtype, with accumulators, scales and
-// biases that reach int32 wrap-around, fp16 overflow, subnormal outputs, Inf and NaN.
-#include "kernels/cpu/epilogue_avx512.h"
-
+// The SIMD epilogues (epilogue_s32_avx512, epilogue_s32_avx2) against reference::epilogue_value
+// and store_from_f32: every scheme, bias or not, every output dtype, with accumulators, scales and
+// biases that reach int32 wrap-around, fp16 overflow, subnormal outputs, Inf and NaN. Each
+// epilogue's tests skip on hosts that cannot run it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/epilogue_avx2.h"
+#include "kernels/cpu/epilogue_avx512.h"
 #include "kernels/reference/reference_w8a8.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
 
@@ -17,6 +18,29 @@ namespace {
 
 using testing::kAllDTypes;
 using testing::kAllSchemes;
+
+// One epilogue under test.
+struct Impl {
+  const char* name;
+  absl::Status (*supported)(const HostInfo&);
+  void (*fn)(const EpilogueArgs&, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);
+};
+
+const Impl kImpls[] = {
+    {"avx512", avx512_vnni_isa_status, epilogue_s32_avx512},
+    {"avx2", avx2_isa_status, epilogue_s32_avx2},
+};
+
+// Test names and ctest show the quantizer's name, not its bytes.
+void PrintTo(const Impl& impl, std::ostream* os) { *os << impl.name; }
+
+class EpilogueSimd : public ::testing::TestWithParam<Impl> {
+ protected:
+  void SetUp() override {
+    const absl::Status s = GetParam().supported(host_info());
+    if (!s.ok()) GTEST_SKIP() << GetParam().name << " cannot run here: " << s.message();
+  }
+};
 
 float special_float(SplitMix64& rng) {
   switch (rng.range(0, 7)) {
@@ -46,8 +70,7 @@ int32_t special_int(SplitMix64& rng) {
   }
 }
 
-TEST(EpilogueAvx512, MatchesReferenceBitForBit) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(EpilogueSimd, MatchesReferenceBitForBit) {
   QL_SEEDED_RNG(rng);
   for (Scheme scheme : kAllSchemes) {
     for (bool bias : {false, true}) {
@@ -77,8 +100,8 @@ TEST(EpilogueAvx512, MatchesReferenceBitForBit) {
           e.ldy = n;
           // Two calls on column halves, as the GEMM's tiles do.
           const int64_t half = n / 2;
-          epilogue_s32_avx512(e, acc.data(), ld, 0, m, 0, half);
-          epilogue_s32_avx512(e, acc.data() + half, ld, 0, m, half, n - half);
+          GetParam().fn(e, acc.data(), ld, 0, m, 0, half);
+          GetParam().fn(e, acc.data() + half, ld, 0, m, half, n - half);
           std::vector<uint8_t> want(y.size());
           for (int64_t r = 0; r < m; ++r) {
             for (int64_t c = 0; c < n; ++c) {
@@ -102,8 +125,7 @@ TEST(EpilogueAvx512, MatchesReferenceBitForBit) {
 
 // The output conversions on their own, over bit patterns that matter: ties, subnormals, the
 // largest finite values, Inf and NaN payloads.
-TEST(EpilogueAvx512, OutputConversionsAreExact) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(EpilogueSimd, OutputConversionsAreExact) {
   QL_SEEDED_RNG(rng);
   std::vector<uint32_t> patterns = {
       0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x00800000u, 0x33000000u, 0x33000001u,
@@ -127,7 +149,7 @@ TEST(EpilogueAvx512, OutputConversionsAreExact) {
     e.y = y.data();
     e.y_dtype = y_dtype;
     e.ldy = n;
-    epilogue_s32_avx512(e, acc.data(), n, 0, 1, 0, n);
+    GetParam().fn(e, acc.data(), n, 0, 1, 0, n);
     for (int64_t i = 0; i < n; ++i) {
       store_from_f32(want.data(), y_dtype, i,
                      reference::epilogue_value(e.scheme, 1, 1.f, 0, sb[i], 0, false, 0.f));
@@ -137,6 +159,11 @@ TEST(EpilogueAvx512, OutputConversionsAreExact) {
                      << (d >= 0 ? patterns[d] : 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, EpilogueSimd, ::testing::ValuesIn(kImpls),
+                         [](const ::testing::TestParamInfo<Impl>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace qlinear::cpu

@@ -1,14 +1,15 @@
-// Activation quantization with AVX-512 (kernels/cpu/quantize_avx512.h) against the reference:
-// xq, sa and azp bit for bit, for every scheme and input dtype, K with and without tails, and rows
-// that reach the corners of SPEC section 2.
-#include "kernels/cpu/quantize_avx512.h"
-
+// The SIMD activation quantizers against the reference: quantize_rows_avx512 (int8 and xq + 128
+// as uint8) and quantize_rows_avx2 (the same two forms, and int16), xq, sa and azp bit for bit,
+// for every scheme and input dtype, K with and without tails, and rows that reach the corners of
+// SPEC section 2. Each quantizer's tests skip on hosts that cannot run it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/quantize_avx2.h"
+#include "kernels/cpu/quantize_avx512.h"
 #include "kernels/reference/reference_w8a8.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
 
@@ -19,17 +20,49 @@ using testing::kAllDTypes;
 using testing::kAllSchemes;
 using testing::RowKind;
 
+// One quantizer under test.
+struct Impl {
+  const char* name;
+  absl::Status (*supported)(const HostInfo&);
+  bool int16;  // writes int16 xq (quantize_rows_avx2 with xq16)
+  bool avx512;
+};
+
+const Impl kImpls[] = {
+    {"avx512", avx512_vnni_isa_status, false, true},
+    {"avx2", avx2_isa_status, false, false},
+    {"avx2_int16", avx2_isa_status, true, false},
+};
+
+// Runs rows [r0, r1) of `a`; xq16 receives int16 rows for the int16 form.
+int64_t quantize(const Impl& impl, const QuantizeArgs& a, int16_t* xq16, int64_t r0, int64_t r1) {
+  if (impl.avx512) return quantize_rows_avx512(a, r0, r1);
+  return quantize_rows_avx2(a, impl.int16 ? xq16 : nullptr, r0, r1);
+}
+
+// Test names and ctest show the quantizer's name, not its bytes.
+void PrintTo(const Impl& impl, std::ostream* os) { *os << impl.name; }
+
+class QuantizeSimd : public ::testing::TestWithParam<Impl> {
+ protected:
+  void SetUp() override {
+    const absl::Status s = GetParam().supported(host_info());
+    if (!s.ok()) GTEST_SKIP() << GetParam().name << " cannot run here: " << s.message();
+  }
+};
+
 struct Quantized {
-  std::vector<int8_t> xq;
+  std::vector<int8_t> xq;  // the int16 form's values narrowed (checked to fit first)
   std::vector<float> sa;
   std::vector<int32_t> azp;
   int64_t bad_row = -1;
 };
 
-Quantized quantize_avx512(const LayerConfig& c, const std::vector<uint8_t>& x, DType dtype,
-                          int64_t m, int64_t stride, bool shift) {
+Quantized run_quantizer(const Impl& impl, const LayerConfig& c, const std::vector<uint8_t>& x,
+                        DType dtype, int64_t m, int64_t stride, bool shift) {
   Quantized q;
   q.xq.assign(static_cast<size_t>(m * stride), 0x55);
+  std::vector<int16_t> xq16(static_cast<size_t>(m * stride), 0x5555);
   q.sa.assign(m, -1.f);
   q.azp.assign(m, -7);
   QuantizeArgs a;
@@ -44,17 +77,26 @@ Quantized quantize_avx512(const LayerConfig& c, const std::vector<uint8_t>& x, D
   a.shift_to_u8 = shift;
   a.sa = q.sa.data();
   a.azp = q.azp.data();
-  q.bad_row = quantize_rows_avx512(a, 0, m);
+  q.bad_row = quantize(impl, a, xq16.data(), 0, m);
+  if (impl.int16) {
+    // Rows from the first non-finite one on are not written.
+    const size_t written = static_cast<size_t>((q.bad_row < 0 ? m : q.bad_row) * stride);
+    for (size_t i = 0; i < written; ++i) {
+      EXPECT_TRUE(xq16[i] >= -128 && xq16[i] <= 127) << "int16 xq " << xq16[i] << " at " << i;
+      q.xq[i] = static_cast<int8_t>(xq16[i]);
+    }
+  }
   return q;
 }
 
 // Compares every row with reference::quantize_row on the same (widened) values.
-void expect_matches_reference(const LayerConfig& c, const std::vector<uint8_t>& x, DType dtype,
-                              int64_t m) {
+void expect_matches_reference(const Impl& impl, const LayerConfig& c, const std::vector<uint8_t>& x,
+                              DType dtype, int64_t m) {
   const int64_t k = c.k;
   const int64_t stride = k + (k % 7);  // also checks the padding of each row
   for (bool shift : {false, true}) {
-    const Quantized got = quantize_avx512(c, x, dtype, m, stride, shift);
+    if (shift && impl.int16) continue;  // the int16 form is never shifted
+    const Quantized got = run_quantizer(impl, c, x, dtype, m, stride, shift);
     ASSERT_EQ(got.bad_row, -1);
     std::vector<float> row(k);
     std::vector<int8_t> want(k);
@@ -92,8 +134,7 @@ LayerConfig config_for(SplitMix64& rng, Scheme scheme, int64_t k) {
   return c;
 }
 
-TEST(QuantizeAvx512, MatchesReferenceForEverySchemeDtypeAndRowKind) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(QuantizeSimd, MatchesReferenceForEverySchemeDtypeAndRowKind) {
   QL_SEEDED_RNG(rng);
   for (Scheme scheme : kAllSchemes) {
     for (DType dtype : kAllDTypes) {
@@ -108,14 +149,13 @@ TEST(QuantizeAvx512, MatchesReferenceForEverySchemeDtypeAndRowKind) {
           testing::fill_row(rng, static_cast<RowKind>(r), dtype, row.data(), k);
           for (int64_t i = 0; i < k; ++i) store_from_f32(x.data(), dtype, r * k + i, row[i]);
         }
-        expect_matches_reference(c, x, dtype, m);
+        expect_matches_reference(GetParam(), c, x, dtype, m);
       }
     }
   }
 }
 
-TEST(QuantizeAvx512, ExtremeStaticScalesAndZeroPoints) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(QuantizeSimd, ExtremeStaticScalesAndZeroPoints) {
   QL_SEEDED_RNG(rng);
   // Tiny scales overflow x / s to +-Inf (sat32 saturates); zero points near the int32 limits make
   // sat32(x / s) + zp wrap, as the reference's int32 arithmetic does.
@@ -129,18 +169,17 @@ TEST(QuantizeAvx512, ExtremeStaticScalesAndZeroPoints) {
       c.k = k;
       c.scheme = Scheme::kStaticSymmetric;
       c.input_scale = s;
-      expect_matches_reference(c, x, dtype, m);
+      expect_matches_reference(GetParam(), c, x, dtype, m);
       c.scheme = Scheme::kStaticAsymmetric;
       for (int32_t zp : zps) {
         c.input_zero_point = zp;
-        expect_matches_reference(c, x, dtype, m);
+        expect_matches_reference(GetParam(), c, x, dtype, m);
       }
     }
   }
 }
 
-TEST(QuantizeAvx512, ZeroRowsKeepPositiveScaleWhateverTheSignsOfTheirZeros) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(QuantizeSimd, ZeroRowsKeepPositiveScaleWhateverTheSignsOfTheirZeros) {
   QL_SEEDED_RNG(rng);
   for (Scheme scheme : kAllSchemes) {
     const LayerConfig c = config_for(rng, scheme, 40);
@@ -149,13 +188,12 @@ TEST(QuantizeAvx512, ZeroRowsKeepPositiveScaleWhateverTheSignsOfTheirZeros) {
     for (int pattern = 0; pattern < 4; ++pattern) {
       for (int i = 0; i < 40; ++i) row[i] = ((i + pattern) % (pattern + 1)) ? -0.f : 0.f;
       std::memcpy(x.data(), row.data(), 160);
-      expect_matches_reference(c, x, DType::kF32, 1);
+      expect_matches_reference(GetParam(), c, x, DType::kF32, 1);
     }
   }
 }
 
-TEST(QuantizeAvx512, ReportsTheFirstNonFiniteRow) {
-  QL_REQUIRE_AVX512_VNNI();
+TEST_P(QuantizeSimd, ReportsTheFirstNonFiniteRow) {
   QL_SEEDED_RNG(rng);
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
                        std::numeric_limits<float>::infinity(),
@@ -167,7 +205,7 @@ TEST(QuantizeAvx512, ReportsTheFirstNonFiniteRow) {
       std::vector<uint8_t> x = testing::random_x(rng, m, k, dtype);
       const int64_t row = rng.range(2, m - 1), col = rng.range(0, k - 1);
       store_from_f32(x.data(), dtype, row * k + col, bad[rng.range(0, 2)]);
-      const Quantized q = quantize_avx512(c, x, dtype, m, k, false);
+      const Quantized q = run_quantizer(GetParam(), c, x, dtype, m, k, false);
       EXPECT_EQ(q.bad_row, row);
       // Rows after the first bad one are not looked at; a range starting there finds it too.
       QuantizeArgs a;
@@ -178,17 +216,23 @@ TEST(QuantizeAvx512, ReportsTheFirstNonFiniteRow) {
       a.x_dtype = dtype;
       a.k = k;
       std::vector<int8_t> xq(m * k);
+      std::vector<int16_t> xq16(m * k);
       std::vector<float> sa(m);
       std::vector<int32_t> azp(m);
       a.xq = xq.data();
       a.xq_stride = k;
       a.sa = sa.data();
       a.azp = azp.data();
-      EXPECT_EQ(quantize_rows_avx512(a, 0, row), -1);
-      EXPECT_EQ(quantize_rows_avx512(a, row, m), row);
+      EXPECT_EQ(quantize(GetParam(), a, xq16.data(), 0, row), -1);
+      EXPECT_EQ(quantize(GetParam(), a, xq16.data(), row, m), row);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isa, QuantizeSimd, ::testing::ValuesIn(kImpls),
+                         [](const ::testing::TestParamInfo<Impl>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace qlinear::cpu
