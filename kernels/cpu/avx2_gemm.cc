@@ -128,14 +128,26 @@ constexpr int64_t kKBlock = 4096;
 }  // namespace
 
 void pack_weights_avx2(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
-                       int8_t* packed) {
-  for (int64_t col = 0; col < n && col < n_pad; ++col) {
-    const int64_t p = col / kAvx2Panel;
-    const int64_t nv = (n_pad - p * kAvx2Panel) >= kAvx2Panel ? 2 : 1;
-    const int64_t v = (col % kAvx2Panel) / 8, j = col % 8;
-    int8_t* base = packed + p * kAvx2Panel * k_pad + v * 16 + j * 2;
-    const int8_t* row = w + col * k;
-    for (int64_t i = 0; i < k; ++i) base[(i / 2) * nv * 16 + (i % 2)] = row[i];
+                       int8_t* packed, int64_t p_begin, int64_t p_end) {
+  // In the packed order, so the writes are sequential and the reads advance along the panel's
+  // rows together: a 2-byte pair per column and k-step.
+  const int64_t whole_steps = k / 2;  // k-steps with both values inside K
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t n0 = p * kAvx2Panel;
+    const int64_t cols = n_pad - n0 >= kAvx2Panel ? kAvx2Panel : n_pad - n0;
+    const int64_t real = n - n0 < cols ? n - n0 : cols;  // columns < n: the rest are padding
+    int8_t* out = packed + n0 * k_pad;
+    for (int64_t s = 0; s < k_pad / 2; ++s, out += 2 * cols) {
+      if (s < whole_steps) {
+        for (int64_t c = 0; c < real; ++c) std::memcpy(out + 2 * c, w + (n0 + c) * k + 2 * s, 2);
+      } else {
+        for (int64_t c = 0; c < real; ++c) {
+          out[2 * c] = w[(n0 + c) * k + 2 * s];  // K odd: the last step's second value is padding
+          out[2 * c + 1] = 0;
+        }
+      }
+      std::memset(out + 2 * real, 0, static_cast<size_t>(2 * (cols - real)));
+    }
   }
 }
 

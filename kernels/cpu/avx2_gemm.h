@@ -38,10 +38,10 @@ inline constexpr int64_t kAvx2Mr = 6;      // rows per register tile: 6 x 2 accu
 // (516 x 16 x 4 = 33 KiB).
 inline constexpr int64_t kAvx2MaxRows = 516;
 
-// Fills `packed` (n_pad * k_pad bytes, see above; padding must already be zero). w is [N, K]
-// row-major.
+// Fills panels [p_begin, p_end) of `packed` (n_pad * k_pad bytes in all, see above) from w, [N, K]
+// row-major, padding included. Disjoint panel ranges may be packed concurrently.
 void pack_weights_avx2(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
-                       int8_t* packed);
+                       int8_t* packed, int64_t p_begin, int64_t p_end);
 
 struct Avx2GemmArgs {
   const int8_t* packed = nullptr;  // the layout above

@@ -32,7 +32,13 @@ Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
   p.n_pad = round_up(n, 8);
   p.panels = (p.n_pad + kAvx2Panel - 1) / kAvx2Panel;
   p.data = allocate_buffer(static_cast<size_t>(p.k_pad * p.n_pad) + 64);
-  pack_weights_avx2(w.data(), n, k, p.k_pad, p.n_pad, reinterpret_cast<int8_t*>(p.data.get()));
+  // Packed in two ranges of panels, as the kernel's load splits the work; the buffer starts as
+  // garbage, so the padding must be written too.
+  std::memset(p.data.get(), 0x5a, static_cast<size_t>(p.k_pad * p.n_pad) + 64);
+  const int64_t split = p.panels / 2;
+  auto* out = reinterpret_cast<int8_t*>(p.data.get());
+  pack_weights_avx2(w.data(), n, k, p.k_pad, p.n_pad, out, split, p.panels);
+  pack_weights_avx2(w.data(), n, k, p.k_pad, p.n_pad, out, 0, split);
   return p;
 }
 
