@@ -28,9 +28,9 @@
 // Columns: rdGB/s = the read bandwidth measured in the row's own rounds (M <= 64) by a probe that
 // reads the weights' byte count the way the GEMM does; ms per call; GOPS = 2 M N K / time; wGB/s =
 // N K weight bytes / time; %roof = the roofline time max(weight bytes / rdGB/s (or the run's
-// start figure), operations / the multiply peak) / time; x1dnn = the anchor's time / this
-// kernel's time (above 1: faster than oneDNN); d/best = the dispatched kernel's time / the fastest
-// optimized kernel's time.
+// start figure), operations / the multiply peak of the kernel's ISA) / time; x1dnn = the anchor's
+// time / this kernel's time (above 1: faster than oneDNN); d/best = the dispatched kernel's time /
+// the fastest optimized kernel's time.
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
@@ -286,6 +286,7 @@ struct Timed {
   std::string label;  // the column header's prefix
   Candidate cand;
   std::unique_ptr<Kernel> kernel;  // null for the bench-only oneDNN GEMM anchor
+  double peak = NAN;               // the multiply peak its %roof is taken against, in ops/s
 };
 
 int run(const Options& opt) {
@@ -310,19 +311,28 @@ int run(const Options& opt) {
   if (opt.wait_idle_s > 0) (void)wait_for_idle_machine(opt.wait_idle_s);
   const size_t bw_bytes = opt.quick ? (size_t{256} << 20) : (size_t{1} << 30);
   const double bw0 = measure_read_bandwidth(isa, bw_bytes, 5);
+  // The peak of each ISA a kernel here uses; the anchor's %roof uses the host's best.
   const double peak = measure_peak(isa);
+  const double avx2_peak = !avx2_status.ok()   ? NAN
+                           : isa == Isa::kAvx2 ? peak
+                                               : measure_peak(Isa::kAvx2);
   std::printf("threads: %d   last-level cache: %lld MiB\n", threads,
               static_cast<long long>(llc >> 20));
-  std::printf("measured DRAM read bandwidth: %.1f GB/s   measured %s peak: %.0f GOPS\n", bw0 / 1e9,
-              isa == Isa::kAvx512Vnni ? "VPDPBUSD" : "VPMADDWD + VPADDD", peak / 1e9);
+  std::string peaks;
+  if (isa == Isa::kAvx512Vnni)
+    absl::StrAppendFormat(&peaks, "   VPDPBUSD peak: %.0f GOPS", peak / 1e9);
+  if (avx2_status.ok()) {
+    absl::StrAppendFormat(&peaks, "   VPMADDWD + VPADDD peak: %.0f GOPS", avx2_peak / 1e9);
+  }
+  std::printf("measured DRAM read bandwidth: %.1f GB/s%s\n", bw0 / 1e9, peaks.c_str());
   if (have_dnnl) {
     std::printf("anchor (dnnl): cpu.onednn, the whole op\n");
   } else if (gemm_anchor) {
     std::printf(
         "anchor (dnnl): oneDNN's int8 GEMM alone (u8 x s8 -> s32; cpu.onednn cannot run here: "
-        "%s). It leaves out the quantization and epilogue that the ops include, and saturates "
-        "(not exact)\n",
-        std::string(cpu::onednn_supported(host).message()).c_str());
+        "%s). It leaves out the quantization and epilogue that the ops include%s\n",
+        std::string(cpu::onednn_supported(host).message()).c_str(),
+        vnni_status.ok() ? "" : ", and without AVX-512 VNNI it saturates (not exact)");
   } else {
     std::printf("no anchor: this binary was built without oneDNN\n");
   }
@@ -335,16 +345,16 @@ int run(const Options& opt) {
   std::vector<Timed> columns;
   if (vnni_status.ok()) {
     columns.push_back(
-        {"vnni", {"cpu.avx512_vnni", {}, {}, {}, NAN}, cpu::make_avx512_vnni_kernel()});
+        {"vnni", {"cpu.avx512_vnni", {}, {}, {}, NAN}, cpu::make_avx512_vnni_kernel(), peak});
   }
   if (avx2_status.ok()) {
-    columns.push_back({"avx2", {"cpu.avx2", {}, {}, {}, NAN}, cpu::make_avx2_kernel()});
+    columns.push_back({"avx2", {"cpu.avx2", {}, {}, {}, NAN}, cpu::make_avx2_kernel(), avx2_peak});
   }
   const size_t n_opt = columns.size();
   if (have_dnnl) {
-    columns.push_back({"dnnl", {"cpu.onednn", {}, {}, {}, NAN}, cpu::make_onednn_kernel()});
+    columns.push_back({"dnnl", {"cpu.onednn", {}, {}, {}, NAN}, cpu::make_onednn_kernel(), peak});
   } else if (gemm_anchor) {
-    columns.push_back({"dnnl", {"onednn gemm", {}, {}, {}, NAN}, nullptr});
+    columns.push_back({"dnnl", {"onednn gemm", {}, {}, {}, NAN}, nullptr, peak});
   }
 
   std::vector<int64_t> ms;
@@ -484,12 +494,14 @@ int run(const Options& opt) {
 
       const double ops = 2.0 * m * n * k, wbytes = static_cast<double>(n) * k;
       // Roofline time: the weights at the read bandwidth (of this row where measured) or the
-      // operations at the multiply peak.
+      // operations at the multiply peak of the column's ISA.
       const double row_bw = std::isnan(read.ms) ? bw0 : wbytes / (read.ms / 1e3);
-      const double roof_ms = 1e3 * std::max(wbytes / row_bw, ops / peak);
       auto gops = [&](double t) { return fmt_or_dash(ops / t / 1e6, "%.0f"); };
       auto gbs = [&](double t) { return fmt_or_dash(wbytes / t / 1e6, "%.1f"); };
-      auto pct = [&](double t) { return fmt_or_dash(100 * roof_ms / t, "%.0f%%"); };
+      auto pct = [&](double t, double col_peak) {
+        const double roof_ms = 1e3 * std::max(wbytes / row_bw, ops / col_peak);
+        return fmt_or_dash(100 * roof_ms / t, "%.0f%%");
+      };
       auto x1dnn = [&](double t) { return fmt_or_dash(dnnl_ms / t, "%.2f"); };
       std::string line = absl::StrFormat(
           "%6lld %6lld %5lld %6s | %8s %5s", static_cast<long long>(n), static_cast<long long>(k),
@@ -499,7 +511,7 @@ int run(const Options& opt) {
       for (size_t i = 0; i < columns.size(); ++i) {
         const double t = columns[i].cand.ms;
         absl::StrAppendFormat(&line, " | %8s %6s %6s %5s", fmt_or_dash(t, "%.3f"), gops(t), gbs(t),
-                              pct(t));
+                              pct(t, columns[i].peak));
         if (i < n_opt) {
           absl::StrAppendFormat(&line, " %5s", x1dnn(t));
           row.opt_ms.push_back(t);

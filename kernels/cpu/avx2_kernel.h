@@ -8,9 +8,10 @@
 //
 // Per call: quantize x to int16 xq per row, then one register-tiled VPMADDWD GEMM over the packed
 // int8 weights with the epilogue fused per tile (avx2_gemm.h says why not VPMADDUBSW). Work is
-// split over 16-column weight panels (and over row blocks when there are few panels), claimed
-// dynamically by the persistent pool, so every panel streams from memory once per call whatever
-// M is.
+// split over 16-column weight panels (and over row blocks when there are few panels or more
+// than kAvx2MaxRows rows), claimed dynamically by the persistent pool; each panel streams from
+// memory once per call (row blocks of one panel run on neighbouring tasks, so a second reads it
+// mostly from cache).
 //
 // On hosts with AVX-512 VNNI, cpu.avx512_vnni and cpu.onednn come first in the priority order;
 // cpu.avx2 serves where they cannot run (and where they are disabled).

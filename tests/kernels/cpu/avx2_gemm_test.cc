@@ -23,8 +23,10 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 struct Packed {
   int64_t k_pad, n_pad, panels;
-  std::unique_ptr<uint8_t[], FreeDeleter> data;  // zeroed, 64-byte aligned
+  std::unique_ptr<uint8_t[], FreeDeleter> data;  // 64-byte aligned, 64 guard bytes past the end
 };
+
+constexpr uint8_t kGuard = 0x5a;
 
 Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
   Packed p;
@@ -34,11 +36,15 @@ Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
   p.data = allocate_buffer(static_cast<size_t>(p.k_pad * p.n_pad) + 64);
   // Packed in two ranges of panels, as the kernel's load splits the work; the buffer starts as
   // garbage, so the padding must be written too.
-  std::memset(p.data.get(), 0x5a, static_cast<size_t>(p.k_pad * p.n_pad) + 64);
+  const size_t bytes = static_cast<size_t>(p.k_pad * p.n_pad);
+  std::memset(p.data.get(), kGuard, bytes + 64);
   const int64_t split = p.panels / 2;
   auto* out = reinterpret_cast<int8_t*>(p.data.get());
   pack_weights_avx2(w.data(), n, k, p.k_pad, p.n_pad, out, split, p.panels);
   pack_weights_avx2(w.data(), n, k, p.k_pad, p.n_pad, out, 0, split);
+  for (size_t i = bytes; i < bytes + 64; ++i) {
+    EXPECT_EQ(p.data[i], kGuard) << "the packer wrote past its buffer, at byte " << i;
+  }
   return p;
 }
 
@@ -91,7 +97,8 @@ TEST(Avx2Gemm, AccumulatorsMatchReferenceOverTails) {
 TEST(Avx2Gemm, LongKIsSplitIntoBlocksOverRowBlocks) {
   QL_REQUIRE_AVX2();
   QL_SEEDED_RNG(rng);
-  // K beyond one K block (4096), with tile tails.
+  // K beyond one K block (4096), with tile tails; rows split at a random point, so that a row
+  // range starting past row 0 parks its accumulators in the scratch too.
   for (int64_t k : {4097, 8195, 12289}) {
     for (int64_t m : {7, 97, 203}) {
       const int64_t n = rng.range(1, 40);
@@ -99,9 +106,11 @@ TEST(Avx2Gemm, LongKIsSplitIntoBlocksOverRowBlocks) {
       const Packed p = pack(w, n, k);
       std::vector<int32_t> want(m * n), got(m * n, 0x5a5a5a5a);
       reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
-      gemm(p, xq, m, n, k, 0, m, 0, p.panels, false, got.data());
+      const int64_t ms = rng.range(0, m);
+      gemm(p, xq, m, n, k, 0, ms, 0, p.panels, false, got.data());
+      gemm(p, xq, m, n, k, ms, m, 0, p.panels, false, got.data());
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
-          << "M=" << m << " N=" << n << " K=" << k;
+          << "M=" << m << " N=" << n << " K=" << k << " rows split at " << ms;
     }
   }
 }

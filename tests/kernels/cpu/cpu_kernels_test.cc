@@ -181,6 +181,20 @@ TEST(CpuKernels, LargeLayersSampledM) {
   }
 }
 
+// More rows than one GEMM call takes (kVnniMaxRows and kAvx2MaxRows are 516), on enough panels
+// (N >= 512) that the work split has to cut the rows for that reason alone, and with K long enough
+// to be cut into blocks.
+TEST(CpuKernels, MoreRowsThanOneChunkOnLongK) {
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  const Scheme scheme = kAllSchemes[rng.range(0, 3)];
+  const LayerOptions o{rng.range(512, 560), 4099 + 2 * rng.range(0, 50), scheme,
+                       rng.range(0, 1) == 1, ScaleMode::kPerChannel};
+  auto w = testing::random_layer(rng, o);
+  ASSERT_NE(w, nullptr);
+  check_layer(rng, kernels, *w, {rng.range(517, 700)});
+}
+
 // Static symmetric with input_scale 1, sb 1 and no bias makes y = f32(acc) in fp32: exact for
 // |acc| < 2^24, and for the extremes below, whose values are multiples of large powers of two.
 TEST(CpuKernels, AccumulatorsAreExactThroughAnIdentityEpilogue) {

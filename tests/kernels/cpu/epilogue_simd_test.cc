@@ -26,9 +26,14 @@ struct Impl {
   void (*fn)(const EpilogueArgs&, const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t);
 };
 
+// The epilogues this build holds (a compiler without the ISA's flags builds none of its code).
 const Impl kImpls[] = {
+#if QLINEAR_HAVE_AVX512_VNNI
     {"avx512", avx512_vnni_isa_status, epilogue_s32_avx512},
+#endif
+#if QLINEAR_HAVE_AVX2
     {"avx2", avx2_isa_status, epilogue_s32_avx2},
+#endif
 };
 
 // Test names and ctest show the quantizer's name, not its bytes.

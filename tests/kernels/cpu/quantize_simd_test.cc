@@ -28,16 +28,27 @@ struct Impl {
   bool avx512;
 };
 
+// The quantizers this build holds (a compiler without the ISA's flags builds none of its code).
 const Impl kImpls[] = {
+#if QLINEAR_HAVE_AVX512_VNNI
     {"avx512", avx512_vnni_isa_status, false, true},
+#endif
+#if QLINEAR_HAVE_AVX2
     {"avx2", avx2_isa_status, false, false},
     {"avx2_int16", avx2_isa_status, true, false},
+#endif
 };
 
 // Runs rows [r0, r1) of `a`; xq16 receives int16 rows for the int16 form.
 int64_t quantize(const Impl& impl, const QuantizeArgs& a, int16_t* xq16, int64_t r0, int64_t r1) {
+#if QLINEAR_HAVE_AVX512_VNNI
   if (impl.avx512) return quantize_rows_avx512(a, r0, r1);
-  return quantize_rows_avx2(a, impl.int16 ? xq16 : nullptr, r0, r1);
+#endif
+#if QLINEAR_HAVE_AVX2
+  if (!impl.avx512) return quantize_rows_avx2(a, impl.int16 ? xq16 : nullptr, r0, r1);
+#endif
+  (void)impl, (void)a, (void)xq16, (void)r0, (void)r1;
+  return -2;
 }
 
 // Test names and ctest show the quantizer's name, not its bytes.
