@@ -8,6 +8,7 @@
 #include "kernels/core/status.h"
 #include "kernels/cpu/cpu_support.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/work_split.h"
 #if QLINEAR_HAVE_AVX512_VNNI
 #include "kernels/cpu/avx512_vnni_gemm.h"
 #include "kernels/cpu/quantize_avx512.h"
@@ -93,34 +94,13 @@ class Avx512VnniPrepared final : public PreparedKernel {
     auto* azp = reinterpret_cast<int32_t*>(buf + xu_bytes + 4 * m);
 
     const int64_t t0 = now_ns();
-    QuantizeArgs q;
-    q.scheme = c.scheme;
-    q.input_scale = c.input_scale;
-    q.input_zero_point = c.input_zero_point;
-    q.x = args.x;
-    q.x_dtype = args.x_dtype;
-    q.k = c.k;
+    QuantizeArgs q = quantize_args_for(c, args, sa, azp);
     q.xq = reinterpret_cast<int8_t*>(xu);
     q.xq_stride = ldx_;
     q.shift_to_u8 = true;
-    q.sa = sa;
-    q.azp = azp;
-    int64_t bad_row = -1;
-    if (m * c.k < kTuning.parallel_quantize_min_elems || threads == 1) {
-      bad_row = quantize_rows_avx512(q, 0, m);
-    } else {
-      const int64_t tasks = std::min<int64_t>(m, 4 * threads);
-      std::atomic<int64_t> first_bad{INT64_MAX};
-      pool.parallel_for(tasks, [&](int64_t t) {
-        const int64_t r = quantize_rows_avx512(q, m * t / tasks, m * (t + 1) / tasks);
-        if (r >= 0) {
-          int64_t cur = first_bad.load();
-          while (r < cur && !first_bad.compare_exchange_weak(cur, r)) {
-          }
-        }
-      });
-      if (first_bad.load() != INT64_MAX) bad_row = first_bad.load();
-    }
+    const int64_t bad_row = quantize_rows_on_pool(
+        pool, m, m * c.k >= kTuning.parallel_quantize_min_elems,
+        [&](int64_t r0, int64_t r1) { return quantize_rows_avx512(q, r0, r1); });
     if (bad_row >= 0) return non_finite_row_error(args.x, args.x_dtype, c.k, bad_row);
     const int64_t t1 = now_ns();
 
@@ -133,47 +113,26 @@ class Avx512VnniPrepared final : public PreparedKernel {
     g.xu = xu;
     g.ldx = ldx_;
     g.prefetch_bytes = m <= kTuning.stream_max_m ? kTuning.prefetch_bytes : 0;
-    g.epi.scheme = c.scheme;
-    g.epi.sb = weights_.sb.data();
-    g.epi.bias_f = bias_.get(args.y_dtype);
-    g.epi.azp_adj = is_asymmetric(c.scheme) ? weights_.azp_adj.data() : nullptr;
-    g.epi.sa = sa;
-    g.epi.azp = azp;
-    g.epi.y = args.y;
-    g.epi.y_dtype = args.y_dtype;
-    g.epi.ldy = c.n;
+    g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
-    // Split: contiguous panel ranges first (each panel's weights are read once per call), then
-    // row ranges when there are too few panels to keep every thread busy or when a long K needs
-    // more accumulator scratch than one chunk may use.
-    const int64_t target = threads == 1 ? 1 : threads * kTuning.tasks_per_thread;
-    const int64_t row_tiles = (m + kVnniMr - 1) / kVnniMr;
-    const int64_t panel_chunks = std::min(panels_, target);
-    const int64_t max_chunk_tiles = kVnniMaxRows / kVnniMr;
-    const int64_t row_chunks =
-        std::min(row_tiles, std::max((target + panel_chunks - 1) / panel_chunks,
-                                     (row_tiles + max_chunk_tiles - 1) / max_chunk_tiles));
+    const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, kTuning.tasks_per_thread);
     std::atomic<bool> out_of_memory{false};
-    pool.parallel_for(panel_chunks * row_chunks, [&](int64_t t) {
-      const int64_t pc = t / row_chunks, rc = t % row_chunks;
-      const int64_t p0 = panels_ * pc / panel_chunks, p1 = panels_ * (pc + 1) / panel_chunks;
-      const int64_t r0 = std::min(m, row_tiles * rc / row_chunks * kVnniMr);
-      const int64_t r1 = std::min(m, row_tiles * (rc + 1) / row_chunks * kVnniMr);
+    pool.parallel_for(split.tasks(), [&](int64_t t) {
+      const GemmSplit::Range r = split.task(t);
       thread_local ScratchBuffer acc_scratch;
       auto* acc = reinterpret_cast<int32_t*>(acc_scratch.get(kVnniMaxRows * kVnniPanel * 4));
       if (acc == nullptr) {
         out_of_memory.store(true);
         return;
       }
-      gemm_u8s8_vnni_avx512(g, r0, r1, p0, p1, acc);
+      gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
     });
     if (out_of_memory.load()) {
       return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate accumulator scratch");
     }
     const int64_t t2 = now_ns();
 
-    if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
-    if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp, azp + m, args.azp);
+    return_row_scales(c, args, sa, azp);
     scratch.release_if_larger(kKeepScratchBytes);
     if (timings != nullptr) {
       timings->quantize_ns = t1 - t0;

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,42 @@ RoundedBias round_bias(const LayerWeights& weights) {
     b.bf16.push_back(round_to_dtype(v, DType::kBF16));
   }
   return b;
+}
+
+QuantizeArgs quantize_args_for(const LayerConfig& config, const RunArgs& args, float* sa,
+                               int32_t* azp) {
+  QuantizeArgs q;
+  q.scheme = config.scheme;
+  q.input_scale = config.input_scale;
+  q.input_zero_point = config.input_zero_point;
+  q.x = args.x;
+  q.x_dtype = args.x_dtype;
+  q.k = config.k;
+  q.sa = sa;
+  q.azp = azp;
+  return q;
+}
+
+EpilogueArgs epilogue_args_for(const LayerWeights& weights, const RoundedBias& bias,
+                               const RunArgs& args, const float* sa, const int32_t* azp) {
+  const LayerConfig& c = weights.config;
+  EpilogueArgs e;
+  e.scheme = c.scheme;
+  e.sb = weights.sb.data();
+  e.bias_f = bias.get(args.y_dtype);
+  e.azp_adj = is_asymmetric(c.scheme) ? weights.azp_adj.data() : nullptr;
+  e.sa = sa;
+  e.azp = azp;
+  e.y = args.y;
+  e.y_dtype = args.y_dtype;
+  e.ldy = c.n;
+  return e;
+}
+
+void return_row_scales(const LayerConfig& config, const RunArgs& args, const float* sa,
+                       const int32_t* azp) {
+  if (args.sa != nullptr) std::copy(sa, sa + args.m, args.sa);
+  if (args.azp != nullptr && is_asymmetric(config.scheme)) std::copy(azp, azp + args.m, args.azp);
 }
 
 absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row) {

@@ -14,7 +14,10 @@
 
 #include "absl/status/status.h"
 #include "kernels/core/host_info.h"
+#include "kernels/core/kernel.h"
 #include "kernels/core/layer.h"
+#include "kernels/cpu/epilogue_args.h"
+#include "kernels/cpu/quantize_args.h"
 
 namespace qlinear::cpu {
 
@@ -67,6 +70,22 @@ struct RoundedBias {
   }
 };
 RoundedBias round_bias(const LayerWeights& weights);
+
+// The fields of QuantizeArgs that the layer and the call give (scheme, input scale and zero point,
+// x, its dtype, K), with sa and azp written to the given buffers. The caller sets where xq goes,
+// its stride and its form.
+QuantizeArgs quantize_args_for(const LayerConfig& config, const RunArgs& args, float* sa,
+                               int32_t* azp);
+
+// The fields of EpilogueArgs that the layer and the call give: the scheme, sb, the bias rounded to
+// the output dtype, azp_adj (asymmetric schemes), the rows' sa and azp, and y. comp stays null.
+EpilogueArgs epilogue_args_for(const LayerWeights& weights, const RoundedBias& bias,
+                               const RunArgs& args, const float* sa, const int32_t* azp);
+
+// Copies the rows' sa, and azp for asymmetric schemes, to the call's buffers where it asked for
+// them.
+void return_row_scales(const LayerConfig& config, const RunArgs& args, const float* sa,
+                       const int32_t* azp);
 
 // The INVALID_ARGUMENT that reference::quantize_activations returns for `row` of x, word for word
 // (row must hold a non-finite value).

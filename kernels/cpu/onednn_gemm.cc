@@ -143,18 +143,10 @@ class OneDnnPrepared final : public PreparedKernel {
     auto* azp = reinterpret_cast<int32_t*>(buf + xu_bytes + acc_bytes + 4 * m);
 
     const int64_t t0 = now_ns();
-    QuantizeArgs q;
-    q.scheme = c.scheme;
-    q.input_scale = c.input_scale;
-    q.input_zero_point = c.input_zero_point;
-    q.x = args.x;
-    q.x_dtype = args.x_dtype;
-    q.k = c.k;
+    QuantizeArgs q = quantize_args_for(c, args, sa, azp);
     q.xq = reinterpret_cast<int8_t*>(xu);
     q.xq_stride = c.k;
     q.shift_to_u8 = true;
-    q.sa = sa;
-    q.azp = azp;
     int64_t bad_row = INT64_MAX;
     const int threads = m * c.k < kParallelMinElems ? 1 : omp_get_max_threads();
 #pragma omp parallel for if (threads > 1) num_threads(threads) schedule(static) \
@@ -182,17 +174,8 @@ class OneDnnPrepared final : public PreparedKernel {
       stream.wait();
     }));
 
-    EpilogueArgs e;
-    e.scheme = c.scheme;
-    e.sb = weights_.sb.data();
-    e.bias_f = bias_.get(args.y_dtype);
-    e.azp_adj = is_asymmetric(c.scheme) ? weights_.azp_adj.data() : nullptr;
+    EpilogueArgs e = epilogue_args_for(weights_, bias_, args, sa, azp);
     e.comp = comp_.data();
-    e.sa = sa;
-    e.azp = azp;
-    e.y = args.y;
-    e.y_dtype = args.y_dtype;
-    e.ldy = c.n;
     const int etasks = m * c.n < kParallelMinElems ? 1 : omp_get_max_threads();
 #pragma omp parallel for if (etasks > 1) num_threads(etasks) schedule(static)
     for (int64_t t = 0; t < etasks; ++t) {
@@ -205,8 +188,7 @@ class OneDnnPrepared final : public PreparedKernel {
     }
     const int64_t t2 = now_ns();
 
-    if (args.sa != nullptr) std::copy(sa, sa + m, args.sa);
-    if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp, azp + m, args.azp);
+    return_row_scales(c, args, sa, azp);
     scratch.release_if_larger(kKeepScratchBytes);
     if (timings != nullptr) {
       timings->quantize_ns = t1 - t0;
