@@ -14,7 +14,6 @@
 
 #include "absl/status/status.h"
 #include "kernels/core/host_info.h"
-#include "kernels/core/kernel.h"
 #include "kernels/core/layer.h"
 #include "kernels/cpu/epilogue_args.h"
 #include "kernels/cpu/quantize_args.h"

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace qlinear::cpu {
@@ -55,6 +57,7 @@ TEST(GemmSplit, FewPanelsAreSplitByRowsToo) {
 
 TEST(QuantizeRowsOnPool, CoversEveryRowOnceAndReportsTheLowestBadRow) {
   ThreadPool pool(4);
+  ThreadPool one(1);
   for (bool parallel : {false, true}) {
     for (int64_t m : {1, 3, 16, 17, 200}) {
       for (const std::set<int64_t>& bad : std::vector<std::set<int64_t>>{
@@ -62,21 +65,32 @@ TEST(QuantizeRowsOnPool, CoversEveryRowOnceAndReportsTheLowestBadRow) {
         std::mutex mu;
         std::vector<int> seen(static_cast<size_t>(m), 0);
         int calls = 0;
-        const int64_t got = quantize_rows_on_pool(pool, m, parallel, [&](int64_t r0, int64_t r1) {
-          std::lock_guard<std::mutex> lock(mu);
-          ++calls;
-          for (int64_t r = r0; r < r1; ++r) {
-            ++seen[r];
-            if (bad.count(r) != 0) return r;  // a quantizer stops at its first bad row
+        auto quantize = [&](int64_t r0, int64_t r1) {
+          int64_t found = -1;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ++calls;
+            for (int64_t r = r0; r < r1 && found < 0; ++r) {
+              ++seen[r];
+              if (bad.count(r) != 0) found = r;  // a quantizer stops at its first bad row
+            }
           }
-          return int64_t{-1};
-        });
+          // The lower the bad row, the later its task reports it: the lowest must win anyway.
+          if (found >= 0) std::this_thread::sleep_for(std::chrono::microseconds(50 * (m - found)));
+          return found;
+        };
+        const int64_t got = quantize_rows_on_pool(pool, m, parallel, quantize);
         SCOPED_TRACE(::testing::Message() << "parallel " << parallel << " M " << m);
         EXPECT_EQ(got, bad.empty() ? -1 : *bad.begin());
         EXPECT_EQ(calls, parallel ? std::min<int64_t>(m, 16) : 1);
         // Every row up to the first bad one was quantized exactly once.
         const int64_t upto = bad.empty() ? m : *bad.begin() + 1;
         for (int64_t r = 0; r < upto; ++r) ASSERT_EQ(seen[r], 1) << "row " << r;
+        // A pool of one thread quantizes on the caller, in one call, even when asked to split.
+        calls = 0;
+        std::fill(seen.begin(), seen.end(), 0);
+        EXPECT_EQ(quantize_rows_on_pool(one, m, parallel, quantize), got);
+        EXPECT_EQ(calls, 1);
       }
     }
   }
