@@ -1,8 +1,6 @@
 #include "kernels/cpu/avx2_kernel.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
@@ -20,12 +18,6 @@ absl::Status avx2_supported(const HostInfo& host) { return avx2_isa_status(host)
 
 #if QLINEAR_HAVE_AVX2
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -113,28 +105,16 @@ class Avx2Prepared final : public PreparedKernel {
     g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
     const GemmSplit split(m, panels_, kAvx2Mr, kAvx2MaxRows, threads, kTuning.tasks_per_thread);
-    std::atomic<bool> out_of_memory{false};
-    pool.parallel_for(split.tasks(), [&](int64_t t) {
-      const GemmSplit::Range r = split.task(t);
-      thread_local ScratchBuffer acc_scratch;
-      auto* acc = reinterpret_cast<int32_t*>(acc_scratch.get(kAvx2MaxRows * kAvx2Panel * 4));
-      if (acc == nullptr) {
-        out_of_memory.store(true);
-        return;
-      }
-      gemm_s16s8_avx2(g, r.r0, r.r1, r.p0, r.p1, acc);
-    });
-    if (out_of_memory.load()) {
+    if (!run_gemm_tasks(pool, split, kAvx2MaxRows * kAvx2Panel * 4,
+                        [&](const GemmSplit::Range& r, int32_t* acc) {
+                          gemm_s16s8_avx2(g, r.r0, r.r1, r.p0, r.p1, acc);
+                        })) {
       return absl::ResourceExhaustedError("cpu.avx2: cannot allocate accumulator scratch");
     }
     const int64_t t2 = now_ns();
 
-    return_row_scales(c, args, sa, azp);
+    finish_call(c, args, sa, azp, t0, t1, t2, timings);
     scratch.release_if_larger(kKeepScratchBytes);
-    if (timings != nullptr) {
-      timings->quantize_ns = t1 - t0;
-      timings->gemm_ns = t2 - t1;
-    }
     return absl::OkStatus();
   }
 

@@ -1,9 +1,5 @@
 #include "kernels/cpu/avx512_vnni_kernel.h"
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/cpu_support.h"
@@ -20,12 +16,6 @@ absl::Status avx512_vnni_supported(const HostInfo& host) { return avx512_vnni_is
 
 #if QLINEAR_HAVE_AVX512_VNNI
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
@@ -116,28 +106,16 @@ class Avx512VnniPrepared final : public PreparedKernel {
     g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
     const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, kTuning.tasks_per_thread);
-    std::atomic<bool> out_of_memory{false};
-    pool.parallel_for(split.tasks(), [&](int64_t t) {
-      const GemmSplit::Range r = split.task(t);
-      thread_local ScratchBuffer acc_scratch;
-      auto* acc = reinterpret_cast<int32_t*>(acc_scratch.get(kVnniMaxRows * kVnniPanel * 4));
-      if (acc == nullptr) {
-        out_of_memory.store(true);
-        return;
-      }
-      gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
-    });
-    if (out_of_memory.load()) {
+    if (!run_gemm_tasks(pool, split, kVnniMaxRows * kVnniPanel * 4,
+                        [&](const GemmSplit::Range& r, int32_t* acc) {
+                          gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
+                        })) {
       return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate accumulator scratch");
     }
     const int64_t t2 = now_ns();
 
-    return_row_scales(c, args, sa, azp);
+    finish_call(c, args, sa, azp, t0, t1, t2, timings);
     scratch.release_if_larger(kKeepScratchBytes);
-    if (timings != nullptr) {
-      timings->quantize_ns = t1 - t0;
-      timings->gemm_ns = t2 - t1;
-    }
     return absl::OkStatus();
   }
 

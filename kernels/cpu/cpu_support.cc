@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -123,10 +124,20 @@ EpilogueArgs epilogue_args_for(const LayerWeights& weights, const RoundedBias& b
   return e;
 }
 
-void return_row_scales(const LayerConfig& config, const RunArgs& args, const float* sa,
-                       const int32_t* azp) {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void finish_call(const LayerConfig& config, const RunArgs& args, const float* sa,
+                 const int32_t* azp, int64_t t0, int64_t t1, int64_t t2, RunTimings* timings) {
   if (args.sa != nullptr) std::copy(sa, sa + args.m, args.sa);
   if (args.azp != nullptr && is_asymmetric(config.scheme)) std::copy(azp, azp + args.m, args.azp);
+  if (timings != nullptr) {
+    timings->quantize_ns = t1 - t0;
+    timings->gemm_ns = t2 - t1;
+  }
 }
 
 absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row) {

@@ -81,10 +81,14 @@ QuantizeArgs quantize_args_for(const LayerConfig& config, const RunArgs& args, f
 EpilogueArgs epilogue_args_for(const LayerWeights& weights, const RoundedBias& bias,
                                const RunArgs& args, const float* sa, const int32_t* azp);
 
-// Copies the rows' sa, and azp for asymmetric schemes, to the call's buffers where it asked for
-// them.
-void return_row_scales(const LayerConfig& config, const RunArgs& args, const float* sa,
-                       const int32_t* azp);
+// A steady-clock time stamp in ns, for RunTimings.
+int64_t now_ns();
+
+// The end of a call: copies the rows' sa, and azp for asymmetric schemes, to the call's buffers
+// where it asked for them, and fills `timings` (when given) from the stamps taken at the call's
+// start (t0), after the quantization (t1) and after the GEMM and epilogue (t2).
+void finish_call(const LayerConfig& config, const RunArgs& args, const float* sa,
+                 const int32_t* azp, int64_t t0, int64_t t1, int64_t t2, RunTimings* timings);
 
 // The INVALID_ARGUMENT that reference::quantize_activations returns for `row` of x, word for word
 // (row must hold a non-finite value).

@@ -1,6 +1,5 @@
 #include "kernels/cpu/onednn_gemm.h"
 
-#include <chrono>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,12 +40,6 @@ namespace {
 using dnnl::memory;
 using Dt = dnnl::memory::data_type;
 using Tag = dnnl::memory::format_tag;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // oneDNN's C++ API throws; this is the one place where that becomes a status.
 absl::Status dnnl_call(absl::string_view what, absl::FunctionRef<void()> fn) {
@@ -188,12 +181,8 @@ class OneDnnPrepared final : public PreparedKernel {
     }
     const int64_t t2 = now_ns();
 
-    return_row_scales(c, args, sa, azp);
+    finish_call(c, args, sa, azp, t0, t1, t2, timings);
     scratch.release_if_larger(kKeepScratchBytes);
-    if (timings != nullptr) {
-      timings->quantize_ns = t1 - t0;
-      timings->gemm_ns = t2 - t1;
-    }
     return absl::OkStatus();
   }
 

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cpu/cpu_support.h"
+
 namespace qlinear::cpu {
 
 int64_t quantize_rows_on_pool(ThreadPool& pool, int64_t m, bool parallel,
@@ -43,6 +45,21 @@ GemmSplit::Range GemmSplit::task(int64_t t) const {
   r.r0 = std::min(m_, row_tiles_ * rc / row_chunks_ * mr_);
   r.r1 = std::min(m_, row_tiles_ * (rc + 1) / row_chunks_ * mr_);
   return r;
+}
+
+bool run_gemm_tasks(ThreadPool& pool, const GemmSplit& split, size_t scratch_bytes,
+                    absl::FunctionRef<void(const GemmSplit::Range&, int32_t*)> gemm) {
+  std::atomic<bool> out_of_memory{false};
+  pool.parallel_for(split.tasks(), [&](int64_t t) {
+    thread_local ScratchBuffer acc_scratch;
+    auto* acc = reinterpret_cast<int32_t*>(acc_scratch.get(scratch_bytes));
+    if (acc == nullptr) {
+      out_of_memory.store(true);
+      return;
+    }
+    gemm(split.task(t), acc);
+  });
+  return !out_of_memory.load();
 }
 
 }  // namespace qlinear::cpu

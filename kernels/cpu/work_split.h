@@ -3,6 +3,7 @@
 // cpu.avx2 share them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
@@ -40,5 +41,11 @@ class GemmSplit {
  private:
   int64_t m_, panels_, mr_, row_tiles_, panel_chunks_, row_chunks_;
 };
+
+// Runs gemm(task's range, acc) for every task of `split` on the pool, acc being `scratch_bytes`
+// (64-byte aligned) of accumulator scratch private to the thread that runs the task and kept by it
+// across calls. Returns false, with some tasks not run, when a thread cannot allocate its scratch.
+bool run_gemm_tasks(ThreadPool& pool, const GemmSplit& split, size_t scratch_bytes,
+                    absl::FunctionRef<void(const GemmSplit::Range& r, int32_t* acc)> gemm);
 
 }  // namespace qlinear::cpu
