@@ -59,13 +59,18 @@ class PreparedKernel {
   virtual std::string device() const { return "cpu"; }
   // Autotune (SPEC section 6): the time in microseconds of one call at `shape` (the layer's N and
   // K; M rows; x and y in the shape's dtypes) on synthetic inputs, with the weights read from
-  // memory as in serving (cold cache); the median of several calls. Only kernels whose speed the
-  // priority order cannot predict implement it (the GPU kernels). The default, UNIMPLEMENTED,
-  // means "not measurable: the priority order decides". Called at load, never on a request path.
+  // memory as in serving (the GPU kernels: cold cache); the median of several calls. Kernels
+  // whose speed the priority order cannot predict implement it: the GPU kernels, and the CPU
+  // kernels but the reference (which of them is fastest depends on the CPU). The default,
+  // UNIMPLEMENTED, means "not measurable: the priority order decides". Called at load, never on a
+  // request path.
   virtual absl::StatusOr<double> measure_us(const ProblemShape& shape) const {
     (void)shape;
     return absl::UnimplementedError("not measurable; the priority order decides");
   }
+  // The largest M measure_us times: a bucket whose measured M is larger is measured at this M
+  // (the CPU kernels: one call at M = 2048 on a large layer takes seconds on a small host).
+  virtual int64_t max_measured_m() const { return std::numeric_limits<int64_t>::max(); }
   // How the kernel runs m rows where it chooses for itself (cuda.cutlass_sm90: the tile it timed
   // fastest at load, and the launch), for a request's selection explanation; empty where it has
   // no such choice. Not called on the hot path.
@@ -102,5 +107,12 @@ class Kernel {
     return prepare(weights);
   }
 };
+
+// A kernel's family: its name up to the first '.' ("cpu", "cuda"), the device it computes on.
+// Autotune ranks a kernel by its measured time only among the kernels of its family.
+inline absl::string_view kernel_family(const Kernel& k) {
+  const absl::string_view name = k.name();
+  return name.substr(0, name.find('.'));
+}
 
 }  // namespace qlinear

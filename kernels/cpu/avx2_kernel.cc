@@ -66,6 +66,11 @@ class Avx2Prepared final : public PreparedKernel {
   }
 
   int64_t extra_bytes() const override { return extra_bytes_; }
+  // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
+    return measure_call_us(*this, weights_.config, shape);
+  }
+  int64_t max_measured_m() const override { return kMeasureMaxM; }
 
   absl::Status run(const RunArgs& args, RunTimings* timings) const override {
     const LayerConfig& c = weights_.config;
@@ -147,7 +152,6 @@ class Avx2Kernel final : public Kernel {
   }
   // Every M bucket: on the hosts it serves, the only other candidate is the scalar reference.
   MRange preferred_m() const override { return MRange{}; }
-  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX2

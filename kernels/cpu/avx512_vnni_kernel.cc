@@ -64,6 +64,11 @@ class Avx512VnniPrepared final : public PreparedKernel {
   }
 
   int64_t extra_bytes() const override { return extra_bytes_; }
+  // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
+    return measure_call_us(*this, weights_.config, shape);
+  }
+  int64_t max_measured_m() const override { return kMeasureMaxM; }
 
   absl::Status run(const RunArgs& args, RunTimings* timings) const override {
     const LayerConfig& c = weights_.config;
@@ -153,12 +158,12 @@ class Avx512VnniKernel final : public Kernel {
   // Llama-3-8B shapes, time of cpu.onednn / time of this kernel in the same run:
   //   M = 1: 1.00-1.09 (both at 90-98% of the measured DRAM read bandwidth)
   //   M = 4..64: 0.97-1.14;  M = 256, 1024: 0.96-1.07 (K = 14336, M = 1024 is the low end)
-  // so this kernel is chosen first everywhere and cpu.onednn is the fallback. On a 16-thread Intel
+  // so this kernel comes first in the priority order and cpu.onednn after it. On a 16-thread Intel
   // Xeon with AVX-512 VNNI (a GPU host), one --quick run measured otherwise from M = 16:
   //   M = 1: 1.39-1.68;  M = 16: 0.55-0.65 (1.19 on 28672 x 4096);  M = 256: 0.80-0.99
-  // so there oneDNN would be the better choice from M = 16; the order is not yet set per host.
+  // so there oneDNN is the better choice from M = 16: autotune measures both on each layer and
+  // host (docs/kernels.md, "CPU kernels"), and the order decides only with --autotune=false.
   MRange preferred_m() const override { return MRange{}; }
-  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX512_VNNI

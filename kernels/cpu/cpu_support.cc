@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/core/dtype.h"
+#include "kernels/core/status.h"
 
 namespace qlinear::cpu {
 
@@ -128,6 +131,67 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
+                                       const ProblemShape& shape) {
+  if (shape.m < 1 || shape.n != config.n || shape.k != config.k) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot measure M=", shape.m, " N=", shape.n,
+                                                   " K=", shape.k, " on a layer of N=", config.n,
+                                                   " K=", config.k));
+  }
+  const size_t mk = static_cast<size_t>(shape.m * shape.k);
+  std::vector<uint8_t> x(mk * dtype_size(shape.x_dtype));
+  std::vector<uint8_t> y(static_cast<size_t>(shape.m * shape.n) * dtype_size(shape.y_dtype));
+  std::vector<float> sa(static_cast<size_t>(shape.m));
+  std::vector<int32_t> azp(static_cast<size_t>(shape.m));
+  // Activations spread over [-2, 2), as a layer's inputs are after a normalization.
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < mk; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) / (1 << 22);
+    switch (shape.x_dtype) {
+      case DType::kF32:
+        std::memcpy(x.data() + 4 * i, &v, 4);
+        break;
+      case DType::kBF16: {
+        const uint16_t h = f32_to_bf16(v);
+        std::memcpy(x.data() + 2 * i, &h, 2);
+        break;
+      }
+      case DType::kF16: {
+        const uint16_t h = f32_to_f16(v);
+        std::memcpy(x.data() + 2 * i, &h, 2);
+        break;
+      }
+    }
+  }
+  RunArgs args;
+  args.x = x.data();
+  args.x_dtype = shape.x_dtype;
+  args.m = shape.m;
+  args.y = y.data();
+  args.y_dtype = shape.y_dtype;
+  args.sa = sa.data();
+  args.azp = azp.data();
+  RETURN_IF_ERROR(kernel.run(args, nullptr));  // untimed: scratch, code and weights in place
+  std::vector<double> us;
+  const int64_t start = now_ns();
+  for (;;) {
+    const int64_t t0 = now_ns();
+    RETURN_IF_ERROR(kernel.run(args, nullptr));
+    const int64_t t1 = now_ns();
+    us.push_back(static_cast<double>(t1 - t0) / 1e3);
+    const int64_t spent = t1 - start;
+    const int n = static_cast<int>(us.size());
+    if (n >= kMeasureMaxCalls || (n >= kMeasureMinCalls && spent >= kMeasureEnoughNs) ||
+        spent >= kMeasureMaxNs) {
+      break;
+    }
+  }
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  return n % 2 == 1 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
 }
 
 void finish_call(const LayerConfig& config, const RunArgs& args, const float* sa,

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/core/host_info.h"
+#include "kernels/core/kernel.h"
 #include "kernels/core/layer.h"
 #include "kernels/cpu/epilogue_args.h"
 #include "kernels/cpu/quantize_args.h"
@@ -93,6 +95,24 @@ void finish_call(const LayerConfig& config, const RunArgs& args, const float* sa
 // The INVALID_ARGUMENT that reference::quantize_activations returns for `row` of x, word for word
 // (row must hold a non-finite value).
 absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row);
+
+// Autotune's measurement of a CPU kernel (PreparedKernel::measure_us): `kernel` (prepared for a
+// layer of `config`) runs `shape` on random activations of the shape's dtypes, once untimed and
+// then timed call after call on the steady clock until it has kMeasureMaxCalls calls, or at least
+// kMeasureMinCalls and kMeasureEnoughNs, or kMeasureMaxNs; the median in microseconds. The
+// weights stay where the previous call left them (in the last-level cache where they fit), as
+// in a loop of calls of one layer. A failed call is the measurement's status.
+absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
+                                       const ProblemShape& shape);
+inline constexpr int kMeasureMaxCalls = 25;
+inline constexpr int kMeasureMinCalls = 3;
+inline constexpr int64_t kMeasureEnoughNs = 30'000'000;
+inline constexpr int64_t kMeasureMaxNs = 100'000'000;
+// The CPU kernels' max_measured_m: larger buckets are measured at this M, where the kernels are
+// bound by their multiplies as at larger M, and a call on a large layer still takes about a second
+// on a small host (8192 x 28672 at M = 256: about 1.5 s for cpu.avx2 on 2 Zen 2 cores; 12 s at
+// M = 2048).
+inline constexpr int64_t kMeasureMaxM = 256;
 
 // Per-thread scratch above this size is freed after the call that needed it.
 inline constexpr size_t kKeepScratchBytes = size_t{64} << 20;

@@ -114,6 +114,11 @@ class OneDnnPrepared final : public PreparedKernel {
   }
 
   int64_t extra_bytes() const override { return extra_bytes_; }
+  // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
+    return measure_call_us(*this, weights_.config, shape);
+  }
+  int64_t max_measured_m() const override { return kMeasureMaxM; }
 
   absl::Status run(const RunArgs& args, RunTimings* timings) const override {
     const LayerConfig& c = weights_.config;
@@ -246,7 +251,6 @@ class OneDnnKernel final : public Kernel {
   // cpu.avx512_vnni (first in the priority order) measured as fast or faster in every bucket (see
   // its preferred_m).
   MRange preferred_m() const override { return MRange{}; }
-  bool measurable() const override { return false; }  // the priority order ranks it
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
     RETURN_IF_ERROR(onednn_supported(host_info()));

@@ -30,6 +30,11 @@ std::vector<int64_t> probe_ms(const MBucket& b) {
   return {b.lo, b.hi == INT64_MAX ? b.lo * 4 : b.hi};
 }
 
+// A measurement ranks a kernel only among the kernels of its own family (kernel_family; see
+// Layer::autotune_bucket): times on different devices, each of which may be busy with other
+// layers' calls, are not compared, and a CPU kernel never moves ahead of a GPU kernel.
+absl::string_view family_of(const Kernel& k) { return kernel_family(k); }
+
 // Whether `k` can implement the layer for some M bucket and dtype pair: only then may a request
 // use it, forced or not.
 bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
@@ -49,18 +54,27 @@ bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
 // (packing weights) at load. `order` is the usable kernels that can implement the layer
 // somewhere, in priority order. It may when, for some bucket it prefers, dtype pair and M at the
 // bucket's ends, it can implement the shape and no kernel ahead of it that prefers the bucket
-// can. With autotune, also when it is measurable and eligible for a bucket's measurement (a
-// measurement can rank it ahead of kernels that precede it); an unmeasurable kernel never moves
-// ahead of one that precedes it (Layer::autotune_bucket), so the priority test holds for it.
-// Shapes between the probed ones are covered by preparing on demand (Layer::choose).
+// can. With autotune, also when it is measurable and eligible for a bucket's measurement, with no
+// kernel of another family ahead of it that can run the bucket's measured shape (a measurement
+// can rank it ahead of the kernels of its own family that precede it, never ahead of another
+// family's); an unmeasurable kernel never moves ahead of one that precedes it
+// (Layer::autotune_bucket), so the priority test holds for it. Shapes between the probed ones are
+// covered by preparing on demand (Layer::choose). After the measurements, a kernel prepared here
+// that no bucket ranks first for any probed shape is released again (Layer::create).
 bool may_choose(const std::vector<const Kernel*>& order, size_t i, const LayerConfig& c,
                 bool autotune) {
   const Kernel& k = *order[i];
   for (const MBucket& b : m_buckets()) {
     if (!k.preferred_m().contains(b.lo, b.hi)) continue;
-    if (autotune && k.measurable() &&
-        k.can_implement(c, shape_for(c, representative_m(b), DType::kBF16, DType::kBF16)).ok()) {
-      return true;
+    const ProblemShape measured = shape_for(c, representative_m(b), DType::kBF16, DType::kBF16);
+    if (autotune && k.measurable() && k.can_implement(c, measured).ok()) {
+      bool covered = false;  // by a kernel a measurement cannot rank it above
+      for (size_t j = 0; j < i && !covered; ++j) {
+        covered = family_of(*order[j]) != family_of(k) &&
+                  order[j]->preferred_m().contains(b.lo, b.hi) &&
+                  order[j]->can_implement(c, measured).ok();
+      }
+      if (!covered) return true;
     }
     for (int64_t m : probe_ms(b)) {
       for (DType x : kAllDTypes) {
@@ -166,6 +180,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   }
 
   const std::vector<MBucket>& buckets = m_buckets();
+  LoadTimes measured;  // what this load measured, by candidates and M (autotune_bucket)
   for (size_t bi = 0; bi < buckets.size(); ++bi) {
     const MBucket& b = buckets[bi];
     std::vector<Slot*> cands;
@@ -177,7 +192,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     BucketInfo& info = layer->buckets_.back();
 
     const ProblemShape shape = shape_for(c, representative_m(b), DType::kBF16, DType::kBF16);
-    if (layer->options_.autotune && forced.empty()) layer->autotune_bucket(bi, shape);
+    if (layer->options_.autotune && forced.empty()) layer->autotune_bucket(bi, shape, &measured);
     const Kernel* chosen = nullptr;
     absl::StatusOr<std::vector<CandidateVerdict>> explanation;
     if (forced.empty()) {
@@ -203,6 +218,8 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     }
   }
 
+  if (forced.empty()) layer->release_unchosen();
+
   const LayerWeights& w = *layer->weights_;
   layer->total_bytes_.fetch_add(
       static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() + 4 * w.azp_adj.size()),
@@ -213,58 +230,89 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   return std::shared_ptr<const Layer>(std::move(layer));
 }
 
-void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
+void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* load_times) {
   std::vector<Slot*>& cands = bucket_candidates_[bi];
   struct Measured {
     Slot* p;
     absl::StatusOr<double> us;
   };
   // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that says
-  // it is unmeasurable is never measured.
+  // it is unmeasurable is never measured. Only the family of the first eligible candidate is
+  // measured (family_of): the others keep their places behind it.
   std::vector<std::pair<size_t, const PreparedKernel*>> eligible;  // position, prepared kernel
+  ProblemShape at = shape;  // the shape measured: at most every eligible kernel's max_measured_m
   for (size_t i = 0; i < cands.size(); ++i) {
     const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
     if (p == nullptr || !cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
+    if (!eligible.empty() &&
+        family_of(*cands[i]->kernel) != family_of(*cands[eligible.front().first]->kernel)) {
+      continue;
+    }
     eligible.emplace_back(i, p);
+    at.m = std::max<int64_t>(1, std::min(at.m, p->max_measured_m()));
   }
+  if (at.m != shape.m) {
+    eligible.erase(
+        std::remove_if(eligible.begin(), eligible.end(),
+                       [&](const auto& e) {
+                         return !cands[e.first]->kernel->can_implement(config(), at).ok();
+                       }),
+        eligible.end());
+  }
+  if (eligible.size() < 2) return;  // nothing to rank
   // The times an earlier layer of this shape measured for the same candidates, each running the
   // same variant of itself (the tiles or ring it timed or took from options_.tuning), where one
   // did: a bucket takes them all or measures them all, and stores them only when every
-  // measurement succeeded.
+  // measurement succeeded. And the times this load measured for an earlier bucket at the same M
+  // (buckets timed at a kernel's max_measured_m), taken as measured here.
   using SharedTimes = std::vector<std::pair<std::string, double>>;  // kernel, us
   std::string key;
   std::optional<SharedTimes> shared;
-  if (options_.tuning != nullptr && !eligible.empty()) {
-    std::string what = absl::StrCat("autotune at M=", shape.m, " ", dtype_name(shape.x_dtype),
-                                    " to ", dtype_name(shape.y_dtype), " of");
+  const LoadTimes::value_type::second_type* here = nullptr;
+  {
+    std::string what = absl::StrCat("autotune at M=", at.m, " ", dtype_name(at.x_dtype), " to ",
+                                    dtype_name(at.y_dtype), " of");
     for (const auto& [i, p] : eligible) {
       absl::StrAppend(&what, " ", cands[i]->kernel->name(), " [",
-                      absl::StrReplaceAll(p->variant(shape.m), {{kTunedByEarlierLayer, ""}}), "]");
+                      absl::StrReplaceAll(p->variant(at.m), {{kTunedByEarlierLayer, ""}}), "]");
     }
     key = tuning_key(what, eligible[0].second->device(), config());
-    shared = options_.tuning->find<SharedTimes>(key);
+    if (const auto it = load_times->find(key); it != load_times->end()) here = &it->second;
+    if (here == nullptr && options_.tuning != nullptr) {
+      shared = options_.tuning->find<SharedTimes>(key);
+    }
   }
   std::vector<Measured> measured;  // priority order
   size_t first = cands.size();     // position of the first measured candidate
   for (const auto& [i, p] : eligible) {
+    const absl::string_view name = cands[i]->kernel->name();
     absl::StatusOr<double> us;
-    if (shared.has_value()) {
-      const auto it = std::find_if(shared->begin(), shared->end(), [&](const auto& t) {
-        return t.first == cands[i]->kernel->name();
-      });
+    if (here != nullptr) {
+      const auto it =
+          std::find_if(here->begin(), here->end(), [&](const auto& t) { return t.first == name; });
+      if (it == here->end()) continue;  // UNIMPLEMENTED there
+      us = it->second;
+    } else if (shared.has_value()) {
+      const auto it = std::find_if(shared->begin(), shared->end(),
+                                   [&](const auto& t) { return t.first == name; });
       if (it == shared->end()) continue;  // it did not time itself there either (UNIMPLEMENTED)
       us = it->second;
     } else {
-      us = p->measure_us(shape);
+      us = p->measure_us(at);
       if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
     }
     first = std::min(first, i);
     measured.push_back({cands[i], std::move(us)});
   }
+  if (here == nullptr && !shared.has_value()) {
+    auto& mine = (*load_times)[key];
+    for (const Measured& m : measured) mine.emplace_back(std::string(m.p->kernel->name()), m.us);
+  }
   const bool all_ok =
       std::all_of(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
-  if (!shared.has_value() && options_.tuning != nullptr && !measured.empty() && all_ok) {
+  if (here == nullptr && !shared.has_value() && options_.tuning != nullptr && !measured.empty() &&
+      all_ok) {
     SharedTimes times;
     for (const Measured& m : measured) times.emplace_back(std::string(m.p->kernel->name()), *m.us);
     options_.tuning->insert(key, std::move(times));
@@ -272,7 +320,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
   if (measured.size() < 2) return;  // nothing to rank
 
   BucketInfo& info = buckets_[bi];
-  info.measured_m = shape.m;
+  info.measured_m = at.m;
   info.measured_shared = shared.has_value();
   bool any_ok = false;
   for (const Measured& m : measured) {
@@ -303,6 +351,35 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape) {
     if (!was_measured) ranked.push_back(cands[i]);
   }
   cands = std::move(ranked);
+}
+
+void Layer::release_unchosen() {
+  const std::vector<MBucket>& buckets = m_buckets();
+  for (const std::unique_ptr<Slot>& slot : slots_) {
+    if (slot->ready.load(std::memory_order_acquire) == nullptr) continue;
+    bool needed = false;
+    for (size_t bi = 0; bi < buckets.size() && !needed; ++bi) {
+      std::vector<int64_t> ms = probe_ms(buckets[bi]);
+      ms.push_back(representative_m(buckets[bi]));
+      for (int64_t m : ms) {
+        for (DType x : kAllDTypes) {
+          for (DType y : kAllDTypes) {
+            const ProblemShape s = shape_for(config(), m, x, y);
+            for (Slot* cand : bucket_candidates_[bi]) {
+              if (!cand->kernel->can_implement(config(), s).ok()) continue;
+              needed = needed || cand == slot.get();
+              break;
+            }
+          }
+        }
+      }
+    }
+    if (needed) continue;
+    // Not yet published: no request can hold it.
+    total_bytes_.fetch_sub(slot->state->extra_bytes(), std::memory_order_relaxed);
+    slot->ready.store(nullptr, std::memory_order_release);
+    slot->state.reset();
+  }
 }
 
 absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -114,10 +116,22 @@ class Layer {
   // stored there but stores nothing, and times with less scratch (PrepareContext::on_demand).
   absl::StatusOr<const PreparedKernel*> prepared(Slot& slot, bool at_load,
                                                  bool* prepared_now = nullptr) const;
-  // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape` and moves
-  // the measured ones, as one block ranked fastest first, to the position of the first of them;
-  // those whose measurement failed follow the block. Records the measurements in buckets_[bi].
-  void autotune_bucket(size_t bi, const ProblemShape& shape);
+  // What one load measured: per key (the candidates, their variants and the measured shape, as
+  // autotune_bucket stores them in options_.tuning), each candidate's time or error.
+  using LoadTimes =
+      std::map<std::string, std::vector<std::pair<std::string, absl::StatusOr<double>>>>;
+  // Measures bucket `bi`'s prepared, measurable candidates that can implement `shape`, of the
+  // family (the name up to its '.', the device) of the first of them, at `shape`'s M or the
+  // smallest max_measured_m among them if lower, and moves the measured ones, as one block ranked
+  // fastest first, to the position of the first of them; those whose measurement failed follow
+  // the block. Records the measurements in buckets_[bi]. A bucket measured at the same M as an
+  // earlier one of the same load takes that one's times from `load_times`.
+  void autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* load_times);
+  // At the end of a load without a forced kernel: releases every prepared kernel that no bucket
+  // ranks first among those that can run a probed shape (a bucket's ends and its measured M, every
+  // dtype pair), so that a kernel prepared only to be measured, and measured slower everywhere,
+  // holds no packed copy. A request that needs it later prepares it again (choose).
+  void release_unchosen();
   // The explanation of choosing `shape` in bucket `bi` from its ranked candidates; `chosen` is
   // set to the kernel that runs (null when no candidate fits).
   absl::StatusOr<std::vector<CandidateVerdict>> explain_ranked(size_t bi, const ProblemShape& shape,

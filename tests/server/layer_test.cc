@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,12 +80,14 @@ Measure unmeasurable() {
 class FakePrepared final : public PreparedKernel {
  public:
   FakePrepared(std::string name, Measure measure, int64_t extra_bytes, std::string variant,
-               std::shared_ptr<Log> log)
+               int64_t max_measured_m, std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         extra_bytes_(extra_bytes),
         variant_(std::move(variant)),
+        max_measured_m_(max_measured_m),
         log_(std::move(log)) {}
+  int64_t max_measured_m() const override { return max_measured_m_; }
   // "<variant> for M=<m>", or empty when the fake has none.
   std::string variant(int64_t m) const override {
     return variant_.empty() ? "" : absl::StrCat(variant_, " for M=", m);
@@ -110,6 +113,7 @@ class FakePrepared final : public PreparedKernel {
   Measure measure_;
   int64_t extra_bytes_;
   std::string variant_;
+  int64_t max_measured_m_;
   std::shared_ptr<Log> log_;
 };
 
@@ -117,7 +121,7 @@ class FakeKernel final : public Kernel {
  public:
   FakeKernel(std::string name, Measure measure, CanImplement can, MRange m, int64_t extra_bytes,
              PrepareResult prepare_result, absl::Duration prepare_time, std::string variant,
-             std::shared_ptr<Log> log)
+             int64_t max_measured_m, std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         can_(std::move(can)),
@@ -126,6 +130,7 @@ class FakeKernel final : public Kernel {
         prepare_result_(std::move(prepare_result)),
         prepare_time_(prepare_time),
         variant_(std::move(variant)),
+        max_measured_m_(max_measured_m),
         log_(std::move(log)) {}
   absl::string_view name() const override { return name_; }
   absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
@@ -147,7 +152,7 @@ class FakeKernel final : public Kernel {
     absl::SleepFor(prepare_time_);  // widens the window in which concurrent requests overlap
     if (prepare_result_) RETURN_IF_ERROR(prepare_result_(before));
     return std::unique_ptr<PreparedKernel>(
-        new FakePrepared(name_, measure_, extra_bytes_, variant_, log_));
+        new FakePrepared(name_, measure_, extra_bytes_, variant_, max_measured_m_, log_));
   }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
       const LayerWeights& w, const PrepareContext& context) const override {
@@ -168,6 +173,7 @@ class FakeKernel final : public Kernel {
   PrepareResult prepare_result_;
   absl::Duration prepare_time_;
   std::string variant_;
+  int64_t max_measured_m_;
   std::shared_ptr<Log> log_;
 };
 
@@ -180,6 +186,7 @@ struct Fake {
   PrepareResult prepare_result = nullptr;
   absl::Duration prepare_time = absl::ZeroDuration();
   std::string variant{};  // PreparedKernel::variant's text, before " for M=<m>"
+  int64_t max_measured_m = std::numeric_limits<int64_t>::max();
 };
 
 CanImplement declines_x(DType x, std::string reason) {
@@ -210,7 +217,7 @@ class LayerTest : public ::testing::Test {
                     .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
                                                       std::move(f.can), f.m, f.extra_bytes,
                                                       std::move(f.prepare_result), f.prepare_time,
-                                                      std::move(f.variant), log_))
+                                                      std::move(f.variant), f.max_measured_m, log_))
                     .ok());
   }
   // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
@@ -278,6 +285,15 @@ class LayerTest : public ::testing::Test {
   Registry registry_;
   HostInfo host_;
 };
+
+// The bytes a layer holds without any kernel's extra bytes.
+int64_t weight_bytes(const Layer& l) {
+  const LayerWeights& w = l.weights();
+  return static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() +
+                              4 * w.azp_adj.size());
+}
+
+constexpr DType kDTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
 
 TEST_F(LayerTest, AutotunePutsTheFastestFirstInEachBucket) {
   add_typical();
@@ -476,17 +492,162 @@ TEST_F(LayerTest, MeasuredKernelsMoveAsOneBlockAheadOfUnmeasurableOnes) {
   // ranking is never broken up by a kernel whose speed is unknown.
   add({"cuda.cutlass_sm90", fixed_us(20.0)});
   add({"cuda.cublaslt", unmeasurable()});
-  add({"cpu.avx512_vnni", fixed_us(5.0)});
+  add({"cuda.stream_s8", fixed_us(5.0)});
   add({"cpu.reference"});
   auto layer = create();
   ASSERT_TRUE(layer.ok()) << layer.status();
   const BucketInfo& b = (*layer)->buckets()[2];
-  EXPECT_EQ(b.kernel, "cpu.avx512_vnni");
+  EXPECT_EQ(b.kernel, "cuda.stream_s8");
   EXPECT_EQ(verdict(b.explanation, "cuda.cutlass_sm90")->reason,
-            "measured slower at load: 20.0 us at M=64 (cpu.avx512_vnni 5.0 us)");
+            "measured slower at load: 20.0 us at M=64 (cuda.stream_s8 5.0 us)");
   EXPECT_EQ(verdict(b.explanation, "cuda.cublaslt")->reason,
             "a higher-priority kernel was selected");
-  EXPECT_EQ(chosen(**layer, shape(64)), "cpu.avx512_vnni");
+  EXPECT_EQ(chosen(**layer, shape(64)), "cuda.stream_s8");
+}
+
+// A measurement ranks a kernel among its own family (the name up to its '.': the device) only:
+// CPU kernels behind a GPU kernel that runs every shape are neither prepared nor measured, however
+// fast they would measure, and where the GPU kernel declines a shape the first CPU kernel in the
+// priority order serves it.
+TEST_F(LayerTest, AMeasurementRanksAKernelOnlyAmongItsOwnFamily) {
+  add({"cuda.cutlass_sm90", fixed_us(20.0), nullptr, MRange{}, 1000});
+  add({"cuda.cublaslt", fixed_us(30.0), nullptr, MRange{}, 2000});
+  add({"cpu.avx512_vnni", fixed_us(5.0), nullptr, MRange{}, 1 << 20});
+  add({"cpu.onednn", fixed_us(1.0), nullptr, MRange{}, 1 << 21});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 0);
+  EXPECT_EQ(log_->measure_count("cpu.avx512_vnni"), 0);
+  EXPECT_EQ(log_->measure_count("cpu.onednn"), 0);
+  for (const BucketInfo& b : (*layer)->buckets()) {
+    EXPECT_EQ(b.kernel, "cuda.cutlass_sm90");
+    ASSERT_EQ(b.measured.size(), 2u);  // the two GPU kernels
+    EXPECT_EQ(verdict(b.explanation, "cpu.onednn")->reason,
+              "a higher-priority kernel was selected");
+  }
+
+  // The GPU kernels decline fp32 input: the CPU kernels that serve it are ranked by the priority
+  // order, since a GPU kernel leads the measured shape (bf16).
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cuda.cutlass_sm90", fixed_us(20.0), declines_x(DType::kF32, "fake cutlass: no fp32")});
+  add({"cpu.avx512_vnni", fixed_us(5.0)});
+  add({"cpu.onednn", fixed_us(1.0)});
+  add({"cpu.reference"});
+  auto mixed = create();
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 0);
+  EXPECT_TRUE(log_->measured.empty());  // one GPU kernel: nothing to rank
+  EXPECT_EQ(chosen(**mixed, shape(16)), "cuda.cutlass_sm90");
+  EXPECT_EQ(chosen(**mixed, shape(16, DType::kF32)), "cpu.avx512_vnni");
+}
+
+// On a host without a GPU the CPU kernels are measured like the GPU kernels, each bucket at its M
+// up to the kernels' max_measured_m; larger buckets take the times measured there, once.
+TEST_F(LayerTest, CpuKernelsAreRankedByTheirMeasuredTimes) {
+  const auto by_m = [](double m1, double more) -> Measure {
+    return [m1, more](const ProblemShape& s) -> absl::StatusOr<double> {
+      return s.m == 1 ? m1 : more * static_cast<double>(s.m);
+    };
+  };
+  const auto cpu = [](std::string name, Measure measure, int64_t bytes) {
+    Fake f{std::move(name), std::move(measure), nullptr, MRange{}, bytes};
+    f.max_measured_m = 256;
+    return f;
+  };
+  const auto add_cpu = [&] {
+    add(cpu("cpu.avx512_vnni", by_m(10.0, 5.0), 1 << 20));
+    add(cpu("cpu.onednn", by_m(20.0, 2.0), 1 << 21));
+    add(cpu("cpu.avx2", by_m(30.0, 8.0), 1 << 22));
+    add({"cpu.reference"});
+  };
+  add_cpu();
+  const auto tuning = std::make_shared<TuningCache>();
+  auto layer = create_sharing(tuning);
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  const auto& b = (*layer)->buckets();
+  ASSERT_EQ(b.size(), 6u);
+  const int64_t measured_m[] = {1, 16, 64, 256, 256, 256};
+  for (size_t i = 0; i < b.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("bucket ", i));
+    const char* want = i == 0 ? "cpu.avx512_vnni" : "cpu.onednn";
+    EXPECT_EQ(b[i].kernel, want);
+    EXPECT_EQ(b[i].measured_m, measured_m[i]);
+    EXPECT_FALSE(b[i].measured_shared);
+    EXPECT_EQ(chosen(**layer, shape(b[i].bucket.lo)), want);
+    ASSERT_EQ(b[i].measured.size(), 3u);  // not the reference
+  }
+  EXPECT_EQ(verdict(b[5].explanation, "cpu.onednn")->reason,
+            "fastest measured at load, 512.0 us at M=256; cpu.avx512_vnni 1280.0 us; cpu.avx2 "
+            "2048.0 us");
+  EXPECT_EQ(verdict(b[5].explanation, "cpu.reference")->reason,
+            "a higher-priority kernel was selected");
+  EXPECT_EQ(chosen(**layer, shape(3000)), "cpu.onednn");
+  // Each kernel measured once per M: 1, 16, 64 and 256 (three buckets).
+  EXPECT_EQ(log_->measure_count("cpu.avx512_vnni"), 4);
+  EXPECT_EQ(log_->measure_count("cpu.onednn"), 4);
+  EXPECT_EQ(log_->measure_count("cpu.avx2"), 4);
+  EXPECT_EQ(log_->measured.back(), "cpu.avx2 M=256 bf16->bf16");
+  // avx2 wins no bucket: prepared to be measured, then released; the reference was never needed.
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.reference"), 0);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + (1 << 20) + (1 << 21));
+  // Forcing it prepares it again, on demand.
+  auto forced = (*layer)->choose(shape(8), "cpu.avx2", false);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_TRUE(forced->prepared_now);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 2);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + (1 << 20) + (1 << 21) + (1 << 22));
+
+  // A later layer of the shape takes the first one's times.
+  auto later = create_sharing(tuning);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(log_->measure_count("cpu.onednn"), 4);
+  for (const BucketInfo& lb : (*later)->buckets()) EXPECT_TRUE(lb.measured_shared);
+  EXPECT_EQ((*later)->buckets()[5].kernel, "cpu.onednn");
+
+  // Without autotune, the priority order: avx512_vnni everywhere, the others not prepared.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add_cpu();
+  auto plain = create(/*autotune=*/false);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (const BucketInfo& pb : (*plain)->buckets()) EXPECT_EQ(pb.kernel, "cpu.avx512_vnni");
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 0);
+  EXPECT_TRUE(log_->measured.empty());
+}
+
+// A kernel prepared at load to be measured, and slower everywhere, is released after the load
+// (its bytes no longer count); one that still serves some dtype stays prepared.
+TEST_F(LayerTest, KernelsMeasuredSlowerEverywhereAreReleasedAfterTheLoad) {
+  add({"cuda.cutlass_sm90", fixed_us(10.0), nullptr, MRange{}, 1000});
+  add({"cuda.stream_s8", fixed_us(20.0), nullptr, MRange{}, 2000});
+  add({"cuda.cublaslt", fixed_us(30.0), nullptr, MRange{}, 4000});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);
+  EXPECT_EQ(log_->prepare_count("cuda.cublaslt"), 1);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 1000);
+  for (DType x : kDTypes) EXPECT_EQ(chosen(**layer, shape(16, x)), "cuda.cutlass_sm90");
+  EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);  // unforced requests never need it
+
+  // The winner declines fp16 input, which the next in the ranking, stream_s8, serves.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cuda.cutlass_sm90", fixed_us(10.0), declines_x(DType::kF16, "fake cutlass: no fp16"),
+       MRange{}, 1000});
+  add({"cuda.stream_s8", fixed_us(20.0), nullptr, MRange{}, 2000});
+  add({"cuda.cublaslt", fixed_us(30.0), nullptr, MRange{}, 4000});
+  add({"cpu.reference"});
+  auto fp16 = create();
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ((*fp16)->total_bytes(), weight_bytes(**fp16) + 1000 + 2000);
+  EXPECT_EQ(chosen(**fp16, shape(16, DType::kF16)), "cuda.stream_s8");
+  EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);
 }
 
 TEST_F(LayerTest, FailedMeasurementIsSkippedWithItsReason) {
@@ -734,15 +895,6 @@ TEST_F(LayerTest, EngineLoadsStartedAtOnceNeverTimeTogether) {
     }
   }
 }
-
-// The bytes a layer holds without any kernel's extra bytes.
-int64_t weight_bytes(const Layer& l) {
-  const LayerWeights& w = l.weights();
-  return static_cast<int64_t>(w.w.size() + 4 * w.sb.size() + 4 * w.bias.size() +
-                              4 * w.azp_adj.size());
-}
-
-constexpr DType kDTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
 
 TEST_F(LayerTest, CoveredLowerPriorityKernelsAreNotPreparedAtLoad) {
   // cutlass runs every shape, so the CPU kernels behind it can never be chosen unforced.

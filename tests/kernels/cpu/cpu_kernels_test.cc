@@ -383,6 +383,44 @@ TEST(CpuKernels, CanImplementLimits) {
   EXPECT_FALSE(make_avx2_kernel()->can_implement(c, shape).ok());
 }
 
+// Autotune measures every CPU kernel but the reference (which the priority order ranks last):
+// one call's median time on synthetic inputs, at most at M = kMeasureMaxM; a shape that is not
+// the layer's is an error, never a crash. The measured calls leave the prepared kernel exact.
+TEST(CpuKernels, MeasureTimesCallsOfThePreparedKernel) {
+  EXPECT_FALSE(reference::make_reference_kernel()->measurable());
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  const LayerOptions o{rng.range(40, 90), rng.range(100, 300), kAllSchemes[rng.range(0, 3)], true,
+                       ScaleMode::kPerChannel};
+  auto w = testing::random_layer(rng, o);
+  ASSERT_NE(w, nullptr);
+  for (const auto& k : kernels) {
+    SCOPED_TRACE(std::string(k->name()));
+    EXPECT_TRUE(k->measurable());
+    auto p = k->prepare(*w);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)->max_measured_m(), kMeasureMaxM);
+    for (int64_t m : {int64_t{1}, int64_t{16}, kMeasureMaxM}) {
+      for (DType x : kAllDTypes) {
+        const absl::StatusOr<double> us =
+            (*p)->measure_us(ProblemShape{m, w->config.n, w->config.k, x, DType::kBF16});
+        ASSERT_TRUE(us.ok()) << us.status();
+        EXPECT_GT(*us, 0.0) << "M=" << m;
+        EXPECT_LT(*us, 1e6) << "M=" << m;  // a small layer: far under a second a call
+      }
+    }
+    const absl::StatusOr<double> wrong =
+        (*p)->measure_us(ProblemShape{1, w->config.n + 1, w->config.k, DType::kBF16, DType::kBF16});
+    EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(wrong.status().message().find("on a layer of N="), absl::string_view::npos)
+        << wrong.status();
+    const std::vector<uint8_t> x = testing::random_x(rng, 7, w->config.k, DType::kBF16);
+    expect_same(run_one(**p, x, DType::kBF16, 7, w->config.n, DType::kF32),
+                run_reference(*w, x, DType::kBF16, 7, DType::kF32), w->config, 7, DType::kF32,
+                "after the measurements");
+  }
+}
+
 TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
   Registry r;
   register_cpu_kernels(&r);
