@@ -39,7 +39,7 @@ struct Tuning {
 
 constexpr Tuning kTuning;
 
-class Avx512VnniPrepared final : public PreparedKernel {
+class Avx512VnniPrepared final : public MeasuredCpuKernel {
  public:
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
     std::unique_ptr<Avx512VnniPrepared> p(new Avx512VnniPrepared(w));
@@ -65,10 +65,7 @@ class Avx512VnniPrepared final : public PreparedKernel {
 
   int64_t extra_bytes() const override { return extra_bytes_; }
   // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
-  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
-    return measure_call_us(*this, weights_.config, shape);
-  }
-  int64_t max_measured_m() const override { return kMeasureMaxM; }
+  const LayerConfig& layer_config() const override { return weights_.config; }
 
   absl::Status run(const RunArgs& args, RunTimings* timings) const override {
     const LayerConfig& c = weights_.config;

@@ -108,11 +108,30 @@ inline constexpr int kMeasureMaxCalls = 25;
 inline constexpr int kMeasureMinCalls = 3;
 inline constexpr int64_t kMeasureEnoughNs = 30'000'000;
 inline constexpr int64_t kMeasureMaxNs = 100'000'000;
+// The CPU kernels' measure_margin: another CPU kernel must measure more than 5% faster to rank
+// ahead of the one the priority order puts first. Measured on the H200 host's Xeon, the kernels
+// that stream the weights at M = 1 (cpu.avx512_vnni, cpu.avx2) came within 0.4-3.5% of each other
+// on 4096 x 14336 and 28672 x 4096 layers, where serving could not tell them apart.
+inline constexpr double kMeasureMargin = 0.05;
 // The CPU kernels' max_measured_m: larger buckets are measured at this M, where the kernels are
 // bound by their multiplies as at larger M, and a call on a large layer still takes about a second
 // on a small host (8192 x 28672 at M = 256: about 1.5 s for cpu.avx2 on 2 Zen 2 cores; 12 s at
 // M = 2048).
 inline constexpr int64_t kMeasureMaxM = 256;
+
+// A CPU kernel's prepared state, as autotune measures it (measure_call_us, kMeasureMaxM,
+// kMeasureMargin): each CPU family's PreparedKernel derives from it.
+class MeasuredCpuKernel : public PreparedKernel {
+ public:
+  absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
+    return measure_call_us(*this, layer_config(), shape);
+  }
+  int64_t max_measured_m() const override { return kMeasureMaxM; }
+  double measure_margin() const override { return kMeasureMargin; }
+
+ protected:
+  virtual const LayerConfig& layer_config() const = 0;
+};
 
 // Per-thread scratch above this size is freed after the call that needed it.
 inline constexpr size_t kKeepScratchBytes = size_t{64} << 20;

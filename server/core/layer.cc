@@ -96,6 +96,8 @@ bool may_choose(const std::vector<const Kernel*>& order, size_t i, const LayerCo
 
 std::string us_str(double us) { return absl::StrFormat("%.1f us", us); }
 
+std::string margin_str(double margin) { return absl::StrFormat("%g%%", 100.0 * margin); }
+
 const KernelMeasurement* find_measurement(const BucketInfo& b, absl::string_view kernel) {
   for (const KernelMeasurement& km : b.measured) {
     if (km.kernel == kernel) return &km;
@@ -114,6 +116,18 @@ std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
   }
   bool fastest = true;
   std::string others;
+  if (b.kept_by_margin == chosen) {
+    // Another measured faster, by less than the margin: the priority order kept this one first.
+    for (const KernelMeasurement& km : b.measured) {
+      if (km.kernel == chosen) continue;
+      absl::StrAppend(&others, "; ", km.kernel, " ",
+                      km.error.empty() ? us_str(km.us) : "not measured");
+    }
+    return absl::StrCat("first in the priority order and within ", margin_str(b.margin),
+                        " of the fastest measured at load",
+                        b.measured_shared ? kTunedByEarlierLayer : "", ", ", us_str(mine->us),
+                        " at M=", b.measured_m, others);
+  }
   for (const KernelMeasurement& km : b.measured) {
     if (km.kernel == chosen) continue;
     if (km.error.empty()) {
@@ -188,7 +202,9 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
       if (s->kernel->preferred_m().contains(b.lo, b.hi)) cands.push_back(s.get());
     }
     layer->bucket_candidates_.push_back(std::move(cands));
-    layer->buckets_.push_back(BucketInfo{b, "", {}, 0, {}});
+    BucketInfo fresh;
+    fresh.bucket = b;
+    layer->buckets_.push_back(std::move(fresh));
     BucketInfo& info = layer->buckets_.back();
 
     const ProblemShape shape = shape_for(c, representative_m(b), DType::kBF16, DType::kBF16);
@@ -338,11 +354,24 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   // The measured candidates move as one block, fastest first (ties keep the priority order), to
   // where the first of them stood; a failed measurement ranks after the block. Unmeasurable
   // candidates keep their places around it, so a CPU kernel is never ranked above a GPU one by a
-  // measurement.
+  // measurement. The first of them in the priority order that was measured keeps the lead where
+  // the fastest is not faster than it by more than its measure_margin.
+  const auto lead =
+      std::find_if(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
+  const Slot* lead_slot = lead->p;
+  const double lead_us = *lead->us;
+  const double margin = lead->p->ready.load(std::memory_order_acquire)->measure_margin();
   std::stable_sort(measured.begin(), measured.end(), [](const Measured& a, const Measured& b) {
     if (a.us.ok() != b.us.ok()) return a.us.ok();
     return a.us.ok() && *a.us < *b.us;
   });
+  if (measured.front().p != lead_slot && lead_us <= *measured.front().us * (1.0 + margin)) {
+    const auto at = std::find_if(measured.begin(), measured.end(),
+                                 [&](const Measured& m) { return m.p == lead_slot; });
+    std::rotate(measured.begin(), at, at + 1);
+    info.kept_by_margin = std::string(lead_slot->kernel->name());
+    info.margin = margin;
+  }
   std::vector<Slot*> ranked(cands.begin(), cands.begin() + first);
   for (const Measured& m : measured) ranked.push_back(m.p);
   for (size_t i = first; i < cands.size(); ++i) {
@@ -357,6 +386,10 @@ void Layer::release_unchosen() {
   const std::vector<MBucket>& buckets = m_buckets();
   for (const std::unique_ptr<Slot>& slot : slots_) {
     if (slot->ready.load(std::memory_order_acquire) == nullptr) continue;
+    // Only CPU kernels, each of which holds a packed copy of its own. The CUDA kernels of a layer
+    // share one device copy of its weights (gpu::shared_device_layer), whose bytes the first of
+    // them counts: they stay as they were prepared.
+    if (slot->state->device() != "cpu") continue;
     bool needed = false;
     for (size_t bi = 0; bi < buckets.size() && !needed; ++bi) {
       std::vector<int64_t> ms = probe_ms(buckets[bi]);
@@ -432,6 +465,11 @@ absl::StatusOr<std::vector<CandidateVerdict>> Layer::explain_ranked(size_t bi,
            absl::StrCat("its measurement at load failed (", km->error, "); ",
                         any_ok ? "ranked after the measured kernels"
                                : "a higher-priority kernel was selected")};
+    } else if (winner_timed && km->us < winner_m->us && info.kept_by_margin == winner) {
+      v = {v.kernel, false,
+           absl::StrCat("measured faster at load by less than ", margin_str(info.margin), ": ",
+                        us_str(km->us), " at M=", info.measured_m, " (", winner, " ",
+                        us_str(winner_m->us), ", first in the priority order)")};
     } else if (winner_timed) {
       v = {v.kernel, false,
            absl::StrCat("measured slower at load: ", us_str(km->us), " at M=", info.measured_m,

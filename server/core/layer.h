@@ -42,6 +42,10 @@ struct BucketInfo {
   // Whether `measured` are the times an earlier layer of the same N, K, scheme and bias measured
   // for the same candidates, each running the same variant of itself (Options::tuning).
   bool measured_shared = false;
+  // The kernel first in the priority order among those measured, where another measured faster
+  // by no more than its measure_margin (this fraction) and it kept the lead; empty otherwise.
+  std::string kept_by_margin;
+  double margin = 0;
 };
 
 // The kernel that will serve one request.
@@ -127,10 +131,11 @@ class Layer {
   // the block. Records the measurements in buckets_[bi]. A bucket measured at the same M as an
   // earlier one of the same load takes that one's times from `load_times`.
   void autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* load_times);
-  // At the end of a load without a forced kernel: releases every prepared kernel that no bucket
-  // ranks first among those that can run a probed shape (a bucket's ends and its measured M, every
-  // dtype pair), so that a kernel prepared only to be measured, and measured slower everywhere,
-  // holds no packed copy. A request that needs it later prepares it again (choose).
+  // At the end of a load without a forced kernel: releases every prepared CPU kernel that no
+  // bucket ranks first among those that can run a probed shape (a bucket's ends and its measured
+  // M, every dtype pair), so that a kernel prepared only to be measured, and measured slower
+  // everywhere, holds no packed copy. A request that needs it later prepares it again (choose).
+  // GPU kernels stay: they share the layer's device copy of the weights.
   void release_unchosen();
   // The explanation of choosing `shape` in bucket `bi` from its ranked candidates; `chosen` is
   // set to the kernel that runs (null when no candidate fits).

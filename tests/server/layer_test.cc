@@ -80,19 +80,24 @@ Measure unmeasurable() {
 class FakePrepared final : public PreparedKernel {
  public:
   FakePrepared(std::string name, Measure measure, int64_t extra_bytes, std::string variant,
-               int64_t max_measured_m, std::shared_ptr<Log> log)
+               int64_t max_measured_m, double margin, std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         extra_bytes_(extra_bytes),
         variant_(std::move(variant)),
         max_measured_m_(max_measured_m),
+        margin_(margin),
         log_(std::move(log)) {}
   int64_t max_measured_m() const override { return max_measured_m_; }
+  double measure_margin() const override { return margin_; }
   // "<variant> for M=<m>", or empty when the fake has none.
   std::string variant(int64_t m) const override {
     return variant_.empty() ? "" : absl::StrCat(variant_, " for M=", m);
   }
   int64_t extra_bytes() const override { return extra_bytes_; }
+  std::string device() const override {
+    return absl::StartsWith(name_, "cuda.") ? "cuda:0" : "cpu";
+  }
   absl::Status run(const RunArgs&, RunTimings*) const override {
     absl::MutexLock lock(&log_->mu);
     log_->runs[name_]++;
@@ -114,6 +119,7 @@ class FakePrepared final : public PreparedKernel {
   int64_t extra_bytes_;
   std::string variant_;
   int64_t max_measured_m_;
+  double margin_;
   std::shared_ptr<Log> log_;
 };
 
@@ -121,7 +127,7 @@ class FakeKernel final : public Kernel {
  public:
   FakeKernel(std::string name, Measure measure, CanImplement can, MRange m, int64_t extra_bytes,
              PrepareResult prepare_result, absl::Duration prepare_time, std::string variant,
-             int64_t max_measured_m, std::shared_ptr<Log> log)
+             int64_t max_measured_m, double margin, std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         can_(std::move(can)),
@@ -131,6 +137,7 @@ class FakeKernel final : public Kernel {
         prepare_time_(prepare_time),
         variant_(std::move(variant)),
         max_measured_m_(max_measured_m),
+        margin_(margin),
         log_(std::move(log)) {}
   absl::string_view name() const override { return name_; }
   absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
@@ -152,7 +159,7 @@ class FakeKernel final : public Kernel {
     absl::SleepFor(prepare_time_);  // widens the window in which concurrent requests overlap
     if (prepare_result_) RETURN_IF_ERROR(prepare_result_(before));
     return std::unique_ptr<PreparedKernel>(
-        new FakePrepared(name_, measure_, extra_bytes_, variant_, max_measured_m_, log_));
+        new FakePrepared(name_, measure_, extra_bytes_, variant_, max_measured_m_, margin_, log_));
   }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_with_tuning(
       const LayerWeights& w, const PrepareContext& context) const override {
@@ -174,6 +181,7 @@ class FakeKernel final : public Kernel {
   absl::Duration prepare_time_;
   std::string variant_;
   int64_t max_measured_m_;
+  double margin_;
   std::shared_ptr<Log> log_;
 };
 
@@ -187,6 +195,7 @@ struct Fake {
   absl::Duration prepare_time = absl::ZeroDuration();
   std::string variant{};  // PreparedKernel::variant's text, before " for M=<m>"
   int64_t max_measured_m = std::numeric_limits<int64_t>::max();
+  double margin = 0;  // PreparedKernel::measure_margin
 };
 
 CanImplement declines_x(DType x, std::string reason) {
@@ -214,10 +223,10 @@ class LayerTest : public ::testing::Test {
  protected:
   void add(Fake f) {
     ASSERT_TRUE(registry_
-                    .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
-                                                      std::move(f.can), f.m, f.extra_bytes,
-                                                      std::move(f.prepare_result), f.prepare_time,
-                                                      std::move(f.variant), f.max_measured_m, log_))
+                    .add(std::make_unique<FakeKernel>(
+                        std::move(f.name), std::move(f.measure), std::move(f.can), f.m,
+                        f.extra_bytes, std::move(f.prepare_result), f.prepare_time,
+                        std::move(f.variant), f.max_measured_m, f.margin, log_))
                     .ok());
   }
   // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
@@ -620,34 +629,95 @@ TEST_F(LayerTest, CpuKernelsAreRankedByTheirMeasuredTimes) {
   EXPECT_TRUE(log_->measured.empty());
 }
 
-// A kernel prepared at load to be measured, and slower everywhere, is released after the load
-// (its bytes no longer count); one that still serves some dtype stays prepared.
-TEST_F(LayerTest, KernelsMeasuredSlowerEverywhereAreReleasedAfterTheLoad) {
-  add({"cuda.cutlass_sm90", fixed_us(10.0), nullptr, MRange{}, 1000});
-  add({"cuda.stream_s8", fixed_us(20.0), nullptr, MRange{}, 2000});
-  add({"cuda.cublaslt", fixed_us(30.0), nullptr, MRange{}, 4000});
+// The kernel the priority order ranks first among the measured keeps the lead where another
+// measured faster by no more than its measure_margin, and the explanations say so.
+TEST_F(LayerTest, ThePriorityOrdersFirstKeepsTheLeadWithinItsMargin) {
+  Fake vnni{"cpu.avx512_vnni", fixed_us(10.0)};
+  vnni.margin = 0.05;
+  add(std::move(vnni));
+  Fake onednn{"cpu.onednn", [](const ProblemShape& s) -> absl::StatusOr<double> {
+                return s.m == 1 ? 9.7 : 9.0;  // 3% faster at M = 1, 10% elsewhere
+              }};
+  onednn.margin = 0.05;
+  add(std::move(onednn));
+  Fake avx2{"cpu.avx2", fixed_us(9.6)};  // 4% faster at M = 1, behind onednn by priority
+  avx2.margin = 0.05;
+  add(std::move(avx2));
   add({"cpu.reference"});
   auto layer = create();
   ASSERT_TRUE(layer.ok()) << layer.status();
-  EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);
-  EXPECT_EQ(log_->prepare_count("cuda.cublaslt"), 1);
-  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 1000);
-  for (DType x : kDTypes) EXPECT_EQ(chosen(**layer, shape(16, x)), "cuda.cutlass_sm90");
-  EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);  // unforced requests never need it
+  const auto& b = (*layer)->buckets();
+  EXPECT_EQ(b[0].kernel, "cpu.avx512_vnni");
+  EXPECT_EQ(b[0].kept_by_margin, "cpu.avx512_vnni");
+  EXPECT_EQ(verdict(b[0].explanation, "cpu.avx512_vnni")->reason,
+            "first in the priority order and within 5% of the fastest measured at load, 10.0 us "
+            "at M=1; cpu.onednn 9.7 us; cpu.avx2 9.6 us");
+  EXPECT_EQ(verdict(b[0].explanation, "cpu.avx2")->reason,
+            "measured faster at load by less than 5%: 9.6 us at M=1 (cpu.avx512_vnni 10.0 us, "
+            "first in the priority order)");
+  EXPECT_EQ(chosen(**layer, shape(1)), "cpu.avx512_vnni");
+  EXPECT_EQ(b[1].kernel, "cpu.onednn");  // 10% faster at M = 16
+  EXPECT_TRUE(b[1].kept_by_margin.empty());
+  EXPECT_EQ(verdict(b[1].explanation, "cpu.onednn")->reason,
+            "fastest measured at load, 9.0 us at M=16; cpu.avx512_vnni 10.0 us; cpu.avx2 9.6 us");
+  EXPECT_EQ(verdict(b[1].explanation, "cpu.avx512_vnni")->reason,
+            "measured slower at load: 10.0 us at M=16 (cpu.onednn 9.0 us)");
+  EXPECT_EQ(chosen(**layer, shape(16)), "cpu.onednn");
 
-  // The winner declines fp16 input, which the next in the ranking, stream_s8, serves.
+  // Without a margin (the GPU kernels) the faster time wins.
   log_ = std::make_shared<Log>();
   registry_ = Registry();
-  add({"cuda.cutlass_sm90", fixed_us(10.0), declines_x(DType::kF16, "fake cutlass: no fp16"),
-       MRange{}, 1000});
-  add({"cuda.stream_s8", fixed_us(20.0), nullptr, MRange{}, 2000});
-  add({"cuda.cublaslt", fixed_us(30.0), nullptr, MRange{}, 4000});
+  add({"cuda.cutlass_sm90", fixed_us(10.0)});
+  add({"cuda.cublaslt", fixed_us(9.9)});
+  add({"cpu.reference"});
+  auto gpu = create();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu.value()->buckets()[0].kernel, "cuda.cublaslt");
+}
+
+// A CPU kernel prepared at load to be measured, and slower everywhere, is released after the load
+// (its bytes no longer count); one that still serves some dtype stays prepared. GPU kernels stay
+// prepared: they share the layer's device copy of the weights, whose bytes one of them counts.
+TEST_F(LayerTest, CpuKernelsMeasuredSlowerEverywhereAreReleasedAfterTheLoad) {
+  add({"cpu.avx512_vnni", fixed_us(10.0), nullptr, MRange{}, 1000});
+  add({"cpu.onednn", fixed_us(20.0), nullptr, MRange{}, 2000});
+  add({"cpu.avx2", fixed_us(30.0), nullptr, MRange{}, 4000});
+  add({"cpu.reference"});
+  auto layer = create();
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 1);
+  EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + 1000);
+  for (DType x : kDTypes) EXPECT_EQ(chosen(**layer, shape(16, x)), "cpu.avx512_vnni");
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 1);  // unforced requests never need it
+
+  // The winner declines fp16 input, which the next in the ranking, onednn, serves.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cpu.avx512_vnni", fixed_us(10.0), declines_x(DType::kF16, "fake avx512: no fp16"), MRange{},
+       1000});
+  add({"cpu.onednn", fixed_us(20.0), nullptr, MRange{}, 2000});
+  add({"cpu.avx2", fixed_us(30.0), nullptr, MRange{}, 4000});
   add({"cpu.reference"});
   auto fp16 = create();
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   EXPECT_EQ((*fp16)->total_bytes(), weight_bytes(**fp16) + 1000 + 2000);
-  EXPECT_EQ(chosen(**fp16, shape(16, DType::kF16)), "cuda.stream_s8");
+  EXPECT_EQ(chosen(**fp16, shape(16, DType::kF16)), "cpu.onednn");
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 1);
+
+  // GPU kernels measured slower everywhere stay prepared.
+  log_ = std::make_shared<Log>();
+  registry_ = Registry();
+  add({"cuda.cutlass_sm90", fixed_us(10.0), nullptr, MRange{}, 1000});
+  add({"cuda.stream_s8", fixed_us(20.0), nullptr, MRange{}, 0});
+  add({"cpu.reference"});
+  auto gpu = create();
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ((*gpu)->total_bytes(), weight_bytes(**gpu) + 1000);
   EXPECT_EQ(log_->prepare_count("cuda.stream_s8"), 1);
+  auto forced = (*gpu)->choose(shape(16), "cuda.stream_s8", false);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_FALSE(forced->prepared_now);
 }
 
 TEST_F(LayerTest, FailedMeasurementIsSkippedWithItsReason) {
