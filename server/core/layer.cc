@@ -35,6 +35,11 @@ std::vector<int64_t> probe_ms(const MBucket& b) {
 // layers' calls, are not compared, and a CPU kernel never moves ahead of a GPU kernel.
 absl::string_view family_of(const Kernel& k) { return kernel_family(k); }
 
+// Where a layer's load shares the CPU kernels it kept after its measurements (Layer::create).
+std::string kept_cpu_key(const LayerConfig& c) {
+  return tuning_key("CPU kernels kept after autotune", "cpu", c);
+}
+
 // Whether `k` can implement the layer for some M bucket and dtype pair: only then may a request
 // use it, forced or not.
 bool implements_somewhere(const Kernel& k, const LayerConfig& c) {
@@ -187,10 +192,21 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     layer->slots_.push_back(std::make_unique<Slot>(k));
   }
   const bool tune = layer->options_.autotune && forced.empty();
+  // The CPU kernels an earlier layer of this shape kept after its measurements (release_unchosen):
+  // one it released is not prepared here just to be measured, and its times come from that layer.
+  std::optional<std::vector<std::string>> kept;
+  if (tune && layer->options_.tuning != nullptr) {
+    kept = layer->options_.tuning->find<std::vector<std::string>>(kept_cpu_key(c));
+  }
   for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i]->name() == forced || (forced.empty() && may_choose(order, i, c, tune))) {
-      RETURN_IF_ERROR(layer->prepared(*layer->slots_[i], /*at_load=*/true).status());
+    if (order[i]->name() != forced && (!forced.empty() || !may_choose(order, i, c, tune))) continue;
+    if (kept.has_value() && family_of(*order[i]) == "cpu" && order[i]->measurable() &&
+        std::find(kept->begin(), kept->end(), order[i]->name()) == kept->end() &&
+        !may_choose(order, i, c, /*autotune=*/false)) {
+      layer->slots_[i]->released_by_earlier_layer = true;
+      continue;
     }
+    RETURN_IF_ERROR(layer->prepared(*layer->slots_[i], /*at_load=*/true).status());
   }
 
   const std::vector<MBucket>& buckets = m_buckets();
@@ -234,7 +250,19 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     }
   }
 
-  if (forced.empty()) layer->release_unchosen();
+  if (forced.empty()) {
+    layer->release_unchosen();
+    if (tune && layer->options_.tuning != nullptr && layer->cpu_measurements_ok_) {
+      std::vector<std::string> cpu_kept;
+      for (const std::unique_ptr<Slot>& s : layer->slots_) {
+        if (family_of(*s->kernel) == "cpu" && s->kernel->measurable() &&
+            s->ready.load(std::memory_order_acquire) != nullptr) {
+          cpu_kept.emplace_back(s->kernel->name());
+        }
+      }
+      layer->options_.tuning->insert(kept_cpu_key(c), std::move(cpu_kept));
+    }
+  }
 
   const LayerWeights& w = *layer->weights_;
   layer->total_bytes_.fetch_add(
@@ -255,18 +283,21 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that says
   // it is unmeasurable is never measured. Only the family of the first eligible candidate is
   // measured (family_of): the others keep their places behind it.
+  // A CPU kernel an earlier layer of the shape released (Slot::released_by_earlier_layer) is
+  // eligible unprepared (null): its times come from that layer, or it is prepared to be measured.
   std::vector<std::pair<size_t, const PreparedKernel*>> eligible;  // position, prepared kernel
   ProblemShape at = shape;  // the shape measured: at most every eligible kernel's max_measured_m
   for (size_t i = 0; i < cands.size(); ++i) {
     const PreparedKernel* p = cands[i]->ready.load(std::memory_order_acquire);
-    if (p == nullptr || !cands[i]->kernel->measurable()) continue;
+    if (p == nullptr && !cands[i]->released_by_earlier_layer) continue;
+    if (!cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
     if (!eligible.empty() &&
         family_of(*cands[i]->kernel) != family_of(*cands[eligible.front().first]->kernel)) {
       continue;
     }
     eligible.emplace_back(i, p);
-    at.m = std::max<int64_t>(1, std::min(at.m, p->max_measured_m()));
+    if (p != nullptr) at.m = std::max<int64_t>(1, std::min(at.m, p->max_measured_m()));
   }
   if (at.m != shape.m) {
     eligible.erase(
@@ -289,11 +320,18 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   {
     std::string what = absl::StrCat("autotune at M=", at.m, " ", dtype_name(at.x_dtype), " to ",
                                     dtype_name(at.y_dtype), " of");
+    // (An unprepared kernel as a CPU kernel's, which has no variant: its own text if it had one.)
     for (const auto& [i, p] : eligible) {
-      absl::StrAppend(&what, " ", cands[i]->kernel->name(), " [",
-                      absl::StrReplaceAll(p->variant(at.m), {{kTunedByEarlierLayer, ""}}), "]");
+      absl::StrAppend(
+          &what, " ", cands[i]->kernel->name(), " [",
+          p == nullptr ? "" : absl::StrReplaceAll(p->variant(at.m), {{kTunedByEarlierLayer, ""}}),
+          "]");
     }
-    key = tuning_key(what, eligible[0].second->device(), config());
+    key = tuning_key(what,
+                     family_of(*cands[eligible[0].first]->kernel) == "cpu"
+                         ? "cpu"
+                         : eligible[0].second->device(),
+                     config());
     if (const auto it = load_times->find(key); it != load_times->end()) here = &it->second;
     if (here == nullptr && options_.tuning != nullptr) {
       shared = options_.tuning->find<SharedTimes>(key);
@@ -315,7 +353,13 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
       if (it == shared->end()) continue;  // it did not time itself there either (UNIMPLEMENTED)
       us = it->second;
     } else {
-      us = p->measure_us(at);
+      const PreparedKernel* ready = p;
+      if (ready == nullptr) {  // released by an earlier layer, whose times are not stored
+        absl::StatusOr<const PreparedKernel*> now = prepared(*cands[i], /*at_load=*/true);
+        if (!now.ok()) continue;  // then it is not ranked, as when a load cannot prepare it
+        ready = *now;
+      }
+      us = ready->measure_us(at);
       if (absl::IsUnimplemented(us.status())) continue;  // the priority order places it
     }
     first = std::min(first, i);
@@ -327,6 +371,9 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   }
   const bool all_ok =
       std::all_of(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
+  if (!all_ok && family_of(*cands[eligible[0].first]->kernel) == "cpu") {
+    cpu_measurements_ok_ = false;
+  }
   if (here == nullptr && !shared.has_value() && options_.tuning != nullptr && !measured.empty() &&
       all_ok) {
     SharedTimes times;
@@ -360,7 +407,15 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
       std::find_if(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
   const Slot* lead_slot = lead->p;
   const double lead_us = *lead->us;
-  const double margin = lead->p->ready.load(std::memory_order_acquire)->measure_margin();
+  // (Its margin; where an earlier layer released it, so that it is not prepared here, another
+  // measured kernel's of its family.)
+  double margin = 0;
+  for (const Measured& m : measured) {
+    if (const PreparedKernel* p = m.p->ready.load(std::memory_order_acquire); p != nullptr) {
+      margin = p->measure_margin();
+      if (m.p == lead->p) break;
+    }
+  }
   std::stable_sort(measured.begin(), measured.end(), [](const Measured& a, const Measured& b) {
     if (a.us.ok() != b.us.ok()) return a.us.ok();
     return a.us.ok() && *a.us < *b.us;

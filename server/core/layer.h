@@ -112,6 +112,9 @@ class Layer {
     std::atomic<const PreparedKernel*> ready{nullptr};  // == state.get() once prepared
     absl::Mutex mu;                                     // held while preparing
     std::unique_ptr<PreparedKernel> state;              // written once, under mu
+    // A CPU kernel not prepared at load because an earlier layer of the same shape measured it
+    // slower everywhere and released it: autotune ranks it by that layer's times.
+    bool released_by_earlier_layer = false;
   };
   Slot* find_slot(const Kernel* k) const;
   // The slot's prepared kernel, preparing it first if needed (*prepared_now then set, when
@@ -153,6 +156,9 @@ class Layer {
   std::vector<std::vector<Slot*>> bucket_candidates_;
   std::vector<BucketInfo> buckets_;
   mutable std::atomic<int64_t> total_bytes_{0};
+  // Whether every CPU measurement of this load succeeded (only then does it share the CPU kernels
+  // it kept with later layers of its shape).
+  bool cpu_measurements_ok_ = true;
   int64_t loaded_unix_ms_ = 0;
 };
 

@@ -611,12 +611,48 @@ TEST_F(LayerTest, CpuKernelsAreRankedByTheirMeasuredTimes) {
   EXPECT_EQ(log_->prepare_count("cpu.avx2"), 2);
   EXPECT_EQ((*layer)->total_bytes(), weight_bytes(**layer) + (1 << 20) + (1 << 21) + (1 << 22));
 
-  // A later layer of the shape takes the first one's times.
+  // A later layer of the shape takes the first one's times, and does not prepare the kernel the
+  // first one released.
   auto later = create_sharing(tuning);
   ASSERT_TRUE(later.ok()) << later.status();
   EXPECT_EQ(log_->measure_count("cpu.onednn"), 4);
-  for (const BucketInfo& lb : (*later)->buckets()) EXPECT_TRUE(lb.measured_shared);
+  EXPECT_EQ(log_->measure_count("cpu.avx2"), 4);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 2);  // the first layer's two, none more
+  for (const BucketInfo& lb : (*later)->buckets()) {
+    EXPECT_TRUE(lb.measured_shared);
+    EXPECT_EQ(lb.measured.size(), 3u);
+  }
+  EXPECT_EQ((*later)->buckets()[0].kernel, "cpu.avx512_vnni");
   EXPECT_EQ((*later)->buckets()[5].kernel, "cpu.onednn");
+  EXPECT_EQ(verdict((*later)->buckets()[5].explanation, "cpu.avx2")->reason,
+            "measured slower at load: 2048.0 us at M=256 (cpu.onednn 512.0 us)");
+  EXPECT_EQ((*later)->total_bytes(), weight_bytes(**later) + (1 << 20) + (1 << 21));
+  for (const BucketInfo& lb : (*later)->buckets()) {
+    EXPECT_EQ(chosen(**later, shape(lb.bucket.lo)), lb.kernel);
+  }
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 2);
+  // Forced, it is prepared on demand.
+  auto forced_later = (*later)->choose(shape(8), "cpu.avx2", false);
+  ASSERT_TRUE(forced_later.ok()) << forced_later.status();
+  EXPECT_TRUE(forced_later->prepared_now);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 3);
+
+  // Where the earlier layer's times do not fit (here onednn runs another variant of itself), a
+  // kernel it released is prepared and measured after all, and released again.
+  registry_ = Registry();
+  add(cpu("cpu.avx512_vnni", by_m(10.0, 5.0), 1 << 20));
+  Fake other = cpu("cpu.onednn", by_m(20.0, 2.0), 1 << 21);
+  other.variant = "another reorder";
+  add(std::move(other));
+  add(cpu("cpu.avx2", by_m(30.0, 8.0), 1 << 22));
+  add({"cpu.reference"});
+  auto remeasured = create_sharing(tuning);
+  ASSERT_TRUE(remeasured.ok()) << remeasured.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 4);
+  EXPECT_EQ(log_->measure_count("cpu.avx2"), 8);
+  EXPECT_FALSE((*remeasured)->buckets()[1].measured_shared);
+  EXPECT_EQ((*remeasured)->buckets()[1].kernel, "cpu.onednn");
+  EXPECT_EQ((*remeasured)->total_bytes(), weight_bytes(**remeasured) + (1 << 20) + (1 << 21));
 
   // Without autotune, the priority order: avx512_vnni everywhere, the others not prepared.
   log_ = std::make_shared<Log>();
