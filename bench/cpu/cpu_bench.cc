@@ -85,21 +85,8 @@ double median(std::vector<double> v) {
 }
 
 int64_t llc_bytes() {
-  // The largest cache level the kernel reports for CPU 0.
-  int64_t best = 0;
-  for (int i = 0; i < 8; ++i) {
-    std::ifstream in(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", i, "/size"));
-    std::string s;
-    if (!(in >> s) || s.empty()) continue;
-    int64_t mult = 1;
-    if (s.back() == 'K')
-      mult = 1024, s.pop_back();
-    else if (s.back() == 'M')
-      mult = 1024 * 1024, s.pop_back();
-    int64_t v = 0;
-    if (absl::SimpleAtoi(s, &v)) best = std::max(best, v * mult);
-  }
-  return best > 0 ? best : int64_t{32} << 20;
+  const int64_t llc = cpu::last_level_cache_bytes();
+  return llc > 0 ? llc : int64_t{32} << 20;
 }
 
 // Which ISA the ceilings are measured with: the host's best.

@@ -96,18 +96,27 @@ void finish_call(const LayerConfig& config, const RunArgs& args, const float* sa
 // (row must hold a non-finite value).
 absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64_t row);
 
+// The size in bytes of the host's last-level cache (the largest cache level the kernel reports for
+// CPU 0 under /sys/devices/system/cpu/cpu0/cache), or 0 where it reports none.
+int64_t last_level_cache_bytes();
+
 // Autotune's measurement of a CPU kernel (PreparedKernel::measure_us): `kernel` (prepared for a
 // layer of `config`) runs `shape` on random activations of the shape's dtypes, once untimed and
 // then timed call after call on the steady clock until it has kMeasureMaxCalls calls, or at least
-// kMeasureMinCalls and kMeasureEnoughNs, or kMeasureMaxNs; the median in microseconds. The
-// weights stay where the previous call left them (in the last-level cache where they fit), as
-// in a loop of calls of one layer. A failed call is the measurement's status.
+// kMeasureMinCalls and kMeasureEnoughNs of calls, or kMeasureMaxNs in all; the median in
+// microseconds. Before each call the caches are emptied by a read of kEvictLlcTimes the
+// last-level cache (at most kEvictMaxBytes, on the thread pool), so that the weights come from
+// memory as they do for a served model, whose layers together far exceed the caches (where the
+// buffer cannot be had, the weights stay where the previous call left them). A failed call is the
+// measurement's status.
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
                                        const ProblemShape& shape);
 inline constexpr int kMeasureMaxCalls = 25;
 inline constexpr int kMeasureMinCalls = 3;
 inline constexpr int64_t kMeasureEnoughNs = 30'000'000;
-inline constexpr int64_t kMeasureMaxNs = 100'000'000;
+inline constexpr int64_t kMeasureMaxNs = 200'000'000;
+inline constexpr int64_t kEvictLlcTimes = 2;
+inline constexpr int64_t kEvictMaxBytes = int64_t{1} << 30;
 // The CPU kernels' measure_margin: another CPU kernel must measure more than 5% faster to rank
 // ahead of the one the priority order puts first. Measured on the H200 host's Xeon, the kernels
 // that stream the weights at M = 1 (cpu.avx512_vnni, cpu.avx2) came within 0.4-3.5% of each other
