@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds qlinear with CUDA (RelWithDebInfo, sm_90a by default) and packs what the GPU host runs
-# into one folder: the CUDA test binary, the GPU benchmark, the server and, when it is built, the
-# CLI, plus the shared libraries the GPU host lacks (see ../shared/tools/bundle-runtime.sh), packed
-# as lib.tar.gz. scripts/gpu-remote.sh unpacks and runs them there.
+# into one folder: the CUDA test binary, the server's end-to-end test, the GPU benchmark, the server
+# and, when it is built, the CLI (packed as bin.tar.xz), plus the shared libraries the GPU host
+# lacks (see ../shared/tools/bundle-runtime.sh), packed as lib.tar.gz. scripts/gpu-remote.sh
+# unpacks and runs them there.
 #
 # Usage: scripts/gpu-bundle.sh
 #
@@ -34,7 +35,7 @@ cmake "${args[@]}" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 grep -E '^-- qlinear' "$log" || true
 
 # Only what the GPU host runs; the CLI is optional.
-targets=(qlinear_cuda_test qlinear_gpu_bench qlinear-server)
+targets=(qlinear_cuda_test qlinear_server_e2e_test qlinear_gpu_bench qlinear-server)
 if grep -qs 'qlinear-cli' "$BUILD/build.ninja" "$BUILD/Makefile"; then
   targets+=(qlinear-cli)
 fi
@@ -51,16 +52,18 @@ done
 rm -rf "$BUNDLE"
 "$TOOL" "$BUNDLE" "${exes[@]}"
 # The bundle travels with the working tree (64 MiB in all): drop the binaries' debug info (keep
-# the symbols) and gzip the libraries (oneDNN alone is about 40 MB); scripts/gpu-remote.sh
-# unpacks them on the GPU host.
+# the symbols, which crash reports print) and pack the binaries (xz: the CUDA ones hold kernel
+# images that compress about 4x) and the libraries (oneDNN alone is about 40 MB);
+# scripts/gpu-remote.sh unpacks them on the GPU host.
 strip --strip-debug "$BUNDLE"/bin/*
+tar -C "$BUNDLE" -cJf "$BUNDLE/bin.tar.xz" bin
 tar -C "$BUNDLE" -czf "$BUNDLE/lib.tar.gz" lib
-rm -rf "$BUNDLE/lib"
+rm -rf "${BUNDLE:?}/lib" "${BUNDLE:?}/bin"
 # The launcher unpacks them itself on first use, so `bundle-gpu/run BINARY` works on its own.
 # Several launchers may start at once on a fresh host (a server and its client): each unpacks
-# into a folder of its own and renames it into place, so none runs on a half-written library.
+# into a folder of its own and renames it into place, so none runs on a half-written file.
 # shellcheck disable=SC2016
-unpack='[ -d "$here/lib" ] || { t=$(mktemp -d "$here/.lib.XXXXXX") \&\& tar -C "$t" -xzf "$here/lib.tar.gz" \&\& { mv -T "$t/lib" "$here/lib" 2>/dev/null || [ -d "$here/lib" ]; }; r=$?; rm -rf "$t"; [ "$r" -eq 0 ]; } || exit 1'
+unpack='for d in lib bin; do [ -d "$here/$d" ] || { t=$(mktemp -d "$here/.$d.XXXXXX") \&\& tar -C "$t" -xf "$here/$d.tar."* \&\& { mv -T "$t/$d" "$here/$d" 2>/dev/null || [ -d "$here/$d" ]; }; r=$?; rm -rf "$t"; [ "$r" -eq 0 ]; } || exit 1; done'
 sed -i "/^here=/a $unpack" "$BUNDLE/run"
-grep -q 'lib.tar.gz' "$BUNDLE/run" || { echo "gpu-bundle: could not patch $BUNDLE/run" >&2; exit 1; }
-du -sh "$BUNDLE" | awk '{print "gpu-bundle: "$1" in '"$BUNDLE"' (libraries in lib.tar.gz)"}'
+grep -q 'for d in lib bin' "$BUNDLE/run" || { echo "gpu-bundle: could not patch $BUNDLE/run" >&2; exit 1; }
+du -sh "$BUNDLE" | awk '{print "gpu-bundle: "$1" in '"$BUNDLE"' (binaries in bin.tar.xz, libraries in lib.tar.gz)"}'

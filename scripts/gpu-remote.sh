@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU host, from the repository root, over the folder scripts/gpu-bundle.sh made:
 #   0. which tensor-core instructions the kernels hold (IMMA for mma.sync, GMMA for wgmma),
-#   1. the CUDA test binary (every CUDA kernel bit-exact against the reference),
+#   1. the CUDA test binary (every CUDA kernel bit-exact against the reference), then the server's
+#      end-to-end test, whose in-process server serves its layers with the CUDA kernels here
+#      (uploads, replaces and unloads while requests run; a crash prints its stack),
 #   2. qlinear-server from the bundle, with `qlinear-cli health/kernels/smoke/infer` against it
 #      when the CLI is in the bundle (infer at M = 1 and 2048, with the selection explained, on
 #      the demo layer and on a long-K 4096 x 14336 layer, then on a second layer of that shape,
@@ -30,9 +32,12 @@ LOG="${OUT:-$PWD/gpu-logs}"
 BENCH_ARGS=()
 [ "${1:-}" = "--quick" ] && BENCH_ARGS+=(--quick)
 mkdir -p "$LOG"
-if [ -f "$BUNDLE/lib.tar.gz" ] && [ ! -d "$BUNDLE/lib" ]; then
-  tar -C "$BUNDLE" -xzf "$BUNDLE/lib.tar.gz" || { echo "gpu-remote: cannot unpack $BUNDLE/lib.tar.gz"; exit 1; }
-fi
+for d in lib bin; do
+  for f in "$BUNDLE/$d.tar."*; do
+    if [ ! -f "$f" ] || [ -d "$BUNDLE/$d" ]; then continue; fi
+    tar -C "$BUNDLE" -xf "$f" || { echo "gpu-remote: cannot unpack $f"; exit 1; }
+  done
+done
 run() { "$BUNDLE/run" "$@"; }
 have() { [ -x "$BUNDLE/bin/$1" ]; }
 
@@ -55,6 +60,17 @@ echo "=== qlinear_cuda_test"
 timeout "${QLINEAR_TEST_TIMEOUT:-180}" "$BUNDLE/run" qlinear_cuda_test --gtest_color=no ${QLINEAR_TEST_ARGS:-} >"$LOG/cuda_test.log" 2>&1
 test_rc=$?
 tail -n 25 "$LOG/cuda_test.log"
+
+server_test_rc=-
+if have qlinear_server_e2e_test; then
+  echo "=== qlinear_server_e2e_test"
+  timeout "${QLINEAR_SERVER_TEST_TIMEOUT:-300}" "$BUNDLE/run" qlinear_server_e2e_test --gtest_color=no \
+    >"$LOG/server_test.log" 2>&1
+  server_test_rc=$?
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/server_test.log"
+  # A crash: the test it died in and the stack the failure signal handler printed.
+  grep -A 25 -E '^\*\*\* SIG' "$LOG/server_test.log" | head -n 40
+fi
 
 if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   echo "=== compute-sanitizer memcheck (subset)"
@@ -133,6 +149,14 @@ counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/c
 echo "sass (qlinear_cuda_test): $sass"
 echo "qlinear_cuda_test: exit $test_rc; $counts"
 grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/cuda_test.log" | head -n 10
+if [ "$server_test_rc" != - ]; then
+  counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/server_test.log" | tr -s ' ' | tr '\n' ' ')
+  echo "qlinear_server_e2e_test: exit $server_test_rc; $counts"
+  grep -E '^\[  FAILED  \] [A-Za-z]|^\[ RUN      \]' "$LOG/server_test.log" | tail -n 1 |
+    grep -q RUN && [ "$server_test_rc" != 0 ] &&
+    echo "  died in: $(grep -E '^\[ RUN      \]' "$LOG/server_test.log" | tail -n 1)"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/server_test.log" | head -n 10
+fi
 echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
 if [ -f "$LOG/cli.log" ]; then
   grep -E '^(host gpu|kernel |smoke: )' "$LOG/cli.log" | cut -c 1-160

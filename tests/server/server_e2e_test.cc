@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/qlinear_client.h"
@@ -27,6 +29,14 @@ using testing::make_test_layer;
 using testing::random_x;
 using testing::reference_y;
 using testing::TestLayer;
+
+// A crash in the server under test (it runs in this process) prints the faulting thread's
+// symbolized stack, as qlinear-server does, so that a run on another host says where it died.
+const bool kCrashReports = [] {
+  absl::InitializeSymbolizer("/proc/self/exe");
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  return true;
+}();
 
 uint64_t test_seed() {
   if (const char* s = std::getenv("QLINEAR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
