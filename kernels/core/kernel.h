@@ -71,9 +71,10 @@ class PreparedKernel {
   // The largest M measure_us times: a bucket whose measured M is larger is measured at this M
   // (the CPU kernels: one call at M = 2048 on a large layer takes seconds on a small host).
   virtual int64_t max_measured_m() const { return std::numeric_limits<int64_t>::max(); }
-  // How much faster (a fraction of its time) another kernel must measure to be ranked ahead of
-  // this one where the priority order ranks this one first among the measured: the noise of its
-  // measurement. 0, the default: the faster time wins.
+  // How much faster another kernel must measure to be ranked ahead of this one where the priority
+  // order ranks this one first among the measured: this one keeps the lead while its time is at
+  // most (1 + margin) times the fastest. The noise of its measurement; 0, the default: the
+  // faster time wins.
   virtual double measure_margin() const { return 0.0; }
   // How the kernel runs m rows where it chooses for itself (cuda.cutlass_sm90: the tile it timed
   // fastest at load, and the launch), for a request's selection explanation; empty where it has

@@ -200,9 +200,10 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   }
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i]->name() != forced && (!forced.empty() || !may_choose(order, i, c, tune))) continue;
+    // (Also one the priority order alone would choose: the earlier layer's ranking, which this
+    // one takes, put another first wherever it could run.)
     if (kept.has_value() && family_of(*order[i]) == "cpu" && order[i]->measurable() &&
-        std::find(kept->begin(), kept->end(), order[i]->name()) == kept->end() &&
-        !may_choose(order, i, c, /*autotune=*/false)) {
+        std::find(kept->begin(), kept->end(), order[i]->name()) == kept->end()) {
       layer->slots_[i]->released_by_earlier_layer = true;
       continue;
     }
@@ -298,6 +299,16 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
     }
     eligible.emplace_back(i, p);
     if (p != nullptr) at.m = std::max<int64_t>(1, std::min(at.m, p->max_measured_m()));
+  }
+  // Where every eligible kernel was released by an earlier layer, the first is prepared, so that
+  // the bucket is measured (or its times found) at that kernel's max_measured_m.
+  if (!eligible.empty() && std::none_of(eligible.begin(), eligible.end(),
+                                        [](const auto& e) { return e.second != nullptr; })) {
+    absl::StatusOr<const PreparedKernel*> now = prepared(*cands[eligible[0].first], true);
+    if (now.ok()) {
+      eligible[0].second = *now;
+      at.m = std::max<int64_t>(1, std::min(at.m, (*now)->max_measured_m()));
+    }
   }
   if (at.m != shape.m) {
     eligible.erase(

@@ -665,6 +665,37 @@ TEST_F(LayerTest, CpuKernelsAreRankedByTheirMeasuredTimes) {
   EXPECT_TRUE(log_->measured.empty());
 }
 
+// Where the kernel the priority order puts first measured slower everywhere, the first layer of a
+// shape releases it and later layers do not prepare it at all, although the priority order alone
+// would choose it.
+TEST_F(LayerTest, LaterLayersDoNotPrepareTheFirstKernelTheFirstLayerReleased) {
+  const auto cpu = [](std::string name, double us) {
+    Fake f{std::move(name), fixed_us(us), nullptr, MRange{}, 1000};
+    f.max_measured_m = 256;
+    f.margin = 0.05;
+    return f;
+  };
+  add(cpu("cpu.avx512_vnni", 10.0));
+  add(cpu("cpu.onednn", 5.0));
+  add(cpu("cpu.avx2", 20.0));
+  add({"cpu.reference"});
+  const auto tuning = std::make_shared<TuningCache>();
+  auto first = create_sharing(tuning);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto later = create_sharing(tuning);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.onednn"), 2);
+  EXPECT_EQ((*later)->total_bytes(), weight_bytes(**later) + 1000);
+  for (const BucketInfo& b : (*later)->buckets()) {
+    EXPECT_EQ(b.kernel, "cpu.onednn");
+    EXPECT_TRUE(b.measured_shared);
+    for (DType x : kDTypes) EXPECT_EQ(chosen(**later, shape(b.bucket.lo, x)), "cpu.onednn");
+  }
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+}
+
 // The kernel the priority order ranks first among the measured keeps the lead where another
 // measured faster by no more than its measure_margin, and the explanations say so.
 TEST_F(LayerTest, ThePriorityOrdersFirstKeepsTheLeadWithinItsMargin) {
