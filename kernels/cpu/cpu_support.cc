@@ -199,21 +199,7 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   for (size_t i = 0; i < mk; ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     const float v = static_cast<float>(static_cast<int32_t>(state >> 40) - (1 << 23)) / (1 << 22);
-    switch (shape.x_dtype) {
-      case DType::kF32:
-        std::memcpy(x.data() + 4 * i, &v, 4);
-        break;
-      case DType::kBF16: {
-        const uint16_t h = f32_to_bf16(v);
-        std::memcpy(x.data() + 2 * i, &h, 2);
-        break;
-      }
-      case DType::kF16: {
-        const uint16_t h = f32_to_f16(v);
-        std::memcpy(x.data() + 2 * i, &h, 2);
-        break;
-      }
-    }
+    store_from_f32(x.data(), shape.x_dtype, i, v);
   }
   RunArgs args;
   args.x = x.data();

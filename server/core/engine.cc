@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <new>
 #include <optional>
 
@@ -140,13 +139,12 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   // One layer created at a time where a load may time anything: where a usable GPU kernel
   // measures itself, or two usable CPU kernels do (a host that runs more than one of them).
   // Elsewhere loads only pack, and go on side by side.
+  // (A GPU kernel alone may time its own choices at prepare: cuda.cutlass_sm90's tiles.)
   bool times = false;
-  std::map<std::string, int, std::less<>> measurable;  // per family
+  int cpu_measurable = 0;
   for (const Kernel* k : registry_.kernels()) {
     if (!k->measurable() || !registry_.usable(*k, host_).ok()) continue;
-    // (A GPU kernel alone may time its own choices at prepare: cuda.cutlass_sm90's tiles.)
-    const std::string family(kernel_family(*k));
-    times = times || family != "cpu" || ++measurable[family] >= 2;
+    times = times || kernel_family(*k) != "cpu" || ++cpu_measurable >= 2;
   }
   absl::StatusOr<std::shared_ptr<const Layer>> created;
   {

@@ -30,11 +30,6 @@ std::vector<int64_t> probe_ms(const MBucket& b) {
   return {b.lo, b.hi == INT64_MAX ? b.lo * 4 : b.hi};
 }
 
-// A measurement ranks a kernel only among the kernels of its own family (kernel_family; see
-// Layer::autotune_bucket): times on different devices, each of which may be busy with other
-// layers' calls, are not compared, and a CPU kernel never moves ahead of a GPU kernel.
-absl::string_view family_of(const Kernel& k) { return kernel_family(k); }
-
 // Where a layer's load shares the CPU kernels it kept after its measurements (Layer::create).
 std::string kept_cpu_key(const LayerConfig& c) {
   return tuning_key("CPU kernels kept after autotune", "cpu", c);
@@ -75,7 +70,7 @@ bool may_choose(const std::vector<const Kernel*>& order, size_t i, const LayerCo
     if (autotune && k.measurable() && k.can_implement(c, measured).ok()) {
       bool covered = false;  // by a kernel a measurement cannot rank it above
       for (size_t j = 0; j < i && !covered; ++j) {
-        covered = family_of(*order[j]) != family_of(k) &&
+        covered = kernel_family(*order[j]) != kernel_family(k) &&
                   order[j]->preferred_m().contains(b.lo, b.hi) &&
                   order[j]->can_implement(c, measured).ok();
       }
@@ -121,18 +116,6 @@ std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
   }
   bool fastest = true;
   std::string others;
-  if (b.kept_by_margin == chosen) {
-    // Another measured faster, by less than the margin: the priority order kept this one first.
-    for (const KernelMeasurement& km : b.measured) {
-      if (km.kernel == chosen) continue;
-      absl::StrAppend(&others, "; ", km.kernel, " ",
-                      km.error.empty() ? us_str(km.us) : "not measured");
-    }
-    return absl::StrCat("first in the priority order and within ", margin_str(b.margin),
-                        " of the fastest measured at load",
-                        b.measured_shared ? kTunedByEarlierLayer : "", ", ", us_str(mine->us),
-                        " at M=", b.measured_m, others);
-  }
   for (const KernelMeasurement& km : b.measured) {
     if (km.kernel == chosen) continue;
     if (km.error.empty()) {
@@ -142,10 +125,15 @@ std::string selected_note(const BucketInfo& b, absl::string_view chosen) {
       absl::StrAppend(&others, "; ", km.kernel, " not measured");
     }
   }
-  // When a faster kernel cannot run this request's shape, the next in the ranking runs.
+  // When a faster kernel cannot run this request's shape, the next in the ranking runs; where
+  // another measured faster by less than the margin, the priority order kept this one first.
   // (Times an earlier layer of the shape measured: see autotune_bucket.)
   const std::string how =
-      !b.measured_shared
+      b.kept_by_margin == chosen
+          ? absl::StrCat("first in the priority order and within ", margin_str(b.margin),
+                         " of the fastest measured at load",
+                         b.measured_shared ? kTunedByEarlierLayer : "")
+      : !b.measured_shared
           ? absl::StrCat("fastest measured at load", fastest ? "" : " that can run this shape")
           : absl::StrCat("fastest", fastest ? "" : " that can run this shape", " measured at load",
                          kTunedByEarlierLayer);
@@ -202,7 +190,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     if (order[i]->name() != forced && (!forced.empty() || !may_choose(order, i, c, tune))) continue;
     // (Also one the priority order alone would choose: the earlier layer's ranking, which this
     // one takes, put another first wherever it could run.)
-    if (kept.has_value() && family_of(*order[i]) == "cpu" && order[i]->measurable() &&
+    if (kept.has_value() && kernel_family(*order[i]) == "cpu" && order[i]->measurable() &&
         std::find(kept->begin(), kept->end(), order[i]->name()) == kept->end()) {
       layer->slots_[i]->released_by_earlier_layer = true;
       continue;
@@ -256,7 +244,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     if (tune && layer->options_.tuning != nullptr && layer->cpu_measurements_ok_) {
       std::vector<std::string> cpu_kept;
       for (const std::unique_ptr<Slot>& s : layer->slots_) {
-        if (family_of(*s->kernel) == "cpu" && s->kernel->measurable() &&
+        if (kernel_family(*s->kernel) == "cpu" && s->kernel->measurable() &&
             s->ready.load(std::memory_order_acquire) != nullptr) {
           cpu_kept.emplace_back(s->kernel->name());
         }
@@ -283,7 +271,8 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   };
   // Not prepared at load: unmeasurable (may_choose), or not eligible here; and a kernel that says
   // it is unmeasurable is never measured. Only the family of the first eligible candidate is
-  // measured (family_of): the others keep their places behind it.
+  // measured (kernel_family: times on different devices, each of which may be busy with other
+  // layers' calls, are not compared): the others keep their places behind it.
   // A CPU kernel an earlier layer of the shape released (Slot::released_by_earlier_layer) is
   // eligible unprepared (null): its times come from that layer, or it is prepared to be measured.
   std::vector<std::pair<size_t, const PreparedKernel*>> eligible;  // position, prepared kernel
@@ -294,7 +283,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
     if (!cands[i]->kernel->measurable()) continue;
     if (!cands[i]->kernel->can_implement(config(), shape).ok()) continue;
     if (!eligible.empty() &&
-        family_of(*cands[i]->kernel) != family_of(*cands[eligible.front().first]->kernel)) {
+        kernel_family(*cands[i]->kernel) != kernel_family(*cands[eligible.front().first]->kernel)) {
       continue;
     }
     eligible.emplace_back(i, p);
@@ -302,13 +291,15 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   }
   // Where every eligible kernel was released by an earlier layer, the first is prepared, so that
   // the bucket is measured (or its times found) at that kernel's max_measured_m.
-  if (!eligible.empty() && std::none_of(eligible.begin(), eligible.end(),
-                                        [](const auto& e) { return e.second != nullptr; })) {
+  const auto prepared_one = [&] {
+    return std::find_if(eligible.begin(), eligible.end(),
+                        [](const auto& e) { return e.second != nullptr; });
+  };
+  if (!eligible.empty() && prepared_one() == eligible.end()) {
     absl::StatusOr<const PreparedKernel*> now = prepared(*cands[eligible[0].first], true);
-    if (now.ok()) {
-      eligible[0].second = *now;
-      at.m = std::max<int64_t>(1, std::min(at.m, (*now)->max_measured_m()));
-    }
+    if (!now.ok()) return;  // the priority order stands, as when a load cannot prepare it
+    eligible[0].second = *now;
+    at.m = std::max<int64_t>(1, std::min(at.m, (*now)->max_measured_m()));
   }
   if (at.m != shape.m) {
     eligible.erase(
@@ -338,11 +329,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
           p == nullptr ? "" : absl::StrReplaceAll(p->variant(at.m), {{kTunedByEarlierLayer, ""}}),
           "]");
     }
-    key = tuning_key(what,
-                     family_of(*cands[eligible[0].first]->kernel) == "cpu"
-                         ? "cpu"
-                         : eligible[0].second->device(),
-                     config());
+    key = tuning_key(what, prepared_one()->second->device(), config());
     if (const auto it = load_times->find(key); it != load_times->end()) here = &it->second;
     if (here == nullptr && options_.tuning != nullptr) {
       shared = options_.tuning->find<SharedTimes>(key);
@@ -382,7 +369,7 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
   }
   const bool all_ok =
       std::all_of(measured.begin(), measured.end(), [](const Measured& m) { return m.us.ok(); });
-  if (!all_ok && family_of(*cands[eligible[0].first]->kernel) == "cpu") {
+  if (!all_ok && kernel_family(*cands[eligible[0].first]->kernel) == "cpu") {
     cpu_measurements_ok_ = false;
   }
   if (here == nullptr && !shared.has_value() && options_.tuning != nullptr && !measured.empty() &&
