@@ -289,17 +289,21 @@ void Layer::autotune_bucket(size_t bi, const ProblemShape& shape, LoadTimes* loa
     eligible.emplace_back(i, p);
     if (p != nullptr) at.m = std::max<int64_t>(1, std::min(at.m, p->max_measured_m()));
   }
-  // Where every eligible kernel was released by an earlier layer, the first is prepared, so that
-  // the bucket is measured (or its times found) at that kernel's max_measured_m.
+  // Where every eligible kernel was released by an earlier layer, the first that can be is
+  // prepared, so that the bucket is measured (or its times found) at its max_measured_m.
   const auto prepared_one = [&] {
     return std::find_if(eligible.begin(), eligible.end(),
                         [](const auto& e) { return e.second != nullptr; });
   };
   if (!eligible.empty() && prepared_one() == eligible.end()) {
-    absl::StatusOr<const PreparedKernel*> now = prepared(*cands[eligible[0].first], true);
-    if (!now.ok()) return;  // the priority order stands, as when a load cannot prepare it
-    eligible[0].second = *now;
-    at.m = std::max<int64_t>(1, std::min(at.m, (*now)->max_measured_m()));
+    for (auto& e : eligible) {
+      absl::StatusOr<const PreparedKernel*> now = prepared(*cands[e.first], /*at_load=*/true);
+      if (!now.ok()) continue;  // then it is not ranked, as when a load cannot prepare it
+      e.second = *now;
+      at.m = std::max<int64_t>(1, std::min(at.m, (*now)->max_measured_m()));
+      break;
+    }
+    if (prepared_one() == eligible.end()) return;  // none could be prepared: nothing to rank
   }
   if (at.m != shape.m) {
     eligible.erase(
