@@ -77,7 +77,7 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     } else {
       p.queued = true;
       queue_.push_back(&p);
-      if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+      if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
     }
   }
   if (run_here) {
@@ -139,7 +139,7 @@ void BatchQueue::worker() {
         it = queue_.erase(it);
         if (rows >= options_.max_batch_rows) break;
       }
-      if (metrics_ != nullptr) metrics_->queue_depth(layer_->name(), queue_.size());
+      if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
       busy_ = true;
     }
     execute(batch);

@@ -161,11 +161,16 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   served->layer = layer;
   served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
   LoadResult result;
+  // Released after the lock: a replaced layer's queue first runs what it holds.
   std::shared_ptr<const ServedLayer> previous;
-  ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
-  if (metrics_ != nullptr) {
-    if (previous != nullptr) metrics_->layer_unloaded(previous->name(), previous->layer->device());
-    metrics_->layer_loaded(layer->name(), layer->device(), layer->total_bytes());
+  {
+    // The store and the gauges change together, so that two loads or unloads of one name leave
+    // the gauges to the layer the store holds.
+    absl::MutexLock lock(&publish_mu_);
+    ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
+    if (metrics_ != nullptr) {
+      metrics_->layer_loaded(layer.get(), layer->name(), layer->device(), layer->total_bytes());
+    }
   }
   result.served = std::move(served);
   result.load_time_us = (now_ns() - start_ns) / 1000;
@@ -173,9 +178,10 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
 }
 
 absl::Status Engine::unload(absl::string_view name) {
-  std::shared_ptr<const ServedLayer> removed;
+  std::shared_ptr<const ServedLayer> removed;  // released after the lock (see publish)
+  absl::MutexLock lock(&publish_mu_);
   RETURN_IF_ERROR(store_.remove(name, &removed));
-  if (metrics_ != nullptr) metrics_->layer_unloaded(removed->name(), removed->layer->device());
+  if (metrics_ != nullptr) metrics_->layer_unloaded(removed->layer.get(), removed->name());
   return absl::OkStatus();
 }
 
@@ -229,11 +235,8 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
 
 void Engine::note_prepared(const Layer& layer, const KernelChoice& choice) const {
   if (!choice.prepared_now || metrics_ == nullptr) return;
-  // Only while the layer is still the one loaded under its name: an unloaded layer's gauge is gone.
-  auto served = store_.get(layer.name());
-  if (served.ok() && (*served)->layer.get() == &layer) {
-    metrics_->layer_bytes(layer.name(), layer.device(), layer.total_bytes());
-  }
+  // (Dropped unless the layer is still the one loaded under its name: see Metrics.)
+  metrics_->layer_bytes(&layer, layer.name(), layer.total_bytes());
 }
 
 absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::string* y,

@@ -146,6 +146,8 @@ class Engine {
   // skewed by another load timing on the same GPU at once, and a layer of a shape whose first
   // layer is being loaded then finds that one's timings in tuning_ rather than timing beside it.
   absl::Mutex create_mu_;
+  // Held while the store and the metrics' per-layer gauges change together (publish, unload).
+  absl::Mutex publish_mu_;
   LayerStore store_;
 };
 

@@ -1,5 +1,6 @@
 #include "server/core/metrics.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -139,26 +140,52 @@ void Metrics::request_failed(const std::string& layer, const std::string& kernel
   failures_.Add({{"layer", layer}, {"reason", code_name(status)}}).Increment();
 }
 
-void Metrics::queue_depth(const std::string& layer, int64_t depth) {
-  queue_depth_.Add({{"layer", layer}}).Set(static_cast<double>(depth));
+void Metrics::layer_loaded(const void* owner, const std::string& layer, const std::string& device,
+                           int64_t bytes) {
+  absl::MutexLock lock(&gauges_mu_);
+  auto [it, first] = gauges_.try_emplace(layer);
+  LayerGauges& g = it->second;
+  if (first) {
+    layers_loaded_.Add({}).Increment();
+    g.depth = &queue_depth_.Add({{"layer", layer}});
+  } else if (g.device != device) {
+    // Replaced by a layer on another device: the old device's series goes.
+    layer_bytes_.Remove(g.bytes);
+    g.bytes = nullptr;
+  }
+  if (g.bytes == nullptr) g.bytes = &layer_bytes_.Add({{"layer", layer}, {"device", device}});
+  g.owner = owner;
+  g.device = device;
+  g.bytes->Set(static_cast<double>(bytes));
+  g.depth->Set(0);
 }
 
-void Metrics::layer_loaded(const std::string& layer, const std::string& device, int64_t bytes) {
-  layer_bytes_.Add({{"layer", layer}, {"device", device}}).Set(static_cast<double>(bytes));
-  layers_loaded_.Add({}).Increment();
-}
-
-void Metrics::layer_bytes(const std::string& layer, const std::string& device, int64_t bytes) {
-  layer_bytes_.Add({{"layer", layer}, {"device", device}}).Set(static_cast<double>(bytes));
-}
-
-void Metrics::layer_unloaded(const std::string& layer, const std::string& device) {
-  // Drop the per-layer gauges so that scrapes do not show layers that are gone.
-  const prometheus::Labels bytes_labels{{"layer", layer}, {"device", device}};
-  if (layer_bytes_.Has(bytes_labels)) layer_bytes_.Remove(&layer_bytes_.Add(bytes_labels));
-  const prometheus::Labels depth_labels{{"layer", layer}};
-  if (queue_depth_.Has(depth_labels)) queue_depth_.Remove(&queue_depth_.Add(depth_labels));
+void Metrics::layer_unloaded(const void* owner, const std::string& layer) {
+  absl::MutexLock lock(&gauges_mu_);
+  const auto it = gauges_.find(layer);
+  if (it == gauges_.end() || it->second.owner != owner) return;
+  // Dropped, so that scrapes do not show layers that are gone.
+  layer_bytes_.Remove(it->second.bytes);
+  queue_depth_.Remove(it->second.depth);
+  gauges_.erase(it);
   layers_loaded_.Add({}).Decrement();
+}
+
+void Metrics::queue_depth(const void* owner, const std::string& layer, int64_t depth) {
+  absl::MutexLock lock(&gauges_mu_);
+  const auto it = gauges_.find(layer);
+  if (it != gauges_.end() && it->second.owner == owner) {
+    it->second.depth->Set(static_cast<double>(depth));
+  }
+}
+
+void Metrics::layer_bytes(const void* owner, const std::string& layer, int64_t bytes) {
+  absl::MutexLock lock(&gauges_mu_);
+  const auto it = gauges_.find(layer);
+  if (it != gauges_.end() && it->second.owner == owner) {
+    prometheus::Gauge& g = *it->second.bytes;
+    g.Set(std::max(g.Value(), static_cast<double>(bytes)));
+  }
 }
 
 std::string Metrics::serialize() const {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -66,11 +67,26 @@ class Metrics {
   // name a client sends, loaded or not (answered requests go through LayerSeries::request_ok).
   void request_failed(const std::string& layer, const std::string& kernel,
                       const absl::Status& status);
-  void queue_depth(const std::string& layer, int64_t depth);
-  void layer_loaded(const std::string& layer, const std::string& device, int64_t bytes);
-  void layer_unloaded(const std::string& layer, const std::string& device);
-  // The layer's bytes after a kernel was prepared for it on demand.
-  void layer_bytes(const std::string& layer, const std::string& device, int64_t bytes);
+
+  // The per-layer gauges (queue depth; bytes, by device) belong to the layer loaded under a name,
+  // named here by `owner` (its Layer's address). An update from another owner is dropped: a
+  // replaced or unloaded layer whose queue still drains, or whose kernel a request prepared on
+  // demand, does not write over its successor's values or bring back the gauges of a layer that
+  // is gone. Loading, replacing and unloading change the gauges under the lock the updates take,
+  // so that no update writes to a gauge being removed.
+  //
+  // `owner` is now the layer loaded as `layer` (replacing the previous one, if any), on `device`,
+  // holding `bytes`; its queue is empty.
+  void layer_loaded(const void* owner, const std::string& layer, const std::string& device,
+                    int64_t bytes);
+  // The layer `owner` loaded as `layer` is gone: its gauges are removed (nothing if another owner
+  // replaced it).
+  void layer_unloaded(const void* owner, const std::string& layer);
+  void queue_depth(const void* owner, const std::string& layer, int64_t depth);
+  // The layer's bytes after a kernel was prepared for it on demand. A layer's bytes only grow
+  // while it is loaded, so a smaller value (from a preparation that finished earlier but reported
+  // later) is ignored.
+  void layer_bytes(const void* owner, const std::string& layer, int64_t bytes);
   // Text exposition of everything (for tests and debugging).
   std::string serialize() const;
 
@@ -87,6 +103,16 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& layers_loaded_;
   prometheus::Family<prometheus::Gauge>& layer_bytes_;
+
+  // The gauges of one loaded layer, owned by the Layer at `owner`.
+  struct LayerGauges {
+    const void* owner = nullptr;
+    std::string device;
+    prometheus::Gauge* bytes = nullptr;
+    prometheus::Gauge* depth = nullptr;
+  };
+  absl::Mutex gauges_mu_;
+  absl::flat_hash_map<std::string, LayerGauges> gauges_ ABSL_GUARDED_BY(gauges_mu_);
 };
 
 }  // namespace qlinear
