@@ -143,7 +143,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 void DeviceBuffer::reset() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
+  // A failure here (the device already faulted, the runtime shutting down) has no one to report
+  // to; it must not stay in this thread's last-error slot, where the next launch's check would
+  // take it for its own.
+  if (ptr_ != nullptr && cudaFree(ptr_) != cudaSuccess) cudaGetLastError();
   ptr_ = nullptr;
   size_ = 0;
 }
@@ -176,7 +179,7 @@ absl::Status DeviceBuffer::reserve(size_t bytes, absl::string_view what) {
 PinnedBuffer::~PinnedBuffer() { reset(); }
 
 void PinnedBuffer::reset() {
-  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  if (ptr_ != nullptr && cudaFreeHost(ptr_) != cudaSuccess) cudaGetLastError();  // see above
   ptr_ = nullptr;
   device_alias_ = nullptr;
   size_ = 0;

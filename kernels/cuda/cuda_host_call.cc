@@ -461,7 +461,8 @@ CallGraphs::~CallGraphs() {
   for (std::vector<Entry>& entries : by_context_) {
     for (Entry& e : entries) {
       if (e.exec == nullptr) continue;
-      cudaGraphExecDestroy(e.exec);
+      // (A failure must not stay in the last-error slot: see DeviceBuffer::reset.)
+      if (cudaGraphExecDestroy(e.exec) != cudaSuccess) cudaGetLastError();
       g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
     }
   }
@@ -477,7 +478,7 @@ CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_d
     if (e.device != device || e.host != host) {
       // The context's buffers grew since the capture: capture again on the new ones.
       if (e.exec != nullptr) {
-        cudaGraphExecDestroy(e.exec);
+        if (cudaGraphExecDestroy(e.exec) != cudaSuccess) cudaGetLastError();
         g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
       }
       e.exec = nullptr;
