@@ -11,7 +11,9 @@
 #      and 64 on one stream against the Echo RPC (load.log),
 #   3. the GPU benchmark (kernel sweeps, every kernel per shape and M, the serving path),
 #   4. the benchmark's --energy section (the large-M ops under a sustained load, at the GPU's
-#      power cap; not with --quick, nor when QLINEAR_ENERGY=0).
+#      power cap; not with --quick, nor when QLINEAR_ENERGY=0),
+#   5. with QLINEAR_CPU_SERVING=1, the host's CPU kernels served with autotune against the
+#      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
 #
@@ -24,6 +26,7 @@
 #   QLINEAR_SANITIZE=1   also run a subset of the tests under compute-sanitizer memcheck
 #   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
 #   QLINEAR_ENERGY=0     skip step 4
+#   QLINEAR_CPU_SERVING=1  run step 5 (about 2 minutes)
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -142,6 +145,17 @@ if [ "${1:-}" != "--quick" ] && [ "${QLINEAR_ENERGY:-1}" != "0" ] && [ "$test_rc
   energy_rc=$?
 fi
 
+cpu_serving_rc=-
+if [ "${QLINEAR_CPU_SERVING:-0}" = "1" ] && have qlinear-server && have qlinear-cli; then
+  echo "=== bench/cpu_serving.sh (CPU kernels only)"
+  OUT="$LOG/cpu-serving" QLINEAR_SERVER_CMD="$BUNDLE/run qlinear-server" \
+    QLINEAR_CLI_CMD="$BUNDLE/run qlinear-cli" \
+    QLINEAR_SERVER_ARGS="--disabled-kernels=cuda.cutlass_sm90,cuda.stream_s8,cuda.cublaslt" \
+    timeout "${QLINEAR_CPU_SERVING_TIMEOUT:-240}" \
+    bash bench/cpu_serving.sh --port "$PORT" >"$LOG/cpu_serving.log" 2>&1
+  cpu_serving_rc=$?
+fi
+
 echo
 echo "=============================== summary ==============================="
 grep -E "^GPU:|no usable GPU" "$LOG/bench.log" || true
@@ -166,6 +180,10 @@ fi
 echo "qlinear_gpu_bench: exit $bench_rc"
 grep -E '^gemv-plan ' "$LOG/bench.log" | cut -c 10-150
 sed -n '/^serving path/,$p' "$LOG/bench.log"
+if [ "$cpu_serving_rc" != - ]; then
+  echo "bench/cpu_serving.sh: exit $cpu_serving_rc"
+  sed -n '/^=.* CPU serving/,$p' "$LOG/cpu_serving.log"
+fi
 if [ "$energy_rc" != - ]; then
   echo "qlinear_gpu_bench --energy: exit $energy_rc (sustained load; op against its GEMM + quantize)"
   grep -E 'by energy' "$LOG/energy.log" | sed -E 's/ +/ /g' | cut -c 8-200

@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
            "loaded at start-up, before the server listens, and the first that fails stops it");
   args.add("disabled-kernels", &disabled, "Comma-separated kernel names to turn off");
   args.add("autotune", &autotune,
-           "At load, time each M bucket's GPU kernels on the layer and rank the fastest first "
-           "(--autotune=false: the priority order alone decides)");
+           "At load, time each M bucket's GPU kernels (or, without one in the lead, its CPU "
+           "kernels) on the layer and rank the fastest first (--autotune=false: the priority "
+           "order alone decides)");
   args.add("share-tuning", &share_tuning,
            "Time a layer's choices at load (autotune, and the GPU kernels' own tiles and rings) "
            "once per shape: later layers of the same N, K, scheme and bias take the first one's "
