@@ -78,12 +78,25 @@ run_mode() {
   local out="$log/$mode.txt" tsv="$log/$mode.tsv"
   : >"$out"
   : >"$tsv"
-  "${server_cmd[@]}" --port="$port" --autotune="$flag" "${server_args[@]}" >"$log/$mode-server.log" 2>&1 &
-  server_pid=$!
-  if ! cli health --wait-seconds 60 >>"$out" 2>&1; then
-    echo "cpu_serving: the server did not come up ($mode); see $log/$mode-server.log" >&2
+  # gRPC servers share a port (SO_REUSEPORT): one already there would answer in this one's place.
+  if cli health >/dev/null 2>&1; then
+    echo "cpu_serving: a server already answers on port $port; choose another with --port" >&2
     return 1
   fi
+  "${server_cmd[@]}" --port="$port" --autotune="$flag" ${server_args[@]+"${server_args[@]}"} \
+    >"$log/$mode-server.log" 2>&1 &
+  server_pid=$!
+  local waited=0
+  until cli health >>"$out" 2>&1; do
+    if ! kill -0 "$server_pid" 2>/dev/null || [ "$waited" -ge 60 ]; then
+      echo "cpu_serving: the server did not come up ($mode); see $log/$mode-server.log" >&2
+      tail -n 5 "$log/$mode-server.log" >&2
+      server_pid=
+      return 1
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
   local s n k i loaded
   for s in "${shape_list[@]}"; do
     n="${s%%:*}"
@@ -106,8 +119,10 @@ run_mode() {
     local m res
     for m in "${m_list[@]}"; do
       echo "\$ qlinear-cli bench --layer l${n}x${k}_1 --m $m --streams $streams" >>"$out"
-      res=$(cli bench --layer "l${n}x${k}_1" --m "$m" --streams "$streams" --warmup 1 \
-              --duration "$duration" 2>/dev/null)
+      if ! res=$(cli bench --layer "l${n}x${k}_1" --m "$m" --streams "$streams" --warmup 1 \
+                   --duration "$duration" 2>>"$out"); then
+        printf "failed\t%s\t%s\t%s\n" "$s" "$m" "see $out" >>"$tsv"
+      fi
       echo "$res" >>"$out"
       awk -v s="$s" -v m="$m" '
         $1 == "throughput" { printf "rps\t%s\t%s\t%s\n", s, m, $2 }
@@ -144,5 +159,8 @@ for s in "${shape_list[@]}"; do
     printf "  M=%-5s req/s %9s / %-9s (x%s)   server p50 us %s / %s   ran %s / %s\n" "$m" "$a" "$p" \
       "$ratio" "$(val autotune p50 "$s" "$m")" "$(val priority p50 "$s" "$m")" \
       "$(val autotune ran "$s" "$m")" "$(val priority ran "$s" "$m")"
+    for mode in autotune priority; do
+      [ -n "$(val "$mode" failed "$s" "$m")" ] && echo "    the $mode bench failed: $(val "$mode" failed "$s" "$m")"
+    done
   done
 done

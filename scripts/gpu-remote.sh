@@ -150,7 +150,7 @@ if [ "${QLINEAR_CPU_SERVING:-0}" = "1" ] && have qlinear-server && have qlinear-
   echo "=== bench/cpu_serving.sh (CPU kernels only)"
   OUT="$LOG/cpu-serving" QLINEAR_SERVER_CMD="$BUNDLE/run qlinear-server" \
     QLINEAR_CLI_CMD="$BUNDLE/run qlinear-cli" \
-    QLINEAR_SERVER_ARGS="--disabled-kernels=cuda.cutlass_sm90,cuda.stream_s8,cuda.cublaslt" \
+    QLINEAR_SERVER_ARGS="${QLINEAR_SERVER_ARGS:-} --disabled-kernels=cuda.cutlass_sm90,cuda.stream_s8,cuda.cublaslt" \
     timeout "${QLINEAR_CPU_SERVING_TIMEOUT:-240}" \
     bash bench/cpu_serving.sh --port "$PORT" >"$LOG/cpu_serving.log" 2>&1
   cpu_serving_rc=$?
@@ -183,6 +183,7 @@ sed -n '/^serving path/,$p' "$LOG/bench.log"
 if [ "$cpu_serving_rc" != - ]; then
   echo "bench/cpu_serving.sh: exit $cpu_serving_rc"
   sed -n '/^=.* CPU serving/,$p' "$LOG/cpu_serving.log"
+  [ "$cpu_serving_rc" = 0 ] || echo "  (what each run measured: $LOG/cpu-serving/*.tsv and *.txt)"
 fi
 if [ "$energy_rc" != - ]; then
   echo "qlinear_gpu_bench --energy: exit $energy_rc (sustained load; op against its GEMM + quantize)"

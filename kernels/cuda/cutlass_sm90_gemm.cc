@@ -1024,7 +1024,8 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool copies_wanted, bool* every_m) 
     std::vector<cudaEvent_t>* e;
     ~EventsGone() {
       for (cudaEvent_t x : *e) {
-        if (x != nullptr) cudaEventDestroy(x);
+        // (A failure must not stay in the last-error slot: see DeviceBuffer::reset.)
+        if (x != nullptr && cudaEventDestroy(x) != cudaSuccess) cudaGetLastError();
       }
     }
   } events_gone{&turn_events};

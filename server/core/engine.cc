@@ -170,6 +170,9 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
     if (metrics_ != nullptr) {
       metrics_->layer_loaded(layer.get(), layer->name(), layer->device(), layer->total_bytes());
+      // A kernel a request prepared on demand between the store's swap and the line above
+      // reported its bytes while another layer owned the gauges: read them again.
+      metrics_->layer_bytes(layer.get(), layer->name(), layer->total_bytes());
     }
   }
   result.served = std::move(served);

@@ -105,6 +105,21 @@ class BatcherTest : public ::testing::Test {
         +[](GateKernel::Gate* g) { return g->running >= g->want; }, gate_.get()));
   }
   int64_t queue_depth() { return (*engine_->store().get("b"))->queue->depth(); }
+  // With the gate closed: three threads infer `in`, one running (held at the gate) and two
+  // queued, once this returns; each counts its success in *ok. `in` and *ok must outlive them.
+  std::vector<std::thread> hold_one_and_queue_two(const InferInput& in, std::atomic<int>* ok) {
+    std::vector<std::thread> held;
+    for (int i = 0; i < 3; ++i) {
+      held.emplace_back([this, &in, ok] {
+        std::string y;
+        InferOutput out;
+        if (engine_->infer(in, CallContext{}, &y, &out).ok()) ++*ok;
+      });
+      if (i == 0) wait_running(1);
+    }
+    while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return held;
+  }
 
   Registry registry_;
   Metrics metrics_;
@@ -162,17 +177,8 @@ TEST_F(BatcherTest, QueueFullIsResourceExhausted) {
   const std::string x = random_x(rng, 1, 96, DType::kF32);
   const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
   // One running (held at the gate) and two queued fill the layer.
-  std::vector<std::thread> held;
   std::atomic<int> ok{0};
-  for (int i = 0; i < 3; ++i) {
-    held.emplace_back([&] {
-      std::string y;
-      InferOutput out;
-      if (engine_->infer(in, CallContext{}, &y, &out).ok()) ++ok;
-    });
-    if (i == 0) wait_running(1);
-  }
-  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<std::thread> held = hold_one_and_queue_two(in, &ok);
   std::string y;
   InferOutput out;
   absl::Status s = engine_->infer(in, CallContext{}, &y, &out);
@@ -299,6 +305,44 @@ TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
   set_gate(true);
   for (auto& t : th) t.join();
   EXPECT_EQ(ok.load(), 3);
+}
+
+// The queue-depth gauge goes with the layer the engine serves: a queue's depth shows through the
+// engine, and a replace hands the gauge to the new layer (its queue empty) while the old one's
+// queue still holds requests and drains.
+TEST_F(BatcherTest, QueueDepthGaugeFollowsTheLoadedLayer) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(6);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> held = hold_one_and_queue_two(in, &ok);
+  std::string text = metrics_.serialize();
+  EXPECT_NE(text.find("qlinear_queue_depth{layer=\"b\"} 2\n"), std::string::npos) << text;
+
+  LoadRequest r;
+  r.name = "b";
+  r.spec = layer_.spec;
+  r.replace = true;
+  auto replaced = engine_->load(r, layer_.weights);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  text = metrics_.serialize();
+  EXPECT_NE(text.find("qlinear_queue_depth{layer=\"b\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layers_loaded 1\n"), std::string::npos) << text;
+
+  set_gate(true);  // the old queue runs its requests and empties
+  for (auto& th : held) th.join();
+  EXPECT_EQ(ok.load(), 3);
+  text = metrics_.serialize();
+  EXPECT_NE(text.find("qlinear_queue_depth{layer=\"b\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layers_loaded 1\n"), std::string::npos) << text;
+  ASSERT_TRUE(engine_->unload("b").ok());
+  text = metrics_.serialize();
+  EXPECT_EQ(text.find("qlinear_queue_depth{"), std::string::npos) << text;
+  EXPECT_NE(text.find("qlinear_layers_loaded 0\n"), std::string::npos) << text;
 }
 
 TEST_F(BatcherTest, MetricsRecordBatchesAndLayers) {
