@@ -6,12 +6,7 @@
 // = sum_k xq * W. The int32 arithmetic wraps (VPDPBUSD does not saturate) and the true sum fits in
 // int32 for K <= kMaxK, so the result is exact even where the intermediate sum wraps.
 //
-// Packed weight layout (built once at load by pack_weights_vnni):
-//   K is padded with zero weights to k_pad = round_up(K, 4) and N to n_pad = round_up(N, 16).
-//   Columns are grouped in panels of 64 (the last panel may hold 16, 32 or 48). Panel p starts at
-//   byte p * 64 * k_pad and holds, for each k-step s = 0 .. k_pad/4 - 1, its nv (<= 4) vectors of
-//   64 bytes: vector v, lane l (column 64p + 16v + l) holds W[n, 4s .. 4s+3]. That is the operand
-//   order of VPDPBUSD, and a panel is one contiguous stream.
+// Packed weight layout: see kernels/cpu/vnni_pack.h (built once at load by pack_weights_vnni).
 //
 // Register tile: 6 rows x 64 columns (24 zmm accumulators), the 4 weight vectors of a k-step
 // loaded once and each activation dword broadcast once: 24 VPDPBUSD per 10 loads. Up to K = 4096
@@ -25,23 +20,18 @@
 #include <cstdint>
 
 #include "kernels/cpu/epilogue_avx512.h"
+#include "kernels/cpu/vnni_pack.h"
 
 namespace qlinear::cpu {
 
-inline constexpr int64_t kVnniPanel = 64;  // columns per panel (4 zmm of int32)
-inline constexpr int64_t kVnniMr = 6;      // rows per register tile: 6 x 4 accumulators
+inline constexpr int64_t kVnniMr = 6;  // rows per register tile: 6 x 4 accumulators
 // Most rows per call of gemm_u8s8_vnni_avx512: the size of its accumulator scratch for long K
 // (516 x 64 x 4 = 129 KiB, which stays in L2 next to a 256 KiB block of weights; 258 and 516
 // measured 1-2% faster than 1536 at M = 1024, K = 14336).
 inline constexpr int64_t kVnniMaxRows = 516;
 
-// Fills `packed` (n_pad * k_pad bytes, see above; padding must already be zero) and
-// comp[0, n_pad) = -128 * sum_k W[n, k] (wrapping; 0 for padded columns). w is [N, K] row-major.
-void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
-                       int8_t* packed, int32_t* comp);
-
 struct VnniGemmArgs {
-  const int8_t* packed = nullptr;  // the layout above
+  const int8_t* packed = nullptr;  // vnni_pack.h's layout
   const int32_t* comp = nullptr;   // [n_pad]
   int64_t n = 0;                   // real N: columns >= n are never written
   int64_t k_pad = 0;

@@ -28,7 +28,7 @@ Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
   p.panels = (p.n_pad + kVnniPanel - 1) / kVnniPanel;
   p.data.assign(p.k_pad * p.n_pad + 64, 0);
   p.comp.assign(p.n_pad, 0);
-  pack_weights_vnni(w.data(), n, k, p.k_pad, p.n_pad, p.data.data(), p.comp.data());
+  pack_weights_vnni(w.data(), n, k, p.k_pad, p.n_pad, p.data.data(), p.comp.data(), 0, p.panels);
   return p;
 }
 
