@@ -13,7 +13,9 @@
 #   4. the benchmark's --energy section (the large-M ops under a sustained load, at the GPU's
 #      power cap; not with --quick, nor when QLINEAR_ENERGY=0),
 #   5. with QLINEAR_CPU_SERVING=1, the host's CPU kernels served with autotune against the
-#      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/).
+#      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/),
+#   6. with QLINEAR_CPU_BENCH=1, the CPU kernels' benchmark on the host's CPU
+#      (qlinear_cpu_bench --quick, about 45 s on the H200 host).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
 #
@@ -27,6 +29,7 @@
 #   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
 #   QLINEAR_ENERGY=0     skip step 4
 #   QLINEAR_CPU_SERVING=1  run step 5 (about 2 minutes)
+#   QLINEAR_CPU_BENCH=1  run step 6
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -156,6 +159,14 @@ if [ "${QLINEAR_CPU_SERVING:-0}" = "1" ] && have qlinear-server && have qlinear-
   cpu_serving_rc=$?
 fi
 
+cpu_bench_rc=-
+if [ "${QLINEAR_CPU_BENCH:-0}" = "1" ] && have qlinear_cpu_bench; then
+  echo "=== qlinear_cpu_bench --quick"
+  timeout "${QLINEAR_CPU_BENCH_TIMEOUT:-150}" "$BUNDLE/run" qlinear_cpu_bench --quick \
+    --wait-idle-s=10 >"$LOG/cpu_bench.log" 2>&1
+  cpu_bench_rc=$?
+fi
+
 echo
 echo "=============================== summary ==============================="
 grep -E "^GPU:|no usable GPU" "$LOG/bench.log" || true
@@ -184,6 +195,10 @@ if [ "$cpu_serving_rc" != - ]; then
   echo "bench/cpu_serving.sh: exit $cpu_serving_rc"
   sed -n '/^=.* CPU serving/,$p' "$LOG/cpu_serving.log"
   [ "$cpu_serving_rc" = 0 ] || echo "  (what each run measured: $LOG/cpu-serving/*.tsv and *.txt)"
+fi
+if [ "$cpu_bench_rc" != - ]; then
+  echo "qlinear_cpu_bench --quick: exit $cpu_bench_rc"
+  grep -E '^host:|prepare per copy|^ +[0-9]+ +[0-9]+ +(1|16|256) ' "$LOG/cpu_bench.log" | cut -c 1-170
 fi
 if [ "$energy_rc" != - ]; then
   echo "qlinear_gpu_bench --energy: exit $energy_rc (sustained load; op against its GEMM + quantize)"
