@@ -141,6 +141,7 @@ done
 
 # The table: per shape, the load times, each bucket's kernel, and per M the served requests.
 val() { awk -F'\t' -v a="$2" -v b="$3" -v c="$4" '$1 == a && $2 == b && $3 == c { print $4; exit }' "$log/$1.tsv"; }
+status=0  # 1 where a bench failed
 echo
 echo "=========================== CPU serving: autotune / priority order ==========================="
 echo "(the two runs one after the other: where both ran the same kernel, the ratio is run-to-run noise)"
@@ -160,7 +161,12 @@ for s in "${shape_list[@]}"; do
       "$ratio" "$(val autotune p50 "$s" "$m")" "$(val priority p50 "$s" "$m")" \
       "$(val autotune ran "$s" "$m")" "$(val priority ran "$s" "$m")"
     for mode in autotune priority; do
-      [ -n "$(val "$mode" failed "$s" "$m")" ] && echo "    the $mode bench failed: $(val "$mode" failed "$s" "$m")"
+      failed=$(val "$mode" failed "$s" "$m")
+      if [ -n "$failed" ]; then
+        echo "    the $mode bench failed: $failed"
+        status=1
+      fi
     done
   done
 done
+exit "$status"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds qlinear with CUDA (RelWithDebInfo, sm_90a by default) and packs what the GPU host runs
 # into one folder: the CUDA test binary, the server's end-to-end test, the GPU benchmark, the server
-# and, when they are built, the CLI and the CPU benchmark (packed as bin.tar.xz), plus the shared libraries the GPU host
+# and, when they are built, the CLI and the CPU kernel tests and benchmark (packed as bin.tar.xz), plus the shared libraries the GPU host
 # lacks (see ../shared/tools/bundle-runtime.sh), packed as lib.tar.gz. scripts/gpu-remote.sh
 # unpacks and runs them there.
 #
@@ -34,9 +34,11 @@ log="$BUILD/gpu-bundle-configure.log"
 cmake "${args[@]}" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 grep -E '^-- qlinear' "$log" || true
 
-# Only what the GPU host runs; the CLI and the CPU benchmark (the host's CPU) are optional.
+# Only what the GPU host runs; the CLI, and for the host's CPU the CPU kernel tests and benchmark,
+# are optional.
 targets=(qlinear_cuda_test qlinear_server_e2e_test qlinear_gpu_bench qlinear-server)
-for optional in qlinear-cli qlinear_cpu_bench; do
+for optional in qlinear-cli qlinear_cpu_bench kernels_cpu_cpu_kernels_test \
+    kernels_cpu_avx512_vnni_gemm_test kernels_cpu_vnni_pack_test; do
   if grep -qs "$optional" "$BUILD/build.ninja" "$BUILD/Makefile"; then
     targets+=("$optional")
   fi

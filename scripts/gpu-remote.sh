@@ -14,8 +14,8 @@
 #      power cap; not with --quick, nor when QLINEAR_ENERGY=0),
 #   5. with QLINEAR_CPU_SERVING=1, the host's CPU kernels served with autotune against the
 #      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/),
-#   6. with QLINEAR_CPU_BENCH=1, the CPU kernels' benchmark on the host's CPU
-#      (qlinear_cpu_bench --quick, about 45 s on the H200 host).
+#   6. with QLINEAR_CPU=1, on the host's CPU: the CPU kernel tests in the bundle (the AVX-512
+#      VNNI ones skip on other hosts) and qlinear_cpu_bench --quick (about 45 s on the H200 host).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
 #
@@ -29,7 +29,8 @@
 #   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
 #   QLINEAR_ENERGY=0     skip step 4
 #   QLINEAR_CPU_SERVING=1  run step 5 (about 2 minutes)
-#   QLINEAR_CPU_BENCH=1  run step 6
+#   QLINEAR_CPU=1        run step 6
+#   QLINEAR_GPU=0        skip steps 1-4 (a call for the host's CPU alone)
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -61,14 +62,19 @@ if command -v cuobjdump >/dev/null; then
   gzip -f "$LOG/sass.txt"
 fi
 
-echo "=== qlinear_cuda_test"
-# shellcheck disable=SC2086
-timeout "${QLINEAR_TEST_TIMEOUT:-180}" "$BUNDLE/run" qlinear_cuda_test --gtest_color=no ${QLINEAR_TEST_ARGS:-} >"$LOG/cuda_test.log" 2>&1
-test_rc=$?
-tail -n 25 "$LOG/cuda_test.log"
+gpu_steps=1
+[ "${QLINEAR_GPU:-1}" = "0" ] && gpu_steps=0
+test_rc=-
+if [ "$gpu_steps" = 1 ]; then
+  echo "=== qlinear_cuda_test"
+  # shellcheck disable=SC2086
+  timeout "${QLINEAR_TEST_TIMEOUT:-180}" "$BUNDLE/run" qlinear_cuda_test --gtest_color=no ${QLINEAR_TEST_ARGS:-} >"$LOG/cuda_test.log" 2>&1
+  test_rc=$?
+  tail -n 25 "$LOG/cuda_test.log"
+fi
 
 server_test_rc=-
-if have qlinear_server_e2e_test; then
+if [ "$gpu_steps" = 1 ] && have qlinear_server_e2e_test; then
   echo "=== qlinear_server_e2e_test"
   timeout "${QLINEAR_SERVER_TEST_TIMEOUT:-300}" "$BUNDLE/run" qlinear_server_e2e_test --gtest_color=no \
     >"$LOG/server_test.log" 2>&1
@@ -78,7 +84,7 @@ if have qlinear_server_e2e_test; then
   grep -A 25 -E '^\*\*\* SIG' "$LOG/server_test.log" | head -n 40
 fi
 
-if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
+if [ "$gpu_steps" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   echo "=== compute-sanitizer memcheck (subset)"
   # (Not the test that loads a layer larger than the L2: its load-time timings under memcheck
   # would take most of the time limit, and it runs no kernel the others do not. The subset took
@@ -90,9 +96,9 @@ if [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/sanitizer.log" | head -n 5
 fi
 
-echo "=== qlinear-server + qlinear-cli"
 cli_rc=-
-if have qlinear-server; then
+if [ "$gpu_steps" = 1 ] && have qlinear-server; then
+  echo "=== qlinear-server + qlinear-cli"
   # shellcheck disable=SC2086
   run qlinear-server --port="$PORT" --enable-echo ${QLINEAR_SERVER_ARGS:-} >"$LOG/server.log" 2>&1 &
   server_pid=$!
@@ -129,19 +135,23 @@ if have qlinear-server; then
   tail -n 5 "$LOG/server.log"
 fi
 
-echo "=== qlinear_gpu_bench ${BENCH_ARGS[*]}"
-if [ "$test_rc" = 124 ]; then
+bench_rc=-
+if [ "$gpu_steps" = 0 ]; then
+  : >"$LOG/bench.log"
+elif [ "$test_rc" = 124 ]; then
   # A test that ran into its time limit points at a hung kernel: do not spend the machine on it.
   echo "skipped: qlinear_cuda_test timed out" >"$LOG/bench.log"
   bench_rc=-
 else
+  echo "=== qlinear_gpu_bench ${BENCH_ARGS[*]}"
   timeout "${QLINEAR_BENCH_TIMEOUT:-300}" "$BUNDLE/run" qlinear_gpu_bench "${BENCH_ARGS[@]}" \
     >"$LOG/bench.log" 2>&1
   bench_rc=$?
 fi
 
 energy_rc=-
-if [ "${1:-}" != "--quick" ] && [ "${QLINEAR_ENERGY:-1}" != "0" ] && [ "$test_rc" != 124 ]; then
+if [ "$gpu_steps" = 1 ] && [ "${1:-}" != "--quick" ] && [ "${QLINEAR_ENERGY:-1}" != "0" ] &&
+  [ "$test_rc" != 124 ]; then
   echo "=== qlinear_gpu_bench --energy"
   timeout "${QLINEAR_ENERGY_TIMEOUT:-240}" "$BUNDLE/run" qlinear_gpu_bench --energy \
     >"$LOG/energy.log" 2>&1
@@ -159,21 +169,34 @@ if [ "${QLINEAR_CPU_SERVING:-0}" = "1" ] && have qlinear-server && have qlinear-
   cpu_serving_rc=$?
 fi
 
+cpu_tests=-
 cpu_bench_rc=-
-if [ "${QLINEAR_CPU_BENCH:-0}" = "1" ] && have qlinear_cpu_bench; then
-  echo "=== qlinear_cpu_bench --quick"
-  timeout "${QLINEAR_CPU_BENCH_TIMEOUT:-150}" "$BUNDLE/run" qlinear_cpu_bench --quick \
-    --wait-idle-s=10 >"$LOG/cpu_bench.log" 2>&1
-  cpu_bench_rc=$?
+if [ "${QLINEAR_CPU:-0}" = "1" ]; then
+  echo "=== CPU kernel tests and qlinear_cpu_bench --quick"
+  cpu_tests=""
+  for t in kernels_cpu_vnni_pack_test kernels_cpu_avx512_vnni_gemm_test kernels_cpu_cpu_kernels_test; do
+    have "$t" || continue
+    timeout 120 "$BUNDLE/run" "$t" --gtest_color=no >"$LOG/$t.log" 2>&1
+    rc=$?
+    cpu_tests+="$t: exit $rc, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOG/$t.log" | tr -s ' ' | tr '\n' ' ')
+"
+  done
+  if have qlinear_cpu_bench; then
+    timeout "${QLINEAR_CPU_BENCH_TIMEOUT:-150}" "$BUNDLE/run" qlinear_cpu_bench --quick \
+      --wait-idle-s=10 >"$LOG/cpu_bench.log" 2>&1
+    cpu_bench_rc=$?
+  fi
 fi
 
 echo
 echo "=============================== summary ==============================="
 grep -E "^GPU:|no usable GPU" "$LOG/bench.log" || true
-counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/cuda_test.log" | tr -s ' ' | tr '\n' ' ')
 echo "sass (qlinear_cuda_test): $sass"
-echo "qlinear_cuda_test: exit $test_rc; $counts"
-grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/cuda_test.log" | head -n 10
+if [ "$test_rc" != - ]; then
+  counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/cuda_test.log" | tr -s ' ' | tr '\n' ' ')
+  echo "qlinear_cuda_test: exit $test_rc; $counts"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/cuda_test.log" | head -n 10
+fi
 if [ "$server_test_rc" != - ]; then
   counts=$(grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\] [0-9]+ tests?[,.]' "$LOG/server_test.log" | tr -s ' ' | tr '\n' ' ')
   echo "qlinear_server_e2e_test: exit $server_test_rc; $counts"
@@ -182,19 +205,22 @@ if [ "$server_test_rc" != - ]; then
     echo "  died in: $(grep -E '^\[ RUN      \]' "$LOG/server_test.log" | tail -n 1)"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/server_test.log" | head -n 10
 fi
-echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
+[ "$cli_rc" != - ] && echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
 if [ -f "$LOG/cli.log" ]; then
   grep -E '^(host gpu|kernel |smoke: )' "$LOG/cli.log" | cut -c 1-160
   grep -E '^[0-9]+ +cuda\.' "$LOG/cli.log" | cut -c 1-160
   grep -E '^(1|2-16|17-64|65-256|257-1024|>=1025) +[a-z]+\.[a-z0-9_]+ +[a-z]+\.' "$LOG/cli.log" | cut -c 1-100
 fi
-echo "qlinear_gpu_bench: exit $bench_rc"
+[ "$bench_rc" != - ] && echo "qlinear_gpu_bench: exit $bench_rc"
 grep -E '^gemv-plan ' "$LOG/bench.log" | cut -c 10-150
 sed -n '/^serving path/,$p' "$LOG/bench.log"
 if [ "$cpu_serving_rc" != - ]; then
   echo "bench/cpu_serving.sh: exit $cpu_serving_rc"
   sed -n '/^=.* CPU serving/,$p' "$LOG/cpu_serving.log"
   [ "$cpu_serving_rc" = 0 ] || echo "  (what each run measured: $LOG/cpu-serving/*.tsv and *.txt)"
+fi
+if [ "$cpu_tests" != - ]; then
+  printf "%s" "$cpu_tests"
 fi
 if [ "$cpu_bench_rc" != - ]; then
   echo "qlinear_cpu_bench --quick: exit $cpu_bench_rc"
