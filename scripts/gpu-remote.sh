@@ -99,8 +99,11 @@ fi
 cli_rc=-
 if [ "$gpu_steps" = 1 ] && have qlinear-server; then
   echo "=== qlinear-server + qlinear-cli"
+  # The launcher itself in the background (it execs the server), not the `run` function: a
+  # backgrounded function is a subshell, and killing it would leave the server running.
   # shellcheck disable=SC2086
-  run qlinear-server --port="$PORT" --enable-echo ${QLINEAR_SERVER_ARGS:-} >"$LOG/server.log" 2>&1 &
+  "$BUNDLE/run" qlinear-server --port="$PORT" --enable-echo ${QLINEAR_SERVER_ARGS:-} \
+    >"$LOG/server.log" 2>&1 &
   server_pid=$!
   if have qlinear-cli; then
     cli() { echo "\$ qlinear-cli $*"; run qlinear-cli --server="127.0.0.1:$PORT" "$@"; }
@@ -165,7 +168,7 @@ if [ "${QLINEAR_CPU_SERVING:-0}" = "1" ] && have qlinear-server && have qlinear-
     QLINEAR_CLI_CMD="$BUNDLE/run qlinear-cli" \
     QLINEAR_SERVER_ARGS="${QLINEAR_SERVER_ARGS:-} --disabled-kernels=cuda.cutlass_sm90,cuda.stream_s8,cuda.cublaslt" \
     timeout "${QLINEAR_CPU_SERVING_TIMEOUT:-240}" \
-    bash bench/cpu_serving.sh --port "$PORT" >"$LOG/cpu_serving.log" 2>&1
+    bash bench/cpu_serving.sh --port "$((PORT + 1))" >"$LOG/cpu_serving.log" 2>&1
   cpu_serving_rc=$?
 fi
 
