@@ -689,11 +689,17 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
 TEST_F(ServerTest, MetricsEndpointIsScraped) {
   SplitMix64 rng(6);
   const std::string x = random_x(rng, 2, 64, DType::kBF16);
-  ASSERT_TRUE(client_->infer(make_request("demo", x, DType::kBF16, 2, DType::kBF16)).ok());
+  auto served = client_->infer(make_request("demo", x, DType::kBF16, 2, DType::kBF16));
+  ASSERT_TRUE(served.ok()) << served.status();
   EXPECT_FALSE(client_->infer(make_request("missing", x, DType::kBF16, 2, DType::kBF16)).ok());
+  // The kernel and device that served it: CPU kernels here, CUDA kernels on a GPU host.
+  auto info = client_->describe_layer("demo");
+  ASSERT_TRUE(info.ok()) << info.status();
   const std::string text = http_get(server_->metrics_port(), "/metrics");
   EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
-  EXPECT_NE(text.find("qlinear_requests_total{code=\"OK\",kernel=\"cpu."), std::string::npos)
+  EXPECT_NE(text.find("qlinear_requests_total{code=\"OK\",kernel=\"" + served->metadata().kernel() +
+                      "\",layer=\"demo\"} 1"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("qlinear_rows_total{layer=\"demo\"} 2"), std::string::npos) << text;
   EXPECT_NE(text.find("qlinear_request_failures_total{layer=\"\",reason=\"NOT_FOUND\"} 1"),
@@ -703,7 +709,8 @@ TEST_F(ServerTest, MetricsEndpointIsScraped) {
   EXPECT_NE(text.find("qlinear_queue_duration_seconds_count{layer=\"demo\"} 1"), std::string::npos)
       << text;
   EXPECT_NE(text.find("qlinear_compute_duration_seconds_count"), std::string::npos) << text;
-  EXPECT_NE(text.find("qlinear_layer_bytes{device=\"cpu\",layer=\"demo\"}"), std::string::npos)
+  EXPECT_NE(text.find("qlinear_layer_bytes{device=\"" + info->device() + "\",layer=\"demo\"}"),
+            std::string::npos)
       << text;
 }
 
