@@ -52,13 +52,9 @@ class Avx2Prepared final : public MeasuredCpuKernel {
       return absl::ResourceExhaustedError(
           absl::StrCat("cpu.avx2: cannot allocate ", packed_bytes, " bytes for packed weights"));
     }
-    // Packing is a pass over the weights: spread over the pool (a load that finds the pool busy
-    // with requests packs on its own thread).
-    const int64_t chunks = std::min<int64_t>(p->panels_, 8 * ThreadPool::global().threads());
-    ThreadPool::global().parallel_for(chunks, [&](int64_t t) {
+    pack_panels_on_pool(ThreadPool::global(), p->panels_, [&](int64_t p0, int64_t p1) {
       pack_weights_avx2(w.w.data(), c.n, c.k, p->k_pad_, p->n_pad_,
-                        reinterpret_cast<int8_t*>(p->packed_.get()), p->panels_ * t / chunks,
-                        p->panels_ * (t + 1) / chunks);
+                        reinterpret_cast<int8_t*>(p->packed_.get()), p0, p1);
     });
     p->bias_ = round_bias(w);
     p->extra_bytes_ = static_cast<int64_t>(packed_bytes) + p->bias_.bytes();

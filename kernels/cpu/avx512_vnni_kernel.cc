@@ -55,14 +55,10 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
       return absl::ResourceExhaustedError(absl::StrCat("cpu.avx512_vnni: cannot allocate ",
                                                        packed_bytes, " bytes for packed weights"));
     }
-    // Packing is a pass over the weights: spread over the pool (a load that finds the pool busy
-    // with requests packs on its own thread), as cpu.avx2's.
-    const int64_t chunks = std::min<int64_t>(p->panels_, 8 * ThreadPool::global().threads());
-    ThreadPool::global().parallel_for(chunks, [&](int64_t t) {
+    pack_panels_on_pool(ThreadPool::global(), p->panels_, [&](int64_t p0, int64_t p1) {
       pack_weights_vnni(w.w.data(), c.n, c.k, p->k_pad_, p->n_pad_,
                         reinterpret_cast<int8_t*>(p->packed_.get()),
-                        reinterpret_cast<int32_t*>(p->comp_.get()), p->panels_ * t / chunks,
-                        p->panels_ * (t + 1) / chunks);
+                        reinterpret_cast<int32_t*>(p->comp_.get()), p0, p1);
     });
     p->bias_ = round_bias(w);
     p->extra_bytes_ = static_cast<int64_t>(packed_bytes) + 4 * p->n_pad_ + p->bias_.bytes();

@@ -8,6 +8,13 @@
 
 namespace qlinear::cpu {
 
+void pack_panels_on_pool(ThreadPool& pool, int64_t panels,
+                         absl::FunctionRef<void(int64_t p0, int64_t p1)> pack) {
+  const int64_t chunks = std::min<int64_t>(panels, 8 * pool.threads());
+  pool.parallel_for(chunks,
+                    [&](int64_t t) { pack(panels * t / chunks, panels * (t + 1) / chunks); });
+}
+
 int64_t quantize_rows_on_pool(ThreadPool& pool, int64_t m, bool parallel,
                               absl::FunctionRef<int64_t(int64_t, int64_t)> quantize) {
   const int threads = pool.threads();

@@ -1,6 +1,6 @@
 // How the CPU kernels cut one call into tasks for the thread pool (generic code, no ISA flags):
 // the per-row quantization, and the GEMM's grid of weight panels x row tiles. cpu.avx512_vnni and
-// cpu.avx2 share them.
+// cpu.avx2 share them, and the load-time packing of their weight panels.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +17,12 @@ namespace qlinear::cpu {
 // all, or -1.
 int64_t quantize_rows_on_pool(ThreadPool& pool, int64_t m, bool parallel,
                               absl::FunctionRef<int64_t(int64_t r0, int64_t r1)> quantize);
+
+// Runs pack(p0, p1) over weight panels [0, panels) at load, in up to 8 contiguous ranges per
+// thread of `pool`: packing is a pass over the weights (a load that finds the pool busy with
+// requests packs on its own thread).
+void pack_panels_on_pool(ThreadPool& pool, int64_t panels,
+                         absl::FunctionRef<void(int64_t p0, int64_t p1)> pack);
 
 // The GEMM's tasks: contiguous ranges of weight panels first (each panel's weights are read once
 // per call), then ranges of row tiles where there are too few panels to give every thread
