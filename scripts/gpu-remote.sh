@@ -15,7 +15,8 @@
 #   5. with QLINEAR_CPU_SERVING=1, the host's CPU kernels served with autotune against the
 #      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/),
 #   6. with QLINEAR_CPU=1, on the host's CPU: the CPU kernel tests in the bundle (the AVX-512
-#      VNNI ones skip on other hosts) and qlinear_cpu_bench --quick (about 45 s on the H200 host).
+#      VNNI ones skip on other hosts) and qlinear_cpu_bench --quick (about 45 s on the H200 host,
+#      plus its autotune check).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last.
 #
@@ -185,7 +186,7 @@ if [ "${QLINEAR_CPU:-0}" = "1" ]; then
 "
   done
   if have qlinear_cpu_bench; then
-    timeout "${QLINEAR_CPU_BENCH_TIMEOUT:-150}" "$BUNDLE/run" qlinear_cpu_bench --quick \
+    timeout "${QLINEAR_CPU_BENCH_TIMEOUT:-300}" "$BUNDLE/run" qlinear_cpu_bench --quick \
       --wait-idle-s=10 >"$LOG/cpu_bench.log" 2>&1
     cpu_bench_rc=$?
   fi

@@ -32,8 +32,16 @@
 // time / this kernel's time (above 1: faster than oneDNN); d/best = the dispatched kernel's time /
 // the fastest optimized kernel's time.
 //
+// Autotune check (--tune-check, on by default): under each row, every serving kernel timed as
+// autotune times it at a layer's load (cpu::measure_call_us: caches emptied, then the thread
+// pool's workers asleep, at M up to 256), and in two other forms for comparison ("polling": the
+// pool's workers still polling; "warm": no emptying), with the kernel autotune would pick from
+// those times and that kernel's time in the row against the row's fastest. The targets list
+// whether autotune's pick is within 5% of the fastest.
+//
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
+//                          [--tune-check=false]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -219,7 +227,9 @@ struct Row {
   double dnnl_ms;              // the anchor
   std::string dispatched;
   double disp_ms;
-  double read_bw;  // bytes/s, measured in the row's rounds (or the run's start)
+  double read_bw;         // bytes/s, measured in the row's rounds (or the run's start)
+  std::string tuned;      // the kernel autotune's measurement ranks first (empty: not checked)
+  double tuned_ms = NAN;  // its time in the row
 };
 
 // CPU time (in clock ticks) that every process but this one has used so far: all CPUs' busy
@@ -263,10 +273,69 @@ struct Options {
   int64_t rounds = 5;
   double batch_ms = 40;
   std::string stat = "best-round";
+  bool tune_check = true;
 };
 
 std::string fmt_or_dash(double v, const char* f) {
   return std::isnan(v) ? std::string("-") : absl::StrFormat(f, v);
+}
+
+struct TuneCheck {
+  std::string line;  // printed under the row
+  std::string pick;  // the kernel autotune ranks first
+  double pick_ms = NAN;
+};
+
+// Times each serving kernel of a row (first copy of the layer) the way autotune does at a layer's
+// load (cpu::measure_call_us, at M up to kMeasureMaxM) and in two other forms: "polling" (caches
+// emptied, the pool's workers still polling when the call starts) and "warm" (no emptying, the
+// weights where the previous call left them). Autotune's pick follows the server's rule: the
+// first kernel in the priority order keeps the lead unless another measured more than its
+// measure_margin faster. `serving` is in the table's order; `best_ms` is the row's fastest.
+TuneCheck check_autotune(const std::vector<const Candidate*>& serving, const LayerConfig& config,
+                         const ProblemShape& row_shape, double best_ms) {
+  ProblemShape at = row_shape;
+  at.m = std::min(at.m, cpu::kMeasureMaxM);
+  struct Form {
+    const char* name;
+    cpu::MeasureOptions options;
+  };
+  const Form forms[] = {{"autotune", {}}, {"polling", {true, false}}, {"warm", {false, false}}};
+  TuneCheck tc;
+  tc.line = absl::StrFormat("    autotune's times at M=%lld, us (autotune / polling / warm):",
+                            static_cast<long long>(at.m));
+  // The registry's priority order among these: cpu.avx512_vnni, cpu.onednn, cpu.avx2.
+  auto priority = [](const std::string& name) {
+    return name == "cpu.avx512_vnni" ? 0 : name == "cpu.onednn" ? 1 : 2;
+  };
+  const Candidate* lead = nullptr;
+  double lead_us = NAN, fastest_us = INFINITY;
+  const Candidate* fastest = nullptr;
+  for (const Candidate* c : serving) {
+    double us[3];
+    for (int f = 0; f < 3; ++f) {
+      auto r = cpu::measure_call_us(*c->per_copy[0], config, at, forms[f].options);
+      us[f] = r.ok() ? *r : NAN;
+    }
+    absl::StrAppendFormat(&tc.line, "  %s %s / %s / %s", c->name, fmt_or_dash(us[0], "%.1f"),
+                          fmt_or_dash(us[1], "%.1f"), fmt_or_dash(us[2], "%.1f"));
+    if (std::isnan(us[0])) continue;
+    if (lead == nullptr || priority(c->name) < priority(lead->name)) {
+      lead = c;
+      lead_us = us[0];
+    }
+    if (us[0] < fastest_us) {
+      fastest_us = us[0];
+      fastest = c;
+    }
+  }
+  if (lead == nullptr) return tc;
+  const Candidate* pick = lead_us <= fastest_us * (1.0 + cpu::kMeasureMargin) ? lead : fastest;
+  tc.pick = pick->name;
+  tc.pick_ms = pick->ms;
+  absl::StrAppendFormat(&tc.line, "  -> %s, %.2fx the row's fastest", tc.pick,
+                        tc.pick_ms / best_ms);
+  return tc;
 }
 
 // A column group of the table: an optimized kernel, or the anchor.
@@ -498,7 +567,7 @@ int run(const Options& opt) {
           "%6lld %6lld %5lld %6s | %8s %5s", static_cast<long long>(n), static_cast<long long>(k),
           static_cast<long long>(m), fmt_or_dash(wbytes / read.ms / 1e6, "%.1f"),
           fmt_or_dash(ref_ms, "%.2f"), x1dnn(ref_ms));
-      Row row{n, k, m, ref_ms, {}, dnnl_ms, chosen, disp_ms, row_bw};
+      Row row{n, k, m, ref_ms, {}, dnnl_ms, chosen, disp_ms, row_bw, {}, NAN};
       for (size_t i = 0; i < columns.size(); ++i) {
         const double t = columns[i].cand.ms;
         absl::StrAppendFormat(&line, " | %8s %6s %6s %5s", fmt_or_dash(t, "%.3f"), gops(t), gbs(t),
@@ -511,6 +580,16 @@ int run(const Options& opt) {
       absl::StrAppendFormat(&line, " | %-16s %6.3f %5s%s", chosen, disp_ms / best, x1dnn(disp_ms),
                             quiet ? "" : "  (machine busy)");
       std::printf("%s\n", line.c_str());
+      if (opt.tune_check) {
+        std::vector<const Candidate*> serving;
+        for (size_t i = 0; i < columns.size(); ++i) {
+          if (i < n_opt || have_dnnl) serving.push_back(&columns[i].cand);
+        }
+        const TuneCheck tc = check_autotune(serving, layers[0]->config, shape, best);
+        std::printf("%s\n", tc.line.c_str());
+        row.tuned = tc.pick;
+        row.tuned_ms = tc.pick_ms;
+      }
       std::fflush(stdout);
       rows.push_back(std::move(row));
     }
@@ -558,6 +637,11 @@ int run(const Options& opt) {
     const bool d = r.disp_ms <= 1.05 * best;
     absl::StrAppendFormat(&line, "; dispatched %s within %.1f%% of best (<= 5%%: %s)", r.dispatched,
                           100 * (r.disp_ms / best - 1), d ? "met" : "MISSED");
+    if (!r.tuned.empty()) {
+      const bool t = r.tuned_ms <= 1.05 * best;
+      absl::StrAppendFormat(&line, "; autotuned %s within %.1f%% (<= 5%%: %s)", r.tuned,
+                            100 * (r.tuned_ms / best - 1), t ? "met" : "MISSED");
+    }
     std::printf("%s\n", line.c_str());
   }
   return 0;
@@ -578,6 +662,9 @@ int main(int argc, char** argv) {
   p.add("wait-idle-s", &opt.wait_idle_s,
         "before each row, wait up to this long for other processes to leave the CPUs idle "
         "(0: do not wait); rows measured on a busy machine are marked");
+  p.add("tune-check", &opt.tune_check,
+        "after each row, time every kernel as autotune does at load (and in two other forms) "
+        "and compare autotune's pick with the row's fastest kernel");
   p.add("stat", &opt.stat,
         "what a row reports per kernel: best-round (the fastest round's mean call time: a "
         "neighbour's load only ever slows a round down), median (of all calls) or min (fastest "

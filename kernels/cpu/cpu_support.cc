@@ -183,7 +183,7 @@ void evict_caches(const uint8_t* buf, size_t bytes) {
 }  // namespace
 
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
-                                       const ProblemShape& shape) {
+                                       const ProblemShape& shape, const MeasureOptions& options) {
   if (shape.m < 1 || shape.n != config.n || shape.k != config.k) {
     return absl::InvalidArgumentError(absl::StrCat("cannot measure M=", shape.m, " N=", shape.n,
                                                    " K=", shape.k, " on a layer of N=", config.n,
@@ -213,13 +213,16 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   const size_t evict_bytes =
       static_cast<size_t>(std::min(kEvictMaxBytes, kEvictLlcTimes * last_level_cache_bytes()));
   const std::unique_ptr<uint8_t[], FreeDeleter> evict =
-      evict_bytes > 0 ? allocate_buffer(evict_bytes) : nullptr;
+      options.empty_caches && evict_bytes > 0 ? allocate_buffer(evict_bytes) : nullptr;
   RETURN_IF_ERROR(kernel.run(args, nullptr));  // untimed: scratch and code in place
   std::vector<double> us;
   int64_t in_calls = 0;
   const int64_t start = now_ns();
   for (;;) {
     if (evict != nullptr) evict_caches(evict.get(), evict_bytes);
+    if (options.wait_pool_asleep) {
+      (void)ThreadPool::global().wait_until_asleep(std::chrono::microseconds(kMeasureAsleepWaitUs));
+    }
     const int64_t t0 = now_ns();
     RETURN_IF_ERROR(kernel.run(args, nullptr));
     const int64_t t1 = now_ns();

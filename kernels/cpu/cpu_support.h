@@ -100,17 +100,34 @@ absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64
 // CPU 0 under /sys/devices/system/cpu/cpu0/cache), or 0 where it reports none.
 int64_t last_level_cache_bytes();
 
+// How measure_call_us prepares each timed call. Autotune uses the defaults; the CPU benchmark
+// also times the other forms, to show what each does to the ranking.
+struct MeasureOptions {
+  // Empty the caches first: a read of kEvictLlcTimes the last-level cache (at most
+  // kEvictMaxBytes, on the thread pool), so that the weights come from memory as they do for a
+  // served model, whose layers together far exceed the caches (where the buffer cannot be had,
+  // the weights stay where the previous call left them).
+  bool empty_caches = true;
+  // Then wait until the thread pool's workers sleep (at most kMeasureAsleepWaitUs), so that the
+  // call starts as one does after a pause, every kernel's threads asleep. Without the wait, the
+  // pool's workers, which poll for a while after the emptying pass, took cores from oneDNN's
+  // OpenMP team, woken from its sleep for the call: on a 16-thread Xeon (AVX-512 VNNI, 300 MiB
+  // of L3) cpu.onednn then measured 1.1-4x slower than it served on 6144 x 4096 (and up to
+  // 19 ms a call on 4096 x 4096 at M = 64), and autotune kept cpu.avx512_vnni where cpu.onednn
+  // served 1.3-1.4x faster (docs/kernels.md, "CPU autotune").
+  bool wait_pool_asleep = true;
+};
+
 // Autotune's measurement of a CPU kernel (PreparedKernel::measure_us): `kernel` (prepared for a
 // layer of `config`) runs `shape` on random activations of the shape's dtypes, once untimed and
 // then timed call after call on the steady clock until it has kMeasureMaxCalls calls, or at least
 // kMeasureMinCalls and kMeasureEnoughNs of calls, or kMeasureMaxNs in all; the median in
-// microseconds. Before each call the caches are emptied by a read of kEvictLlcTimes the
-// last-level cache (at most kEvictMaxBytes, on the thread pool), so that the weights come from
-// memory as they do for a served model, whose layers together far exceed the caches (where the
-// buffer cannot be had, the weights stay where the previous call left them). A failed call is the
+// microseconds. Each timed call is prepared as `options` says. A failed call is the
 // measurement's status.
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
-                                       const ProblemShape& shape);
+                                       const ProblemShape& shape,
+                                       const MeasureOptions& options = {});
+inline constexpr int64_t kMeasureAsleepWaitUs = 5000;
 inline constexpr int kMeasureMaxCalls = 25;
 inline constexpr int kMeasureMinCalls = 3;
 inline constexpr int64_t kMeasureEnoughNs = 30'000'000;

@@ -87,6 +87,16 @@ void ThreadPool::parallel_for(int64_t tasks, absl::FunctionRef<void(int64_t)> fn
   busy_.store(false);
 }
 
+bool ThreadPool::wait_until_asleep(std::chrono::microseconds max) {
+  const auto deadline = std::chrono::steady_clock::now() + max;
+  const int workers = static_cast<int>(workers_.size());
+  while (sleepers_.load() < workers) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {

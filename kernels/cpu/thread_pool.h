@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -36,6 +37,16 @@ class ThreadPool {
   // Runs fn(task) for every task in [0, tasks). Tasks are claimed in increasing order, one at a
   // time, by whichever thread is free: make tasks contiguous ranges of work, a few per thread.
   void parallel_for(int64_t tasks, absl::FunctionRef<void(int64_t task)> fn);
+
+  // Waits until every worker sleeps, none polling for the next call, or until `max` has passed;
+  // returns whether they all sleep. After a call the workers poll for a while (see kSpin in
+  // thread_pool.cc), yielding their cores; a measurement that times another thread pool's call
+  // (oneDNN's OpenMP team) waits for this first, so that no poller competes with that team for
+  // the cores. Calls running meanwhile from other threads may keep the workers busy past `max`.
+  bool wait_until_asleep(std::chrono::microseconds max);
+
+  // Workers asleep on the condition variable now (a snapshot).
+  int asleep() const { return sleepers_.load(); }
 
   // The process-wide pool, sized to the CPUs this process may run on.
   static ThreadPool& global();

@@ -49,6 +49,24 @@ TEST(ThreadPool, WorkersThatSleptWakeUp) {
   expect_each_task_once(pool, 16);
 }
 
+// After a call the workers poll for the next one, then sleep: wait_until_asleep returns once all
+// of them sleep, and a pool without workers never waits.
+TEST(ThreadPool, WaitUntilAsleepReturnsWhenEveryWorkerSleeps) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int iter = 0; iter < 3; ++iter) {
+      expect_each_task_once(pool, 64);
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_TRUE(pool.wait_until_asleep(std::chrono::seconds(5))) << threads << " threads";
+      EXPECT_EQ(pool.asleep(), threads - 1) << threads << " threads";
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+    }
+    // Still asleep: it returns at once.
+    EXPECT_TRUE(pool.wait_until_asleep(std::chrono::microseconds(0)));
+    expect_each_task_once(pool, 64);  // and they wake for the next call
+  }
+}
+
 TEST(ThreadPool, GlobalPoolUsesTheCpusOfThisProcess) {
   EXPECT_GE(ThreadPool::global().threads(), 1);
   expect_each_task_once(ThreadPool::global(), 33);
