@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -160,6 +163,73 @@ int64_t last_level_cache_bytes() {
 
 namespace {
 
+// The cache-emptying pass's buffer, shared by the measurements of a process and kept between them:
+// allocating and touching it (600 MiB on a CPU with 300 MiB of L3) cost 100-200 ms, about as
+// much as one measurement's calls, and a layer's load makes up to a dozen measurements. It is
+// freed once no measurement has held it for kEvictKeep (a reaper thread waits for that), so
+// that a server that has loaded its layers does not keep it.
+constexpr auto kEvictKeep = std::chrono::milliseconds(2000);
+
+class EvictionBuffers {
+ public:
+  static EvictionBuffers& global() {
+    static EvictionBuffers* b = new EvictionBuffers;  // never destroyed: the reaper may be waiting
+    return *b;
+  }
+
+  // A buffer of `bytes` bytes, touched, or null where memory is exhausted.
+  std::shared_ptr<uint8_t> acquire(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (buf_ == nullptr || bytes_ != bytes) {
+      std::unique_ptr<uint8_t[], FreeDeleter> b = allocate_buffer(bytes);
+      if (b == nullptr) return nullptr;
+      buf_ = std::shared_ptr<uint8_t>(b.release(), FreeDeleter());
+      bytes_ = bytes;
+    }
+    last_use_ = std::chrono::steady_clock::now();
+    if (!reaper_running_) {
+      reaper_running_ = true;
+      std::thread([this] { reap(); }).detach();
+    }
+    return buf_;
+  }
+
+  // Marks the end of a use (the caller drops its pointer after).
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_use_ = std::chrono::steady_clock::now();
+  }
+
+  bool holds_buffer() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return buf_ != nullptr;
+  }
+
+ private:
+  void reap() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      const auto due = last_use_ + kEvictKeep;
+      if (std::chrono::steady_clock::now() >= due && buf_.use_count() == 1) {
+        buf_.reset();  // measurements still running hold their own pointer otherwise
+        bytes_ = 0;
+        reaper_running_ = false;
+        return;
+      }
+      lock.unlock();
+      std::this_thread::sleep_until(
+          std::max(due, std::chrono::steady_clock::now() + kEvictKeep / 8));
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<uint8_t> buf_;
+  size_t bytes_ = 0;
+  std::chrono::steady_clock::time_point last_use_;
+  bool reaper_running_ = false;
+};
+
 // Reads every cache line of buf[0, bytes) on the thread pool: what the next call reads then
 // comes from memory.
 void evict_caches(const uint8_t* buf, size_t bytes) {
@@ -181,6 +251,8 @@ void evict_caches(const uint8_t* buf, size_t bytes) {
 }
 
 }  // namespace
+
+bool measurement_buffer_held() { return EvictionBuffers::global().holds_buffer(); }
 
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
                                        const ProblemShape& shape, const MeasureOptions& options) {
@@ -212,8 +284,15 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   // The eviction buffer (zeroed, so its pages are touched before the first read).
   const size_t evict_bytes =
       static_cast<size_t>(std::min(kEvictMaxBytes, kEvictLlcTimes * last_level_cache_bytes()));
-  const std::unique_ptr<uint8_t[], FreeDeleter> evict =
-      options.empty_caches && evict_bytes > 0 ? allocate_buffer(evict_bytes) : nullptr;
+  const std::shared_ptr<uint8_t> evict = options.empty_caches && evict_bytes > 0
+                                             ? EvictionBuffers::global().acquire(evict_bytes)
+                                             : nullptr;
+  struct Release {
+    bool held;
+    ~Release() {
+      if (held) EvictionBuffers::global().release();
+    }
+  } release{evict != nullptr};
   RETURN_IF_ERROR(kernel.run(args, nullptr));  // untimed: scratch and code in place
   std::vector<double> us;
   int64_t in_calls = 0;

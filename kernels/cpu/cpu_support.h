@@ -128,6 +128,10 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
                                        const ProblemShape& shape,
                                        const MeasureOptions& options = {});
 inline constexpr int64_t kMeasureAsleepWaitUs = 5000;
+
+// Whether the process holds the buffer of measure_call_us's emptying pass: the measurements share
+// it, and it is freed about 2 s after the last one ends.
+bool measurement_buffer_held();
 inline constexpr int kMeasureMaxCalls = 25;
 inline constexpr int kMeasureMinCalls = 3;
 inline constexpr int64_t kMeasureEnoughNs = 30'000'000;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 
 #include "kernels/cpu/avx2_kernel.h"
 #include "kernels/cpu/avx512_vnni_kernel.h"
+#include "kernels/cpu/cpu_support.h"
 #include "kernels/cpu/onednn_gemm.h"
 #include "kernels/reference/reference_w8a8.h"
 #include "kernels/registry.h"
@@ -418,6 +420,34 @@ TEST(CpuKernels, MeasureTimesCallsOfThePreparedKernel) {
     expect_same(run_one(**p, x, DType::kBF16, 7, w->config.n, DType::kF32),
                 run_reference(*w, x, DType::kBF16, 7, DType::kF32), w->config, 7, DType::kF32,
                 "after the measurements");
+  }
+}
+
+// The measurements share the buffer of their cache-emptying pass, which is freed about 2 s after
+// the last one ends (a server that has loaded its layers does not keep it), and a later
+// measurement takes a new one.
+TEST(CpuKernels, MeasurementBufferIsFreedAfterTheLastMeasurement) {
+  if (last_level_cache_bytes() <= 0) GTEST_SKIP() << "the host reports no last-level cache";
+  QL_CPU_KERNELS(kernels);
+  QL_SEEDED_RNG(rng);
+  auto w = testing::random_layer(
+      rng, LayerOptions{16, 64, Scheme::kDynamicSymmetric, false, ScaleMode::kPerChannel});
+  ASSERT_NE(w, nullptr);
+  auto p = kernels.front()->prepare(*w);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ProblemShape shape{1, w->config.n, w->config.k, DType::kBF16, DType::kBF16};
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE((*p)->measure_us(shape).ok());
+    ASSERT_TRUE((*p)->measure_us(shape).ok());
+    EXPECT_TRUE(measurement_buffer_held()) << "round " << round;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (measurement_buffer_held() &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_FALSE(measurement_buffer_held()) << "round " << round << ": still held after 20 s";
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500))
+        << "round " << round << ": freed before the 2 s it is kept";
   }
 }
 
