@@ -33,11 +33,12 @@
 // the fastest optimized kernel's time.
 //
 // Autotune check (--tune-check, on by default): under each row, every serving kernel timed as
-// autotune times it at a layer's load (cpu::measure_call_us: caches emptied, then the thread
-// pool's workers asleep, at M up to 256), and in two other forms for comparison ("polling": the
-// pool's workers still polling; "warm": no emptying), with the kernel autotune would pick from
-// those times and that kernel's time in the row against the row's fastest. The targets list
-// whether autotune's pick is within 5% of the fastest.
+// autotune times it at a layer's load (caches emptied before each call; for cpu.onednn, whose
+// OpenMP team is not our pool, the pool's workers asleep first), at the M the server measures the
+// row's bucket at, and in three fixed forms for comparison ("polling": caches emptied, the pool's
+// workers still polling; "asleep": then the workers asleep; "warm": no emptying), with the kernel
+// autotune would pick from its times and that kernel's time in the row against the row's
+// fastest. The targets list whether autotune's pick is within 5% of the fastest.
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
@@ -287,50 +288,55 @@ struct TuneCheck {
 };
 
 // Times each serving kernel of a row (first copy of the layer) the way autotune does at a layer's
-// load (cpu::measure_call_us, at M up to kMeasureMaxM) and in two other forms: "polling" (caches
-// emptied, the pool's workers still polling when the call starts) and "warm" (no emptying, the
-// weights where the previous call left them). Autotune's pick follows the server's rule: the
-// first kernel in the priority order keeps the lead unless another measured more than its
-// measure_margin faster. `serving` is in the table's order; `best_ms` is the row's fastest.
-TuneCheck check_autotune(const std::vector<const Candidate*>& serving, const LayerConfig& config,
+// load (PreparedKernel::measure_us, at the M the server measures the row's bucket at: its top,
+// at most kMeasureMaxM; in the priority order, as the server does) and in three fixed forms of
+// cpu::measure_call_us: "polling" (caches emptied, the pool's workers still polling when the
+// call starts), "asleep" (caches emptied, then the pool's workers asleep) and "warm" (no
+// emptying: the weights where the previous call left them). Autotune's pick follows the
+// server's rule: the first kernel in the priority order keeps the lead unless the fastest
+// measured more than its measure_margin faster; ties keep the priority order. `best_ms` is the
+// row's fastest time.
+TuneCheck check_autotune(std::vector<const Candidate*> serving, const LayerConfig& config,
                          const ProblemShape& row_shape, double best_ms) {
+  const MBucket& b = m_buckets()[m_bucket_index(row_shape.m)];
   ProblemShape at = row_shape;
-  at.m = std::min(at.m, cpu::kMeasureMaxM);
-  struct Form {
-    const char* name;
-    cpu::MeasureOptions options;
+  at.m = std::min(b.hi, cpu::kMeasureMaxM);
+  const auto& order = kernel_priority_order();
+  auto priority = [&](const Candidate* c) {
+    return std::find(order.begin(), order.end(), c->name) - order.begin();
   };
-  const Form forms[] = {{"autotune", {}}, {"polling", {true, false}}, {"warm", {false, false}}};
+  std::stable_sort(serving.begin(), serving.end(), [&](const Candidate* a, const Candidate* c) {
+    return priority(a) < priority(c);
+  });
+  const cpu::MeasureOptions forms[] = {{true, false}, {true, true}, {false, false}};
   TuneCheck tc;
-  tc.line = absl::StrFormat("    autotune's times at M=%lld, us (autotune / polling / warm):",
+  tc.line = absl::StrFormat("    autotune at M=%lld, us (as the load / polling / asleep / warm):",
                             static_cast<long long>(at.m));
-  // The registry's priority order among these: cpu.avx512_vnni, cpu.onednn, cpu.avx2.
-  auto priority = [](const std::string& name) {
-    return name == "cpu.avx512_vnni" ? 0 : name == "cpu.onednn" ? 1 : 2;
-  };
-  const Candidate* lead = nullptr;
+  const Candidate* pick = nullptr;  // the lead, then the fastest if it beats the margin
   double lead_us = NAN, fastest_us = INFINITY;
   const Candidate* fastest = nullptr;
   for (const Candidate* c : serving) {
-    double us[3];
-    for (int f = 0; f < 3; ++f) {
-      auto r = cpu::measure_call_us(*c->per_copy[0], config, at, forms[f].options);
-      us[f] = r.ok() ? *r : NAN;
+    const PreparedKernel& k = *c->per_copy[0];
+    const absl::StatusOr<double> tuned = k.measure_us(at);
+    absl::StrAppendFormat(&tc.line, "  %s %s", c->name,
+                          tuned.ok() ? absl::StrFormat("%.1f", *tuned) : "failed");
+    for (const cpu::MeasureOptions& f : forms) {
+      const absl::StatusOr<double> us = cpu::measure_call_us(k, config, at, f);
+      absl::StrAppendFormat(&tc.line, " / %s", us.ok() ? absl::StrFormat("%.1f", *us) : "-");
     }
-    absl::StrAppendFormat(&tc.line, "  %s %s / %s / %s", c->name, fmt_or_dash(us[0], "%.1f"),
-                          fmt_or_dash(us[1], "%.1f"), fmt_or_dash(us[2], "%.1f"));
-    if (std::isnan(us[0])) continue;
-    if (lead == nullptr || priority(c->name) < priority(lead->name)) {
-      lead = c;
-      lead_us = us[0];
+    if (!tuned.ok()) continue;
+    if (pick == nullptr) {
+      pick = c;
+      lead_us = *tuned;
     }
-    if (us[0] < fastest_us) {
-      fastest_us = us[0];
+    if (*tuned < fastest_us) {
+      fastest_us = *tuned;
       fastest = c;
     }
   }
-  if (lead == nullptr) return tc;
-  const Candidate* pick = lead_us <= fastest_us * (1.0 + cpu::kMeasureMargin) ? lead : fastest;
+  if (pick == nullptr) return tc;
+  const double margin = serving.empty() ? 0 : serving.front()->per_copy[0]->measure_margin();
+  if (fastest != pick && lead_us > fastest_us * (1.0 + margin)) pick = fastest;
   tc.pick = pick->name;
   tc.pick_ms = pick->ms;
   absl::StrAppendFormat(&tc.line, "  -> %s, %.2fx the row's fastest", tc.pick,

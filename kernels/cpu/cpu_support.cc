@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -177,27 +178,38 @@ class EvictionBuffers {
     return *b;
   }
 
-  // A buffer of `bytes` bytes, touched, or null where memory is exhausted.
-  std::shared_ptr<uint8_t> acquire(size_t bytes) {
+  // The buffer, of `bytes` bytes and touched, for one measurement, which calls release() when it
+  // is done with it; null where memory is exhausted. `bytes` is the same for every measurement of
+  // a process (it follows the host's last-level cache); a buffer of another size replaces it.
+  uint8_t* acquire(size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (buf_ == nullptr || bytes_ != bytes) {
-      std::unique_ptr<uint8_t[], FreeDeleter> b = allocate_buffer(bytes);
-      if (b == nullptr) return nullptr;
-      buf_ = std::shared_ptr<uint8_t>(b.release(), FreeDeleter());
-      bytes_ = bytes;
+    if (buf_ == nullptr || (bytes_ != bytes && users_ == 0)) {
+      buf_ = nullptr;
+      buf_ = allocate_buffer(bytes);
+      bytes_ = buf_ == nullptr ? 0 : bytes;
     }
+    if (buf_ == nullptr || bytes_ != bytes) return nullptr;  // (another size, still in use)
+    ++users_;
     last_use_ = std::chrono::steady_clock::now();
     if (!reaper_running_) {
-      reaper_running_ = true;
-      std::thread([this] { reap(); }).detach();
+      try {
+        std::thread([this] { reap(); }).detach();
+        reaper_running_ = true;
+      } catch (const std::system_error&) {
+        // No thread: the buffer is freed when this measurement ends (release()).
+      }
     }
-    return buf_;
+    return buf_.get();
   }
 
-  // Marks the end of a use (the caller drops its pointer after).
   void release() {
     std::lock_guard<std::mutex> lock(mu_);
+    --users_;
     last_use_ = std::chrono::steady_clock::now();
+    if (users_ == 0 && !reaper_running_) {
+      buf_ = nullptr;
+      bytes_ = 0;
+    }
   }
 
   bool holds_buffer() {
@@ -210,8 +222,8 @@ class EvictionBuffers {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       const auto due = last_use_ + kEvictKeep;
-      if (std::chrono::steady_clock::now() >= due && buf_.use_count() == 1) {
-        buf_.reset();  // measurements still running hold their own pointer otherwise
+      if (users_ == 0 && std::chrono::steady_clock::now() >= due) {
+        buf_ = nullptr;
         bytes_ = 0;
         reaper_running_ = false;
         return;
@@ -224,8 +236,9 @@ class EvictionBuffers {
   }
 
   std::mutex mu_;
-  std::shared_ptr<uint8_t> buf_;
+  std::unique_ptr<uint8_t[], FreeDeleter> buf_;
   size_t bytes_ = 0;
+  int users_ = 0;  // measurements between acquire() and release()
   std::chrono::steady_clock::time_point last_use_;
   bool reaper_running_ = false;
 };
@@ -252,7 +265,7 @@ void evict_caches(const uint8_t* buf, size_t bytes) {
 
 }  // namespace
 
-bool measurement_buffer_held() { return EvictionBuffers::global().holds_buffer(); }
+bool measurement_buffer_held_for_testing() { return EvictionBuffers::global().holds_buffer(); }
 
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
                                        const ProblemShape& shape, const MeasureOptions& options) {
@@ -281,12 +294,13 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   args.y_dtype = shape.y_dtype;
   args.sa = sa.data();
   args.azp = azp.data();
-  // The eviction buffer (zeroed, so its pages are touched before the first read).
+  // The eviction buffer (shared; zeroed when allocated, so its pages are touched before the
+  // first read).
   const size_t evict_bytes =
       static_cast<size_t>(std::min(kEvictMaxBytes, kEvictLlcTimes * last_level_cache_bytes()));
-  const std::shared_ptr<uint8_t> evict = options.empty_caches && evict_bytes > 0
-                                             ? EvictionBuffers::global().acquire(evict_bytes)
-                                             : nullptr;
+  const uint8_t* const evict = options.empty_caches && evict_bytes > 0
+                                   ? EvictionBuffers::global().acquire(evict_bytes)
+                                   : nullptr;
   struct Release {
     bool held;
     ~Release() {
@@ -298,7 +312,7 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   int64_t in_calls = 0;
   const int64_t start = now_ns();
   for (;;) {
-    if (evict != nullptr) evict_caches(evict.get(), evict_bytes);
+    if (evict != nullptr) evict_caches(evict, evict_bytes);
     if (options.wait_pool_asleep) {
       (void)ThreadPool::global().wait_until_asleep(std::chrono::microseconds(kMeasureAsleepWaitUs));
     }

@@ -100,22 +100,22 @@ absl::Status non_finite_row_error(const void* x, DType x_dtype, int64_t k, int64
 // CPU 0 under /sys/devices/system/cpu/cpu0/cache), or 0 where it reports none.
 int64_t last_level_cache_bytes();
 
-// How measure_call_us prepares each timed call. Autotune uses the defaults; the CPU benchmark
-// also times the other forms, to show what each does to the ranking.
+// How measure_call_us prepares each timed call. Autotune's form is MeasuredCpuKernel::measure_us's;
+// the CPU benchmark also times the others, to show what each does to the ranking.
 struct MeasureOptions {
   // Empty the caches first: a read of kEvictLlcTimes the last-level cache (at most
   // kEvictMaxBytes, on the thread pool), so that the weights come from memory as they do for a
   // served model, whose layers together far exceed the caches (where the buffer cannot be had,
   // the weights stay where the previous call left them).
   bool empty_caches = true;
-  // Then wait until the thread pool's workers sleep (at most kMeasureAsleepWaitUs), so that the
-  // call starts as one does after a pause, every kernel's threads asleep. Without the wait, the
-  // pool's workers, which poll for a while after the emptying pass, took cores from oneDNN's
-  // OpenMP team, woken from its sleep for the call: on a 16-thread Xeon (AVX-512 VNNI, 300 MiB
-  // of L3) cpu.onednn then measured 1.1-4x slower than it served on 6144 x 4096 (and up to
-  // 19 ms a call on 4096 x 4096 at M = 64), and autotune kept cpu.avx512_vnni where cpu.onednn
-  // served 1.3-1.4x faster (docs/kernels.md, "CPU autotune").
-  bool wait_pool_asleep = true;
+  // Then wait until the thread pool's workers sleep (at most kMeasureAsleepWaitUs). Autotune does
+  // so for a kernel that runs on threads of its own (cpu.onednn's OpenMP team), so that no worker
+  // of ours, polling for a while after the emptying pass, takes a core from that team; a kernel
+  // on the pool starts, as in serving, with its workers polling. Without the wait, on a 16-thread
+  // Xeon (AVX-512 VNNI, 300 MiB of L3), cpu.onednn measured 2.3-4.3x the time it served on 6144 x
+  // 4096 (and up to 19 ms a call on 4096 x 4096 at M = 64), and autotune kept cpu.avx512_vnni
+  // where cpu.onednn served 1.3-1.4x faster (docs/kernels.md, "CPU kernels" under "Autotune").
+  bool wait_pool_asleep = false;
 };
 
 // Autotune's measurement of a CPU kernel (PreparedKernel::measure_us): `kernel` (prepared for a
@@ -127,11 +127,6 @@ struct MeasureOptions {
 absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const LayerConfig& config,
                                        const ProblemShape& shape,
                                        const MeasureOptions& options = {});
-inline constexpr int64_t kMeasureAsleepWaitUs = 5000;
-
-// Whether the process holds the buffer of measure_call_us's emptying pass: the measurements share
-// it, and it is freed about 2 s after the last one ends.
-bool measurement_buffer_held();
 inline constexpr int kMeasureMaxCalls = 25;
 inline constexpr int kMeasureMinCalls = 3;
 inline constexpr int64_t kMeasureEnoughNs = 30'000'000;
@@ -148,16 +143,25 @@ inline constexpr double kMeasureMargin = 0.05;
 // on a small host (8192 x 28672 at M = 256: about 1.5 s for cpu.avx2 on 2 Zen 2 cores; 12 s at
 // M = 2048).
 inline constexpr int64_t kMeasureMaxM = 256;
+inline constexpr int64_t kMeasureAsleepWaitUs = 5000;
+
+// Whether the process holds the buffer of measure_call_us's emptying pass (for tests): the
+// measurements share it, and it is freed about 2 s after the last one ends.
+bool measurement_buffer_held_for_testing();
 
 // A CPU kernel's prepared state, as autotune measures it (measure_call_us, kMeasureMaxM,
 // kMeasureMargin): each CPU family's PreparedKernel derives from it.
 class MeasuredCpuKernel : public PreparedKernel {
  public:
   absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
-    return measure_call_us(*this, layer_config(), shape);
+    MeasureOptions options;
+    options.wait_pool_asleep = !runs_on_thread_pool();
+    return measure_call_us(*this, layer_config(), shape, options);
   }
   int64_t max_measured_m() const override { return kMeasureMaxM; }
   double measure_margin() const override { return kMeasureMargin; }
+  // Whether its calls run on ThreadPool::global() (else on threads of their own).
+  virtual bool runs_on_thread_pool() const { return true; }
 
  protected:
   virtual const LayerConfig& layer_config() const = 0;

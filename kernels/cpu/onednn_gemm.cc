@@ -80,6 +80,7 @@ struct Primitive {
 
 class OneDnnPrepared final : public MeasuredCpuKernel {
  public:
+  bool runs_on_thread_pool() const override { return false; }  // oneDNN's OpenMP team
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
     ASSIGN_OR_RETURN(const dnnl::engine* engine, cpu_engine());
     std::unique_ptr<OneDnnPrepared> p(new OneDnnPrepared(w, *engine));

@@ -40,8 +40,8 @@ class ThreadPool {
 
   // Waits until every worker sleeps, none polling for the next call, or until `max` has passed;
   // returns whether they all sleep. After a call the workers poll for a while (see kSpin in
-  // thread_pool.cc), yielding their cores; a measurement that times another thread pool's call
-  // (oneDNN's OpenMP team) waits for this first, so that no poller competes with that team for
+  // thread_pool.cc), yielding their cores; autotune waits for this before it times a kernel that
+  // runs on threads of its own (oneDNN's OpenMP team), so that no poller competes with them for
   // the cores. Calls running meanwhile from other threads may keep the workers busy past `max`.
   bool wait_until_asleep(std::chrono::microseconds max);
 
