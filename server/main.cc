@@ -16,11 +16,14 @@
 #include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
+#include "kernels/cpu/onednn_gemm.h"
 #include "kernels/registry.h"
 #include "server/log.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
+  // Before anything else: this may re-execute the program with OpenMP's spin set for cpu.onednn.
+  const std::string openmp_note = qlinear::cpu::apply_openmp_spin_default(argv);
   // A crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) prints the faulting thread's symbolized
   // stack to stderr before the process dies, for the operator's report. (SIGTERM stays blocked
   // below and is taken by sigwait: the handler never sees it.)
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
     for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
   }
 
+  if (!openmp_note.empty()) qlinear::log_info(openmp_note);
   qlinear::enable_cuda_graphs(cuda_graphs);
   if (gpu_staging_mb < 0 || gpu_staging_mb > (int64_t{1} << 20)) {
     std::fprintf(stderr, "qlinear-server: --gpu-staging-mb must be in 0..1048576, got %lld\n",

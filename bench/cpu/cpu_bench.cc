@@ -533,7 +533,9 @@ int run(const Options& opt) {
         if (r % 2) std::reverse(order.begin(), order.end());
         for (Candidate* c : order) {
           c->round_ms.push_back(run_batch(*c, &next_copy, args, batch_s, 1, &c->call_ms));
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let spinning threads park
+          // Let spinning threads park (ours, and OpenMP's with apply_openmp_spin_default's
+          // setting, spin about 0.5 ms).
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
       }
       for (Candidate* c : timed) {
@@ -657,6 +659,8 @@ int run(const Options& opt) {
 }  // namespace qlinear::bench
 
 int main(int argc, char** argv) {
+  // As the server does: OpenMP's spin for cpu.onednn (may re-execute the program).
+  const std::string openmp_note = qlinear::cpu::apply_openmp_spin_default(argv);
   qlinear::bench::Options opt;
   qlinear::ArgParser p("qlinear_cpu_bench [options]",
                        "Times the CPU W8A8 kernels against oneDNN and this machine's ceilings.");
@@ -683,6 +687,7 @@ int main(int argc, char** argv) {
     std::printf("%s", p.help().c_str());
     return 0;
   }
+  if (!openmp_note.empty()) std::printf("%s\n", openmp_note.c_str());
   if (opt.quick) {
     if (opt.ms == "1,4,16,64,256,1024") opt.ms = "1,16,256";
     opt.rounds = std::min<int64_t>(opt.rounds, 3);

@@ -8,7 +8,10 @@
 
 #if QLINEAR_HAVE_ONEDNN
 #include <omp.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -264,5 +267,37 @@ class OneDnnKernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_onednn_kernel() { return std::make_unique<OneDnnKernel>(); }
+
+std::string apply_openmp_spin_default(char** argv) {
+#if !QLINEAR_HAVE_ONEDNN
+  (void)argv;
+  return "";
+#else
+  constexpr const char* kRexecMark = "QLINEAR_OPENMP_SPIN_SET";
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY")) {
+    return absl::StrCat("OpenMP (cpu.onednn): OMP_WAIT_POLICY=", policy, " from the environment");
+  }
+  if (const char* spin = std::getenv("GOMP_SPINCOUNT")) {
+    const bool ours = std::getenv(kRexecMark) != nullptr;
+    return absl::StrCat("OpenMP (cpu.onednn): GOMP_SPINCOUNT=", spin,
+                        ours ? " (qlinear's default; set GOMP_SPINCOUNT or OMP_WAIT_POLICY to "
+                               "choose another)"
+                             : " from the environment");
+  }
+  if (argv == nullptr || argv[0] == nullptr) {
+    return "OpenMP (cpu.onednn): libgomp's default spin (no argv to re-execute with)";
+  }
+  setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1);
+  setenv(kRexecMark, "1", 1);
+  execv("/proc/self/exe", argv);
+  const int err = errno;  // execv returns only on failure
+  unsetenv("GOMP_SPINCOUNT");
+  unsetenv(kRexecMark);
+  return absl::StrCat(
+      "OpenMP (cpu.onednn): libgomp's default spin (could not re-execute to set "
+      "GOMP_SPINCOUNT=",
+      kOpenMpSpinCount, ": ", std::strerror(err), ")");
+#endif
+}
 
 }  // namespace qlinear::cpu

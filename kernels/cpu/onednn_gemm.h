@@ -10,7 +10,9 @@
 //
 // Threads: libdnnl is built on OpenMP (libgomp), so oneDNN runs on an OpenMP team of
 // OMP_NUM_THREADS threads (default: one per CPU); our quantization and epilogue run on the same
-// team, so no second pool competes with it for the cores.
+// team, so no second pool competes with it for the cores during a call. Between calls the team
+// spins for the next one as long as GOMP_SPINCOUNT says; the server and the CPU benchmark set it
+// to about as long as our ThreadPool polls (apply_openmp_spin_default below).
 //
 // The unsigned operand bounds K: oneDNN accumulates sum (xq + 128) * W in int32, which stays in
 // range only for K <= 65793 (255 * 128 * K < 2^31); larger K is declined (cpu.avx512_vnni takes
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "kernels/core/host_info.h"
@@ -33,5 +36,23 @@ inline constexpr int64_t kOneDnnMaxK = 65793;
 absl::Status onednn_supported(const HostInfo& host);
 
 std::unique_ptr<Kernel> make_onednn_kernel();
+
+// How long oneDNN's OpenMP threads spin for the next parallel region before they sleep, in
+// libgomp's GOMP_SPINCOUNT loops (one loop is a PAUSE and a load: 30-50 ns, so about 0.3-0.5 ms,
+// as long as our ThreadPool's workers poll). libgomp's own default is 300,000 loops: after each
+// oneDNN call every thread of its team but the caller's spun on for about 10 ms (measured on a
+// Zen 2 host: 10-11 ms of CPU per thread after a parallel region, 0.0-0.7 ms with 20,000), holding
+// the cores that the thread pool's kernels, the cache-emptying pass of autotune and the server's
+// own threads then needed.
+inline constexpr const char* kOpenMpSpinCount = "10000";
+
+// Call first thing in main, with main's argv. libgomp reads its settings from the environment once,
+// when it loads, before main. Where this binary runs cpu.onednn on it and the environment sets
+// neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, this sets GOMP_SPINCOUNT=kOpenMpSpinCount and
+// re-executes the program (/proc/self/exe, the same arguments and process) so that libgomp starts
+// with it. Returns, without re-executing, in every other case: a line for the start-up log that
+// says what applies (empty where cpu.onednn is not built), also when the re-execution failed (then
+// libgomp keeps its default).
+std::string apply_openmp_spin_default(char** argv);
 
 }  // namespace qlinear::cpu

@@ -9,7 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include "client/qlinear_client.h"
@@ -25,7 +29,11 @@ using testing::TestLayer;
 
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> extra = {}) : port_(testing::free_port()) {
+  // `env`: NAME=VALUE entries set in the server's environment, or NAME alone, unset there.
+  // `log_path`: where its log (stderr) goes.
+  explicit ServerProcess(std::vector<std::string> extra = {}, std::vector<std::string> env = {},
+                         std::string log_path = "/dev/null")
+      : port_(testing::free_port()) {
     std::vector<std::string> args = {
         QLINEAR_SERVER_BIN, "--address=127.0.0.1", "--port=" + std::to_string(port_),
         "--demo-n=256",     "--demo-k=512",        "--drain-timeout-ms=10000"};
@@ -35,8 +43,16 @@ class ServerProcess {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      // Keep the test output readable: the server logs go to /dev/null.
-      freopen("/dev/null", "w", stderr);
+      for (auto& e : env) {
+        const size_t eq = e.find('=');
+        if (eq == std::string::npos) {
+          unsetenv(e.c_str());
+        } else {
+          setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+        }
+      }
+      // Keep the test output readable: the server logs go to /dev/null unless asked for.
+      if (freopen(log_path.c_str(), "w", stderr) == nullptr) _exit(126);
       execv(argv[0], argv.data());
       _exit(127);
     }
@@ -82,12 +98,66 @@ class ServerProcess {
     return ok;
   }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  pid_t pid() const { return pid_; }
 
  private:
   int port_;
   pid_t pid_ = -1;
   std::unique_ptr<Client> client_;
 };
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The value of `name` in a running process's environment, or "(unset)".
+std::string env_of(pid_t pid, const std::string& name) {
+  const std::string environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+  size_t at = 0;
+  while (at < environ.size()) {
+    const size_t end = std::min(environ.find('\0', at), environ.size());
+    const std::string entry = environ.substr(at, end - at);
+    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
+    at = end + 1;
+  }
+  return "(unset)";
+}
+
+// libgomp reads its spin setting once, when it loads: a server that runs cpu.onednn on it
+// re-executes itself (the same process) with GOMP_SPINCOUNT set, unless its environment sets that
+// or OMP_WAIT_POLICY, and logs what applies.
+TEST(ProcessTest, OpenMpSpinIsSetUnlessTheEnvironmentSetsIt) {
+  const std::string log = ::testing::TempDir() + "/openmp_spin_server.log";
+  {
+    ServerProcess server({}, {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "QLINEAR_OPENMP_SPIN_SET"}, log);
+    const std::string text = read_file(log);
+    if (text.find("OpenMP (cpu.onednn)") == std::string::npos) {
+      GTEST_SKIP() << "this build has no cpu.onednn (its log says nothing of OpenMP)";
+    }
+    EXPECT_NE(text.find("OpenMP (cpu.onednn): GOMP_SPINCOUNT=10000 (qlinear's default"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(env_of(server.pid(), "GOMP_SPINCOUNT"), "10000");  // the process started with it
+    EXPECT_TRUE(server.client().health().ok());
+  }
+  {
+    ServerProcess server({}, {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT=1234"}, log);
+    const std::string text = read_file(log);
+    EXPECT_NE(text.find("OpenMP (cpu.onednn): GOMP_SPINCOUNT=1234 from the environment"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(env_of(server.pid(), "GOMP_SPINCOUNT"), "1234");
+  }
+  {
+    ServerProcess server({}, {"OMP_WAIT_POLICY=PASSIVE", "GOMP_SPINCOUNT"}, log);
+    const std::string text = read_file(log);
+    EXPECT_NE(text.find("OpenMP (cpu.onednn): OMP_WAIT_POLICY=PASSIVE from the environment"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(env_of(server.pid(), "GOMP_SPINCOUNT"), "(unset)");
+  }
+}
 
 TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
   ServerProcess server({"--max-batch-rows=1"});
