@@ -7,7 +7,9 @@
 #include "kernels/cpu/cpu_support.h"
 
 #if QLINEAR_HAVE_ONEDNN
+#include <limits.h>
 #include <omp.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -273,30 +275,53 @@ std::string apply_openmp_spin_default(char** argv) {
   (void)argv;
   return "";
 #else
-  constexpr const char* kRexecMark = "QLINEAR_OPENMP_SPIN_SET";
-  if (const char* policy = std::getenv("OMP_WAIT_POLICY")) {
-    return absl::StrCat("OpenMP (cpu.onednn): OMP_WAIT_POLICY=", policy, " from the environment");
+  constexpr const char* kMark = "QLINEAR_OPENMP_SPIN_SET";  // set across our own re-execution
+  const bool reexecuted = std::getenv(kMark) != nullptr;
+  unsetenv(kMark);  // not for child processes
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (spin != nullptr && *spin == '\0') spin = nullptr;  // libgomp ignores an empty one
+  if (policy != nullptr || spin != nullptr) {
+    std::string what = "OpenMP (cpu.onednn):";
+    if (spin != nullptr) {
+      absl::StrAppend(&what, " GOMP_SPINCOUNT=", spin,
+                      reexecuted ? " (qlinear's default; set GOMP_SPINCOUNT or OMP_WAIT_POLICY "
+                                   "to choose another)"
+                                 : " from the environment");
+    }
+    if (policy != nullptr) {
+      absl::StrAppend(&what, spin != nullptr ? " and" : "", " OMP_WAIT_POLICY=", policy,
+                      " from the environment");
+    }
+    return what;
   }
-  if (const char* spin = std::getenv("GOMP_SPINCOUNT")) {
-    const bool ours = std::getenv(kRexecMark) != nullptr;
-    return absl::StrCat("OpenMP (cpu.onednn): GOMP_SPINCOUNT=", spin,
-                        ours ? " (qlinear's default; set GOMP_SPINCOUNT or OMP_WAIT_POLICY to "
-                               "choose another)"
-                             : " from the environment");
+  const std::string keep = absl::StrCat(
+      "OpenMP (cpu.onednn): libgomp's default spin (about 10 ms after each call), since ");
+  if (reexecuted) return keep + "GOMP_SPINCOUNT did not reach the re-executed program";
+  if (argv == nullptr || argv[0] == nullptr) return keep + "there is no argv to re-execute with";
+  // Re-execute the program's own file by its real path (so that the process keeps its name), and
+  // only where that is what the kernel started: not under a loader or a tool that runs it
+  // (ld-linux.so, valgrind), where the same arguments would start something else.
+  char self[PATH_MAX];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) return keep + "/proc/self/exe cannot be read";
+  self[len] = '\0';
+  const char* execfn = reinterpret_cast<const char*>(getauxval(AT_EXECFN));
+  char started[PATH_MAX];
+  if (execfn == nullptr || realpath(execfn, started) == nullptr ||
+      std::strcmp(started, self) != 0) {
+    return keep + "the program was started through another one (/proc/self/exe is " + self + ")";
   }
-  if (argv == nullptr || argv[0] == nullptr) {
-    return "OpenMP (cpu.onednn): libgomp's default spin (no argv to re-execute with)";
+  if (setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1) != 0 || setenv(kMark, "1", 1) != 0) {
+    unsetenv("GOMP_SPINCOUNT");
+    return keep + "the environment cannot be set";
   }
-  setenv("GOMP_SPINCOUNT", kOpenMpSpinCount, 1);
-  setenv(kRexecMark, "1", 1);
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
   const int err = errno;  // execv returns only on failure
   unsetenv("GOMP_SPINCOUNT");
-  unsetenv(kRexecMark);
-  return absl::StrCat(
-      "OpenMP (cpu.onednn): libgomp's default spin (could not re-execute to set "
-      "GOMP_SPINCOUNT=",
-      kOpenMpSpinCount, ": ", std::strerror(err), ")");
+  unsetenv(kMark);
+  return keep + "re-executing " + self + " with GOMP_SPINCOUNT=" + kOpenMpSpinCount +
+         " failed: " + std::strerror(err);
 #endif
 }
 

@@ -47,12 +47,12 @@ std::unique_ptr<Kernel> make_onednn_kernel();
 inline constexpr const char* kOpenMpSpinCount = "10000";
 
 // Call first thing in main, with main's argv. libgomp reads its settings from the environment once,
-// when it loads, before main. Where this binary runs cpu.onednn on it and the environment sets
+// when it loads, before main. Where this binary is built with cpu.onednn and the environment sets
 // neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, this sets GOMP_SPINCOUNT=kOpenMpSpinCount and
-// re-executes the program (/proc/self/exe, the same arguments and process) so that libgomp starts
-// with it. Returns, without re-executing, in every other case: a line for the start-up log that
-// says what applies (empty where cpu.onednn is not built), also when the re-execution failed (then
-// libgomp keeps its default).
+// re-executes the program (its own file, the same arguments and process) so that libgomp starts
+// with it; not where the program was started through another (a loader, valgrind). Returns,
+// without re-executing, in every other case: a line for the start-up log that says what applies
+// and why (empty where cpu.onednn is not built).
 std::string apply_openmp_spin_default(char** argv);
 
 }  // namespace qlinear::cpu
