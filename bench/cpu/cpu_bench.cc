@@ -42,7 +42,7 @@
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
-//                          [--tune-check=false]
+//                          [--copies=N] [--tune-check=false]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -275,6 +275,7 @@ struct Options {
   double batch_ms = 40;
   std::string stat = "best-round";
   bool tune_check = true;
+  int64_t copies = 0;  // weight copies per shape (0: enough to exceed 8x the LLC)
 };
 
 std::string fmt_or_dash(double v, const char* f) {
@@ -458,7 +459,8 @@ int run(const Options& opt) {
     // Copies so that together they exceed 8x the LLC (weights are N*K bytes per copy): the L3 of
     // this CPU does not evict in strict LRU order, so a rotation only a few times its size still
     // hits in it for a good part.
-    const int64_t copies = std::max<int64_t>(2, (8 * llc + n * k - 1) / (n * k));
+    const int64_t copies =
+        opt.copies > 0 ? opt.copies : std::max<int64_t>(2, (8 * llc + n * k - 1) / (n * k));
     LayerSpec spec;
     spec.n = n;
     spec.k = k;
@@ -672,6 +674,10 @@ int main(int argc, char** argv) {
   p.add("wait-idle-s", &opt.wait_idle_s,
         "before each row, wait up to this long for other processes to leave the CPUs idle "
         "(0: do not wait); rows measured on a busy machine are marked");
+  p.add("copies", &opt.copies,
+        "weight copies per shape that the calls rotate over (0: enough to exceed 8x the "
+        "last-level cache, so that small M reads the weights from memory; 1: one copy, which "
+        "stays in the caches where it fits)");
   p.add("tune-check", &opt.tune_check,
         "after each row, time every kernel as autotune does at load (and in two other forms) "
         "and compare autotune's pick with the row's fastest kernel");
