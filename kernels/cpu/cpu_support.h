@@ -111,10 +111,11 @@ struct MeasureOptions {
   // Then wait until the thread pool's workers sleep (at most kMeasureAsleepWaitUs). Autotune does
   // so for a kernel that runs on threads of its own (cpu.onednn's OpenMP team), so that no worker
   // of ours, polling for a while after the emptying pass, takes a core from that team; a kernel
-  // on the pool starts, as in serving, with its workers polling. Without the wait, on a 16-thread
-  // Xeon (AVX-512 VNNI, 300 MiB of L3), cpu.onednn measured 2.3-4.3x the time it served on 6144 x
-  // 4096 (and up to 19 ms a call on 4096 x 4096 at M = 64), and autotune kept cpu.avx512_vnni
-  // where cpu.onednn served 1.3-1.4x faster (docs/kernels.md, "CPU kernels" under "Autotune").
+  // on the pool starts, as in serving, with its workers polling. Without the wait, and with
+  // OpenMP's default spin (see apply_openmp_spin_default in onednn_gemm.h), cpu.onednn measured
+  // 2.3-4.3x the time it served on 6144 x 4096 on a 16-thread Xeon (AVX-512 VNNI, 300 MiB of L3),
+  // up to 19 ms a call on 4096 x 4096 at M = 64, and autotune kept cpu.avx512_vnni where
+  // cpu.onednn served 1.3-1.4x faster (docs/kernels.md, "CPU kernels" under "Autotune").
   bool wait_pool_asleep = false;
 };
 
