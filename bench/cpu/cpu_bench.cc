@@ -336,7 +336,7 @@ TuneCheck check_autotune(std::vector<const Candidate*> serving, const LayerConfi
     }
   }
   if (pick == nullptr) return tc;
-  const double margin = serving.empty() ? 0 : serving.front()->per_copy[0]->measure_margin();
+  const double margin = pick->per_copy[0]->measure_margin();
   if (fastest != pick && lead_us > fastest_us * (1.0 + margin)) pick = fastest;
   tc.pick = pick->name;
   tc.pick_ms = pick->ms;

@@ -178,17 +178,21 @@ class EvictionBuffers {
     return *b;
   }
 
-  // The buffer, of `bytes` bytes and touched, for one measurement, which calls release() when it
-  // is done with it; null where memory is exhausted. `bytes` is the same for every measurement of
-  // a process (it follows the host's last-level cache); a buffer of another size replaces it.
-  uint8_t* acquire(size_t bytes) {
+  // Gives the buffer back (release()) when it goes.
+  struct Releaser {
+    void operator()(const uint8_t*) const { global().release(); }
+  };
+  using Lease = std::unique_ptr<const uint8_t, Releaser>;
+
+  // kEvictLlcTimes the last-level cache, at most kEvictMaxBytes (0 where the host reports none).
+  size_t bytes() const { return bytes_; }
+
+  // The buffer, touched, for one measurement until the lease goes; null where there is none (no
+  // last-level cache reported, or memory exhausted).
+  Lease acquire() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (buf_ == nullptr || (bytes_ != bytes && users_ == 0)) {
-      buf_ = nullptr;
-      buf_ = allocate_buffer(bytes);
-      bytes_ = buf_ == nullptr ? 0 : bytes;
-    }
-    if (buf_ == nullptr || bytes_ != bytes) return nullptr;  // (another size, still in use)
+    if (buf_ == nullptr && bytes_ > 0) buf_ = allocate_buffer(bytes_);
+    if (buf_ == nullptr) return nullptr;
     ++users_;
     last_use_ = std::chrono::steady_clock::now();
     if (!reaper_running_) {
@@ -199,17 +203,7 @@ class EvictionBuffers {
         // No thread: the buffer is freed when this measurement ends (release()).
       }
     }
-    return buf_.get();
-  }
-
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    --users_;
-    last_use_ = std::chrono::steady_clock::now();
-    if (users_ == 0 && !reaper_running_) {
-      buf_ = nullptr;
-      bytes_ = 0;
-    }
+    return Lease(buf_.get());
   }
 
   bool holds_buffer() {
@@ -218,13 +212,23 @@ class EvictionBuffers {
   }
 
  private:
+  EvictionBuffers()
+      : bytes_(static_cast<size_t>(
+            std::min(kEvictMaxBytes, kEvictLlcTimes * last_level_cache_bytes()))) {}
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --users_;
+    last_use_ = std::chrono::steady_clock::now();
+    if (users_ == 0 && !reaper_running_) buf_ = nullptr;
+  }
+
   void reap() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       const auto due = last_use_ + kEvictKeep;
       if (users_ == 0 && std::chrono::steady_clock::now() >= due) {
         buf_ = nullptr;
-        bytes_ = 0;
         reaper_running_ = false;
         return;
       }
@@ -236,8 +240,8 @@ class EvictionBuffers {
   }
 
   std::mutex mu_;
+  const size_t bytes_;
   std::unique_ptr<uint8_t[], FreeDeleter> buf_;
-  size_t bytes_ = 0;
   int users_ = 0;  // measurements between acquire() and release()
   std::chrono::steady_clock::time_point last_use_;
   bool reaper_running_ = false;
@@ -296,23 +300,14 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   args.azp = azp.data();
   // The eviction buffer (shared; zeroed when allocated, so its pages are touched before the
   // first read).
-  const size_t evict_bytes =
-      static_cast<size_t>(std::min(kEvictMaxBytes, kEvictLlcTimes * last_level_cache_bytes()));
-  const uint8_t* const evict = options.empty_caches && evict_bytes > 0
-                                   ? EvictionBuffers::global().acquire(evict_bytes)
-                                   : nullptr;
-  struct Release {
-    bool held;
-    ~Release() {
-      if (held) EvictionBuffers::global().release();
-    }
-  } release{evict != nullptr};
+  EvictionBuffers& buffers = EvictionBuffers::global();
+  const EvictionBuffers::Lease evict = options.empty_caches ? buffers.acquire() : nullptr;
   RETURN_IF_ERROR(kernel.run(args, nullptr));  // untimed: scratch and code in place
   std::vector<double> us;
   int64_t in_calls = 0;
   const int64_t start = now_ns();
   for (;;) {
-    if (evict != nullptr) evict_caches(evict, evict_bytes);
+    if (evict != nullptr) evict_caches(evict.get(), buffers.bytes());
     if (options.wait_pool_asleep) {
       (void)ThreadPool::global().wait_until_asleep(std::chrono::microseconds(kMeasureAsleepWaitUs));
     }
