@@ -33,16 +33,22 @@
 // the fastest optimized kernel's time.
 //
 // Autotune check (--tune-check, on by default): under each row, every serving kernel timed as
-// autotune times it at a layer's load (caches emptied before each call; for cpu.onednn, whose
-// OpenMP team is not our pool, the pool's workers asleep first), at the M the server measures the
-// row's bucket at, and in three fixed forms for comparison ("polling": caches emptied, the pool's
-// workers still polling; "asleep": then the workers asleep; "warm": no emptying), with the kernel
-// autotune would pick from its times and that kernel's time in the row against the row's
-// fastest. The targets list whether autotune's pick is within 5% of the fastest.
+// autotune times it at a layer's load (caches emptied and the kernel's weights flushed before each
+// call; for cpu.onednn, whose OpenMP team is not our pool, the pool's workers asleep first), at
+// the M the server measures the row's bucket at, and in three fixed forms for comparison
+// ("polling": caches emptied, the weights not flushed, the pool's workers still polling;
+// "asleep": then the workers asleep; "warm": no emptying), with the kernel autotune would pick
+// from its times and that kernel's time in the row against the row's fastest. The targets list
+// whether autotune's pick is within 5% of the fastest.
+//
+// Tuning variants (--vnni-variants): cpu.avx512_vnni with other VnniTuning settings, as further
+// columns after its own, timed in the same rounds; they are compared with oneDNN (x1dnn) but are
+// not served, so they take no part in "dispatched", d/best, the autotune check or the targets.
 //
 // Usage: qlinear_cpu_bench [--quick] [--shapes=N:K,N:K...] [--m=1,4,...] [--rounds=N]
 //                          [--batch-ms=T] [--wait-idle-s=S] [--stat=median|min]
 //                          [--copies=N] [--tune-check=false]
+//                          [--vnni-variants=LABEL=KEY:VALUE/KEY:VALUE,...]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -54,6 +60,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -276,7 +283,50 @@ struct Options {
   std::string stat = "best-round";
   bool tune_check = true;
   int64_t copies = 0;  // weight copies per shape (0: enough to exceed 8x the LLC)
+  std::string vnni_variants;
 };
+
+// --vnni-variants: "LABEL=KEY:VALUE/KEY:VALUE,..." with the keys of VnniTuning below.
+struct VnniVariant {
+  std::string label;
+  cpu::VnniTuning tuning;
+};
+
+absl::StatusOr<std::vector<VnniVariant>> parse_vnni_variants(absl::string_view spec) {
+  std::vector<VnniVariant> out;
+  for (absl::string_view v : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    const std::pair<absl::string_view, absl::string_view> lk = absl::StrSplit(v, '=');
+    VnniVariant var{std::string(lk.first), {}};
+    if (var.label.empty()) return absl::InvalidArgumentError(absl::StrCat("no label in '", v, "'"));
+    for (absl::string_view kv : absl::StrSplit(lk.second, '/', absl::SkipEmpty())) {
+      const std::pair<absl::string_view, absl::string_view> p = absl::StrSplit(kv, ':');
+      int64_t value;
+      if (!absl::SimpleAtoi(p.second, &value) || value < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("bad value in '", kv, "'"));
+      }
+      cpu::VnniTuning& t = var.tuning;
+      if (p.first == "stream") {
+        t.stream_max_m = value;
+      } else if (p.first == "pf") {
+        t.prefetch_bytes = value;
+      } else if (p.first == "kblock" && value % 4 == 0) {
+        t.stream_k_block = value;
+      } else if (p.first == "next") {
+        t.prefetch_next_block = value != 0;
+      } else if (p.first == "whole") {
+        t.whole_rows_min_panels = value;
+      } else if (p.first == "tasks" && value > 0) {
+        t.tasks_per_thread = value;
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unknown or bad '", kv,
+            "' (keys: stream, pf, kblock (a multiple of 4), next, whole, tasks (> 0))"));
+      }
+    }
+    out.push_back(std::move(var));
+  }
+  return out;
+}
 
 std::string fmt_or_dash(double v, const char* f) {
   return std::isnan(v) ? std::string("-") : absl::StrFormat(f, v);
@@ -351,9 +401,15 @@ struct Timed {
   Candidate cand;
   std::unique_ptr<Kernel> kernel;  // null for the bench-only oneDNN GEMM anchor
   double peak = NAN;               // the multiply peak its %roof is taken against, in ops/s
+  bool variant = false;            // a --vnni-variants column: timed, never served
 };
 
 int run(const Options& opt) {
+  const absl::StatusOr<std::vector<VnniVariant>> variants = parse_vnni_variants(opt.vnni_variants);
+  if (!variants.ok()) {
+    std::fprintf(stderr, "--vnni-variants: %s\n", std::string(variants.status().message()).c_str());
+    return 2;
+  }
   const HostInfo& host = host_info();
   std::printf("host: %s\n", host.cpu_description().c_str());
   const absl::Status vnni_status = cpu::avx512_vnni_isa_status(host);
@@ -413,6 +469,15 @@ int run(const Options& opt) {
   if (vnni_status.ok()) {
     columns.push_back(
         {"vnni", {"cpu.avx512_vnni", {}, {}, {}, NAN}, cpu::make_avx512_vnni_kernel(), peak});
+    for (const VnniVariant& v : *variants) {
+      columns.push_back({v.label,
+                         {absl::StrCat("cpu.avx512_vnni[", v.label, "]"), {}, {}, {}, NAN},
+                         cpu::make_avx512_vnni_kernel(v.tuning),
+                         peak,
+                         true});
+    }
+  } else if (!variants->empty()) {
+    std::printf("--vnni-variants: not timed, cpu.avx512_vnni cannot run here\n");
   }
   if (avx2_status.ok()) {
     columns.push_back({"avx2", {"cpu.avx2", {}, {}, {}, NAN}, cpu::make_avx2_kernel(), avx2_peak});
@@ -559,7 +624,9 @@ int run(const Options& opt) {
       double best = INFINITY;
       for (size_t i = 0; i < columns.size(); ++i) {
         if (columns[i].cand.name == chosen) disp_ms = columns[i].cand.ms;
-        if (i < n_opt || have_dnnl) best = std::min(best, columns[i].cand.ms);
+        if (!columns[i].variant && (i < n_opt || have_dnnl)) {
+          best = std::min(best, columns[i].cand.ms);
+        }
       }
 
       const double ops = 2.0 * m * n * k, wbytes = static_cast<double>(n) * k;
@@ -584,7 +651,7 @@ int run(const Options& opt) {
                               pct(t, columns[i].peak));
         if (i < n_opt) {
           absl::StrAppendFormat(&line, " %5s", x1dnn(t));
-          row.opt_ms.push_back(t);
+          if (!columns[i].variant) row.opt_ms.push_back(t);
         }
       }
       absl::StrAppendFormat(&line, " | %-16s %6.3f %5s%s", chosen, disp_ms / best, x1dnn(disp_ms),
@@ -593,7 +660,9 @@ int run(const Options& opt) {
       if (opt.tune_check) {
         std::vector<const Candidate*> serving;
         for (size_t i = 0; i < columns.size(); ++i) {
-          if (i < n_opt || have_dnnl) serving.push_back(&columns[i].cand);
+          if (!columns[i].variant && (i < n_opt || have_dnnl)) {
+            serving.push_back(&columns[i].cand);
+          }
         }
         const TuneCheck tc = check_autotune(serving, layers[0]->config, shape, best);
         std::printf("%s\n", tc.line.c_str());
@@ -681,6 +750,12 @@ int main(int argc, char** argv) {
   p.add("tune-check", &opt.tune_check,
         "after each row, time every kernel as autotune does at load (and in two other forms) "
         "and compare autotune's pick with the row's fastest kernel");
+  p.add("vnni-variants", &opt.vnni_variants,
+        "extra cpu.avx512_vnni columns with other tuning, as LABEL=KEY:VALUE/KEY:VALUE,... with "
+        "keys stream (stream_max_m), pf (prefetch bytes), kblock (streaming K block, 0: none), "
+        "next (0/1: prefetch the next K block), whole (panels per thread that keep rows whole, "
+        "0: split rows), tasks (tasks per thread); e.g. "
+        "rowsplit=stream:16/kblock:0/next:0/whole:0");
   p.add("stat", &opt.stat,
         "what a row reports per kernel: best-round (the fastest round's mean call time: a "
         "neighbour's load only ever slows a round down), median (of all calls) or min (fastest "

@@ -62,6 +62,9 @@ class Avx2Prepared final : public MeasuredCpuKernel {
   }
 
   int64_t extra_bytes() const override { return extra_bytes_; }
+  absl::Span<const uint8_t> weight_memory() const override {
+    return {packed_.get(), static_cast<size_t>(n_pad_ * k_pad_)};
+  }
   // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
   const LayerConfig& layer_config() const override { return weights_.config; }
 

@@ -21,13 +21,22 @@ inline int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// How a register tile prefetches weights as it goes. kNear: the tile's own panel, `pf` bytes
+// ahead of each k-step, into L1 (a single pass over weights that stream from DRAM). kFar1/2/4: 1, 2
+// or 4 lines a k-step into L2 from a separate stream that advances pf_step bytes a k-step: the
+// next K block's weights while this block's row tiles multiply (gemm_u8s8_vnni_avx512).
+enum class Pf { kNone, kNear, kFar1, kFar2, kFar4 };
+
+constexpr int far_lines(Pf pf) { return pf == Pf::kFar1 ? 1 : pf == Pf::kFar2 ? 2 : 4; }
+
 // One register tile: MR rows x NV vectors of 16 columns over `ksteps` k-steps of 4. The
 // accumulators start at comp (first K block) or, when comp is null, at c_out (a later block), and
 // end in c_out [MR][kVnniPanel]. b points to the panel at the block's first k-step; b_step is the
-// panel's bytes per k-step.
-template <int MR, int NV, bool kPrefetch>
+// panel's bytes per k-step. pf: the prefetch stream's start (kNear: b + the distance, advancing
+// b_step a k-step; kFar*: advancing 64 * far_lines a k-step).
+template <int MR, int NV, Pf kPf>
 void tile_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t b_step, int64_t ksteps,
-                 const int32_t* comp, int32_t* c_out, int64_t pf) {
+                 const int32_t* comp, int32_t* c_out, const int8_t* pf) {
   __m512i c[MR][NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) {
@@ -43,9 +52,13 @@ void tile_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t b_step,
 #pragma GCC unroll 2
   for (int64_t s = 0; s < ksteps; ++s) {
     const int8_t* bk = b + s * b_step;
-    if constexpr (kPrefetch) {
+    if constexpr (kPf == Pf::kNear) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) _mm_prefetch(bk + pf + 64 * v, _MM_HINT_T0);
+      for (int v = 0; v < NV; ++v) _mm_prefetch(pf + s * b_step + 64 * v, _MM_HINT_T0);
+    } else if constexpr (kPf != Pf::kNone) {
+      constexpr int kLines = far_lines(kPf);
+#pragma GCC unroll 4
+      for (int l = 0; l < kLines; ++l) _mm_prefetch(pf + (s * kLines + l) * 64, _MM_HINT_T1);
     }
     __m512i bv[NV];
 #pragma GCC unroll 4
@@ -65,31 +78,47 @@ void tile_kernel(const uint8_t* a, int64_t lda, const int8_t* b, int64_t b_step,
 }
 
 using TileFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, const int32_t*,
-                        int32_t*, int64_t);
+                        int32_t*, const int8_t*);
 
-template <bool kPrefetch, int MR>
+template <Pf kPf, int MR>
 constexpr TileFn tile_for_nv(int nv) {
-  return nv == 1   ? &tile_kernel<MR, 1, kPrefetch>
-         : nv == 2 ? &tile_kernel<MR, 2, kPrefetch>
-         : nv == 3 ? &tile_kernel<MR, 3, kPrefetch>
-                   : &tile_kernel<MR, 4, kPrefetch>;
+  return nv == 1   ? &tile_kernel<MR, 1, kPf>
+         : nv == 2 ? &tile_kernel<MR, 2, kPf>
+         : nv == 3 ? &tile_kernel<MR, 3, kPf>
+                   : &tile_kernel<MR, 4, kPf>;
 }
 
-template <bool kPrefetch>
-TileFn tile_for(int mr, int nv) {
+template <Pf kPf>
+TileFn tile_for_mr(int mr, int nv) {
   switch (mr) {
     case 1:
-      return tile_for_nv<kPrefetch, 1>(nv);
+      return tile_for_nv<kPf, 1>(nv);
     case 2:
-      return tile_for_nv<kPrefetch, 2>(nv);
+      return tile_for_nv<kPf, 2>(nv);
     case 3:
-      return tile_for_nv<kPrefetch, 3>(nv);
+      return tile_for_nv<kPf, 3>(nv);
     case 4:
-      return tile_for_nv<kPrefetch, 4>(nv);
+      return tile_for_nv<kPf, 4>(nv);
     case 5:
-      return tile_for_nv<kPrefetch, 5>(nv);
+      return tile_for_nv<kPf, 5>(nv);
     default:
-      return tile_for_nv<kPrefetch, 6>(nv);
+      return tile_for_nv<kPf, 6>(nv);
+  }
+}
+
+// The far streams run only in full tiles (the tail tile of a task's rows does not prefetch).
+TileFn tile_for(Pf pf, int mr, int nv) {
+  switch (pf) {
+    case Pf::kNone:
+      return tile_for_mr<Pf::kNone>(mr, nv);
+    case Pf::kNear:
+      return tile_for_mr<Pf::kNear>(mr, nv);
+    case Pf::kFar1:
+      return tile_for_nv<Pf::kFar1, kVnniMr>(nv);
+    case Pf::kFar2:
+      return tile_for_nv<Pf::kFar2, kVnniMr>(nv);
+    default:
+      return tile_for_nv<Pf::kFar4, kVnniMr>(nv);
   }
 }
 
@@ -132,22 +161,32 @@ void finish_rows(const VnniGemmArgs& g, const int32_t* tile, int64_t m, int64_t 
   }
 }
 
-// K blocking, for long K only. A 6-row tile re-reads its panel (64 x K bytes) from L2 for every
-// row tile; up to K = 4096 (256 KiB) that is fast enough and the whole K stays in registers. A
-// longer panel no longer fits L2 next to the activations, so it is cut into blocks of kKBlock
-// that every row of the call shares while the block is in L2, with the accumulators parked in
-// acc_scratch (L2) between blocks. Measured on Zen 5 (ratio to oneDNN, same run): blocking K =
-// 4096 in 256-deep blocks cost 3-10% at M = 16..256, so short K is not blocked; at K = 14336,
-// M = 1024, 4096-deep blocks took the ratio from 0.94 to 0.96-0.97 (2048 and 8192: no better).
-constexpr int64_t kKBlock = 4096;
+// K blocking, for long K only unless args.k_block asks for it. A 6-row tile re-reads its panel
+// (64 x K bytes) from L2 for every row tile; up to K = 4096 (256 KiB) that is fast enough and the
+// whole K stays in registers. A longer panel no longer fits L2 next to the activations, so it is
+// cut into blocks of kVnniLongKBlock that every row of the call shares while the block is in L2,
+// with the accumulators parked in acc_scratch (L2) between blocks. Measured on Zen 5 (ratio to
+// oneDNN, same run): blocking K = 4096 in 256-deep blocks cost 3-10% at M = 16..256 with the
+// weights in cache, so short K is not blocked by default; at K = 14336, M = 1024, 4096-deep
+// blocks took the ratio from 0.94 to 0.96-0.97 (2048 and 8192: no better).
+constexpr int64_t kVnniLongKBlock = 4096;
+
+// The smallest far stream (1, 2 or 4 lines a k-step) with which `tiles` full tiles of a block
+// cover the next block's nv * 64 bytes a k-step.
+Pf far_stream(int64_t tiles, int nv) {
+  const int64_t lines = (nv + tiles - 1) / tiles;
+  return lines <= 1 ? Pf::kFar1 : lines <= 2 ? Pf::kFar2 : Pf::kFar4;
+}
 
 }  // namespace
 
 void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_t p_begin,
                            int64_t p_end, int32_t* acc) {
   const int64_t ksteps = g.k_pad / 4;
-  const int64_t block_steps = kKBlock / 4;
-  const bool blocked = ksteps > block_steps && m_end - m_begin > kVnniMr;
+  const int64_t block_steps = (g.k_block > 0 ? g.k_block : kVnniLongKBlock) / 4;
+  const int64_t rows = m_end - m_begin;
+  const bool blocked = ksteps > block_steps && rows > kVnniMr;
+  const Pf near = g.prefetch_bytes > 0 ? Pf::kNear : Pf::kNone;
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int64_t n0 = p * kVnniPanel;
     const int nv = static_cast<int>(g.n_pad - n0 >= kVnniPanel ? 4 : (g.n_pad - n0) / 16);
@@ -157,20 +196,46 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
     if (!blocked) {
       for (int64_t m = m_begin; m < m_end; m += kVnniMr) {
         const int mr = static_cast<int>(m_end - m < kVnniMr ? m_end - m : kVnniMr);
-        const TileFn fn = g.prefetch_bytes > 0 ? tile_for<true>(mr, nv) : tile_for<false>(mr, nv);
-        fn(g.xu + m * g.ldx, g.ldx, b, b_step, ksteps, g.comp + n0, acc, g.prefetch_bytes);
+        tile_for(near, mr, nv)(g.xu + m * g.ldx, g.ldx, b, b_step, ksteps, g.comp + n0, acc,
+                               b + g.prefetch_bytes);
         finish_rows(g, acc, m, mr, n0, cols);
       }
       continue;
     }
+    // With prefetch_next_block, the full tiles of each block stream the next block (of this
+    // panel, or the next panel's first: the panels lie back to back) into L2 between them, each
+    // tile a share. A block that no stream covered (the task's first, or every block when one
+    // full tile cannot cover the next alone) has its first tile prefetch near instead.
+    const int64_t full_tiles = rows / kVnniMr;
+    bool covered = false;
     for (int64_t s0 = 0; s0 < ksteps; s0 += block_steps) {
       const int64_t steps = ksteps - s0 < block_steps ? ksteps - s0 : block_steps;
+      const int8_t* next = b + (s0 + steps) * b_step;
+      const int64_t next_bytes = steps * b_step;  // the next block's size, or more at the end
+      const int64_t first_far = g.prefetch_next_block && !covered ? 1 : 0;
+      const int64_t far_tiles = g.prefetch_next_block ? full_tiles - first_far : 0;
+      const Pf far = far_tiles > 0 ? far_stream(far_tiles, nv) : Pf::kNone;
+      const int64_t far_step = 64 * far_lines(far);
       for (int64_t m = m_begin; m < m_end; m += kVnniMr) {
         const int mr = static_cast<int>(m_end - m < kVnniMr ? m_end - m : kVnniMr);
-        const TileFn fn = g.prefetch_bytes > 0 ? tile_for<true>(mr, nv) : tile_for<false>(mr, nv);
-        fn(g.xu + m * g.ldx + 4 * s0, g.ldx, b + s0 * b_step, b_step, steps,
-           s0 == 0 ? g.comp + n0 : nullptr, acc + (m - m_begin) * kVnniPanel, g.prefetch_bytes);
+        const int64_t tile = (m - m_begin) / kVnniMr;
+        Pf pf = Pf::kNone;
+        const int8_t* pf_at = nullptr;
+        if (!g.prefetch_next_block || (tile == 0 && first_far == 1)) {
+          pf = near;
+          pf_at = b + s0 * b_step + g.prefetch_bytes;
+        } else if (mr == kVnniMr && far != Pf::kNone) {
+          const int64_t offset = (tile - first_far) * steps * far_step;
+          if (offset < next_bytes) {
+            pf = far;
+            pf_at = next + offset;
+          }
+        }
+        tile_for(pf, mr, nv)(g.xu + m * g.ldx + 4 * s0, g.ldx, b + s0 * b_step, b_step, steps,
+                             s0 == 0 ? g.comp + n0 : nullptr, acc + (m - m_begin) * kVnniPanel,
+                             pf_at);
       }
+      covered = far_tiles > 0 && far_tiles * far_lines(far) >= nv;
     }
     finish_rows(g, acc, m_begin, m_end - m_begin, n0, cols);
   }

@@ -11,7 +11,9 @@
 // Register tile: 6 rows x 64 columns (24 zmm accumulators), the 4 weight vectors of a k-step
 // loaded once and each activation dword broadcast once: 24 VPDPBUSD per 10 loads. Up to K = 4096
 // a tile runs the whole K in registers; longer K is cut into 4096-deep blocks that every row of
-// the call shares while the block is in L2 (see avx512_vnni_gemm.cc).
+// the call shares while the block is in L2 (see avx512_vnni_gemm.cc). Where the weights stream
+// from DRAM under several row tiles, the caller may ask for shallower blocks whose row tiles
+// stream the next block into L2 while they multiply (VnniGemmArgs::k_block).
 //
 // Compiled with AVX-512 flags: call only on hosts with avx512f, avx512bw, avx512vl and
 // avx512_vnni. Functions are plain and reentrant; concurrent calls on disjoint outputs are safe.
@@ -41,6 +43,13 @@ struct VnniGemmArgs {
   // Prefetch weights this many bytes ahead of use (0: no prefetch). Pays off when they stream
   // from DRAM (small M), not when a panel is reused from L2 across many row tiles.
   int64_t prefetch_bytes = 0;
+  // K blocking where a call's rows span several row tiles: 0 blocks K only beyond 4096, in
+  // 4096-deep blocks; else K is cut into blocks of k_block (a multiple of 4) that every row tile
+  // of the call runs in turn while the block is in cache.
+  int64_t k_block = 0;
+  // In blocked runs, the full row tiles of each block prefetch the next block into L2 (each a
+  // share), so the weights keep streaming from DRAM while the tiles multiply.
+  bool prefetch_next_block = false;
   EpilogueArgs epi;  // comp must be null here: it is folded into the accumulators
   // When set, the exact int32 accumulators acc[m * ld_acc + n] are written here instead of y
   // (no epilogue): for other epilogues and for testing the GEMM on its own.

@@ -19,30 +19,29 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
-// Tuning of the work split, measured with bench/cpu/qlinear_cpu_bench on a 2-core AMD EPYC
-// (Zen 5) VM (ratios are to cpu.onednn in the same run).
-struct Tuning {
-  // Up to this M the weights stream from DRAM once per call and the GEMM is memory-bound, so the
-  // tiles prefetch the weights ahead of use. On Zen 5 the hardware streamer does most of it (a
-  // distance of 0, 1 or 4 KiB measured within +-3% at M = 1, all at 90-98% of the measured read
-  // bandwidth); the prefetch is kept for CPUs with weaker streamers.
-  int64_t stream_max_m = 16;
-  int64_t prefetch_bytes = 1024;
-  // Tasks per thread: the last task bounds the imbalance between threads (a late-waking worker,
-  // or a core taken by another process), the number of tasks bounds the claiming overhead.
-  // 4 and 16 measured alike (+-3%, M = 1..1024) on an idle machine; 16 degrades less when
-  // another process takes a core (dynamic claiming lets the other thread take over its share).
-  int64_t tasks_per_thread = 16;
-  // Quantize rows on several threads only when there is enough of it to repay the hand-off.
-  int64_t parallel_quantize_min_elems = int64_t{1} << 15;
-};
-
-constexpr Tuning kTuning;
-
+// VnniTuning's defaults, measured with bench/cpu/qlinear_cpu_bench:
+// - prefetch_bytes: on a 2-core AMD EPYC (Zen 5) VM the hardware streamer does most of it (a
+//   distance of 0, 1 or 4 KiB measured within +-3% at M = 1, all at 90-98% of the measured read
+//   bandwidth); the prefetch is kept for CPUs with weaker streamers.
+// - tasks_per_thread: 4 and 16 measured alike there (+-3%, M = 1..1024) on an idle machine; 16
+//   degrades less when another process takes a core (dynamic claiming lets the other thread take
+//   over its share).
+// - whole_rows_min_panels, stream_k_block, prefetch_next_block, stream_max_m: for M = 16..64 with
+//   the weights from DRAM, on 16-thread Xeons (qlinear_cpu_bench --vnni-variants, ms at M = 16 on
+//   4096 x 14336; docs/kernels.md, "CPU kernels", has every layer):
+//     rows split in 3 tasks a panel (the split at larger M)          1.749
+//     whole rows, K unblocked                                         0.872
+//     whole rows, 1024-deep K blocks streaming the next into L2       0.793
+//     whole rows, 512-deep blocks streaming the next (the default)    0.727
+//     cpu.onednn                                                      1.098
+//   and on another such host 256-, 384- and 512-deep blocks within 5% of each other, 1024 1-16%
+//   slower, each tile prefetching its own weights instead of the next block 12-31% slower. A
+//   2-thread host never split rows at these M (every layer has over 32 panels).
 class Avx512VnniPrepared final : public MeasuredCpuKernel {
  public:
-  static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
-    std::unique_ptr<Avx512VnniPrepared> p(new Avx512VnniPrepared(w));
+  static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w,
+                                                                const VnniTuning& tuning) {
+    std::unique_ptr<Avx512VnniPrepared> p(new Avx512VnniPrepared(w, tuning));
     const LayerConfig& c = w.config;
     p->k_pad_ = round_up(c.k, 4);
     p->n_pad_ = round_up(c.n, 16);
@@ -66,6 +65,9 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
   }
 
   int64_t extra_bytes() const override { return extra_bytes_; }
+  absl::Span<const uint8_t> weight_memory() const override {
+    return {packed_.get(), static_cast<size_t>(n_pad_ * k_pad_)};
+  }
   // Which CPU kernel is fastest depends on the CPU: autotune measures it (cpu_support.h).
   const LayerConfig& layer_config() const override { return weights_.config; }
 
@@ -93,7 +95,7 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     q.xq_stride = ldx_;
     q.shift_to_u8 = true;
     const int64_t bad_row = quantize_rows_on_pool(
-        pool, m, m * c.k >= kTuning.parallel_quantize_min_elems,
+        pool, m, m * c.k >= tuning_.parallel_quantize_min_elems,
         [&](int64_t r0, int64_t r1) { return quantize_rows_avx512(q, r0, r1); });
     if (bad_row >= 0) return non_finite_row_error(args.x, args.x_dtype, c.k, bad_row);
     const int64_t t1 = now_ns();
@@ -106,10 +108,14 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     g.n_pad = n_pad_;
     g.xu = xu;
     g.ldx = ldx_;
-    g.prefetch_bytes = m <= kTuning.stream_max_m ? kTuning.prefetch_bytes : 0;
+    const bool stream = m <= tuning_.stream_max_m;
+    g.prefetch_bytes = stream ? tuning_.prefetch_bytes : 0;
+    g.k_block = stream ? tuning_.stream_k_block : 0;
+    g.prefetch_next_block = stream && tuning_.prefetch_next_block;
     g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
-    const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, kTuning.tasks_per_thread);
+    const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, tuning_.tasks_per_thread,
+                          stream ? tuning_.whole_rows_min_panels : 0);
     if (!run_gemm_tasks(pool, split, kVnniMaxRows * kVnniPanel * 4,
                         [&](const GemmSplit::Range& r, int32_t* acc) {
                           gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
@@ -124,9 +130,11 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
   }
 
  private:
-  explicit Avx512VnniPrepared(const LayerWeights& w) : weights_(w) {}
+  Avx512VnniPrepared(const LayerWeights& w, const VnniTuning& tuning)
+      : weights_(w), tuning_(tuning) {}
 
   const LayerWeights& weights_;
+  const VnniTuning tuning_;
   int64_t k_pad_ = 0, n_pad_ = 0, panels_ = 0, ldx_ = 0;
   std::unique_ptr<uint8_t[], FreeDeleter> packed_;
   std::unique_ptr<uint8_t[], FreeDeleter> comp_;
@@ -141,6 +149,7 @@ namespace {
 
 class Avx512VnniKernel final : public Kernel {
  public:
+  explicit Avx512VnniKernel(const VnniTuning& tuning) : tuning_(tuning) {}
   absl::string_view name() const override { return "cpu.avx512_vnni"; }
   absl::Status is_supported(const HostInfo& host) const override {
     return avx512_vnni_supported(host);
@@ -158,25 +167,34 @@ class Avx512VnniKernel final : public Kernel {
   //   M = 1: 1.00-1.09 (both at 90-98% of the measured DRAM read bandwidth)
   //   M = 4..64: 0.97-1.14;  M = 256, 1024: 0.96-1.07 (K = 14336, M = 1024 is the low end)
   // so this kernel comes first in the priority order and cpu.onednn after it. On a 16-thread Intel
-  // Xeon with AVX-512 VNNI (a GPU host), one --quick run measured otherwise from M = 16:
-  //   M = 1: 1.39-1.68;  M = 16: 0.55-0.65 (1.19 on 28672 x 4096);  M = 256: 0.80-0.99
-  // so there oneDNN is the better choice from M = 16: autotune measures both on each layer and
-  // host (docs/kernels.md, "CPU kernels"), and the order decides only with --autotune=false.
+  // Xeon with AVX-512 VNNI (a GPU host), the same four layers and weights rotated past the L3:
+  //   M = 1: 1.49-1.87;  M = 16, 64: 1.23-1.75;  M = 256 (another run): 0.80-0.83 on 4096 x 14336
+  //   and 28672 x 4096, 1.69 on 6144 x 4096
+  // so there oneDNN is the better choice at M = 256 on the long layers: autotune measures both on
+  // each layer and host (docs/kernels.md, "CPU kernels"), and the order decides only with
+  // --autotune=false.
   MRange preferred_m() const override { return MRange{}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX512_VNNI
     RETURN_IF_ERROR(avx512_vnni_supported(host_info()));
-    return Avx512VnniPrepared::create(weights);
+    return Avx512VnniPrepared::create(weights, tuning_);
 #else
     (void)weights;
     return avx512_vnni_supported(host_info());
 #endif
   }
+
+ private:
+  const VnniTuning tuning_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_avx512_vnni_kernel() { return std::make_unique<Avx512VnniKernel>(); }
+std::unique_ptr<Kernel> make_avx512_vnni_kernel() { return make_avx512_vnni_kernel(VnniTuning{}); }
+
+std::unique_ptr<Kernel> make_avx512_vnni_kernel(const VnniTuning& tuning) {
+  return std::make_unique<Avx512VnniKernel>(tuning);
+}
 
 }  // namespace qlinear::cpu

@@ -8,7 +8,9 @@
 // Per call: quantize x to xq + 128 (uint8) per row, then one register-tiled GEMM over the packed
 // weights with the epilogue fused per tile. Work is split over 64-column weight panels (and over
 // row blocks when there are few panels), claimed dynamically by the persistent pool, so every
-// panel streams from memory once per call whatever M is.
+// panel streams from memory once per call whatever M is. Up to VnniTuning::stream_max_m rows,
+// where that stream bounds the call, a panel's rows stay in one task and its row tiles go through
+// K in blocks, streaming the next block while they multiply.
 #pragma once
 
 #include <memory>
@@ -23,6 +25,27 @@ namespace qlinear::cpu {
 // and avx512_vnni; otherwise the reason, for users.
 absl::Status avx512_vnni_supported(const HostInfo& host);
 
+// How cpu.avx512_vnni splits and streams a call. The defaults are what the server runs;
+// qlinear_cpu_bench --vnni-variants times others beside them (avx512_vnni_kernel.cc has the
+// measurements behind the defaults).
+struct VnniTuning {
+  // Up to this M the weights stream from DRAM once per call and bound the GEMM: the tiles
+  // prefetch them (prefetch_bytes ahead, or the next K block), and a panel's rows stay in one task
+  // where there are whole_rows_min_panels panels per thread.
+  int64_t stream_max_m = 64;
+  int64_t prefetch_bytes = 1024;  // a single row tile's prefetch distance (0: none)
+  int64_t stream_k_block = 512;   // K block of several row tiles (0: K blocked beyond 4096 only)
+  bool prefetch_next_block = true;
+  int64_t whole_rows_min_panels = 2;  // 0: rows split as at larger M (GemmSplit)
+  // Tasks per thread: the last task bounds the imbalance between threads (a late-waking worker,
+  // or a core taken by another process), the number of tasks bounds the claiming overhead.
+  int64_t tasks_per_thread = 16;
+  // Quantize rows on several threads only when there is enough of it to repay the hand-off.
+  int64_t parallel_quantize_min_elems = int64_t{1} << 15;
+};
+
 std::unique_ptr<Kernel> make_avx512_vnni_kernel();
+// The kernel with other tuning (benchmarks and tests; the server runs the defaults).
+std::unique_ptr<Kernel> make_avx512_vnni_kernel(const VnniTuning& tuning);
 
 }  // namespace qlinear::cpu

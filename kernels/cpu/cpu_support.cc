@@ -1,6 +1,9 @@
 #include "kernels/cpu/cpu_support.h"
 
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -267,6 +270,27 @@ void evict_caches(const uint8_t* buf, size_t bytes) {
   });
 }
 
+// Flushes every cache line of `bytes` from every cache level, on the thread pool (CLFLUSH is
+// part of SSE2, so of every x86-64 CPU; elsewhere the bytes stay where they are).
+void flush_caches(absl::Span<const uint8_t> bytes) {
+#if defined(__x86_64__)
+  if (bytes.empty()) return;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(bytes.data()) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();
+  const int64_t lines = static_cast<int64_t>((end - first + 63) / 64);
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t tasks = std::min<int64_t>(lines, 4 * static_cast<int64_t>(pool.threads()));
+  pool.parallel_for(tasks, [&](int64_t t) {
+    for (int64_t l = lines * t / tasks; l < lines * (t + 1) / tasks; ++l) {
+      _mm_clflush(reinterpret_cast<const void*>(first + 64 * static_cast<uintptr_t>(l)));
+    }
+    _mm_mfence();
+  });
+#else
+  (void)bytes;
+#endif
+}
+
 }  // namespace
 
 bool measurement_buffer_held_for_testing() { return EvictionBuffers::global().holds_buffer(); }
@@ -308,6 +332,7 @@ absl::StatusOr<double> measure_call_us(const PreparedKernel& kernel, const Layer
   const int64_t start = now_ns();
   for (;;) {
     if (evict != nullptr) evict_caches(evict.get(), buffers.bytes());
+    flush_caches(options.flush);
     if (options.wait_pool_asleep) {
       (void)ThreadPool::global().wait_until_asleep(std::chrono::microseconds(kMeasureAsleepWaitUs));
     }

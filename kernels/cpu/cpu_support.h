@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/kernel.h"
 #include "kernels/core/layer.h"
@@ -117,6 +118,13 @@ struct MeasureOptions {
   // up to 19 ms a call on 4096 x 4096 at M = 64, and autotune kept cpu.avx512_vnni where
   // cpu.onednn served 1.3-1.4x faster (docs/kernels.md, "CPU kernels" under "Autotune").
   bool wait_pool_asleep = false;
+  // Then flush these bytes from every cache level (CLFLUSH, on the thread pool): the kernel's
+  // weights. The emptying pass alone does not reach memory everywhere: on a 16-thread Xeon (300
+  // MiB of L3) cpu.avx512_vnni measured 0.31-0.35 ms at M = 16 on 6144 x 4096 after it, as with
+  // its weights in the L3 (0.26-0.32), where rotating past the L3 took 0.74-0.93 ms (likely an L3
+  // that keeps lines it saw reused through a stream read once). With the flush the load's times
+  // came within 10% of the rotation's (docs/kernels.md, "CPU kernels" under "Autotune").
+  absl::Span<const uint8_t> flush;
 };
 
 // Autotune's measurement of a CPU kernel (PreparedKernel::measure_us): `kernel` (prepared for a
@@ -157,12 +165,16 @@ class MeasuredCpuKernel : public PreparedKernel {
   absl::StatusOr<double> measure_us(const ProblemShape& shape) const override {
     MeasureOptions options;
     options.wait_pool_asleep = !runs_on_thread_pool();
+    options.flush = weight_memory();
     return measure_call_us(*this, layer_config(), shape, options);
   }
   int64_t max_measured_m() const override { return kMeasureMaxM; }
   double measure_margin() const override { return kMeasureMargin; }
   // Whether its calls run on ThreadPool::global() (else on threads of their own).
   virtual bool runs_on_thread_pool() const { return true; }
+  // Its prepared weights, which a served model's next call on the layer finds in memory:
+  // autotune flushes them from the caches before each timed call (MeasureOptions::flush).
+  virtual absl::Span<const uint8_t> weight_memory() const { return {}; }
 
  protected:
   virtual const LayerConfig& layer_config() const = 0;

@@ -86,6 +86,9 @@ struct Primitive {
 class OneDnnPrepared final : public MeasuredCpuKernel {
  public:
   bool runs_on_thread_pool() const override { return false; }  // oneDNN's OpenMP team
+  absl::Span<const uint8_t> weight_memory() const override {
+    return {packed_.get(), weights_md_.get_size()};
+  }
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w) {
     ASSIGN_OR_RETURN(const dnnl::engine* engine, cpu_engine());
     std::unique_ptr<OneDnnPrepared> p(new OneDnnPrepared(w, *engine));

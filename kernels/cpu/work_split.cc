@@ -34,14 +34,16 @@ int64_t quantize_rows_on_pool(ThreadPool& pool, int64_t m, bool parallel,
 }
 
 GemmSplit::GemmSplit(int64_t m, int64_t panels, int64_t mr, int64_t max_rows, int threads,
-                     int64_t tasks_per_thread)
+                     int64_t tasks_per_thread, int64_t whole_rows_min_panels)
     : m_(m), panels_(panels), mr_(mr), row_tiles_((m + mr - 1) / mr) {
   const int64_t target = threads <= 1 ? 1 : threads * tasks_per_thread;
   panel_chunks_ = std::max<int64_t>(1, std::min(panels, target));
   const int64_t max_chunk_tiles = max_rows / mr;
-  row_chunks_ = std::max<int64_t>(
-      1, std::min(row_tiles_, std::max((target + panel_chunks_ - 1) / panel_chunks_,
-                                       (row_tiles_ + max_chunk_tiles - 1) / max_chunk_tiles)));
+  const int64_t for_max_rows = (row_tiles_ + max_chunk_tiles - 1) / max_chunk_tiles;
+  const bool whole_rows =
+      whole_rows_min_panels > 0 && panels >= whole_rows_min_panels * std::max(threads, 1);
+  const int64_t for_tasks = whole_rows ? 1 : (target + panel_chunks_ - 1) / panel_chunks_;
+  row_chunks_ = std::max<int64_t>(1, std::min(row_tiles_, std::max(for_tasks, for_max_rows)));
 }
 
 GemmSplit::Range GemmSplit::task(int64_t t) const {

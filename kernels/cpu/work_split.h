@@ -28,11 +28,16 @@ void pack_panels_on_pool(ThreadPool& pool, int64_t panels,
 // per call), then ranges of row tiles where there are too few panels to give every thread
 // `tasks_per_thread` tasks, or where one range would hold more than `max_rows` rows (the
 // kernels' accumulator scratch for long K).
+//
+// Splitting a panel's rows has each of its row ranges read the whole panel, on different cores
+// at about the same time. Where the weights stream from DRAM (small M) that multiplies what the
+// cores pull from memory and the L3; so with `whole_rows_min_panels` > 0, rows are cut only
+// where a range would exceed max_rows as long as there are at least that many panels per thread.
 class GemmSplit {
  public:
   // m rows in tiles of mr; max_rows a multiple of mr.
   GemmSplit(int64_t m, int64_t panels, int64_t mr, int64_t max_rows, int threads,
-            int64_t tasks_per_thread);
+            int64_t tasks_per_thread, int64_t whole_rows_min_panels = 0);
 
   int64_t tasks() const { return panel_chunks_ * row_chunks_; }
   int64_t panel_chunks() const { return panel_chunks_; }

@@ -35,6 +35,8 @@ Packed pack(const std::vector<int8_t>& w, int64_t n, int64_t k) {
 // Raw accumulators for rows [m0, m1) and panels [p0, p1), written into acc [M, N].
 struct Options {
   bool prefetch = false;
+  int64_t k_block = 0;
+  bool prefetch_next_block = false;
 };
 
 void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, int64_t k,
@@ -56,6 +58,8 @@ void gemm(const Packed& p, const std::vector<int8_t>& xq, int64_t m, int64_t n, 
   g.xu = xu.data();
   g.ldx = ldx;
   g.prefetch_bytes = blk.prefetch ? 1024 : 0;
+  g.k_block = blk.k_block;
+  g.prefetch_next_block = blk.prefetch_next_block;
   g.acc_out = acc;
   g.ld_acc = n;
   std::unique_ptr<uint8_t[], FreeDeleter> scratch = allocate_buffer(kVnniMaxRows * kVnniPanel * 4);
@@ -77,12 +81,15 @@ TEST(Avx512VnniGemm, AccumulatorsMatchReferenceOverTails) {
       const int64_t ms = rng.range(0, m), ps = rng.range(0, p.panels);
       Options blk;
       blk.prefetch = rng.range(0, 1) == 1;
+      blk.k_block = 64 * rng.range(0, 5);  // 0: the default blocks
+      blk.prefetch_next_block = rng.range(0, 1) == 1;
       gemm(p, xq, m, n, k, 0, ms, 0, ps, blk, got.data());
       gemm(p, xq, m, n, k, ms, m, 0, ps, blk, got.data());
       gemm(p, xq, m, n, k, 0, ms, ps, p.panels, blk, got.data());
       gemm(p, xq, m, n, k, ms, m, ps, p.panels, blk, got.data());
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
-          << "M=" << m << " N=" << n << " K=" << k << " prefetch " << blk.prefetch;
+          << "M=" << m << " N=" << n << " K=" << k << " prefetch " << blk.prefetch << " k_block "
+          << blk.k_block << " prefetch_next_block " << blk.prefetch_next_block;
     }
   }
 }
@@ -102,6 +109,31 @@ TEST(Avx512VnniGemm, LongKIsSplitIntoBlocksOverRowBlocks) {
       ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
           << "M=" << m << " N=" << n << " K=" << k;
     }
+  }
+}
+
+TEST(Avx512VnniGemm, ShallowBlocksWithTheNextBlockStreamedMatchEveryRowCount) {
+  QL_REQUIRE_AVX512_VNNI();
+  QL_SEEDED_RNG(rng);
+  // The small-M streaming form: K in blocks of a few k-steps (the last one short), each row count
+  // from one full tile and a tail to eleven tiles, so every far stream (4, 2 and 1 lines a k-step,
+  // and tiles left without one) and the near stream of uncovered blocks run, over several panels
+  // and a last panel of 1 to 3 vectors.
+  for (int64_t m = 7; m <= 67; m += rng.range(1, 5)) {
+    const int64_t k = 4 * rng.range(9, 140) + rng.range(0, 3);
+    const int64_t n = 64 * rng.range(1, 3) + 16 * rng.range(0, 3) + rng.range(0, 15) + 1;
+    const std::vector<int8_t> w = random_int8(rng, n * k), xq = random_int8(rng, m * k);
+    const Packed p = pack(w, n, k);
+    std::vector<int32_t> want(m * n), got(m * n, 0x5a5a5a5a);
+    reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
+    Options blk;
+    blk.prefetch = rng.range(0, 1) == 1;
+    blk.k_block = 4 * rng.range(1, 32);
+    blk.prefetch_next_block = true;
+    gemm(p, xq, m, n, k, 0, m, 0, p.panels, blk, got.data());
+    ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
+        << "M=" << m << " N=" << n << " K=" << k << " k_block " << blk.k_block << " prefetch "
+        << blk.prefetch;
   }
 }
 

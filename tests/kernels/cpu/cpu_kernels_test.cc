@@ -23,6 +23,7 @@
 #include "kernels/cpu/avx512_vnni_kernel.h"
 #include "kernels/cpu/cpu_support.h"
 #include "kernels/cpu/onednn_gemm.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/reference/reference_w8a8.h"
 #include "kernels/registry.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
@@ -181,6 +182,33 @@ TEST(CpuKernels, LargeLayersSampledM) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// cpu.avx512_vnni's small-M streaming forms (VnniTuning): whole rows per task on a layer with
+// enough panels for every thread of this host's pool, K in shallow blocks with the next one
+// streamed, and the form without them; each against the reference on M around the tile edges.
+TEST(CpuKernels, VnniStreamingFormsMatchTheReference) {
+  const absl::Status s = avx512_vnni_supported(host_info());
+  if (!s.ok()) GTEST_SKIP() << "cpu.avx512_vnni cannot run here: " << s.message();
+  QL_SEEDED_RNG(rng);
+  VnniTuning shallow;
+  shallow.stream_k_block = 4 * rng.range(16, 64);
+  shallow.whole_rows_min_panels = 1;
+  VnniTuning split_rows;
+  split_rows.stream_max_m = 16;
+  split_rows.stream_k_block = 0;
+  split_rows.prefetch_next_block = false;
+  split_rows.whole_rows_min_panels = 0;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  kernels.push_back(make_avx512_vnni_kernel());
+  kernels.push_back(make_avx512_vnni_kernel(shallow));
+  kernels.push_back(make_avx512_vnni_kernel(split_rows));
+  const int64_t threads = ThreadPool::global().threads();
+  const LayerOptions o{64 * 2 * threads + rng.range(1, 63), 1000 + rng.range(0, 100),
+                       kAllSchemes[rng.range(0, 3)], rng.range(0, 1) == 1, ScaleMode::kPerChannel};
+  auto w = testing::random_layer(rng, o);
+  ASSERT_NE(w, nullptr);
+  check_layer(rng, kernels, *w, {1, 6, 7, rng.range(8, 17), 18, rng.range(19, 63), 64, 65});
 }
 
 // More rows than one GEMM call takes (kVnniMaxRows and kAvx2MaxRows are 516), on enough panels
@@ -402,6 +430,11 @@ TEST(CpuKernels, MeasureTimesCallsOfThePreparedKernel) {
     auto p = k->prepare(*w);
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ((*p)->max_measured_m(), kMeasureMaxM);
+    // What autotune flushes before each timed call: the prepared weights, every byte of them.
+    const auto* measured = dynamic_cast<const MeasuredCpuKernel*>(p->get());
+    ASSERT_NE(measured, nullptr);
+    EXPECT_NE(measured->weight_memory().data(), nullptr);
+    EXPECT_GE(measured->weight_memory().size(), static_cast<size_t>(w->config.n * w->config.k));
     for (int64_t m : {int64_t{1}, int64_t{16}, kMeasureMaxM}) {
       for (DType x : kAllDTypes) {
         const absl::StatusOr<double> us =

@@ -21,22 +21,24 @@ TEST(GemmSplit, TasksCoverEveryPanelAndRowOnce) {
       for (int64_t panels : {1, 2, 7, 31, 32, 33, 257}) {
         for (int64_t mr : {4, 6}) {
           const int64_t max_rows = 86 * mr;
-          const GemmSplit split(m, panels, mr, max_rows, threads, 16);
-          SCOPED_TRACE(::testing::Message() << "threads " << threads << " M " << m << " panels "
-                                            << panels << " mr " << mr);
-          ASSERT_GE(split.tasks(), 1);
-          std::vector<int> seen(static_cast<size_t>(m * panels), 0);
-          for (int64_t t = 0; t < split.tasks(); ++t) {
-            const GemmSplit::Range r = split.task(t);
-            ASSERT_LE(r.r1 - r.r0, max_rows) << "task " << t;
-            ASSERT_EQ(r.r0 % mr, 0) << "task " << t << " starts inside a row tile";
-            for (int64_t p = r.p0; p < r.p1; ++p) {
-              for (int64_t row = r.r0; row < r.r1; ++row) ++seen[p * m + row];
+          for (int64_t whole : {0, 1, 2}) {
+            const GemmSplit split(m, panels, mr, max_rows, threads, 16, whole);
+            SCOPED_TRACE(::testing::Message() << "threads " << threads << " M " << m << " panels "
+                                              << panels << " mr " << mr << " whole " << whole);
+            ASSERT_GE(split.tasks(), 1);
+            std::vector<int> seen(static_cast<size_t>(m * panels), 0);
+            for (int64_t t = 0; t < split.tasks(); ++t) {
+              const GemmSplit::Range r = split.task(t);
+              ASSERT_LE(r.r1 - r.r0, max_rows) << "task " << t;
+              ASSERT_EQ(r.r0 % mr, 0) << "task " << t << " starts inside a row tile";
+              for (int64_t p = r.p0; p < r.p1; ++p) {
+                for (int64_t row = r.r0; row < r.r1; ++row) ++seen[p * m + row];
+              }
             }
-          }
-          ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()));
-          if (threads == 1 && m <= max_rows) {
-            EXPECT_EQ(split.tasks(), 1);
+            ASSERT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size()));
+            if (threads == 1 && m <= max_rows) {
+              EXPECT_EQ(split.tasks(), 1);
+            }
           }
         }
       }
@@ -53,6 +55,29 @@ TEST(GemmSplit, FewPanelsAreSplitByRowsToo) {
   const GemmSplit wide(/*m=*/600, /*panels=*/256, 6, 516, 2, 16);
   EXPECT_EQ(wide.panel_chunks(), 32);
   EXPECT_EQ(wide.row_chunks(), 2);
+}
+
+TEST(GemmSplit, WholeRowsStayInOneTaskWhereThereAreEnoughPanels) {
+  // 16 threads x 16 tasks wanted, 96 panels, 16 rows: split into 3 row ranges by default, one with
+  // whole rows (at least 2 panels per thread).
+  const GemmSplit split(/*m=*/16, /*panels=*/96, /*mr=*/6, /*max_rows=*/516, /*threads=*/16, 16);
+  EXPECT_EQ(split.row_chunks(), 3);
+  const GemmSplit whole(16, 96, 6, 516, 16, 16, /*whole_rows_min_panels=*/2);
+  EXPECT_EQ(whole.panel_chunks(), 96);
+  EXPECT_EQ(whole.row_chunks(), 1);
+  for (int64_t t = 0; t < whole.tasks(); ++t) {
+    EXPECT_EQ(whole.task(t).r0, 0);
+    EXPECT_EQ(whole.task(t).r1, 16);
+  }
+  // Too few panels per thread: rows are split as before.
+  const GemmSplit few(16, 31, 6, 516, 16, 16, 2);
+  EXPECT_EQ(few.row_chunks(), 3);
+  // max_rows still cuts.
+  const GemmSplit tall(1031, 96, 6, 516, 16, 16, 2);
+  EXPECT_EQ(tall.row_chunks(), 2);
+  for (int64_t t = 0; t < tall.tasks(); ++t) {
+    EXPECT_LE(tall.task(t).r1 - tall.task(t).r0, 516);
+  }
 }
 
 TEST(QuantizeRowsOnPool, CoversEveryRowOnceAndReportsTheLowestBadRow) {
