@@ -231,7 +231,7 @@ double run_batch(Candidate& c, size_t* next_copy, const RunArgs& args, double ba
 struct Row {
   int64_t n, k, m;
   double ref_ms;
-  std::vector<double> opt_ms;  // per optimized kernel, in the order of the table
+  std::vector<double> opt_ms;  // per optimized kernel but the variants, in the order of the table
   double dnnl_ms;              // the anchor
   std::string dispatched;
   double disp_ms;
@@ -359,7 +359,7 @@ TuneCheck check_autotune(std::vector<const Candidate*> serving, const LayerConfi
   std::stable_sort(serving.begin(), serving.end(), [&](const Candidate* a, const Candidate* c) {
     return priority(a) < priority(c);
   });
-  const cpu::MeasureOptions forms[] = {{true, false}, {true, true}, {false, false}};
+  const cpu::MeasureOptions forms[] = {{true, false, {}}, {true, true, {}}, {false, false, {}}};
   TuneCheck tc;
   tc.line = absl::StrFormat("    autotune at M=%lld, us (as the load / polling / asleep / warm):",
                             static_cast<long long>(at.m));

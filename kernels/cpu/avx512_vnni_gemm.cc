@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace qlinear::cpu {
@@ -171,25 +172,34 @@ void finish_rows(const VnniGemmArgs& g, const int32_t* tile, int64_t m, int64_t 
 // blocks took the ratio from 0.94 to 0.96-0.97 (2048 and 8192: no better).
 constexpr int64_t kVnniLongKBlock = 4096;
 
-// The smallest far stream (1, 2 or 4 lines a k-step) with which `tiles` full tiles of a block
-// cover the next block's nv * 64 bytes a k-step.
-Pf far_stream(int64_t tiles, int nv) {
-  const int64_t lines = (nv + tiles - 1) / tiles;
-  return lines <= 1 ? Pf::kFar1 : lines <= 2 ? Pf::kFar2 : Pf::kFar4;
-}
+// The far stream of 1, 2 or 4 lines a k-step for `lines` needed (4 at most).
+Pf far_stream(int64_t lines) { return lines <= 1 ? Pf::kFar1 : lines <= 2 ? Pf::kFar2 : Pf::kFar4; }
 
 }  // namespace
 
 void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_t p_begin,
                            int64_t p_end, int32_t* acc) {
   const int64_t ksteps = g.k_pad / 4;
-  const int64_t block_steps = (g.k_block > 0 ? g.k_block : kVnniLongKBlock) / 4;
+  // A k_block under 4 still moves on, one k-step a block.
+  const int64_t block_steps =
+      std::max<int64_t>(1, (g.k_block > 0 ? g.k_block : kVnniLongKBlock) / 4);
   const int64_t rows = m_end - m_begin;
   const bool blocked = ksteps > block_steps && rows > kVnniMr;
   const Pf near = g.prefetch_bytes > 0 ? Pf::kNear : Pf::kNone;
+  const int64_t full_tiles = rows / kVnniMr;
+  auto vectors = [&](int64_t p) {  // 16-column vectors of panel p
+    return static_cast<int>(
+        g.n_pad - p * kVnniPanel >= kVnniPanel ? 4 : (g.n_pad - p * kVnniPanel) / 16);
+  };
+  // Blocked, with prefetch_next_block: the full tiles of each block stream the next block into L2
+  // between them, each tile a share: this panel's next block or, after its last, the first block of
+  // the task's next panel (the panels lie back to back). A block that no stream covered (the
+  // task's first, or any whose predecessor's tiles could not cover it) has its first tile
+  // prefetch its own weights near instead.
+  bool covered = false;
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int64_t n0 = p * kVnniPanel;
-    const int nv = static_cast<int>(g.n_pad - n0 >= kVnniPanel ? 4 : (g.n_pad - n0) / 16);
+    const int nv = vectors(p);
     const int8_t* b = g.packed + n0 * g.k_pad;
     const int64_t b_step = nv * 64;
     const int64_t cols = (g.n - n0) < kVnniPanel ? g.n - n0 : kVnniPanel;
@@ -202,19 +212,22 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
       }
       continue;
     }
-    // With prefetch_next_block, the full tiles of each block stream the next block (of this
-    // panel, or the next panel's first: the panels lie back to back) into L2 between them, each
-    // tile a share. A block that no stream covered (the task's first, or every block when one
-    // full tile cannot cover the next alone) has its first tile prefetch near instead.
-    const int64_t full_tiles = rows / kVnniMr;
-    bool covered = false;
     for (int64_t s0 = 0; s0 < ksteps; s0 += block_steps) {
       const int64_t steps = ksteps - s0 < block_steps ? ksteps - s0 : block_steps;
       const int8_t* next = b + (s0 + steps) * b_step;
-      const int64_t next_bytes = steps * b_step;  // the next block's size, or more at the end
+      int64_t next_bytes = 0;  // none after the task's last block
+      if (s0 + steps < ksteps) {
+        next_bytes = std::min(block_steps, ksteps - s0 - steps) * b_step;
+      } else if (p + 1 < p_end) {
+        next_bytes = std::min(block_steps, ksteps) * vectors(p + 1) * 64;
+      }
       const int64_t first_far = g.prefetch_next_block && !covered ? 1 : 0;
-      const int64_t far_tiles = g.prefetch_next_block ? full_tiles - first_far : 0;
-      const Pf far = far_tiles > 0 ? far_stream(far_tiles, nv) : Pf::kNone;
+      const int64_t far_tiles =
+          g.prefetch_next_block && next_bytes > 0 ? full_tiles - first_far : 0;
+      const Pf far =
+          far_tiles > 0
+              ? far_stream((next_bytes + far_tiles * steps * 64 - 1) / (far_tiles * steps * 64))
+              : Pf::kNone;
       const int64_t far_step = 64 * far_lines(far);
       for (int64_t m = m_begin; m < m_end; m += kVnniMr) {
         const int mr = static_cast<int>(m_end - m < kVnniMr ? m_end - m : kVnniMr);
@@ -224,7 +237,7 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
         if (!g.prefetch_next_block || (tile == 0 && first_far == 1)) {
           pf = near;
           pf_at = b + s0 * b_step + g.prefetch_bytes;
-        } else if (mr == kVnniMr && far != Pf::kNone) {
+        } else if (mr == kVnniMr && far != Pf::kNone) {  // far streams run in full tiles only
           const int64_t offset = (tile - first_far) * steps * far_step;
           if (offset < next_bytes) {
             pf = far;
@@ -235,7 +248,7 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
                              s0 == 0 ? g.comp + n0 : nullptr, acc + (m - m_begin) * kVnniPanel,
                              pf_at);
       }
-      covered = far_tiles > 0 && far_tiles * far_lines(far) >= nv;
+      covered = far_tiles > 0 && far_tiles * steps * far_step >= next_bytes;
     }
     finish_rows(g, acc, m_begin, m_end - m_begin, n0, cols);
   }

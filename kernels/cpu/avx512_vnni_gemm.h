@@ -44,11 +44,12 @@ struct VnniGemmArgs {
   // from DRAM (small M), not when a panel is reused from L2 across many row tiles.
   int64_t prefetch_bytes = 0;
   // K blocking where a call's rows span several row tiles: 0 blocks K only beyond 4096, in
-  // 4096-deep blocks; else K is cut into blocks of k_block (a multiple of 4) that every row tile
-  // of the call runs in turn while the block is in cache.
+  // 4096-deep blocks; else K is cut into blocks of k_block (rounded down to a multiple of 4, at
+  // least 4) that every row tile of the call runs in turn while the block is in cache.
   int64_t k_block = 0;
   // In blocked runs, the full row tiles of each block prefetch the next block into L2 (each a
-  // share), so the weights keep streaming from DRAM while the tiles multiply.
+  // share; after a panel's last block, the first of the call's next panel), so the weights keep
+  // streaming from DRAM while the tiles multiply.
   bool prefetch_next_block = false;
   EpilogueArgs epi;  // comp must be null here: it is folded into the accumulators
   // When set, the exact int32 accumulators acc[m * ld_acc + n] are written here instead of y

@@ -34,9 +34,10 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 //     whole rows, 1024-deep K blocks streaming the next into L2       0.793
 //     whole rows, 512-deep blocks streaming the next (the default)    0.727
 //     cpu.onednn                                                      1.098
-//   and on another such host 256-, 384- and 512-deep blocks within 5% of each other, 1024 1-16%
-//   slower, each tile prefetching its own weights instead of the next block 12-31% slower. A
-//   2-thread host never split rows at these M (every layer has over 32 panels).
+//   and on another such host 256-, 384- and 512-deep blocks within 5% of each other in all but
+//   one row (10%), 1024 1-16% slower, each tile prefetching its own weights instead of the next
+//   block 12-31% slower. A 2-thread host never split rows at these M (every layer has over 32
+//   panels); the blocks are not measured on the Zen 5 below.
 class Avx512VnniPrepared final : public MeasuredCpuKernel {
  public:
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w,
@@ -168,9 +169,8 @@ class Avx512VnniKernel final : public Kernel {
   //   M = 4..64: 0.97-1.14;  M = 256, 1024: 0.96-1.07 (K = 14336, M = 1024 is the low end)
   // so this kernel comes first in the priority order and cpu.onednn after it. On a 16-thread Intel
   // Xeon with AVX-512 VNNI (a GPU host), the same four layers and weights rotated past the L3:
-  //   M = 1: 1.49-1.87;  M = 16, 64: 1.23-1.75;  M = 256 (another run): 0.80-0.83 on 4096 x 14336
-  //   and 28672 x 4096, 1.69 on 6144 x 4096
-  // so there oneDNN is the better choice at M = 256 on the long layers: autotune measures both on
+  //   M = 1: 1.49-1.87;  M = 16, 64: 1.23-1.75;  M = 256 (another run): 0.79-0.90
+  // so there oneDNN is the better choice at M = 256: autotune measures both on
   // each layer and host (docs/kernels.md, "CPU kernels"), and the order decides only with
   // --autotune=false.
   MRange preferred_m() const override { return MRange{}; }

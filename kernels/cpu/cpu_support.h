@@ -118,12 +118,13 @@ struct MeasureOptions {
   // up to 19 ms a call on 4096 x 4096 at M = 64, and autotune kept cpu.avx512_vnni where
   // cpu.onednn served 1.3-1.4x faster (docs/kernels.md, "CPU kernels" under "Autotune").
   bool wait_pool_asleep = false;
-  // Then flush these bytes from every cache level (CLFLUSH, on the thread pool): the kernel's
-  // weights. The emptying pass alone does not reach memory everywhere: on a 16-thread Xeon (300
-  // MiB of L3) cpu.avx512_vnni measured 0.31-0.35 ms at M = 16 on 6144 x 4096 after it, as with
-  // its weights in the L3 (0.26-0.32), where rotating past the L3 took 0.74-0.93 ms (likely an L3
-  // that keeps lines it saw reused through a stream read once). With the flush the load's times
-  // came within 10% of the rotation's (docs/kernels.md, "CPU kernels" under "Autotune").
+  // After the emptying pass (and before the wait above), flush these bytes from every cache
+  // level (CLFLUSH, on the thread pool): the kernel's weights. The emptying pass alone does not
+  // reach memory everywhere: on a 16-thread Xeon (300 MiB of L3) cpu.avx512_vnni measured 0.31-0.35
+  // ms at M = 16 on 6144 x 4096 after it, as with its weights in the L3 (0.26-0.32), where rotating
+  // past the L3 took 0.74-0.93 ms (likely an L3 that keeps lines it saw reused through a stream
+  // read once). With the flush the load's times came within 10% of the rotation's (docs/kernels.md,
+  // "CPU kernels" under "Autotune").
   absl::Span<const uint8_t> flush;
 };
 

@@ -118,7 +118,7 @@ TEST(Avx512VnniGemm, ShallowBlocksWithTheNextBlockStreamedMatchEveryRowCount) {
   // The small-M streaming form: K in blocks of a few k-steps (the last one short), each row count
   // from one full tile and a tail to eleven tiles, so every far stream (4, 2 and 1 lines a k-step,
   // and tiles left without one) and the near stream of uncovered blocks run, over several panels
-  // and a last panel of 1 to 3 vectors.
+  // (the last block of one streaming the next panel's first) and a last panel of 1 to 3 vectors.
   for (int64_t m = 7; m <= 67; m += rng.range(1, 5)) {
     const int64_t k = 4 * rng.range(9, 140) + rng.range(0, 3);
     const int64_t n = 64 * rng.range(1, 3) + 16 * rng.range(0, 3) + rng.range(0, 15) + 1;
@@ -128,7 +128,8 @@ TEST(Avx512VnniGemm, ShallowBlocksWithTheNextBlockStreamedMatchEveryRowCount) {
     reference::gemm_s8s8_s32(xq.data(), w.data(), m, n, k, want.data());
     Options blk;
     blk.prefetch = rng.range(0, 1) == 1;
-    blk.k_block = 4 * rng.range(1, 32);
+    // Now and then a k_block under 4, or not a multiple of 4: rounded down, at least one k-step.
+    blk.k_block = rng.range(0, 4) == 0 ? rng.range(1, 7) : 4 * rng.range(1, 32);
     blk.prefetch_next_block = true;
     gemm(p, xq, m, n, k, 0, m, 0, p.panels, blk, got.data());
     ASSERT_EQ(testing::first_difference(got.data(), want.data(), m * n, 4), -1)
