@@ -309,8 +309,10 @@ absl::StatusOr<std::vector<VnniVariant>> parse_vnni_variants(absl::string_view s
         t.stream_max_m = value;
       } else if (p.first == "pf") {
         t.prefetch_bytes = value;
+      } else if (p.first == "block") {
+        t.block_max_m = value;
       } else if (p.first == "kblock" && value % 4 == 0) {
-        t.stream_k_block = value;
+        t.k_block = value;
       } else if (p.first == "next") {
         t.prefetch_next_block = value != 0;
       } else if (p.first == "whole") {
@@ -320,7 +322,7 @@ absl::StatusOr<std::vector<VnniVariant>> parse_vnni_variants(absl::string_view s
       } else {
         return absl::InvalidArgumentError(absl::StrCat(
             "unknown or bad '", kv,
-            "' (keys: stream, pf, kblock (a multiple of 4), next, whole, tasks (> 0))"));
+            "' (keys: stream, pf, whole, block, kblock (a multiple of 4), next, tasks (> 0))"));
       }
     }
     out.push_back(std::move(var));
@@ -752,10 +754,11 @@ int main(int argc, char** argv) {
         "and compare autotune's pick with the row's fastest kernel");
   p.add("vnni-variants", &opt.vnni_variants,
         "extra cpu.avx512_vnni columns with other tuning, as LABEL=KEY:VALUE/KEY:VALUE,... with "
-        "keys stream (stream_max_m), pf (prefetch bytes), kblock (streaming K block, 0: none), "
-        "next (0/1: prefetch the next K block), whole (panels per thread that keep rows whole, "
-        "0: split rows), tasks (tasks per thread); e.g. "
-        "rowsplit=stream:16/kblock:0/next:0/whole:0");
+        "keys of cpu::VnniTuning: stream (stream_max_m), pf (prefetch bytes), whole (panels "
+        "per thread that keep rows whole up to stream_max_m, 0: split rows), block "
+        "(block_max_m), kblock (K block up to block_max_m, 0: none), next (0/1: the blocks "
+        "stream the next one), tasks (tasks per thread); e.g. "
+        "before=stream:16/whole:0/block:16/kblock:0/next:0");
   p.add("stat", &opt.stat,
         "what a row reports per kernel: best-round (the fastest round's mean call time: a "
         "neighbour's load only ever slows a round down), median (of all calls) or min (fastest "

@@ -26,7 +26,7 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 // - tasks_per_thread: 4 and 16 measured alike there (+-3%, M = 1..1024) on an idle machine; 16
 //   degrades less when another process takes a core (dynamic claiming lets the other thread take
 //   over its share).
-// - whole_rows_min_panels, stream_k_block, prefetch_next_block, stream_max_m: for M = 16..64 with
+// - whole_rows_min_panels, k_block, prefetch_next_block, stream_max_m: for M = 16..64 with
 //   the weights from DRAM, on 16-thread Xeons (qlinear_cpu_bench --vnni-variants, ms at M = 16 on
 //   4096 x 14336; docs/kernels.md, "CPU kernels", has every layer):
 //     rows split in 3 tasks a panel (the split at larger M)          1.749
@@ -38,6 +38,9 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 //   one row (10%), 1024 1-16% slower, each tile prefetching its own weights instead of the next
 //   block 12-31% slower. A 2-thread host never split rows at these M (every layer has over 32
 //   panels); the blocks are not measured on the Zen 5 below.
+// - stream_max_m 128, block_max_m 256: at M = 128 whole rows and blocks took 1.05-1.57x less time
+//   than neither, at M = 256 blocks with rows split 0.96-1.23x; at M = 1024 blocks were slower on
+//   three of four layers (docs/kernels.md, "Past M = 64").
 class Avx512VnniPrepared final : public MeasuredCpuKernel {
  public:
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w,
@@ -110,9 +113,10 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     g.xu = xu;
     g.ldx = ldx_;
     const bool stream = m <= tuning_.stream_max_m;
+    const bool blocks = m <= tuning_.block_max_m;
     g.prefetch_bytes = stream ? tuning_.prefetch_bytes : 0;
-    g.k_block = stream ? tuning_.stream_k_block : 0;
-    g.prefetch_next_block = stream && tuning_.prefetch_next_block;
+    g.k_block = blocks ? tuning_.k_block : 0;
+    g.prefetch_next_block = blocks && tuning_.prefetch_next_block;
     g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
     const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, tuning_.tasks_per_thread,

@@ -9,8 +9,8 @@
 // weights with the epilogue fused per tile. Work is split over 64-column weight panels (and over
 // row blocks when there are few panels), claimed dynamically by the persistent pool, so every
 // panel streams from memory once per call whatever M is. Up to VnniTuning::stream_max_m rows,
-// where that stream bounds the call, a panel's rows stay in one task and its row tiles go through
-// K in blocks, streaming the next block while they multiply.
+// where that stream bounds the call, a panel's rows stay in one task; up to block_max_m rows the
+// row tiles go through K in blocks, streaming the next block while they multiply.
 #pragma once
 
 #include <memory>
@@ -29,14 +29,18 @@ absl::Status avx512_vnni_supported(const HostInfo& host);
 // qlinear_cpu_bench --vnni-variants times others beside them (avx512_vnni_kernel.cc has the
 // measurements behind the defaults).
 struct VnniTuning {
-  // Up to this M the weights stream from DRAM once per call and bound the GEMM: the tiles
-  // prefetch them (prefetch_bytes ahead, or the next K block), and a panel's rows stay in one task
-  // where there are whole_rows_min_panels panels per thread.
-  int64_t stream_max_m = 64;
-  int64_t prefetch_bytes = 1024;  // a single row tile's prefetch distance (0: none)
-  int64_t stream_k_block = 512;   // K block of several row tiles (0: K blocked beyond 4096 only)
-  bool prefetch_next_block = true;
+  // Up to this M a panel's rows stay in one task where there are whole_rows_min_panels panels per
+  // thread (so each panel streams from DRAM into one core), and a single row tile prefetches the
+  // weights prefetch_bytes ahead.
+  int64_t stream_max_m = 128;
+  int64_t prefetch_bytes = 1024;      // 0: no prefetch
   int64_t whole_rows_min_panels = 2;  // 0: rows split as at larger M (GemmSplit)
+  // Up to this M a task's row tiles go through K in k_block-deep blocks, and with
+  // prefetch_next_block each block's tiles stream the next one into L2 (beyond, and with
+  // k_block 0, K is blocked only past 4096).
+  int64_t block_max_m = 256;
+  int64_t k_block = 512;
+  bool prefetch_next_block = true;
   // Tasks per thread: the last task bounds the imbalance between threads (a late-waking worker,
   // or a core taken by another process), the number of tasks bounds the claiming overhead.
   int64_t tasks_per_thread = 16;

@@ -184,19 +184,21 @@ TEST(CpuKernels, LargeLayersSampledM) {
   }
 }
 
-// cpu.avx512_vnni's small-M streaming forms (VnniTuning): whole rows per task on a layer with
-// enough panels for every thread of this host's pool, K in shallow blocks with the next one
-// streamed, and the form without them; each against the reference on M around the tile edges.
+// cpu.avx512_vnni's streaming forms (VnniTuning): whole rows per task on a layer with enough
+// panels for every thread of this host's pool, K in shallow blocks with the next one streamed
+// (up to block_max_m, rows split past stream_max_m), and the form without them; each against the
+// reference on M around the tile edges and the forms' limits.
 TEST(CpuKernels, VnniStreamingFormsMatchTheReference) {
   const absl::Status s = avx512_vnni_supported(host_info());
   if (!s.ok()) GTEST_SKIP() << "cpu.avx512_vnni cannot run here: " << s.message();
   QL_SEEDED_RNG(rng);
   VnniTuning shallow;
-  shallow.stream_k_block = 4 * rng.range(16, 64);
+  shallow.k_block = 4 * rng.range(16, 64);
   shallow.whole_rows_min_panels = 1;
   VnniTuning split_rows;
   split_rows.stream_max_m = 16;
-  split_rows.stream_k_block = 0;
+  split_rows.block_max_m = 16;
+  split_rows.k_block = 0;
   split_rows.prefetch_next_block = false;
   split_rows.whole_rows_min_panels = 0;
   std::vector<std::unique_ptr<Kernel>> kernels;
@@ -208,7 +210,9 @@ TEST(CpuKernels, VnniStreamingFormsMatchTheReference) {
                        kAllSchemes[rng.range(0, 3)], rng.range(0, 1) == 1, ScaleMode::kPerChannel};
   auto w = testing::random_layer(rng, o);
   ASSERT_NE(w, nullptr);
-  check_layer(rng, kernels, *w, {1, 6, 7, rng.range(8, 17), 18, rng.range(19, 63), 64, 65});
+  check_layer(
+      rng, kernels, *w,
+      {1, 6, 7, rng.range(8, 17), 18, rng.range(19, 63), 64, 65, rng.range(66, 255), 256, 257});
 }
 
 // More rows than one GEMM call takes (kVnniMaxRows and kAvx2MaxRows are 516), on enough panels
