@@ -8,9 +8,9 @@
 // Per call: quantize x to xq + 128 (uint8) per row, then one register-tiled GEMM over the packed
 // weights with the epilogue fused per tile. Work is split over 64-column weight panels (and over
 // row blocks when there are few panels), claimed dynamically by the persistent pool, so every
-// panel streams from memory once per call whatever M is. Up to VnniTuning::stream_max_m rows,
-// where that stream bounds the call, a panel's rows stay in one task; up to block_max_m rows the
-// row tiles go through K in blocks, streaming the next block while they multiply.
+// panel streams from memory once per call whatever M is. Up to VnniTuning::stream_max_m rows a
+// panel's rows stay in one task; up to block_max_m rows the row tiles go through K in blocks,
+// streaming the next block while they multiply.
 #pragma once
 
 #include <memory>
