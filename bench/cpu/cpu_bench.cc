@@ -756,8 +756,8 @@ int main(int argc, char** argv) {
         "extra cpu.avx512_vnni columns with other tuning, as LABEL=KEY:VALUE/KEY:VALUE,... with "
         "keys of cpu::VnniTuning: stream (stream_max_m), pf (prefetch bytes), whole (panels "
         "per thread that keep rows whole up to stream_max_m, 0: split rows), block "
-        "(block_max_m), kblock (K block up to block_max_m, 0: none), next (0/1: the blocks "
-        "stream the next one), tasks (tasks per thread); e.g. "
+        "(block_max_m), kblock (K block up to block_max_m, 0: only past K = 4096), next "
+        "(0/1: the blocks stream the next one), tasks (tasks per thread); e.g. "
         "before=stream:16/whole:0/block:16/kblock:0/next:0");
   p.add("stat", &opt.stat,
         "what a row reports per kernel: best-round (the fastest round's mean call time: a "

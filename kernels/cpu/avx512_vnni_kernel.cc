@@ -39,7 +39,7 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 //   block 12-31% slower. A 2-thread host never split rows at these M (every layer has over 32
 //   panels); the blocks are not measured on the Zen 5 below.
 // - stream_max_m 128, block_max_m 256: at M = 128 whole rows and blocks took 1.05-1.57x less time
-//   than neither, at M = 256 blocks with rows split 0.96-1.23x; at M = 1024 blocks were slower on
+//   than neither, at M = 256 blocks with rows split 0.96-1.24x; at M = 1024 blocks were slower on
 //   three of four layers (docs/kernels.md, "Past M = 64").
 class Avx512VnniPrepared final : public MeasuredCpuKernel {
  public:
@@ -173,10 +173,10 @@ class Avx512VnniKernel final : public Kernel {
   //   M = 4..64: 0.97-1.14;  M = 256, 1024: 0.96-1.07 (K = 14336, M = 1024 is the low end)
   // so this kernel comes first in the priority order and cpu.onednn after it. On a 16-thread Intel
   // Xeon with AVX-512 VNNI (a GPU host), the same four layers and weights rotated past the L3:
-  //   M = 1: 1.49-1.87;  M = 16, 64: 1.23-1.75;  M = 256 (another run): 0.79-0.90
-  // so there oneDNN is the better choice at M = 256: autotune measures both on
-  // each layer and host (docs/kernels.md, "CPU kernels"), and the order decides only with
-  // --autotune=false.
+  //   M = 1: 1.49-1.87;  M = 16, 64: 1.23-1.75;  and in later runs M = 128: 1.03-1.73,
+  //   M = 256: 0.77-1.91 (ahead or behind by layer and run)
+  // so there neither is the better choice at every M: autotune measures both on each layer and
+  // host (docs/kernels.md, "CPU kernels"), and the order decides only with --autotune=false.
   MRange preferred_m() const override { return MRange{}; }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {

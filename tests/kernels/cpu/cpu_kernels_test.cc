@@ -210,9 +210,9 @@ TEST(CpuKernels, VnniStreamingFormsMatchTheReference) {
                        kAllSchemes[rng.range(0, 3)], rng.range(0, 1) == 1, ScaleMode::kPerChannel};
   auto w = testing::random_layer(rng, o);
   ASSERT_NE(w, nullptr);
-  check_layer(
-      rng, kernels, *w,
-      {1, 6, 7, rng.range(8, 17), 18, rng.range(19, 63), 64, 65, rng.range(66, 255), 256, 257});
+  check_layer(rng, kernels, *w,
+              {1, 6, 7, rng.range(8, 17), 18, rng.range(19, 63), 64, 65, rng.range(66, 127), 128,
+               129, rng.range(130, 255), 256, 257});
 }
 
 // More rows than one GEMM call takes (kVnniMaxRows and kAvx2MaxRows are 516), on enough panels
