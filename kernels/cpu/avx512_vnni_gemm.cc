@@ -22,10 +22,10 @@ inline int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-// How a register tile prefetches weights as it goes. kNear: the tile's own panel, `pf` bytes
+// How a register tile prefetches weights as it goes. kNear: the tile's own panel, a fixed distance
 // ahead of each k-step, into L1 (a single pass over weights that stream from DRAM). kFar1/2/4: 1, 2
-// or 4 lines a k-step into L2 from a separate stream that advances pf_step bytes a k-step: the
-// next K block's weights while this block's row tiles multiply (gemm_u8s8_vnni_avx512).
+// or 4 lines a k-step into L2 from a separate stream: the next K block's weights while this
+// block's row tiles multiply (gemm_u8s8_vnni_avx512).
 enum class Pf { kNone, kNear, kFar1, kFar2, kFar4 };
 
 constexpr int far_lines(Pf pf) { return pf == Pf::kFar1 ? 1 : pf == Pf::kFar2 ? 2 : 4; }

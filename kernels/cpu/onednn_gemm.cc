@@ -298,8 +298,8 @@ std::string apply_openmp_spin_default(char** argv) {
     }
     return what;
   }
-  const std::string keep = absl::StrCat(
-      "OpenMP (cpu.onednn): libgomp's default spin (about 10 ms after each call), since ");
+  const std::string keep =
+      "OpenMP (cpu.onednn): libgomp's default spin (about 10 ms after each call), since ";
   if (reexecuted) return keep + "GOMP_SPINCOUNT did not reach the re-executed program";
   if (argv == nullptr || argv[0] == nullptr) return keep + "there is no argv to re-execute with";
   // Re-execute the program's own file by its real path (so that the process keeps its name), and
