@@ -125,29 +125,6 @@ TileFn tile_for(Pf pf, int mr, int nv) {
 
 static_assert(kVnniMr == 6, "tile_for covers MR = 1..6");
 
-}  // namespace
-
-void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int64_t n_pad,
-                       int8_t* packed, int32_t* comp) {
-  for (int64_t col = 0; col < n_pad; ++col) {
-    const int64_t p = col / kVnniPanel;
-    const int64_t nv = (n_pad - p * kVnniPanel) >= kVnniPanel ? 4 : (n_pad - p * kVnniPanel) / 16;
-    const int64_t v = (col % kVnniPanel) / 16, lane = col % 16;
-    int8_t* base = packed + p * kVnniPanel * k_pad + v * 64 + lane * 4;
-    uint32_t sum = 0;
-    if (col < n) {
-      const int8_t* row = w + col * k;
-      for (int64_t i = 0; i < k; ++i) {
-        base[(i / 4) * nv * 64 + (i % 4)] = row[i];
-        sum += static_cast<uint32_t>(static_cast<int32_t>(row[i]));
-      }
-    }
-    comp[col] = static_cast<int32_t>(0u - 128u * sum);
-  }
-}
-
-namespace {
-
 // Writes finished accumulator rows [m, m + rows) of panel columns [n0, n0 + cols): through the
 // epilogue to y, or raw to acc_out.
 void finish_rows(const VnniGemmArgs& g, const int32_t* tile, int64_t m, int64_t rows, int64_t n0,
