@@ -42,13 +42,15 @@ using device::quantize_value;
 using device::to_f32;
 
 // Where element e of a row goes in xq's layout `lay`. The plain layout (every row one chunk, as
-// cuda.cutlass_sm90 and cuda.cublaslt take xq) takes no division: a 64-bit division is a
-// subroutine of many instructions, and the kernels below store up to 8 vectors per thread, with
-// the GEMM waiting for their end. Measured on an H100 (bench --weights_hint and --swap, the op as
-// served, in turns, each binary run twice alternating, the fastest tile's best round, us, a
-// division per vector -> this): 8192 x 28672 at M = 64 86.8 -> 85.6, M = 128 94.8 -> 93.8, M = 256
-// 108.7 -> 107.0; 4096 x 14336 at M = 128 34.8 -> 34.1, M = 256 41.1 -> 40.1; 4096 x 4096 at M = 1
-// and 16 13.0 -> 12.7 and 13.1 -> 12.8; no layer or M slower by more than 0.2.
+// cuda.cutlass_sm90 and cuda.cublaslt take xq) takes no 64-bit division and remainder, which the
+// kernels below made for every vector they store (up to 8 per thread in the 16-bit forms that take
+// rows of up to 32768 values), the GEMM waiting for the kernel's end. Measured on an H100 (bench
+// --weights_hint and --swap, the op as served, in turns, each binary run twice alternating, the
+// fastest tile's best round, us, with the division -> without; at M = 1 and 16 also with
+// quantize_rows_split_s8's slices in 32 bits): 8192 x 28672 at M = 64 86.8 -> 85.6, M = 128 94.8
+// -> 93.8, M = 256 108.7 -> 107.0; 4096 x 14336 at M = 128 34.8 -> 34.1, M = 256 41.1 -> 40.1;
+// 4096 x 4096 at M = 1 and 16 13.0 -> 12.7 and 13.1 -> 12.8; no layer or M slower by more than
+// 0.2.
 __device__ __forceinline__ int64_t xq_offset(int64_t e, const XqLayout& lay) {
   return e < lay.chunk ? e : (e / lay.chunk) * lay.chunk_stride + e % lay.chunk;
 }
@@ -455,13 +457,15 @@ __global__ void __launch_bounds__(kSplitThreads)
   start_quantize(zero, zero_count);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
-  // (32-bit divisions: a row's vectors number under 2^31 / parts here, and a 64-bit division
-  // costs hundreds of cycles before the loads are issued)
-  const int parts = static_cast<int>(cluster.num_blocks());
-  const int part = static_cast<int>(cluster.block_rank());
-  const int64_t row = blockIdx.x / static_cast<unsigned>(parts);
-  const int vecs32 = static_cast<int>(k / 8);
-  const int64_t v0 = vecs32 * part / parts, v1 = vecs32 * (part + 1) / parts;
+  // The slice in 32 bits, no 64-bit division ahead of the loads: split_blocks gives a row at most
+  // kSplitMaxBlocks * kSplitThreads * kSplitCached vectors.
+  static_assert(
+      int64_t{kSplitMaxBlocks} * kSplitMaxBlocks * kSplitThreads * kSplitCached <= INT32_MAX,
+      "vecs * (part + 1) fits in 32 bits");
+  const unsigned parts = cluster.num_blocks(), part = cluster.block_rank();
+  const int64_t row = blockIdx.x / parts;
+  const unsigned vecs = static_cast<unsigned>(k / 8);
+  const int64_t v0 = vecs * part / parts, v1 = vecs * (part + 1) / parts;
   const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
   uint4 raw[kSplitCached];
 #pragma unroll
