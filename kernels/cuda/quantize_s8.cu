@@ -352,17 +352,18 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
 }
 
 // The block's statistics of its row (or slice of it) from each warp's own `st` (every lane
-// holding its warp's), merged in thread 0 through `s_warp` (one entry per warp); the other
-// threads get their warp's. Ends with the block's barrier.
+// holding its warp's), merged through `s_warp` (one entry per warp) by the first warp, each lane
+// taking one warp's entry and the lanes meeting by shuffles; thread 0 gets the block's, the other
+// threads of the first warp the same, the rest their warp's. Ends with the block's barrier.
+// (Thread 0 merging the warps one after another measured up to 1 us slower where blocks have 16
+// warps: docs/kernels.md, "Quantization inside the GEMM".)
 __device__ __forceinline__ device::RowStats block_stats(const device::RowStats& st,
                                                         device::RowStats* s_warp) {
   if (threadIdx.x % 32 == 0) s_warp[threadIdx.x / 32] = st;
   __syncthreads();
-  device::RowStats all = st;
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) all.merge(s_warp[w]);
-  }
-  return all;
+  if (threadIdx.x >= 32) return st;
+  const device::RowStats none;  // merging it changes nothing
+  return device::warp_reduce(threadIdx.x < blockDim.x / 32 ? s_warp[threadIdx.x] : none);
 }
 
 // The 8 values of a row at element e (a multiple of 8; a vector never straddles a chunk, chunk %
