@@ -34,7 +34,7 @@
 //                          [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
 //                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
-//                          [--fixed_cost]
+//                          [--fixed_cost] [--setup_quant]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -56,7 +56,9 @@
 //  only the large-M ops' energy, power and SM clock, see compare_energy; --reads: only the weights
 //  read alone in each form, see compare_reads; --sm_rate: only how fast one SM streams weights by
 //  itself, see compare_sm_rate; --fixed_cost: only what a swapped tile's launch costs besides its
-//  stream, see compare_fixed_cost)
+//  stream, see compare_fixed_cost; --setup_quant: only the quantizing tiles at M = 128 and 256
+//  with every row quantized in the GEMM's set-up, against the ops as served, see
+//  compare_setup_quant)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -140,6 +142,7 @@ struct Options {
   bool streamk = false;
   bool claim = false;
   bool prefill = false;
+  bool setup_quant = false;
   bool energy = false;
   bool reads = false;
   bool sm_rate = false;
@@ -2798,6 +2801,137 @@ absl::Status sweep_scheduler(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
+// --setup_quant: at M = 128 and 256, where every tile lies in the grid's first wave, the
+// quantizing tiles with every row quantized in the GEMM's set-up (prefix 0, after a kernel that
+// only zeroes the counters; cutlass_sm90_quantizing_mainloop.cuh) against the quantize kernel then
+// the plain tile of the same GEMM launched as served (served_with_pdl), the GEMM alone, the
+// quantize kernel alone, and the quantizing tile after the quantize kernel did every row
+// ("all-before"), in turns, three rounds; y of the set-up form against the served op's, bit for
+// bit.
+absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
+                                 cudaStream_t stream) {
+#if QLINEAR_HAVE_CUTLASS
+  const Options so = sweep_options(o);
+  DeviceBuffer counters, y2;
+  RETURN_IF_ERROR(
+      counters.allocate(static_cast<size_t>(quantizing_tile_counters(256)) * 4, "counters"));
+  RETURN_IF_ERROR(y2.allocate(static_cast<size_t>(256 * sc.n) * 2, "y"));
+  const std::pair<CutlassSm90Tile, CutlassSm90Tile> kPairs[] = {
+      {CutlassSm90Tile::k128x128x128Pingpong, CutlassSm90Tile::k128x128x128PingpongQ},
+      {CutlassSm90Tile::k64x256x128Pingpong, CutlassSm90Tile::k64x256x128PingpongQ}};
+  for (int64_t m : {int64_t{128}, int64_t{256}}) {
+    auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
+    Candidates cands;
+    cands.add("quant", [&](int) { return quantize(); });
+    std::string same;
+    for (const auto& [plain, quantizing] : kPairs) {
+      CutlassSm90Args g = tile_args(sc, b, m);
+      g.w = b.w[0].as<int8_t>();
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* ops, prepared_tile(plain, g));
+      CutlassSm90Args gq = quantizing_tile_args(sc, b, m, counters);
+      gq.prefix = 0;
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* qops, prepared_tile(quantizing, gq));
+      if (ops == nullptr || qops == nullptr) continue;
+      const std::string tn = ops->name();
+      cands.add(absl::StrCat(tn, " GEMM"), tile_call(ops, g, b, stream));
+      CutlassSm90Args gs = g;
+      gs.pdl = cutlass_sm90::served_with_pdl(m, *ops);
+      cands.add(absl::StrCat("q+", tn, gs.pdl ? " pdl" : ""),
+                tile_call(ops, gs, b, stream, quantize));
+      cands.add(absl::StrCat(qops->name(), " set-up"), tile_call(qops, gq, b, stream));
+      CutlassSm90Args ga = gq;
+      ga.prefix = m;
+      if (qops->can_implement(ga)) {
+        cands.add(absl::StrCat(qops->name(), " all-before"), tile_call(qops, ga, b, stream));
+      }
+      // y of the set-up form against the served op's.
+      const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
+      std::vector<uint8_t> y_served(y_bytes), y_setup(y_bytes);
+      RETURN_IF_ERROR(quantize());
+      RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy(y_served.data(), g.y, y_bytes, cudaMemcpyDeviceToHost));
+      CutlassSm90Args gy = gq;
+      gy.y = y2.get();
+      RETURN_IF_CUDA_ERROR(qops->launch(gy, b.workspace.get(), stream));
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy(y_setup.data(), y2.get(), y_bytes, cudaMemcpyDeviceToHost));
+      absl::StrAppend(&same, same.empty() ? "" : ", ", tn, ": y ",
+                      y_served == y_setup ? "identical" : "DIFFERENT");
+    }
+    for (int round = 0; round < 3; ++round) {
+      ASSIGN_OR_RETURN(const std::vector<double> us,
+                       medians_in_turns(stream, 1, so, cands.enqueues));
+      for (size_t i = 0; i < us.size(); ++i) {
+        std::printf("setup-quant %-22s M=%-4lld round %d %-52s %8.1f us\n", shape_name(sc).c_str(),
+                    static_cast<long long>(m), round, cands.names[i].c_str(), us[i]);
+      }
+    }
+    std::printf("setup-quant %-22s M=%-4lld %s\n", shape_name(sc).c_str(),
+                static_cast<long long>(m), same.c_str());
+    // The 128 x 128 quantizing tile's CTAs in the set-up form (kCutlassTracePoints, from the
+    // first CTA's start, medians over 6 launches of the median and the latest CTA): the set-up's
+    // end (its producer entering the mainloop), its m-block's rows published, its first
+    // multiplies, its last.
+    {
+      const int sms = host_info().gpus[0].sm_count;
+      CutlassSm90Args gq = quantizing_tile_args(sc, b, m, counters);
+      gq.prefix = 0;
+      ASSIGN_OR_RETURN(const cutlass_sm90::TileOps* qops,
+                       prepared_tile(CutlassSm90Tile::k128x128x128PingpongQ, gq));
+      if (qops != nullptr) {
+        const int launches = 8;
+        const size_t per_launch = static_cast<size_t>(sms) * kCutlassTracePoints;
+        DeviceBuffer trace;
+        RETURN_IF_ERROR(trace.allocate(launches * per_launch * sizeof(uint64_t), "trace"));
+        RETURN_IF_CUDA_ERROR(cudaMemsetAsync(trace.get(), 0, trace.size(), stream));
+        for (int i = 0; i < launches; ++i) {
+          CutlassSm90Args gt = gq;
+          gt.trace = trace.as<uint64_t>() + i * per_launch;
+          RETURN_IF_CUDA_ERROR(qops->launch(gt, b.workspace.get(), stream));
+        }
+        ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
+        const int kPoints[] = {0, 1, 4, 5};
+        std::vector<double> med[4], late[4];
+        for (int i = 2; i < launches; ++i) {
+          const uint64_t* ti = t.data() + i * per_launch;
+          uint64_t t0 = UINT64_MAX;
+          for (int c = 0; c < sms; ++c) {
+            const uint64_t* p = ti + c * kCutlassTracePoints;
+            if (p[6] != 0) t0 = std::min(t0, p[6]);
+          }
+          if (t0 == UINT64_MAX) continue;
+          for (int j = 0; j < 4; ++j) {
+            std::vector<double> d;
+            for (int c = 0; c < sms; ++c) {
+              const uint64_t v = ti[c * kCutlassTracePoints + kPoints[j]];
+              if (v != 0) d.push_back((static_cast<double>(v) - static_cast<double>(t0)) * 1e-3);
+            }
+            if (d.empty()) continue;
+            med[j].push_back(median(d));
+            late[j].push_back(*std::max_element(d.begin(), d.end()));
+          }
+        }
+        std::string line =
+            absl::StrFormat("setup-quant-trace %-22s M=%-4lld us from the first start",
+                            shape_name(sc).c_str(), static_cast<long long>(m));
+        const char* kNames[] = {"set-up done", "rows in", "first mma", "last mma"};
+        for (int j = 0; j < 4; ++j) {
+          if (med[j].empty()) continue;
+          absl::StrAppendFormat(&line, " | %s %.1f / %.1f", kNames[j], median(med[j]),
+                                median(late[j]));
+        }
+        std::printf("%s (median / latest CTA)\n", line.c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
+#else
+  (void)sc, (void)b, (void)o, (void)stream;
+#endif
+  return absl::OkStatus();
+}
+
 // --prefill: where cuda.cutlass_sm90's op loses to its GEMM alone at M >= 1024, in turns: the
 // bare cuBLASLt GEMM, the quantize kernel alone, and for the large-M tiles the GEMM alone (back
 // to back), the quantize kernel then the GEMM in stream order ("q+", as served at these M) and as
@@ -3258,6 +3392,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.fixed_cost) return compare_fixed_cost(sc, b, o, stream);
   if (o.scheduler) return sweep_scheduler(sc, b, o, stream, lt);
   if (o.prefill) return compare_prefill(sc, b, o, stream, lt);
+  if (o.setup_quant) return compare_setup_quant(sc, b, o, stream);
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
   if (o.weights_hint || o.pad_rows || o.swap || o.tail) {
@@ -3913,6 +4048,10 @@ int bench_main(int argc, char** argv) {
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
+  args.add("setup_quant", &o.setup_quant,
+           "Only cuda.cutlass_sm90 at M = 128 and 256: the quantizing tiles with every row "
+           "quantized in the GEMM's set-up against the quantize kernel then the plain tile as "
+           "served, in turns, with y compared");
   args.add("energy", &o.energy,
            "Only M >= 1024: the bare cuBLASLt GEMM, the quantize kernel and cuda.cutlass_sm90's "
            "GEMM and op, each back to back for a second, with the GPU's energy per call, power "
@@ -4008,7 +4147,7 @@ int bench_main(int argc, char** argv) {
   }
   if (!o.diagnose && !o.scheduler && !o.stream_prefetch && !o.weights_hint && !o.pad_rows &&
       !o.swap && !o.tail && !o.streamk && !o.claim && !o.prefill && !o.energy && !o.reads &&
-      !o.sm_rate && !o.fixed_cost && o.profile.empty()) {
+      !o.sm_rate && !o.fixed_cost && !o.setup_quant && o.profile.empty()) {
     if (absl::Status s = run_host_path(registry, o); !s.ok()) {
       std::printf("serving path: %s\n", std::string(s.message()).c_str());
       ++failures;

@@ -109,6 +109,13 @@ inline constexpr int kStreamKTracePoints = 8;
 // CutlassSm90Args). Rows [0, prefix) are quantized by the quantize kernel launched first; rows
 // [prefix, m) by the GEMM. counters[0] hands out rows, counters[1 + b] counts the rows of m-block
 // b published.
+// With unit_rows > 0 (prefix 0, every tile in the grid's first wave) the GEMM quantizes every row
+// before its first tile instead, in units of unit_rows rows: CTA c, with all its threads, quantizes
+// unit c (c < owned_units) in the mainloop's set-up (the rows' loads issued before the grid
+// dependency), claiming it first by its bit in the flags at counters[quantizing_tile_flags_offset];
+// counters[0] then hands out units to the auxiliary warps, which take any unit left unclaimed after
+// kPrologueStealAfterNs (cutlass_sm90_quantizing_mainloop.cuh). scratch_offset is where the ring
+// lies in the kernel's shared memory (the set-up's scratch).
 struct QuantizeInGemm {
   const void* x = nullptr;
   ElemType x_type = ElemType::kBF16;
@@ -120,10 +127,19 @@ struct QuantizeInGemm {
   int m = 0;
   int k = 0;
   int prefix = 0;
+  int unit_rows = 0;
+  int owned_units = 0;
+  int scratch_offset = 0;
 };
 
-// int32 counters a quantizing tile needs for m tokens (m-blocks of 64 rows at least).
-inline int64_t quantizing_tile_counters(int64_t m) { return 1 + (m + 63) / 64; }
+// Where a quantizing tile's unit flags start among its counters for m tokens: after the row
+// counter and one counter per m-block of 64 rows at least.
+inline constexpr int64_t quantizing_tile_flags_offset(int64_t m) { return 1 + (m + 63) / 64; }
+// int32 counters a quantizing tile needs for m tokens: those, then a bit per unit of the set-up's
+// quantization (at most one unit per row).
+inline constexpr int64_t quantizing_tile_counters(int64_t m) {
+  return quantizing_tile_flags_offset(m) + (m + 31) / 32;
+}
 
 // One fused GEMM: y[m, n] = out(fma(sa[m], sb[n] * f32(acc[m, n] - azp[m] * adj[n]), bias_v[n]))
 // with acc = xq [m, k] (row-major) x w [n, k]^T, int32 arithmetic wrapping. With azp = the
@@ -197,12 +213,17 @@ struct CutlassSm90Args {
   // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=
   // kAuxRingBytes) and the layer's scheme, with xq, sa and azp above as the outputs; counters
   // [quantizing_tile_counters(m)] (no initial value needed); the rows quantized before the GEMM
-  // starts (< 0: the tile's own choice, enough for its first two waves of tiles).
+  // starts (< 0: the tile's own choice, enough for its first two waves of tiles; 0: none, every row
+  // quantized in the GEMM's set-up, which the tile declines unless its tiles fit one wave and a
+  // unit's rows fit its threads: see QuantizeInGemm).
   const void* x = nullptr;
   ElemType x_type = ElemType::kBF16;
   QuantizeParams qp;
   int32_t* counters = nullptr;
   int64_t prefix = -1;
+  // Tests: with the set-up's quantization, how many units the CTAs quantize as their own (< 0:
+  // one each); the others are left to the auxiliary warps' fallback.
+  int64_t prologue_owned_units = -1;
 };
 
 namespace cutlass_sm90 {

@@ -529,7 +529,9 @@ constexpr int64_t kQuantizingMinM = 512;
 // nothing: 8192^3 979.7-980.2 against 978.6-989.5 us for the quantize kernel then the plain
 // 128 x 128 tile; the op costs the two kernels' energy at the cap wherever the quantization runs
 // (docs/kernels.md, "The power cap at large M").
-// They stay compiled, tested and benchmarked.
+// They stay compiled, tested and benchmarked. So does their form that quantizes every row in the
+// GEMM's set-up where the tiles fit one wave (prefix 0), which lost at M = 128 and 256 on every
+// benchmark layer (bench --setup_quant; docs/kernels.md, "Quantization inside the GEMM").
 constexpr bool kTuneQuantizingTiles = false;
 
 // Up to this M tune_tiles times the tiles with their operands swapped (16 tokens per tile, the
@@ -1242,7 +1244,8 @@ absl::Status CutlassSm90Prepared::enqueue(const DeviceRunArgs& args, void* scrat
           args.sa_host != nullptr || debug != nullptr) {
         tile = unfused_tile_for_call(m);
       }
-    } else if (q == nullptr || !q->can_implement(g)) {
+    } else if (q == nullptr || !q->can_implement(g) || args.x_in_host_memory) {
+      // (Its CTAs would read x across the host link, from pinned memory.)
       tile = plain_twin(tile);
     }
   }

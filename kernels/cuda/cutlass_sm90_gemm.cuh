@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -254,6 +255,7 @@ struct FusedGemm {
   // The rows quantized before the GEMM: enough for the tiles of its first two waves (the
   // scheduler walks along N, so a wave covers about clusters / tiles_n cluster rows of m-blocks)
   // and one more cluster row per swizzle step, as a whole number of m-blocks.
+  // (The launch sets it to 0 where the GEMM's set-up quantizes every row: prologue_unit_rows.)
   static int64_t quantized_prefix(const CutlassSm90Args& a) {
     // At least one row: the quantize kernel launched first also zeroes the counters.
     if (a.prefix >= 0) return a.prefix < 1 ? 1 : a.prefix < a.m ? a.prefix : a.m;
@@ -339,12 +341,63 @@ struct FusedGemm {
     return Gemm::get_workspace_size(arguments(a));
   }
 
-  // A quantizing tile's own conditions on the activations (see CutlassSm90Args).
+  // The CTAs of the persistent grid for a's problem (the prefix does not change it).
+  static int grid_ctas(const CutlassSm90Args& a) {
+    CutlassSm90Args b = a;
+    b.prefix = 1;
+    const typename Kernel::Params params = Kernel::to_underlying_arguments(arguments(b), nullptr);
+    const dim3 grid = Kernel::get_grid_shape(params);
+    return static_cast<int>(grid.x * grid.y * grid.z);
+  }
+
+  // Rows per unit of the set-up's quantization (cutlass_sm90_quantizing_mainloop.cuh) for a on a
+  // grid of `ctas` CTAs, or 0 where it does not apply: a prefix other than 0, tiles past the first
+  // wave, or more rows per unit than kPrologueUnitRows allows or than the threads hold.
+  static int prologue_unit_rows(const CutlassSm90Args& a, int ctas) {
+    if constexpr (Config::kQuantize) {
+      if (a.prefix != 0 || ctas < 1 || a.m < 1 || a.k % 8 != 0) return 0;
+      const int64_t blocks_m = (a.m + kBlockM - 1) / kBlockM;
+      const int64_t tiles =
+          (blocks_m + kClusterM - 1) / kClusterM * kClusterM * ((a.n + kBlockN - 1) / kBlockN);
+      if (tiles > ctas) return 0;
+      const int64_t need = (a.m + ctas - 1) / ctas;
+      for (int rows : kPrologueUnitRows) {
+        const int64_t threads = kPrologueThreads / rows;
+        if (rows >= need && (a.k / 8 + threads - 1) / threads <= kPrologueVecs) return rows;
+      }
+    }
+    (void)a, (void)ctas;
+    return 0;
+  }
+
+  // Where the ring lies in the kernel's shared memory (the set-up's scratch).
+  static int ring_offset() {
+    if constexpr (Config::kQuantize) {
+      static const int offset = [] {
+        using Storage = typename Kernel::SharedStorage;
+        // Member addresses only; nothing is constructed or read.
+        auto buf = std::make_unique<unsigned char[]>(sizeof(Storage) + alignof(Storage));
+        const uintptr_t base = (reinterpret_cast<uintptr_t>(buf.get()) + alignof(Storage) - 1) /
+                               alignof(Storage) * alignof(Storage);
+        const Storage* ss = reinterpret_cast<const Storage*>(base);
+        return static_cast<int>(reinterpret_cast<uintptr_t>(&ss->tensors.mainloop.ring) - base);
+      }();
+      return offset;
+    } else {
+      return 0;
+    }
+  }
+
+  // A quantizing tile's own conditions on the activations (see CutlassSm90Args): rows that fit
+  // the ring, or every row quantized in the GEMM's set-up.
   static bool takes_activations(const CutlassSm90Args& a) {
     if constexpr (Config::kQuantize) {
-      return a.x != nullptr && a.counters != nullptr && a.x_type != ElemType::kF32 &&
-             reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.k * 2 <= kAuxRingBytes &&
-             a.m <= std::numeric_limits<int32_t>::max();
+      if (a.x == nullptr || a.counters == nullptr || a.x_type == ElemType::kF32 ||
+          reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.m > std::numeric_limits<int32_t>::max()) {
+        return false;
+      }
+      if (a.prefix != 0 && a.k * 2 <= kAuxRingBytes) return true;
+      return prologue_unit_rows(a, grid_ctas(a)) > 0;
     } else {
       (void)a;
       return true;
@@ -362,19 +415,39 @@ struct FusedGemm {
     const typename Gemm::Arguments args = arguments(a, workspace);
     if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
     bool pdl = a.pdl;
-    if constexpr (Config::kQuantize) {
-      // The prefix rows, and the counters zeroed, by the quantize kernel; the GEMM follows as its
-      // programmatic dependent (the producer warps wait on the grid dependency first).
-      const QuantizeInGemm& q = args.mainloop.q;
-      e = launch_quantize_s8(a.x, a.x_type, q.prefix, a.k, a.qp, q.xq, q.sa, q.azp, stream,
-                             a.counters, 1 + (a.m + kBlockM - 1) / kBlockM);
-      if (e != cudaSuccess) return e;
-      pdl = true;
-    }
     // Params straight from the arguments (TMA descriptors encoded on the host) and the static
     // launcher: no per-call attribute setting, no workspace initialisation kernel (the
     // persistent data-parallel scheduler needs none).
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+    if constexpr (Config::kQuantize) {
+      static_assert(Kernel::MaxThreadsPerBlock == kPrologueThreads, "the set-up's threads");
+      // Every row in the GEMM's set-up where a.prefix is 0, after a kernel that only zeroes the
+      // counters; else the prefix rows, and the counters zeroed, by the quantize kernel. The GEMM
+      // follows as its programmatic dependent (the producer warps wait on the grid dependency
+      // first).
+      const dim3 grid = Kernel::get_grid_shape(params);
+      const int ctas = static_cast<int>(grid.x * grid.y * grid.z);
+      const int rows = prologue_unit_rows(a, ctas);
+      QuantizeInGemm& q = params.mainloop.q;
+      if (rows > 0) {
+        const int units = static_cast<int>((a.m + rows - 1) / rows);
+        q.prefix = 0;
+        q.unit_rows = rows;
+        q.owned_units = units < ctas ? units : ctas;
+        if (a.prologue_owned_units >= 0 && a.prologue_owned_units < q.owned_units) {
+          q.owned_units = static_cast<int>(a.prologue_owned_units);
+        }
+        q.scratch_offset = ring_offset();
+        e = launch_zero_for_dependent(a.counters, quantizing_tile_counters(a.m), stream);
+      } else if (a.prefix == 0 || a.k * 2 > kAuxRingBytes) {
+        return cudaErrorInvalidValue;
+      } else {
+        e = launch_quantize_s8(a.x, a.x_type, q.prefix, a.k, a.qp, q.xq, q.sa, q.azp, stream,
+                               a.counters, 1 + (a.m + kBlockM - 1) / kBlockM);
+      }
+      if (e != cudaSuccess) return e;
+      pdl = true;
+    }
     if (Gemm::run(params, stream, nullptr, pdl) != cutlass::Status::kSuccess) {
       e = cudaGetLastError();
       return e != cudaSuccess ? e : cudaErrorLaunchFailure;

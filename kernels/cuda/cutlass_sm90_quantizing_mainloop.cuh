@@ -24,6 +24,19 @@
 // finishes it without waiting on anything; a CTA waiting for an unclaimed row has its own
 // auxiliary warp claiming rows.
 //
+// Where every tile lies in the grid's first wave (QuantizeInGemm::unit_rows > 0; prefix 0, the
+// kernel launched first only zeroes the counters) the rows are quantized in the mainloop's set-up
+// instead, which every thread of the CTA runs before the warps take their roles: CTA c issues the
+// loads of its unit (unit_rows rows, all its threads' 16-byte vectors at once, at most
+// kPrologueVecs a thread) before the grid dependency wait, claims the unit by its bit in the flags
+// after it, and quantizes it from registers: the rows' statistics meet in shared memory (the
+// ring's first bytes), and one release increment per m-block publishes them. A unit whose CTA
+// never claims it (a CTA not yet resident, or one of the units past QuantizeInGemm::owned_units)
+// is taken by an auxiliary warp: each one waits until every row is published or
+// kPrologueStealAfterNs have passed, then draws units from counters[0] and quantizes any it
+// claims itself. So here too a row is claimed only by a running warp that finishes it without
+// waiting.
+//
 // Activations must be 16-bit (bf16 or fp16), 16-byte aligned, with a row of at most
 // kAuxRingBytes; the caller uses the plain tiles otherwise.
 //
@@ -68,6 +81,15 @@ inline constexpr int kAuxClaimRows = 4;
 // Shared memory the quantizing mainloop adds (its ring, mbarriers and row slots, with slack for
 // their alignment), set aside before CUTLASS picks the stage count.
 inline constexpr int kAuxExtraSmem = kAuxRingBytes + 256;
+// 16-byte vectors of a unit one thread of the set-up's quantization holds (80 registers of the
+// pingpong kernel's 168): rows of up to kPrologueVecs * 8 * 384 / unit_rows values.
+inline constexpr int kPrologueVecs = 20;
+// Threads of the kernel (three warpgroups), and so rows per unit the set-up may take: those that
+// divide its warps evenly among a unit's rows.
+inline constexpr int kPrologueThreads = 384;
+inline constexpr int kPrologueUnitRows[] = {1, 2, 3, 4, 6, 12};
+// How long an auxiliary warp waits for the CTAs' own units before it takes those left unclaimed.
+inline constexpr uint64_t kPrologueStealAfterNs = 20000;
 
 template <class Base>
 struct QuantizingMainloop : Base {
@@ -111,6 +133,21 @@ struct QuantizingMainloop : Base {
                thread_idx, block_rank_in_cluster, shared_tensors);
   }
 
+  // The mainloop's set-up, which every thread of the CTA runs: with unit_rows, the CTA's own unit
+  // of rows quantized first.
+  template <class ProblemShape>
+  CUTLASS_DEVICE auto load_init(ProblemShape const& problem_shape, Params const& params) const {
+    const QuantizeInGemm& q = params.q;
+    if (q.unit_rows > 0) {
+      if (q.x_type == ElemType::kF16) {
+        prologue<__half>(q);
+      } else {
+        prologue<__nv_bfloat16>(q);
+      }
+    }
+    return Base::load_init(problem_shape, params);
+  }
+
   // Called by the auxiliary warp once per tile of its CTA: the first call quantizes rows until
   // none is left; the others return at once.
   template <class Pipeline, class PipelineState, class LoadInputs, class BlockCoord,
@@ -122,6 +159,14 @@ struct QuantizingMainloop : Base {
     aux_done_ = true;
     device::grid_dependency_wait();  // the counters, zeroed by the quantize kernel
     const QuantizeInGemm& q = params.q;
+    if (q.unit_rows > 0) {
+      if (q.x_type == ElemType::kF16) {
+        take_left_units<__half>(q);
+      } else {
+        take_left_units<__nv_bfloat16>(q);
+      }
+      return;
+    }
     if (q.x_type == ElemType::kF16) {
       quantize_rows<__half>(q, shared_tensors);
     } else {
@@ -246,12 +291,169 @@ struct QuantizingMainloop : Base {
     __threadfence();
     device::fence_proxy_async_global();
     __syncwarp();
-    if (lane != 0) return;
+    if (lane == 0) count_rows(q, lo, hi);
+  }
+
+  // The release increments of the m-blocks' counters for rows [lo, hi), whose stores are ordered
+  // before (by the caller's fences).
+  static CUTLASS_DEVICE void count_rows(const QuantizeInGemm& q, int lo, int hi) {
     while (lo < hi) {
       const int mb = lo / kBlockM;
       const int top = min(hi, (mb + 1) * kBlockM);
       device::red_add_release(q.counters + 1 + mb, top - lo);
       lo = top;
+    }
+  }
+
+  // The set-up's units: unit u is rows [u * unit_rows, (u + 1) * unit_rows) of m.
+  static CUTLASS_DEVICE int prologue_units(const QuantizeInGemm& q) {
+    return (q.m + q.unit_rows - 1) / q.unit_rows;
+  }
+
+  // Claims unit u (one thread): whether this call set its flag.
+  static CUTLASS_DEVICE bool claim_unit(const QuantizeInGemm& q, int u) {
+    unsigned* flags = reinterpret_cast<unsigned*>(q.counters + quantizing_tile_flags_offset(q.m));
+    const unsigned bit = 1u << (u % 32);
+    return (atomicOr(flags + u / 32, bit) & bit) == 0;
+  }
+
+  // The CTA's own unit, quantized by all kPrologueThreads threads in the mainloop's set-up (see
+  // the file comment): the rows split evenly among the warps, each thread holding its vectors of
+  // its row in registers from the loads (issued before the grid dependency wait) to the stores.
+  template <class T>
+  static CUTLASS_DEVICE void prologue(const QuantizeInGemm& q) {
+    switch (q.qp.scheme) {
+      case QuantScheme::kDynamicSymmetric:
+        return prologue<T, QuantScheme::kDynamicSymmetric>(q);
+      case QuantScheme::kStaticSymmetric:
+        return prologue<T, QuantScheme::kStaticSymmetric>(q);
+      case QuantScheme::kDynamicAsymmetric:
+        return prologue<T, QuantScheme::kDynamicAsymmetric>(q);
+      default:
+        return prologue<T, QuantScheme::kStaticAsymmetric>(q);
+    }
+  }
+
+  template <class T, QuantScheme S>
+  static CUTLASS_DEVICE void prologue(const QuantizeInGemm& q) {
+    extern __shared__ char prologue_smem[];  // the kernel's shared storage
+    auto* s_stats = reinterpret_cast<device::RowStats*>(prologue_smem + q.scratch_offset);
+    int* s_unit = reinterpret_cast<int*>(s_stats + kPrologueThreads / 32);
+    const int tid = static_cast<int>(threadIdx.x);
+    const int group = kPrologueThreads / q.unit_rows;  // threads per row, whole warps
+    const int g = tid / group, gt = tid % group;
+    const int vecs = q.k / 8;
+    const int cta =
+        static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    const int own = cta < q.owned_units ? cta : -1;
+    const int row0 = own * q.unit_rows + g;
+    uint4 raw[kPrologueVecs];
+    if (own >= 0 && row0 < q.m) {
+      const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(q.x) +
+                                                       static_cast<size_t>(row0) * q.k);
+#pragma unroll
+      for (int c = 0; c < kPrologueVecs; ++c) {
+        if (gt + c * group < vecs) raw[c] = xr[gt + c * group];
+      }
+    }
+    device::grid_dependency_wait();  // the counters, zeroed by the kernel launched first
+    if (tid == 0) *s_unit = own >= 0 && claim_unit(q, own) ? own : -1;
+    __syncthreads();
+    const int unit = *s_unit;
+    if (unit < 0) return;  // (the same for every thread)
+    const int row = unit * q.unit_rows + g;
+    device::WarpRowStats<T, S> ws;
+    if (row < q.m) {
+#pragma unroll
+      for (int c = 0; c < kPrologueVecs; ++c) {
+        if (gt + c * group < vecs) ws.visit8(raw[c]);
+      }
+    }
+    const device::RowStats warp_stats = ws.reduce();
+    if (tid % 32 == 0) s_stats[tid / 32] = warp_stats;
+    __syncthreads();
+    if (row < q.m) {
+      const int w0 = g * (group / 32);
+      device::RowStats all = s_stats[w0];
+      for (int w = 1; w < group / 32; ++w) all.merge(s_stats[w0 + w]);
+      const device::RowParams rp = device::row_params<S>(all, q.qp);
+      if (gt == 0) {
+        q.sa[row] = rp.sa;
+        if (q.azp != nullptr && rp.mode != device::kBadRow) q.azp[row] = rp.zp;
+      }
+      if (rp.mode != device::kBadRow) {
+        uint2* out = reinterpret_cast<uint2*>(q.xq + static_cast<size_t>(row) * q.k);
+#pragma unroll
+        for (int c = 0; c < kPrologueVecs; ++c) {
+          const int i = gt + c * group;
+          if (i < vecs) {
+            out[i] = rp.mode == device::kQuantize ? device::quantize8<T, S>(raw[c], rp)
+                                                  : make_uint2(0, 0);
+          }
+        }
+      }
+    }
+    // Every thread's stores, ordered for the TMA loads of other SMs, then the unit's rows counted.
+    __threadfence();
+    device::fence_proxy_async_global();
+    __syncthreads();
+    if (tid == 0) count_rows(q, unit * q.unit_rows, min((unit + 1) * q.unit_rows, q.m));
+  }
+
+  // Whether every row is published (the counters of every m-block full).
+  static CUTLASS_DEVICE bool all_rows_published(const QuantizeInGemm& q) {
+    for (int lo = 0; lo < q.m; lo += kBlockM) {
+      if (device::load_acquire(q.counters + 1 + lo / kBlockM) < min(kBlockM, q.m - lo))
+        return false;
+    }
+    return true;
+  }
+
+  // The auxiliary warp with the set-up's quantization: once every row is published it returns;
+  // if kPrologueStealAfterNs pass first, it draws units from counters[0] until none is left and
+  // quantizes each one it claims (one row at a time, from global memory: a fallback).
+  template <class T>
+  static CUTLASS_DEVICE void take_left_units(const QuantizeInGemm& q) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const uint64_t start = device::globaltimer();
+    while (!all_rows_published(q)) {
+      if (device::globaltimer() - start < kPrologueStealAfterNs) {
+        __nanosleep(1000);
+        continue;
+      }
+      const int units = prologue_units(q);
+      for (;;) {
+        int u = 0;
+        bool mine = false;
+        if (lane == 0) {
+          u = atomicAdd(q.counters, 1);
+          mine = u < units && claim_unit(q, u);
+        }
+        u = __shfl_sync(0xffffffffu, u, 0);
+        mine = __shfl_sync(0xffffffffu, mine, 0);
+        if (u >= units) return;
+        if (!mine) continue;
+        const int lo = u * q.unit_rows, hi = min(lo + q.unit_rows, q.m);
+        for (int row = lo; row < hi; ++row) {
+          const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(q.x) +
+                                                            static_cast<size_t>(row) * q.k);
+          switch (q.qp.scheme) {
+            case QuantScheme::kDynamicSymmetric:
+              quantize_row<T, QuantScheme::kDynamicSymmetric>(q, src, row, lane);
+              break;
+            case QuantScheme::kStaticSymmetric:
+              quantize_row<T, QuantScheme::kStaticSymmetric>(q, src, row, lane);
+              break;
+            case QuantScheme::kDynamicAsymmetric:
+              quantize_row<T, QuantScheme::kDynamicAsymmetric>(q, src, row, lane);
+              break;
+            default:
+              quantize_row<T, QuantScheme::kStaticAsymmetric>(q, src, row, lane);
+              break;
+          }
+        }
+        publish(q, lo, hi, lane);
+      }
     }
   }
 };

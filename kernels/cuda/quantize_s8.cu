@@ -747,6 +747,19 @@ cudaError_t launch_for_type(const void* x, int64_t m, int64_t k, const QuantizeP
 
 }  // namespace
 
+namespace {
+__global__ void __launch_bounds__(256)
+    zero_for_dependent(int32_t* __restrict__ zero, int64_t count) {
+  start_quantize(zero, count);
+}
+}  // namespace
+
+cudaError_t launch_zero_for_dependent(int32_t* zero, int64_t count, cudaStream_t stream) {
+  if (zero == nullptr || count < 1) return cudaErrorInvalidValue;
+  zero_for_dependent<<<1, 256, 0, stream>>>(zero, count);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_t k,
                                const QuantizeParams& params, int8_t* xq, float* sa, int32_t* azp,
                                cudaStream_t stream, int32_t* zero, int64_t zero_count,

@@ -69,6 +69,12 @@ cudaError_t launch_quantize_s8(const void* x, ElemType x_type, int64_t m, int64_
                                const XqLayout* layout = nullptr, bool split = true,
                                RowParamsMirror mirror = {});
 
+// Sets zero[0, count) to 0 in a kernel of one block that lets a kernel launched after it as its
+// programmatic dependent start at once (the quantize kernel's start, with no rows): for
+// cuda.cutlass_sm90's quantizing tiles where the GEMM quantizes every row itself. Requires count
+// >= 1. Returns the launch error, if any.
+cudaError_t launch_zero_for_dependent(int32_t* zero, int64_t count, cudaStream_t stream);
+
 // How many blocks launch_quantize_s8 gives each of m rows of k 16-bit values when it may split
 // them (vector-aligned rows): 2-8 for up to 16 rows of 4096 values or more, else 1.
 int quantize_blocks_per_row(int64_t m, int64_t k);

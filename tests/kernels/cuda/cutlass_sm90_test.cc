@@ -840,6 +840,90 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
   }
 }
 
+// The quantizing tiles with every row quantized in the GEMM's set-up (prefix 0: every tile in the
+// grid's first wave, each CTA quantizing its own unit of rows with all its threads before its
+// roles start): y and sa bit-exact against the reference for every scheme, bf16 and fp16 x, every
+// output type; units of up to 12 rows (the last one partial), of 1 or 2 rows of 28672 values and
+// of 1 row of 49152 (rows the ring could not hold), a NaN and an Inf row; with every unit owned by
+// a CTA, half of them, and none (the auxiliary warps' fallback takes the others after its wait).
+// The counters start as garbage: the launch zeroes them.
+TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  struct Case {
+    int64_t m, n, k;
+  };
+  // (Both tiles take each case in the set-up: 128 x 128 with 6, 1 and 1 rows per unit, 64 x 256
+  // with 12, 2 or 1, and 1.)
+  const Case cases[] = {{140 + rng.range(0, 40), 2048, 4096},
+                        {10 + rng.range(0, 9), 4096, 28672},
+                        {6 + rng.range(0, 7), 4096, 49152}};
+  int round = 0;
+  for (const Case& cs : cases) {
+    const int64_t m = cs.m, n = cs.n, k = cs.k;
+    for (Scheme scheme : kSchemes) {
+      ++round;
+      const bool bias = round % 2 == 0;
+      const DType xt = round % 3 == 0 ? DType::kF16 : DType::kBF16;
+      const DType yt = kDTypes[round % 3];
+      const auto w = make_layer(rng, scheme, n, k, bias);
+      ASSERT_NE(w, nullptr);
+      const std::vector<uint8_t> x = make_x(rng, m, k, xt);
+      const Expected want = reference_run(*w, x.data(), xt, m, yt);
+      ASSERT_TRUE(want.status.ok());
+      const int64_t bad[] = {m - 1 - rng.range(0, 2), rng.range(0, 4)};
+      std::vector<uint8_t> xd = x;
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + 5), std::nanf(""));
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), -INFINITY);
+      TileBuffers d;
+      ASSERT_TRUE(d.init(*w, m).ok());
+      ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+      DeviceBuffer d_x, d_counters;
+      ASSERT_TRUE(d_x.allocate(xd.size(), "x").ok());
+      ASSERT_TRUE(d_counters.allocate(quantizing_tile_counters(m) * 4, "counters").ok());
+      ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      for (CutlassSm90Tile tile :
+           {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
+        for (int64_t owned : {int64_t{-1}, int64_t{m / 4}, int64_t{0}}) {
+          CutlassSm90Args g = d.args(yt);
+          g.x = d_x.get();
+          g.x_type = static_cast<ElemType>(xt);
+          g.qp = quantize_params(w->config);
+          g.counters = d_counters.as<int32_t>();
+          g.prefix = 0;
+          g.prologue_owned_units = owned;
+          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
+          ASSERT_NE(ops, nullptr);
+          ASSERT_EQ(ops->prepare(), cudaSuccess);
+          const std::string what =
+              absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
+                           " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
+                           static_cast<int>(tile), " owned units ", owned);
+          ASSERT_TRUE(ops->can_implement(g)) << what;
+          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
+          ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess) << what;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          std::vector<uint8_t> y(m * n * dtype_size(yt));
+          std::vector<float> sa(m);
+          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          for (int64_t r = 0; r < m; ++r) {
+            if (r == bad[0] || r == bad[1]) {
+              EXPECT_TRUE(std::isnan(sa[r])) << what << ": row " << r << " is not flagged";
+              continue;
+            }
+            ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0)
+                << what << ": sa row " << r << " want " << want.sa[r] << " got " << sa[r];
+            ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "") << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Tile 15, the whole-tile kernel quantizing the activations inside its launch: y bit-exact with
 // the reference, and sa and azp with the quantize kernel's on the same x, for every scheme, bf16
 // and fp16 x and every output type; M from 1 to 16 as far as its shared memory takes the rows
@@ -1108,11 +1192,29 @@ TEST_F(CutlassSm90Test, QuantizingTilesDeclineWhatTheyCannotTake) {
   EXPECT_FALSE(ops->can_implement(f)) << "x not 16-byte aligned";
   f = g;
   f.k = kAuxRingBytes / 2 + 16;
-  EXPECT_FALSE(ops->can_implement(f)) << "a row longer than the ring";
+  EXPECT_FALSE(ops->can_implement(f)) << "a row longer than the ring, tiles past one wave";
   f = g;
   f.x = nullptr;
   EXPECT_FALSE(ops->can_implement(f)) << "no activations";
   EXPECT_EQ(ops->launch(f, nullptr, nullptr), cudaErrorInvalidValue);
+  // Every row in the GEMM's set-up (prefix 0): only while every tile lies in the first wave and a
+  // unit's rows fit the CTA's threads.
+  f = g;
+  f.prefix = 0;
+  EXPECT_FALSE(ops->can_implement(f)) << "the set-up with 1024 rows on 16 tiles";
+  EXPECT_EQ(ops->launch(f, nullptr, nullptr), cudaErrorInvalidValue);
+  f.m = 192;
+  f.n = 1024;
+  EXPECT_TRUE(ops->can_implement(f)) << "the set-up with units of 12 rows of 4096 values";
+  f.k = 8192;
+  EXPECT_FALSE(ops->can_implement(f)) << "the set-up with units of 12 rows of 8192 values";
+  f.m = 16;
+  f.k = 65536;
+  EXPECT_FALSE(ops->can_implement(f)) << "the set-up with a row of 65536 values";
+  f.k = 49152;
+  EXPECT_TRUE(ops->can_implement(f)) << "the set-up with a row of 49152 values";
+  f.n = 256 * 132;
+  EXPECT_FALSE(ops->can_implement(f)) << "the set-up with tiles past one wave";
 }
 
 #endif  // QLINEAR_HAVE_CUTLASS
