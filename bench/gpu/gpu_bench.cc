@@ -2853,6 +2853,10 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
       RETURN_IF_CUDA_ERROR(cudaMemcpy(y_served.data(), g.y, y_bytes, cudaMemcpyDeviceToHost));
       CutlassSm90Args gy = gq;
       gy.y = y2.get();
+      // (xq and sa as garbage first: the set-up form's own stores must make y.)
+      RETURN_IF_CUDA_ERROR(
+          cudaMemsetAsync(b.xq.get(), 0x81, static_cast<size_t>(m * sc.k), stream));
+      RETURN_IF_CUDA_ERROR(cudaMemsetAsync(b.sa.get(), 0xA5, static_cast<size_t>(m) * 4, stream));
       RETURN_IF_CUDA_ERROR(qops->launch(gy, b.workspace.get(), stream));
       RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
       RETURN_IF_CUDA_ERROR(cudaMemcpy(y_setup.data(), y2.get(), y_bytes, cudaMemcpyDeviceToHost));
@@ -2871,8 +2875,8 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
                 static_cast<long long>(m), same.c_str());
     // The 128 x 128 quantizing tile's CTAs in the set-up form (kCutlassTracePoints, from the
     // first CTA's start, medians over 6 launches of the median and the latest CTA): the set-up's
-    // end (its producer entering the mainloop), its m-block's rows published, its first
-    // multiplies, its last.
+    // end (a consumer warpgroup entering the mainloop, to wait for its first k-tile), its
+    // producer past the wait for its m-block's rows, and its last multiplies.
     {
       const int sms = host_info().gpus[0].sm_count;
       CutlassSm90Args gq = quantizing_tile_args(sc, b, m, counters);
@@ -2891,8 +2895,8 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
           RETURN_IF_CUDA_ERROR(qops->launch(gt, b.workspace.get(), stream));
         }
         ASSIGN_OR_RETURN(const std::vector<uint64_t> t, trace_to_host(trace, stream));
-        const int kPoints[] = {0, 1, 4, 5};
-        std::vector<double> med[4], late[4];
+        const int kPoints[] = {4, 0, 5};
+        std::vector<double> med[3], late[3];
         for (int i = 2; i < launches; ++i) {
           const uint64_t* ti = t.data() + i * per_launch;
           uint64_t t0 = UINT64_MAX;
@@ -2901,7 +2905,7 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
             if (p[6] != 0) t0 = std::min(t0, p[6]);
           }
           if (t0 == UINT64_MAX) continue;
-          for (int j = 0; j < 4; ++j) {
+          for (int j = 0; j < 3; ++j) {
             std::vector<double> d;
             for (int c = 0; c < sms; ++c) {
               const uint64_t v = ti[c * kCutlassTracePoints + kPoints[j]];
@@ -2915,8 +2919,8 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
         std::string line =
             absl::StrFormat("setup-quant-trace %-22s M=%-4lld us from the first start",
                             shape_name(sc).c_str(), static_cast<long long>(m));
-        const char* kNames[] = {"set-up done", "rows in", "first mma", "last mma"};
-        for (int j = 0; j < 4; ++j) {
+        const char* kNames[] = {"set-up done", "rows in", "last mma"};
+        for (int j = 0; j < 3; ++j) {
           if (med[j].empty()) continue;
           absl::StrAppendFormat(&line, " | %s %.1f / %.1f", kNames[j], median(med[j]),
                                 median(late[j]));

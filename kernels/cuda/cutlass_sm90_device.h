@@ -211,11 +211,11 @@ struct CutlassSm90Args {
   // persistent grid is never larger).
   uint64_t* trace = nullptr;
   // Quantizing tiles only: the activations x [m, k] (bf16 or fp16, 16-byte aligned, k * 2 <=
-  // kAuxRingBytes) and the layer's scheme, with xq, sa and azp above as the outputs; counters
-  // [quantizing_tile_counters(m)] (no initial value needed); the rows quantized before the GEMM
-  // starts (< 0: the tile's own choice, enough for its first two waves of tiles; 0: none, every row
-  // quantized in the GEMM's set-up, which the tile declines unless its tiles fit one wave and a
-  // unit's rows fit its threads: see QuantizeInGemm).
+  // kAuxRingBytes unless prefix is 0) and the layer's scheme, with xq, sa and azp above as the
+  // outputs; counters [quantizing_tile_counters(m)] (no initial value needed); the rows quantized
+  // before the GEMM starts (< 0: the tile's own choice, enough for its first two waves of tiles; 0:
+  // none, every row quantized in the GEMM's set-up, which the tile declines unless its tiles fit
+  // one wave and a unit's rows fit its threads: see QuantizeInGemm).
   const void* x = nullptr;
   ElemType x_type = ElemType::kBF16;
   QuantizeParams qp;

@@ -375,7 +375,8 @@ struct FusedGemm {
     if constexpr (Config::kQuantize) {
       static const int offset = [] {
         using Storage = typename Kernel::SharedStorage;
-        // Member addresses only; nothing is constructed or read.
+        // Member addresses only, in a buffer that holds no constructed object (strictly outside
+        // the language's rules, as offsetof on such a type would be); nothing is read.
         auto buf = std::make_unique<unsigned char[]>(sizeof(Storage) + alignof(Storage));
         const uintptr_t base = (reinterpret_cast<uintptr_t>(buf.get()) + alignof(Storage) - 1) /
                                alignof(Storage) * alignof(Storage);

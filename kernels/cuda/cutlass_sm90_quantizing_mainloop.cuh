@@ -38,7 +38,9 @@
 // waiting.
 //
 // Activations must be 16-bit (bf16 or fp16), 16-byte aligned, with a row of at most
-// kAuxRingBytes; the caller uses the plain tiles otherwise.
+// kAuxRingBytes (with the set-up's quantization, rows that a unit's threads hold: up to
+// kPrologueVecs * 8 * kPrologueThreads / unit_rows values); the caller uses the plain tiles
+// otherwise.
 //
 // Base is the DependentMainloop (cutlass_sm90_dependent_mainloop.cuh) of the stock mainloop.
 //
@@ -411,13 +413,22 @@ struct QuantizingMainloop : Base {
 
   // The auxiliary warp with the set-up's quantization: once every row is published it returns;
   // if kPrologueStealAfterNs pass first, it draws units from counters[0] until none is left and
-  // quantizes each one it claims (one row at a time, from global memory: a fallback).
+  // quantizes each one it claims (one row at a time, from global memory: a fallback). Lane 0
+  // decides each step for the whole warp (the steps use full-warp shuffles).
   template <class T>
   static CUTLASS_DEVICE void take_left_units(const QuantizeInGemm& q) {
     const int lane = static_cast<int>(threadIdx.x % 32);
     const uint64_t start = device::globaltimer();
-    while (!all_rows_published(q)) {
-      if (device::globaltimer() - start < kPrologueStealAfterNs) {
+    for (;;) {
+      int step = 0;  // 0: wait, 1: every row published, 2: take the units left
+      if (lane == 0) {
+        step = all_rows_published(q)                                   ? 1
+               : device::globaltimer() - start < kPrologueStealAfterNs ? 0
+                                                                       : 2;
+      }
+      step = __shfl_sync(0xffffffffu, step, 0);
+      if (step == 1) return;
+      if (step == 0) {
         __nanosleep(1000);
         continue;
       }

@@ -354,9 +354,10 @@ __global__ void __launch_bounds__(32 * kRowsPerWarpBlock)
 // The block's statistics of its row (or slice of it) from each warp's own `st` (every lane
 // holding its warp's), merged through `s_warp` (one entry per warp) by the first warp, each lane
 // taking one warp's entry and the lanes meeting by shuffles; thread 0 gets the block's, the other
-// threads of the first warp the same, the rest their warp's. Ends with the block's barrier.
-// (Thread 0 merging the warps one after another measured up to 1 us slower where blocks have 16
-// warps: docs/kernels.md, "Quantization inside the GEMM".)
+// threads of the first warp the same, the rest their warp's. Its barrier comes before the first
+// warp reads s_warp: a caller that writes s_warp again needs another. (Thread 0 merging the warps
+// one after another measured up to 1 us slower where blocks have 16 warps: docs/kernels.md,
+// "Quantization inside the GEMM".)
 __device__ __forceinline__ device::RowStats block_stats(const device::RowStats& st,
                                                         device::RowStats* s_warp) {
   if (threadIdx.x % 32 == 0) s_warp[threadIdx.x / 32] = st;

@@ -814,6 +814,7 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
           ASSERT_TRUE(ops->can_implement(g));
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.xq.get(), 0x81, static_cast<size_t>(d.xq_rows * k)), cudaSuccess);
           ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
           ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -843,19 +844,20 @@ TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
 // The quantizing tiles with every row quantized in the GEMM's set-up (prefix 0: every tile in the
 // grid's first wave, each CTA quantizing its own unit of rows with all its threads before its
 // roles start): y and sa bit-exact against the reference for every scheme, bf16 and fp16 x, every
-// output type; units of up to 12 rows (the last one partial), of 1 or 2 rows of 28672 values and
-// of 1 row of 49152 (rows the ring could not hold), a NaN and an Inf row; with every unit owned by
-// a CTA, half of them, and none (the auxiliary warps' fallback takes the others after its wait).
-// The counters start as garbage: the launch zeroes them.
+// output type; units of 6 and 12 rows (the last one partial), of 3 or 4 rows, of 1 or 2 rows of
+// 28672 values and of 1 row of 49152 (rows the ring could not hold), a NaN and an Inf row; with
+// every unit owned by a CTA, only the first, and none (the auxiliary warps' fallback takes the
+// others after its wait). The counters, xq and sa start as garbage before every launch.
 TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
   struct Case {
     int64_t m, n, k;
   };
-  // (Both tiles take each case in the set-up: 128 x 128 with 6, 1 and 1 rows per unit, 64 x 256
-  // with 12, 2 or 1, and 1.)
-  const Case cases[] = {{140 + rng.range(0, 40), 2048, 4096},
+  // (Both tiles take each case in the set-up: 128 x 128 with 6, 3 or 4, 1 and 1 rows per unit,
+  // 64 x 256 with 12, 3 or 4, 2 or 1, and 1; m % 12 == 1 in the first case.)
+  const Case cases[] = {{145 + 12 * rng.range(0, 3), 2048, 4096},
+                        {129 + rng.range(0, 127), 4096, 2048},
                         {10 + rng.range(0, 9), 4096, 28672},
                         {6 + rng.range(0, 7), 4096, 49152}};
   int round = 0;
@@ -884,7 +886,7 @@ TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
       ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
       for (CutlassSm90Tile tile :
            {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
-        for (int64_t owned : {int64_t{-1}, int64_t{m / 4}, int64_t{0}}) {
+        for (int64_t owned : {int64_t{-1}, int64_t{1}, int64_t{0}}) {
           CutlassSm90Args g = d.args(yt);
           g.x = d_x.get();
           g.x_type = static_cast<ElemType>(xt);
@@ -902,6 +904,7 @@ TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
           ASSERT_TRUE(ops->can_implement(g)) << what;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
+          ASSERT_EQ(cudaMemset(d.xq.get(), 0x81, static_cast<size_t>(d.xq_rows * k)), cudaSuccess);
           ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
           ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess) << what;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
@@ -1192,7 +1195,7 @@ TEST_F(CutlassSm90Test, QuantizingTilesDeclineWhatTheyCannotTake) {
   EXPECT_FALSE(ops->can_implement(f)) << "x not 16-byte aligned";
   f = g;
   f.k = kAuxRingBytes / 2 + 16;
-  EXPECT_FALSE(ops->can_implement(f)) << "a row longer than the ring, tiles past one wave";
+  EXPECT_FALSE(ops->can_implement(f)) << "a row longer than the ring";
   f = g;
   f.x = nullptr;
   EXPECT_FALSE(ops->can_implement(f)) << "no activations";
