@@ -389,20 +389,27 @@ struct FusedGemm {
     }
   }
 
-  // A quantizing tile's own conditions on the activations (see CutlassSm90Args): rows that fit
-  // the ring, or every row quantized in the GEMM's set-up.
-  static bool takes_activations(const CutlassSm90Args& a) {
+  // A quantizing tile's conditions on the activations themselves (see CutlassSm90Args).
+  static bool activations_ok(const CutlassSm90Args& a) {
     if constexpr (Config::kQuantize) {
-      if (a.x == nullptr || a.counters == nullptr || a.x_type == ElemType::kF32 ||
-          reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.m > std::numeric_limits<int32_t>::max()) {
-        return false;
-      }
-      if (a.prefix != 0 && a.k * 2 <= kAuxRingBytes) return true;
-      return prologue_unit_rows(a, grid_ctas(a)) > 0;
+      return a.x != nullptr && a.counters != nullptr && a.x_type != ElemType::kF32 &&
+             reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+             a.m <= std::numeric_limits<int32_t>::max();
     } else {
       (void)a;
       return true;
     }
+  }
+
+  // A quantizing tile's own conditions on the activations: those, and rows that fit the ring or
+  // every row quantized in the GEMM's set-up (launch finds the latter from its own grid).
+  static bool takes_activations(const CutlassSm90Args& a) {
+    if (!activations_ok(a)) return false;
+    if constexpr (Config::kQuantize) {
+      if (a.prefix != 0 && a.k * 2 <= kAuxRingBytes) return true;
+      return prologue_unit_rows(a, grid_ctas(a)) > 0;
+    }
+    return true;
   }
 
   static bool can_implement(const CutlassSm90Args& a) {
@@ -412,7 +419,7 @@ struct FusedGemm {
   static cudaError_t launch(const CutlassSm90Args& a, void* workspace, cudaStream_t stream) {
     cudaError_t e = prepare();
     if (e != cudaSuccess) return e;
-    if (!takes_activations(a)) return cudaErrorInvalidValue;
+    if (!activations_ok(a)) return cudaErrorInvalidValue;
     const typename Gemm::Arguments args = arguments(a, workspace);
     if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
     bool pdl = a.pdl;

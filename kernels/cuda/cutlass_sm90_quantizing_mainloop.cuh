@@ -240,20 +240,7 @@ struct QuantizingMainloop : Base {
       device::mbar_wait(bar0 + 8 * slot, static_cast<uint32_t>((processed / slots) & 1));
       const int row = s.rows[slot];
       const uint4* src = reinterpret_cast<const uint4*>(s.ring + slot * stride);
-      switch (q.qp.scheme) {
-        case QuantScheme::kDynamicSymmetric:
-          quantize_row<T, QuantScheme::kDynamicSymmetric>(q, src, row, lane);
-          break;
-        case QuantScheme::kStaticSymmetric:
-          quantize_row<T, QuantScheme::kStaticSymmetric>(q, src, row, lane);
-          break;
-        case QuantScheme::kDynamicAsymmetric:
-          quantize_row<T, QuantScheme::kDynamicAsymmetric>(q, src, row, lane);
-          break;
-        default:
-          quantize_row<T, QuantScheme::kStaticAsymmetric>(q, src, row, lane);
-          break;
-      }
+      quantize_row<T>(q, src, row, lane);
       // Every lane's reads of the slot are done before a bulk copy refills it.
       device::fence_proxy_async_shared();
       __syncwarp();
@@ -266,7 +253,24 @@ struct QuantizingMainloop : Base {
     }
   }
 
-  // One row from shared memory (8 values per 16-byte vector), as quantize_rows_s8 does it.
+  // One row (8 values per 16-byte vector), in the layer's scheme.
+  template <class T>
+  static CUTLASS_DEVICE void quantize_row(const QuantizeInGemm& q, const uint4* src, int row,
+                                          int lane) {
+    switch (q.qp.scheme) {
+      case QuantScheme::kDynamicSymmetric:
+        return quantize_row<T, QuantScheme::kDynamicSymmetric>(q, src, row, lane);
+      case QuantScheme::kStaticSymmetric:
+        return quantize_row<T, QuantScheme::kStaticSymmetric>(q, src, row, lane);
+      case QuantScheme::kDynamicAsymmetric:
+        return quantize_row<T, QuantScheme::kDynamicAsymmetric>(q, src, row, lane);
+      default:
+        return quantize_row<T, QuantScheme::kStaticAsymmetric>(q, src, row, lane);
+    }
+  }
+
+  // One row from shared memory or global memory (8 values per 16-byte vector), as
+  // quantize_rows_s8 does it.
   template <class T, QuantScheme S>
   static CUTLASS_DEVICE void quantize_row(const QuantizeInGemm& q, const uint4* src, int row,
                                           int lane) {
@@ -448,20 +452,7 @@ struct QuantizingMainloop : Base {
         for (int row = lo; row < hi; ++row) {
           const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(q.x) +
                                                             static_cast<size_t>(row) * q.k);
-          switch (q.qp.scheme) {
-            case QuantScheme::kDynamicSymmetric:
-              quantize_row<T, QuantScheme::kDynamicSymmetric>(q, src, row, lane);
-              break;
-            case QuantScheme::kStaticSymmetric:
-              quantize_row<T, QuantScheme::kStaticSymmetric>(q, src, row, lane);
-              break;
-            case QuantScheme::kDynamicAsymmetric:
-              quantize_row<T, QuantScheme::kDynamicAsymmetric>(q, src, row, lane);
-              break;
-            default:
-              quantize_row<T, QuantScheme::kStaticAsymmetric>(q, src, row, lane);
-              break;
-          }
+          quantize_row<T>(q, src, row, lane);
         }
         publish(q, lo, hi, lane);
       }

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -759,109 +762,23 @@ TEST_F(CutlassSm90Test, ClaimingSwappedTilesMatchTheReference) {
   }
 }
 
-// The quantizing tiles (activations quantized inside the GEMM launch) through the device entry
-// point on 16-bit x: y and sa bit-exact against the reference for every scheme, with the
-// quantize kernel doing 1 row, 129 rows or the tile's own choice and the GEMM's auxiliary warps
-// the rest (after 1 or 129 rows their claims of kAuxClaimRows straddle m-blocks); rows of 1 to 4
-// ring slots (k = 16384 fills the ring with one row); a NaN and an Inf row among those the GEMM
-// quantizes get sa = NaN and leave every other row exact.
-TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
-  SCOPED_TRACE(seed_note());
-  SplitMix64 rng = test_rng();
-  struct Case {
-    int64_t m, n, k;
-  };
-  const Case cases[] = {{1000 + rng.range(0, 200), 400, 336},
-                        {700 + rng.range(0, 100), 272, 8192},
-                        {300 + rng.range(0, 50), 144, 16384}};
-  int round = 0;
-  for (const Case& cs : cases) {
-    const int64_t m = cs.m, n = cs.n, k = cs.k;
-    for (Scheme scheme : kSchemes) {
-      ++round;
-      const bool bias = round % 2 == 0;
-      const DType xt = round % 3 == 0 ? DType::kF16 : DType::kBF16;
-      const DType yt = kDTypes[round % 3];
-      const auto w = make_layer(rng, scheme, n, k, bias);
-      ASSERT_NE(w, nullptr);
-      const std::vector<uint8_t> x = make_x(rng, m, k, xt);
-      const Expected want = reference_run(*w, x.data(), xt, m, yt);
-      ASSERT_TRUE(want.status.ok());
-      // Two rows the GEMM quantizes turn non-finite on the device.
-      const int64_t bad[] = {m - 3, 200 + rng.range(0, 50)};
-      std::vector<uint8_t> xd = x;
-      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + 7), std::nanf(""));
-      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), INFINITY);
-      TileBuffers d;
-      ASSERT_TRUE(d.init(*w, m).ok());
-      ASSERT_TRUE(d.upload_bias(*w, yt).ok());
-      DeviceBuffer d_x, d_counters;
-      ASSERT_TRUE(d_x.allocate(xd.size(), "x").ok());
-      ASSERT_TRUE(d_counters.allocate(quantizing_tile_counters(m) * 4, "counters").ok());
-      ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
-      for (CutlassSm90Tile tile :
-           {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
-        for (int64_t prefix : {int64_t{1}, int64_t{129}, int64_t{-1}}) {
-          CutlassSm90Args g = d.args(yt);
-          g.x = d_x.get();
-          g.x_type = static_cast<ElemType>(xt);
-          g.qp = quantize_params(w->config);
-          g.counters = d_counters.as<int32_t>();
-          g.prefix = prefix;
-          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
-          ASSERT_NE(ops, nullptr);
-          ASSERT_EQ(ops->prepare(), cudaSuccess);
-          ASSERT_TRUE(ops->can_implement(g));
-          ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d.xq.get(), 0x81, static_cast<size_t>(d.xq_rows * k)), cudaSuccess);
-          ASSERT_EQ(cudaMemset(d_counters.get(), 0xA5, d_counters.size()), cudaSuccess);
-          ASSERT_EQ(ops->launch(g, nullptr, nullptr), cudaSuccess);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<uint8_t> y(m * n * dtype_size(yt));
-          std::vector<float> sa(m);
-          ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(sa.data(), d.sa.get(), m * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-          const std::string what =
-              absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
-                           " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
-                           static_cast<int>(tile), " prefix ", prefix);
-          for (int64_t r = 0; r < m; ++r) {
-            if (r == bad[0] || r == bad[1]) {
-              EXPECT_TRUE(std::isnan(sa[r])) << what << ": row " << r << " is not flagged";
-              continue;
-            }
-            ASSERT_EQ(std::memcmp(&sa[r], &want.sa[r], 4), 0)
-                << what << ": sa row " << r << " want " << want.sa[r] << " got " << sa[r];
-            ASSERT_EQ(y_row_mismatch(want.y, y, r, n, yt), "") << what;
-          }
-        }
-      }
-    }
-  }
-}
+// The shape of a quantizing tiles' test case.
+struct QuantizingCase {
+  int64_t m, n, k;
+};
 
-// The quantizing tiles with every row quantized in the GEMM's set-up (prefix 0: every tile in the
-// grid's first wave, each CTA quantizing its own unit of rows with all its threads before its
-// roles start): y and sa bit-exact against the reference for every scheme, bf16 and fp16 x, every
-// output type; units of 6 and 12 rows (the last one partial), of 3 or 4 rows, of 1 or 2 rows of
-// 28672 values and of 1 row of 49152 (rows the ring could not hold), a NaN and an Inf row; with
-// every unit owned by a CTA, only the first, and none (the auxiliary warps' fallback takes the
-// others after its wait). The counters, xq and sa start as garbage before every launch.
-TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
-  SCOPED_TRACE(seed_note());
-  SplitMix64 rng = test_rng();
-  struct Case {
-    int64_t m, n, k;
-  };
-  // (Both tiles take each case in the set-up: 128 x 128 with 6, 3 or 4, 1 and 1 rows per unit,
-  // 64 x 256 with 12, 3 or 4, 2 or 1, and 1; m % 12 == 1 in the first case.)
-  const Case cases[] = {{145 + 12 * rng.range(0, 3), 2048, 4096},
-                        {129 + rng.range(0, 127), 4096, 2048},
-                        {10 + rng.range(0, 9), 4096, 28672},
-                        {6 + rng.range(0, 7), 4096, 49152}};
+// The quantizing tiles' differential check, through the device entry point on 16-bit x: for each
+// case and scheme (bias, x and y types taking turns), a layer and x whose rows bad_rows(m) (drawn
+// after the reference) turn non-finite on the device (a NaN at element nan_at of the first, `inf`
+// at the last element of the second), then both quantizing tiles launched once per form, form(g,
+// f) setting form f on the arguments and naming it; y, sa, xq and the counters start as garbage
+// before every launch. The non-finite rows get sa = NaN, every other row y and sa bit-exact.
+void check_quantizing_tiles(SplitMix64& rng, std::initializer_list<QuantizingCase> cases,
+                            const std::function<std::array<int64_t, 2>(int64_t)>& bad_rows,
+                            int64_t nan_at, float inf, std::initializer_list<int64_t> forms,
+                            const std::function<std::string(CutlassSm90Args&, int64_t)>& form) {
   int round = 0;
-  for (const Case& cs : cases) {
+  for (const QuantizingCase& cs : cases) {
     const int64_t m = cs.m, n = cs.n, k = cs.k;
     for (Scheme scheme : kSchemes) {
       ++round;
@@ -873,10 +790,10 @@ TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
       const std::vector<uint8_t> x = make_x(rng, m, k, xt);
       const Expected want = reference_run(*w, x.data(), xt, m, yt);
       ASSERT_TRUE(want.status.ok());
-      const int64_t bad[] = {m - 1 - rng.range(0, 2), rng.range(0, 4)};
+      const std::array<int64_t, 2> bad = bad_rows(m);
       std::vector<uint8_t> xd = x;
-      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + 5), std::nanf(""));
-      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), -INFINITY);
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[0] * k + nan_at), std::nanf(""));
+      store_from_f32(xd.data(), xt, static_cast<size_t>(bad[1] * k + k - 1), inf);
       TileBuffers d;
       ASSERT_TRUE(d.init(*w, m).ok());
       ASSERT_TRUE(d.upload_bias(*w, yt).ok());
@@ -886,21 +803,19 @@ TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
       ASSERT_EQ(cudaMemcpy(d_x.get(), xd.data(), xd.size(), cudaMemcpyHostToDevice), cudaSuccess);
       for (CutlassSm90Tile tile :
            {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
-        for (int64_t owned : {int64_t{-1}, int64_t{1}, int64_t{0}}) {
+        for (int64_t f : forms) {
           CutlassSm90Args g = d.args(yt);
           g.x = d_x.get();
           g.x_type = static_cast<ElemType>(xt);
           g.qp = quantize_params(w->config);
           g.counters = d_counters.as<int32_t>();
-          g.prefix = 0;
-          g.prologue_owned_units = owned;
-          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
-          ASSERT_NE(ops, nullptr);
-          ASSERT_EQ(ops->prepare(), cudaSuccess);
           const std::string what =
               absl::StrCat(scheme_name(scheme), bias ? " bias" : " no-bias", " x ", dtype_name(xt),
                            " y ", dtype_name(yt), " ", m, "x", n, "x", k, " tile ",
-                           static_cast<int>(tile), " owned units ", owned);
+                           static_cast<int>(tile), " ", form(g, f));
+          const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, g.y_type);
+          ASSERT_NE(ops, nullptr);
+          ASSERT_EQ(ops->prepare(), cudaSuccess);
           ASSERT_TRUE(ops->can_implement(g)) << what;
           ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
           ASSERT_EQ(cudaMemset(d.sa.get(), 0xA5, m * 4), cudaSuccess);
@@ -925,6 +840,55 @@ TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
       }
     }
   }
+}
+
+// The quantizing tiles (activations quantized inside the GEMM launch), with the quantize kernel
+// doing 1 row, 129 rows or the tile's own choice and the GEMM's auxiliary warps the rest (after 1
+// or 129 rows their claims of kAuxClaimRows straddle m-blocks); rows of 1 to 4 ring slots (k =
+// 16384 fills the ring with one row); a NaN and an Inf row among those the GEMM quantizes
+// (check_quantizing_tiles).
+TEST_F(CutlassSm90Test, QuantizingTilesMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t m0 = 1000 + rng.range(0, 200), m1 = 700 + rng.range(0, 100),
+                m2 = 300 + rng.range(0, 50);
+  check_quantizing_tiles(
+      rng, {{m0, 400, 336}, {m1, 272, 8192}, {m2, 144, 16384}},
+      [&](int64_t m) {
+        return std::array<int64_t, 2>{m - 3, 200 + rng.range(0, 50)};
+      },
+      7, INFINITY, {1, 129, -1},
+      [](CutlassSm90Args& g, int64_t prefix) {
+        g.prefix = prefix;
+        return absl::StrCat("prefix ", prefix);
+      });
+}
+
+// The quantizing tiles with every row quantized in the GEMM's set-up (prefix 0: every tile in the
+// grid's first wave, each CTA quantizing its own unit of rows with all its threads before its
+// roles start), for every scheme, bf16 and fp16 x, every output type; units of 6 and 12 rows (the
+// last one partial), of 3 or 4 rows, of 1 or 2 rows of 28672 values and of 1 row of 49152 (rows
+// the ring could not hold), a NaN and an Inf row; with every unit owned by a CTA, only the first,
+// and none (the auxiliary warps' fallback takes the others after its wait)
+// (check_quantizing_tiles).
+TEST_F(CutlassSm90Test, QuantizingTilesInTheSetUpMatchTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  // (Both tiles take each case in the set-up: 128 x 128 with 6, 3 or 4, 1 and 1 rows per unit,
+  // 64 x 256 with 12, 3 or 4, 2 or 1, and 1; m % 12 == 1 in the first case.)
+  const int64_t m0 = 145 + 12 * rng.range(0, 3), m1 = 129 + rng.range(0, 127),
+                m2 = 10 + rng.range(0, 9), m3 = 6 + rng.range(0, 7);
+  check_quantizing_tiles(
+      rng, {{m0, 2048, 4096}, {m1, 4096, 2048}, {m2, 4096, 28672}, {m3, 4096, 49152}},
+      [&](int64_t m) {
+        return std::array<int64_t, 2>{m - 1 - rng.range(0, 2), rng.range(0, 4)};
+      },
+      5, -INFINITY, {-1, 1, 0},
+      [](CutlassSm90Args& g, int64_t owned) {
+        g.prefix = 0;
+        g.prologue_owned_units = owned;
+        return absl::StrCat("owned units ", owned);
+      });
 }
 
 // Tile 15, the whole-tile kernel quantizing the activations inside its launch: y bit-exact with
