@@ -305,11 +305,14 @@ struct TileBuffers {
   }
 };
 
-// A non-blocking stream for one test, destroyed with it (null if it could not be made).
+// A stream for one test, destroyed with it (null if it could not be made). Blocking: the tests
+// write stale operands, zeroed workspaces and poisoned outputs with cudaMemset, which on device
+// memory returns before it runs and runs on the legacy stream; a non-blocking stream's kernels
+// could run before those writes land, or under them.
 struct TestStream {
   cudaStream_t stream = nullptr;
   TestStream() {
-    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) stream = nullptr;
+    if (cudaStreamCreate(&stream) != cudaSuccess) stream = nullptr;
   }
   ~TestStream() {
     if (stream != nullptr) cudaStreamDestroy(stream);
