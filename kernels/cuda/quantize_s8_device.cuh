@@ -12,6 +12,7 @@
 #include <cfloat>
 #include <cstdint>
 
+#include "kernels/cuda/quantize_rne.h"
 #include "kernels/cuda/quantize_s8.h"
 
 namespace qlinear::gpu::device {
@@ -235,10 +236,23 @@ __device__ __forceinline__ uint32_t pack4_sat_s8(int32_t q0, int32_t q1, int32_t
 
 // Eight values of a row whose parameters are known (mode kQuantize), quantized and packed: the
 // same values as quantize_value<S> for each (the packing's saturation is its sat8).
+//
+// Dynamic symmetric with a finite multiplier (every row but those whose absmax is so small that
+// 127 / absmax overflows) takes no conversion instruction (quantize_rne.h): |v| <= absmax, so
+// |v * mul| <= 127 * (1 + 2^-24)^2 rounds to at most 127 and needs no saturation, and the low
+// byte of rne_bits is what sat32 then sat8 give.
 template <typename T, QuantScheme S>
 __device__ __forceinline__ uint2 quantize8(const uint4& u, const RowParams& rp) {
   float v[8];
   widen8<T>(u, v);
+  if constexpr (S == QuantScheme::kDynamicSymmetric) {
+    if (rp.mul <= FLT_MAX) {
+      uint32_t b[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) b[j] = rne_bits(__fmul_rn(v[j], rp.mul));
+      return make_uint2(low_bytes4(b[0], b[1], b[2], b[3]), low_bytes4(b[4], b[5], b[6], b[7]));
+    }
+  }
   int32_t q[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) q[j] = quantize_value_s32<S>(v[j], rp.mul, rp.div, rp.zp);
