@@ -236,7 +236,10 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                           " of ", (*upload)->expected(), " bytes; nothing kept"));
     return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
   }
-  auto result = (*upload)->commit();
+  // Checked again just before the layer is published: building it (checksum, packing, timing)
+  // can take seconds, and a client that cancels or passes its deadline meanwhile is told the
+  // upload failed.
+  auto result = (*upload)->commit([ctx] { return ctx->IsCancelled(); });
   if (!result.ok()) {
     log_info(absl::StrCat("load of layer '", name, "' failed: ", result.status().ToString()));
     return to_grpc_status(result.status());
@@ -333,6 +336,14 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   t->set_gemm_us(out.timings.gemm_ns / 1000);
   t->set_copy_us(out.timings.copy_ns / 1000);
   t->set_total_us(now_us() - t0);
+  // Engine::validate keeps room for the metadata; a response that still would not fit (a long
+  // request id) is this request's error rather than a failed send, which would end a stream.
+  const int64_t limit = engine_->options().max_output_bytes;
+  if (const int64_t bytes = static_cast<int64_t>(response->ByteSizeLong()); bytes > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat("response would be ", bytes,
+                                                     " bytes, above the limit of ", limit,
+                                                     "; send fewer rows per request"));
+  }
   return absl::OkStatus();
 }
 
@@ -356,10 +367,11 @@ grpc::Status QLinearService::InferStream(
     // and the kernel overwrites all of it. A failed request's response is cleared below, so no
     // stale y goes out.
     response.Clear();
-    // The first message of a stream always carries the selection explanation.
+    // The stream's first answer carries the selection explanation: the first message's, or,
+    // where that fails, the first that succeeds.
     if (first) request.set_explain(true);
-    first = false;
     absl::Status s = infer_one(ctx, request, &response);
+    if (s.ok()) first = false;
     if (!s.ok()) {
       response.Clear();
       response.set_request_id(request.request_id());

@@ -68,6 +68,12 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
         return absl::InvalidArgumentError(absl::StrCat(
             "logical_widths ", shape_str(spec.logical_widths), " has a non-positive width"));
       }
+      // Each width checked against what is left of n before it is added, so that no sum of
+      // widths can overflow (and wrap round to n).
+      if (w > spec.n - sum) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "logical_widths ", shape_str(spec.logical_widths), " sum to more than n=", spec.n));
+      }
       sum += w;
     }
     if (sum != spec.n) {
@@ -132,6 +138,17 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
   return absl::OkStatus();
 }
 
+LayerConfig layer_config_of(const LayerSpec& spec) {
+  LayerConfig c;
+  c.n = spec.n;
+  c.k = spec.k;
+  c.scheme = spec.scheme;
+  c.has_bias = !spec.bias.empty();
+  c.input_scale = is_static(spec.scheme) ? spec.input_scale : 0.f;
+  c.input_zero_point = spec.scheme == Scheme::kStaticAsymmetric ? spec.input_zero_point : 0;
+  return c;
+}
+
 std::vector<float> normalize_weight_scale(const LayerSpec& spec) {
   const int64_t count = static_cast<int64_t>(spec.weight_scale.size());
   std::vector<float> sb(spec.n);
@@ -168,13 +185,7 @@ absl::StatusOr<std::shared_ptr<const LayerWeights>> build_layer_weights(const La
         absl::StrCat("weights have ", w.size(), " bytes, expected n*k=", spec.n * spec.k));
   }
   auto lw = std::make_shared<LayerWeights>();
-  lw->config.n = spec.n;
-  lw->config.k = spec.k;
-  lw->config.scheme = spec.scheme;
-  lw->config.has_bias = !spec.bias.empty();
-  lw->config.input_scale = is_static(spec.scheme) ? spec.input_scale : 0.f;
-  lw->config.input_zero_point =
-      spec.scheme == Scheme::kStaticAsymmetric ? spec.input_zero_point : 0;
+  lw->config = layer_config_of(spec);
   lw->sb = normalize_weight_scale(spec);
   lw->bias = spec.bias;
   if (is_asymmetric(spec.scheme)) {

@@ -31,6 +31,10 @@ struct LayerSpec {
 // Checks everything but the weight bytes; INVALID_ARGUMENT says which field is wrong and why.
 absl::Status validate_layer_spec(const LayerSpec& spec);
 
+// The layer configuration a valid spec describes (what build_layer_weights puts in
+// LayerWeights::config), for the checks that come before the weights (a forced kernel's).
+LayerConfig layer_config_of(const LayerSpec& spec);
+
 // Expands the weight scale to contiguous fp32 [N] (spec must be valid).
 std::vector<float> normalize_weight_scale(const LayerSpec& spec);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -198,8 +199,16 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
     rows += p->in->m;
     explain = explain || p->in->explain;
   }
+  // The batch's own buffers are allocated on this thread, which may be the queue's worker: an
+  // allocation that fails is the batch's to absorb (each request then runs alone, and fails alone
+  // where its own output cannot be allocated either), never an exception out of the thread.
   std::string x;
-  x.reserve(rows * x_row);
+  try {
+    x.reserve(rows * x_row);
+  } catch (const std::bad_alloc&) {
+    for (Pending* p : live) run_alone(p);
+    return;
+  }
   for (Pending* p : live) x.append(p->in->x.data(), p->in->x.size());
   InferInput in = *head.in;
   in.m = rows;
@@ -219,14 +228,21 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   for (Pending* p : live) {
     const int64_t m = p->in->m;
     InferOutput& o = *p->out;
-    p->y->assign(y.data() + row * y_row, m * y_row);
+    try {
+      p->y->assign(y.data() + row * y_row, m * y_row);
+      o.sa.assign(out.sa.begin() + row, out.sa.begin() + row + m);
+      if (!out.azp.empty()) o.azp.assign(out.azp.begin() + row, out.azp.begin() + row + m);
+      if (p->in->explain) o.explanation = out.explanation;
+    } catch (const std::bad_alloc&) {
+      p->status = absl::ResourceExhaustedError("out of host memory for the output");
+      row += m;
+      p->done.Notify();
+      continue;
+    }
     o.kernel = out.kernel;
     o.device = out.device;
-    if (p->in->explain) o.explanation = out.explanation;
     o.timings = out.timings;
     o.n = out.n;
-    o.sa.assign(out.sa.begin() + row, out.sa.begin() + row + m);
-    if (!out.azp.empty()) o.azp.assign(out.azp.begin() + row, out.azp.begin() + row + m);
     o.batch_requests = static_cast<int64_t>(live.size());
     o.batch_rows = rows;
     row += m;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <optional>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/string_buffer.h"
 #include "kernels/core/status.h"
+#include "server/core/host_memory.h"
 
 namespace qlinear {
 namespace {
@@ -20,20 +20,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// MemAvailable from /proc/meminfo in bytes, or -1 if unknown. std::vector zero-fills what it
-// allocates, so an upload larger than this would be killed by the OOM killer rather than fail
-// with bad_alloc: such uploads are refused up front instead.
-int64_t available_host_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
 }
 
 bool is_hex_sha256(absl::string_view s) {
@@ -66,19 +52,39 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
     return absl::AlreadyExistsError(
         absl::StrCat("layer '", request.name, "' already exists (set replace to swap it)"));
   }
+  RETURN_IF_ERROR(Layer::check_forced_kernel(registry_, host_, layer_config_of(request.spec),
+                                             request.forced_kernel));
   const int64_t bytes = request.spec.n * request.spec.k;
-  if (const int64_t avail = available_host_memory(); avail >= 0 && bytes > avail) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "layer needs ", bytes, " bytes of host memory; only ", avail, " are available"));
+  {
+    // std::vector zero-fills what it allocates, so an upload larger than the memory left would be
+    // killed by the OOM killer rather than fail with bad_alloc: it is refused up front instead.
+    // Uploads whose headers arrive together each see the memory before the others' buffers take
+    // it: what those are still allocating counts as taken.
+    absl::MutexLock lock(&upload_mu_);
+    const int64_t avail = available_memory_bytes();
+    if (avail >= 0 && bytes > avail - allocating_upload_bytes_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer needs ", bytes, " bytes of host memory; only ",
+                       std::max<int64_t>(0, avail - allocating_upload_bytes_), " are available",
+                       allocating_upload_bytes_ > 0 ? " beside other uploads" : "",
+                       " (the host's MemAvailable, or a container's memory limit less its use)"));
+    }
+    allocating_upload_bytes_ += bytes;
   }
   std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
   up->start_ns_ = now_ns();
+  absl::Status allocated = absl::OkStatus();
   try {
-    up->weights_.resize(static_cast<size_t>(bytes));
+    up->weights_.resize(static_cast<size_t>(bytes));  // zero-filled: the pages are taken now
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
+    allocated = absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate ", bytes, " bytes of host memory for the weights"));
   }
+  {
+    absl::MutexLock lock(&upload_mu_);
+    allocating_upload_bytes_ -= bytes;
+  }
+  RETURN_IF_ERROR(allocated);
   return up;
 }
 
@@ -94,7 +100,7 @@ absl::Status LayerUpload::append(absl::string_view chunk) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadResult> LayerUpload::commit() {
+absl::StatusOr<LoadResult> LayerUpload::commit(const std::function<bool()>& cancelled) {
   if (filled_ != weights_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("upload ended after ", filled_, " weight bytes; n*k=", weights_.size()));
@@ -105,7 +111,7 @@ absl::StatusOr<LoadResult> LayerUpload::commit() {
                                                    request_.weight_sha256,
                                                    ", received bytes hash to ", digest));
   }
-  return engine_->publish(request_, std::move(weights_), start_ns_);
+  return engine_->publish(request_, std::move(weights_), start_ns_, cancelled);
 }
 
 absl::StatusOr<LoadResult> Engine::load(LoadRequest request, std::vector<int8_t> weights) {
@@ -126,7 +132,8 @@ absl::StatusOr<LoadResult> Engine::load(LoadRequest request, std::vector<int8_t>
 }
 
 absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vector<int8_t> weights,
-                                           int64_t start_ns) {
+                                           int64_t start_ns,
+                                           const std::function<bool()>& cancelled) {
   ASSIGN_OR_RETURN(std::shared_ptr<const LayerWeights> lw,
                    build_layer_weights(request.spec, std::move(weights)));
   Layer::Options opts;
@@ -167,6 +174,12 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     // The store and the gauges change together, so that two loads or unloads of one name leave
     // the gauges to the layer the store holds.
     absl::MutexLock lock(&publish_mu_);
+    // An upload whose client cancelled it (or whose deadline passed) while the layer was being
+    // built is dropped here, before the store changes: the client was told it failed.
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(
+          "upload cancelled before its layer was published; nothing was loaded or replaced");
+    }
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
     if (metrics_ != nullptr) {
       metrics_->layer_loaded(layer.get(), layer->name(), layer->device(), layer->total_bytes());
@@ -220,11 +233,15 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
         "x has ", in.x.size(), " bytes; expected m*k*", x_elem, " = ", in.m, "*", c.k, "*", x_elem,
         " for ", dtype_name(in.x_dtype), " input to layer '", layer.name(), "'"));
   }
+  // The response carries y, and sa and azp when asked, besides its metadata.
   const int64_t y_bytes = in.m * c.n * static_cast<int64_t>(dtype_size(in.y_dtype));
-  if (y_bytes > options_.max_output_bytes) {
+  const int64_t scale_bytes = in.return_scales ? in.m * (is_asymmetric(c.scheme) ? 8 : 4) : 0;
+  if (y_bytes + scale_bytes + kResponseMetadataBytes > options_.max_output_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "output would be ", y_bytes, " bytes (m=", in.m, ", n=", c.n, "), above the limit of ",
-        options_.max_output_bytes, "; send fewer rows per request"));
+        "output would be ", y_bytes, " bytes (m=", in.m, ", n=", c.n, ")",
+        scale_bytes > 0 ? absl::StrCat(" plus ", scale_bytes, " of sa and azp") : "",
+        ", above the limit of ", options_.max_output_bytes, " less ", kResponseMetadataBytes,
+        " for the response's metadata; send fewer rows per request"));
   }
   if (!in.forced_kernel.empty()) {
     // A forced kernel that cannot run this request fails here, naming the reason.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,8 +65,15 @@ struct InferOutput {
   int64_t batch_rows = 0;
 };
 
+// What a response may need besides y, sa and azp (its metadata: the kernel's and device's names,
+// the selection explanation, timings, the request id); Engine::validate keeps that much of the
+// message limit free.
+inline constexpr int64_t kResponseMetadataBytes = int64_t{64} << 10;
+
 struct EngineOptions {
-  // Largest y a request may produce; a larger one is RESOURCE_EXHAUSTED (it could not be sent).
+  // Largest response message: a request whose y (with sa and azp when asked, and
+  // kResponseMetadataBytes for the rest) would not fit is RESOURCE_EXHAUSTED (it could not be
+  // sent).
   int64_t max_output_bytes = int64_t{64} << 20;
   BatchOptions batching;  // defaults for every layer
   // Rank each bucket's measurable kernels by their time measured at load (Layer::Options).
@@ -84,8 +92,11 @@ class LayerUpload {
   absl::Status append(absl::string_view chunk);
   int64_t received() const { return static_cast<int64_t>(filled_); }
   int64_t expected() const { return static_cast<int64_t>(weights_.size()); }
-  // Verifies size and checksum, prepares kernels and publishes the layer atomically.
-  absl::StatusOr<LoadResult> commit();
+  // Verifies size and checksum, prepares kernels and publishes the layer atomically. Where
+  // `cancelled` is given and says true just before the layer would be published (the client
+  // cancelled, or its deadline passed, while the layer was built), nothing is published and the
+  // status is CANCELLED.
+  absl::StatusOr<LoadResult> commit(const std::function<bool()>& cancelled = nullptr);
 
  private:
   friend class Engine;
@@ -134,7 +145,8 @@ class Engine {
   void note_prepared(const Layer& layer, const KernelChoice& choice) const;
   friend class LayerUpload;
   absl::StatusOr<LoadResult> publish(const LoadRequest& request, std::vector<int8_t> weights,
-                                     int64_t start_ns);
+                                     int64_t start_ns,
+                                     const std::function<bool()>& cancelled = nullptr);
 
   const Registry& registry_;
   const HostInfo& host_;
@@ -148,6 +160,10 @@ class Engine {
   absl::Mutex create_mu_;
   // Held while the store and the metrics' per-layer gauges change together (publish, unload).
   absl::Mutex publish_mu_;
+  // The weight buffers that uploads whose headers were accepted are still allocating (see
+  // begin_upload).
+  absl::Mutex upload_mu_;
+  int64_t allocating_upload_bytes_ ABSL_GUARDED_BY(upload_mu_) = 0;
   LayerStore store_;
 };
 

@@ -149,6 +149,24 @@ Layer::Layer(Options options, std::shared_ptr<const LayerWeights> weights, const
       registry_(registry),
       host_(host) {}
 
+absl::Status Layer::check_forced_kernel(const Registry& registry, const HostInfo& host,
+                                        const LayerConfig& c, const std::string& forced) {
+  if (forced.empty()) return absl::OkStatus();
+  const Kernel* k = registry.find(forced);
+  if (k == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown forced_kernel '", forced, "'"));
+  }
+  absl::Status s = registry.usable(*k, host);
+  if (s.ok() && !implements_somewhere(*k, c)) {
+    s = k->can_implement(c, shape_for(c, 1, DType::kBF16, DType::kBF16));
+  }
+  if (!s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("forced kernel ", forced, " cannot run this layer: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
     Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
     const HostInfo& host) {
@@ -156,20 +174,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Layer::create(
   const LayerConfig& c = layer->config();
   const std::string& forced = layer->options_.forced_kernel;
 
-  if (!forced.empty()) {
-    const Kernel* k = registry.find(forced);
-    if (k == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown forced_kernel '", forced, "'"));
-    }
-    absl::Status s = registry.usable(*k, host);
-    if (s.ok() && !implements_somewhere(*k, c)) {
-      s = k->can_implement(c, shape_for(c, 1, DType::kBF16, DType::kBF16));
-    }
-    if (!s.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("forced kernel ", forced, " cannot run this layer: ", s.message()));
-    }
-  }
+  RETURN_IF_ERROR(check_forced_kernel(registry, host, c, forced));
 
   // A slot for every kernel a request may use; prepared now only those the layer may choose
   // without forcing, and the forced kernel.

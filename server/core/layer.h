@@ -82,6 +82,12 @@ class Layer {
       Options options, std::shared_ptr<const LayerWeights> weights, const Registry& registry,
       const HostInfo& host);
 
+  // Whether `forced` (a layer's forced kernel) can serve a layer of configuration `c` on this
+  // host: INVALID_ARGUMENT for an unknown name, FAILED_PRECONDITION naming why it cannot. create
+  // checks it, and an upload checks it at its header, before any weight arrives.
+  static absl::Status check_forced_kernel(const Registry& registry, const HostInfo& host,
+                                          const LayerConfig& c, const std::string& forced);
+
   // Chooses the kernel for one request. `forced` (request) overrides the layer's forced kernel.
   // Without one: the first of the request's bucket's candidates (in the bucket's ranking, which
   // autotune may have reordered) that can implement the shape; the explanation names that same

@@ -166,7 +166,14 @@ TEST(ValidateLayerSpec, LogicalWidths) {
   s.logical_widths = {4, 2, 1};  // sums to 7
   expect_invalid(s, {"logical_widths [4, 2, 1] sum to 7, not n=8"});
   s.logical_widths = {4, 2, 3};  // sums to 9
-  expect_invalid(s, {"sum to 9, not n=8"});
+  expect_invalid(s, {"logical_widths [4, 2, 3] sum to more than n=8"});
+  // Widths whose int64 sum would wrap round to n: each is checked against what is left of n.
+  s.weight_scale = {1.f, 2.f, 3.f, 4.f, 5.f};
+  s.weight_scale_shape = {5};
+  s.logical_widths = {int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62, int64_t{1} << 62, 8};
+  expect_invalid(s, {"sum to more than n=8"});
+  s.weight_scale = {1.f, 2.f, 3.f};
+  s.weight_scale_shape = {3};
   s.logical_widths = {4, 0, 4};
   expect_invalid(s, {"logical_widths [4, 0, 4] has a non-positive width"});
   s.logical_widths = {6, -2, 4};

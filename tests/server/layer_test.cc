@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/sha256.h"
 #include "kernels/core/status.h"
 #include "kernels/core/weights.h"
 #include "server/core/engine.h"
@@ -255,6 +256,16 @@ class LayerTest : public ::testing::Test {
     auto w = build_layer_weights(spec, std::vector<int8_t>(n * kK, 1));
     EXPECT_TRUE(w.ok()) << w.status();
     return *w;
+  }
+  // An engine's load of a kN x kK layer named "l", per-tensor scale.
+  static LoadRequest load_request() {
+    LoadRequest req;
+    req.name = "l";
+    req.spec.n = kN;
+    req.spec.k = kK;
+    req.spec.weight_scale = {0.002f};
+    req.spec.weight_scale_shape = {1};
+    return req;
   }
   absl::StatusOr<std::shared_ptr<const Layer>> create(bool autotune = true,
                                                       std::string forced = "") {
@@ -944,12 +955,7 @@ TEST_F(LayerTest, FastestThatCannotRunTheRequestFallsBackToTheNextRanked) {
 TEST_F(LayerTest, ExplainOnARequestNamesTheAutotunedKernelThatRuns) {
   add_typical();
   Engine engine(registry_, host_);  // autotune on by default
-  LoadRequest req;
-  req.name = "l";
-  req.spec.n = kN;
-  req.spec.k = kK;
-  req.spec.weight_scale = {0.002f};
-  req.spec.weight_scale_shape = {1};
+  const LoadRequest req = load_request();
   auto loaded = engine.load(req, std::vector<int8_t>(kN * kK, 1));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   for (const auto& [m, want] : std::vector<std::pair<int64_t, std::string>>{
@@ -978,6 +984,63 @@ TEST_F(LayerTest, ExplainOnARequestNamesTheAutotunedKernelThatRuns) {
   auto again = plain.load(req, std::vector<int8_t>(kN * kK, 1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->layer().buckets()[0].kernel, "cuda.gemv_s8");
+}
+
+// An upload whose client went away while its layer was built is dropped just before publishing:
+// the layer it would have replaced keeps serving, and a new name stays free. A forced kernel that
+// cannot serve is refused at the header, before any weight is received.
+TEST_F(LayerTest, AnUploadCancelledBeforePublishingLeavesTheStoreAsItWas) {
+  add({"cpu.reference"});
+  Engine engine(registry_, host_);
+  const LoadRequest req = load_request();
+  const std::vector<int8_t> first(kN * kK, 1), second(kN * kK, 2);
+  ASSERT_TRUE(engine.load(req, first).ok());
+  const std::string first_sha = sha256_hex(first.data(), first.size());
+  // An upload of `second` under `name`, every byte received, ready to commit.
+  auto upload = [&](const std::string& name, bool replace,
+                    const std::string& forced) -> absl::StatusOr<std::unique_ptr<LayerUpload>> {
+    LoadRequest up = req;
+    up.name = name;
+    up.replace = replace;
+    up.forced_kernel = forced;
+    up.weight_sha256 = sha256_hex(second.data(), second.size());
+    ASSIGN_OR_RETURN(std::unique_ptr<LayerUpload> u, engine.begin_upload(up));
+    RETURN_IF_ERROR(
+        u->append(absl::string_view(reinterpret_cast<const char*>(second.data()), second.size())));
+    return u;
+  };
+
+  for (const bool replace : {true, false}) {
+    SCOPED_TRACE(replace ? "replacing l" : "a new name");
+    auto u = upload(replace ? "l" : "fresh", replace, "");
+    ASSERT_TRUE(u.ok()) << u.status();
+    int asked = 0;
+    auto r = (*u)->commit([&asked] {
+      ++asked;
+      return true;
+    });
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+    EXPECT_NE(r.status().message().find("nothing was loaded or replaced"), std::string::npos)
+        << r.status();
+    EXPECT_EQ(asked, 1);
+  }
+  auto kept = engine.store().get("l");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)->layer->options().weight_sha256, first_sha);
+  EXPECT_EQ(engine.store().get("fresh").status().code(), absl::StatusCode::kNotFound);
+
+  // Not cancelled: published as before.
+  auto u = upload("fresh", false, "");
+  ASSERT_TRUE(u.ok()) << u.status();
+  auto r = (*u)->commit([] { return false; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(engine.store().get("fresh").ok());
+
+  auto refused = upload("forced", false, "cpu.magic");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "unknown forced_kernel 'cpu.magic'");
 }
 
 // An engine creates one layer at a time, so that no load's timing runs beside another's: loads of

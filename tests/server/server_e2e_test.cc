@@ -254,6 +254,66 @@ TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
   EXPECT_TRUE(stream->finish().ok());
 }
 
+// A stream whose first message fails gives the selection explanation with its first answer that
+// succeeds, and only there.
+TEST_F(ServerTest, StreamExplainsOnItsFirstSuccessfulAnswer) {
+  SEED_TRACE();
+  TestLayer t = load("fe", 24, 32, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(seed_ + 3);
+  auto stream = client_->open_stream();
+  const std::string x = random_x(rng, 2, 32, DType::kBF16);
+  v1::InferRequest bad = make_request("nope", x, DType::kBF16, 2, DType::kBF16, "bad");
+  ASSERT_TRUE(stream->write(bad));
+  for (const char* id : {"good1", "good2"}) {
+    ASSERT_TRUE(stream->write(make_request("fe", x, DType::kBF16, 2, DType::kBF16, id)));
+  }
+  stream->writes_done();
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(resp.metadata().selection_size(), 0);
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.request_id(), "good1");
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_GT(resp.metadata().selection_size(), 0);
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.request_id(), "good2");
+  EXPECT_EQ(resp.metadata().selection_size(), 0);
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
+// A response whose y alone fits the message limit but which, with sa and the metadata, would not,
+// is that message's RESOURCE_EXHAUSTED: the stream stays open (a send that failed would end it).
+TEST_F(ServerTest, AResponseJustUnderTheLimitWithItsScalesFailsAloneOnAStream) {
+  SEED_TRACE();
+  TestLayer t = load("edge", 64, 16, Scheme::kDynamicSymmetric, false);
+  SplitMix64 rng(seed_ + 5);
+  const int64_t limit = int64_t{8} << 20;
+  const int64_t m = (limit - 16 * 1024) / (64 * 4);  // fp32 y 16 KiB under the limit
+  ASSERT_LE(m * 64 * 4, limit);
+  const std::string big_x = random_x(rng, m, 16, DType::kBF16);
+  auto stream = client_->open_stream();
+  v1::InferRequest big = make_request("edge", big_x, DType::kBF16, m, DType::kF32, "big");
+  big.set_return_scales(true);
+  ASSERT_TRUE(stream->write(big));
+  const std::string x = random_x(rng, 3, 16, DType::kBF16);
+  ASSERT_TRUE(stream->write(make_request("edge", x, DType::kBF16, 3, DType::kBF16, "small")));
+  stream->writes_done();
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.request_id(), "big");
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_NE(resp.status_message().find("of sa and azp"), std::string::npos)
+      << resp.status_message();
+  ASSERT_TRUE(stream->read(&resp)) << "the stream ended after the large message";
+  EXPECT_EQ(resp.request_id(), "small");
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.y(), reference_y(t, x, DType::kBF16, 3, DType::kBF16));
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
 // A stream's response keeps y's allocation from one message to the next, and y is sized without
 // a zero-fill: every answer must still be exactly its own, whatever the previous one's size and
 // dtype, and a failed message in between must answer with an empty y.

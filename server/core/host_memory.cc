@@ -1,0 +1,66 @@
+#include "server/core/host_memory.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace qlinear {
+namespace {
+
+constexpr int64_t kNoLimit = int64_t{1} << 60;
+
+// The first whitespace-separated number of a file (a cgroup limit or usage), or -1 where the
+// file is missing, says "max" or holds something else.
+int64_t read_number(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word)) return -1;
+  int64_t v = 0;
+  std::istringstream parse(word);
+  if (!(parse >> v) || !parse.eof() || v < 0) return -1;
+  return v;
+}
+
+// The value of `key` in a file of "key value" lines (memory.stat, /proc/meminfo), times `unit`;
+// -1 when absent.
+int64_t read_keyed(const std::string& path, const std::string& key, int64_t unit) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string k;
+    int64_t v = 0;
+    if (fields >> k >> v && k == key && v >= 0) return v * unit;
+  }
+  return -1;
+}
+
+// What the cgroup at `dir` has left under its limit, or -1 without a limit.
+int64_t cgroup_headroom(const std::string& limit_file, const std::string& usage_file,
+                        const std::string& stat_file, const std::string& inactive_key) {
+  const int64_t limit = read_number(limit_file);
+  if (limit < 0 || limit >= kNoLimit) return -1;
+  const int64_t usage = read_number(usage_file);
+  if (usage < 0) return -1;
+  const int64_t inactive = std::max<int64_t>(0, read_keyed(stat_file, inactive_key, 1));
+  const int64_t working_set = std::max<int64_t>(0, usage - inactive);
+  return std::max<int64_t>(0, limit - working_set);
+}
+
+}  // namespace
+
+int64_t available_memory_bytes(const std::string& root) {
+  int64_t avail = read_keyed(root + "/proc/meminfo", "MemAvailable:", 1024);
+  const std::string cg = root + "/sys/fs/cgroup";
+  for (int64_t headroom :
+       {cgroup_headroom(cg + "/memory.max", cg + "/memory.current", cg + "/memory.stat",
+                        "inactive_file"),
+        cgroup_headroom(cg + "/memory/memory.limit_in_bytes", cg + "/memory/memory.usage_in_bytes",
+                        cg + "/memory/memory.stat", "total_inactive_file")}) {
+    if (headroom >= 0) avail = avail < 0 ? headroom : std::min(avail, headroom);
+  }
+  return avail;
+}
+
+}  // namespace qlinear
