@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   bool enable_echo = false;
   int64_t keepalive_time_ms = 0, keepalive_timeout_ms = 0;
   int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
+  int64_t upload_idle_timeout_ms = o.upload_idle_timeout_ms;
   qlinear::ArgParser args(
       "qlinear-server [options]",
       "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
@@ -106,6 +107,9 @@ int main(int argc, char** argv) {
            "Ask clients to reconnect after this long, so load balancers can rebalance (0 = never)");
   args.add("max-connection-age-grace-ms", &max_connection_age_grace_ms,
            "Time calls get to finish on a connection past its maximum age (0 = default)");
+  args.add("upload-idle-timeout-ms", &upload_idle_timeout_ms,
+           "Cancel an upload that receives no message for this long, freeing its weight buffer "
+           "and thread (0 = never)");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -121,11 +125,12 @@ int main(int argc, char** argv) {
   }
   if (port < 0 || port > 65535 || threads < 1 || max_message_mb < 1 || max_message_mb > 2047 ||
       metrics_port < 0 || metrics_port > 65535 || max_batch_rows < 1 || max_queue_delay_us < 0 ||
-      max_queue_requests < 1 || drain_timeout_ms < 0) {
+      max_queue_requests < 1 || drain_timeout_ms < 0 || upload_idle_timeout_ms < 0) {
     std::fprintf(stderr,
                  "qlinear-server: --port/--metrics-port must be 0-65535, --threads >= 1, "
                  "--max-message-mb 1-2047, --max-batch-rows >= 1, --max-queue-delay-us >= 0, "
-                 "--max-queue-requests >= 1, --drain-timeout-ms >= 0\n");
+                 "--max-queue-requests >= 1, --drain-timeout-ms >= 0, "
+                 "--upload-idle-timeout-ms >= 0\n");
     return 2;
   }
   o.address = address;
@@ -156,6 +161,7 @@ int main(int argc, char** argv) {
   o.keepalive_timeout_ms = keepalive_timeout_ms;
   o.max_connection_age_ms = max_connection_age_ms;
   o.max_connection_age_grace_ms = max_connection_age_grace_ms;
+  o.upload_idle_timeout_ms = upload_idle_timeout_ms;
   if (const char* env = std::getenv("QLINEAR_DISABLED_KERNELS")) {
     for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
   }

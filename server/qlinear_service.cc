@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/steady_clock.h"
 #include "kernels/core/status.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
@@ -13,11 +14,7 @@
 namespace qlinear {
 namespace {
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_us() { return steady_now_ns() / 1000; }
 
 absl::StatusOr<DType> dtype_from_proto(v1::DType t, absl::string_view field) {
   switch (t) {
@@ -211,10 +208,21 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  // Watched until its last message: a client that stops sending is cancelled (it would hold this
+  // thread, and after the header the layer's N*K buffer).
+  std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
+  auto idle_status = [&] {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        absl::StrCat("upload received no message for ",
+                                     absl::FormatDuration(upload_watchdog_.idle_limit()),
+                                     " (qlinear-server --upload-idle-timeout-ms); nothing kept"));
+  };
   v1::LoadLayerRequest msg;
   if (!reader->Read(&msg)) {
+    if (watch->timed_out()) return idle_status();
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload ended before its header");
   }
+  watch->touch();
   if (msg.part_case() != v1::LoadLayerRequest::kHeader) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message of an upload must be the header");
@@ -224,17 +232,25 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   const std::string name = request->name;
   auto upload = engine_->begin_upload(*std::move(request));
   if (!upload.ok()) return to_grpc_status(upload.status());
+  watch->touch();  // (allocating a large layer's buffer takes a while)
   while (reader->Read(&msg)) {
+    watch->touch();
     if (msg.part_case() != v1::LoadLayerRequest::kWeightChunk) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "only weight_chunk messages may follow the header");
     }
     if (absl::Status s = (*upload)->append(msg.weight_chunk()); !s.ok()) return to_grpc_status(s);
   }
-  if (ctx->IsCancelled()) {
-    log_info(absl::StrCat("upload of layer '", name, "' cancelled after ", (*upload)->received(),
-                          " of ", (*upload)->expected(), " bytes; nothing kept"));
-    return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+  const bool idle = watch->timed_out();
+  watch.reset();  // building the layer may take long; the client is waiting now
+  if (idle || ctx->IsCancelled()) {
+    log_info(absl::StrCat(
+        "upload of layer '", name, "' ",
+        idle ? absl::StrCat("idle for ", absl::FormatDuration(upload_watchdog_.idle_limit()),
+                            ", cancelled")
+             : "cancelled",
+        " after ", (*upload)->received(), " of ", (*upload)->expected(), " bytes; nothing kept"));
+    return idle ? idle_status() : grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
   }
   // Checked again just before the layer is published: building it (checksum, packing, timing)
   // can take seconds, and a client that cancels or passes its deadline meanwhile is told the

@@ -5,14 +5,20 @@
 
 #include <atomic>
 
+#include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
 #include "server/core/engine.h"
+#include "server/upload_watchdog.h"
 
 namespace qlinear {
 
 class QLinearService final : public v1::QLinear::Service {
  public:
-  QLinearService(Engine* engine, bool enable_echo) : engine_(engine), enable_echo_(enable_echo) {}
+  // `upload_idle_limit`: an upload that receives no message for this long is cancelled (zero or
+  // less: never; see UploadWatchdog).
+  QLinearService(Engine* engine, bool enable_echo,
+                 absl::Duration upload_idle_limit = absl::ZeroDuration())
+      : engine_(engine), enable_echo_(enable_echo), upload_watchdog_(upload_idle_limit) {}
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
@@ -44,6 +50,7 @@ class QLinearService final : public v1::QLinear::Service {
   Engine* engine_;
   const bool enable_echo_;
   std::atomic<bool> draining_{false};
+  UploadWatchdog upload_watchdog_;
 };
 
 // Proto <-> core conversions, shared with tests.

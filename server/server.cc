@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/layer_manifest.h"
 #include "grpc/health/v1/health.pb.h"
 #include "kernels/core/status.h"
@@ -95,7 +96,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     s->metrics_port_ = s->metrics_http_->port();
   }
   s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
-  s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo);
+  s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo,
+                                                 absl::Milliseconds(o.upload_idle_timeout_ms));
 
   if (!o.quiet) {
     log_info(absl::StrCat("host: ", host.cpu_description(), "; ", host.gpu_description()));

@@ -45,6 +45,8 @@ struct ServerOptions {
   int64_t keepalive_timeout_ms = 0;
   int64_t max_connection_age_ms = 0;
   int64_t max_connection_age_grace_ms = 0;
+  // An upload that receives no message for this long is cancelled and its buffer freed; 0: never.
+  int64_t upload_idle_timeout_ms = 120000;
 };
 
 class QLinearServer {

@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/steady_clock.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/thread_pool.h"
@@ -139,11 +140,7 @@ EpilogueArgs epilogue_args_for(const LayerWeights& weights, const RoundedBias& b
   return e;
 }
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ns() { return steady_now_ns(); }
 
 int64_t last_level_cache_bytes() {
   int64_t best = 0;

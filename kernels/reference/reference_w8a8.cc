@@ -6,15 +6,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/steady_clock.h"
 
 namespace qlinear::reference {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ns() { return steady_now_ns(); }
 
 // int32 arithmetic that wraps as the GPU's does (vLLM computes these in int32) instead of being
 // undefined behaviour; only extreme rows or zero points ever reach the wrap.

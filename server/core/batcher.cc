@@ -6,17 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/steady_clock.h"
 #include "server/core/engine.h"
 #include "server/core/metrics.h"
 
 namespace qlinear {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ns() { return steady_now_ns(); }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/steady_clock.h"
 #include "common/string_buffer.h"
 #include "kernels/core/status.h"
 #include "server/core/host_memory.h"
@@ -16,11 +17,7 @@
 namespace qlinear {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ns() { return steady_now_ns(); }
 
 bool is_hex_sha256(absl::string_view s) {
   if (s.size() != 64) return false;

@@ -33,8 +33,9 @@ std::string code_name(const absl::Status& s) { return absl::StatusCodeToString(s
 
 }  // namespace
 
-Metrics::Metrics()
-    : registry_(std::make_shared<prometheus::Registry>()),
+Metrics::Metrics(size_t max_layer_labels)
+    : max_layer_labels_(max_layer_labels),
+      registry_(std::make_shared<prometheus::Registry>()),
       requests_(prometheus::BuildCounter()
                     .Name("qlinear_requests_total")
                     .Help("Inference requests answered, by layer, kernel and status code")
@@ -93,8 +94,19 @@ Metrics::LayerSeries::LayerSeries(Metrics* metrics, const std::string& layer)
       batch_rows_(metrics->batch_rows_.Add({{"layer", layer}}, count_buckets())),
       batch_requests_(metrics->batch_requests_.Add({{"layer", layer}}, count_buckets())) {}
 
+std::string Metrics::layer_label(const std::string& layer) {
+  if (layer.empty()) return layer;  // failures of requests to no loaded layer
+  absl::MutexLock lock(&labels_mu_);
+  if (layer_labels_.contains(layer)) return layer;
+  if (layer_labels_.size() < max_layer_labels_) {
+    layer_labels_.insert(layer);
+    return layer;
+  }
+  return kOtherLayers;
+}
+
 std::unique_ptr<Metrics::LayerSeries> Metrics::layer_series(const std::string& layer) {
-  return std::unique_ptr<LayerSeries>(new LayerSeries(this, layer));
+  return std::unique_ptr<LayerSeries>(new LayerSeries(this, layer_label(layer)));
 }
 
 const Metrics::LayerSeries::PerKernel& Metrics::LayerSeries::per_kernel(const std::string& kernel) {
@@ -136,8 +148,9 @@ void Metrics::LayerSeries::queued(double queue_s) { queue_seconds_.Observe(queue
 
 void Metrics::request_failed(const std::string& layer, const std::string& kernel,
                              const absl::Status& status) {
-  requests_.Add({{"layer", layer}, {"kernel", kernel}, {"code", code_name(status)}}).Increment();
-  failures_.Add({{"layer", layer}, {"reason", code_name(status)}}).Increment();
+  const std::string label = layer_label(layer);
+  requests_.Add({{"layer", label}, {"kernel", kernel}, {"code", code_name(status)}}).Increment();
+  failures_.Add({{"layer", label}, {"reason", code_name(status)}}).Increment();
 }
 
 void Metrics::layer_loaded(const void* owner, const std::string& layer, const std::string& device,

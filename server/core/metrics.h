@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -22,7 +23,14 @@ namespace qlinear {
 
 class Metrics {
  public:
-  Metrics();
+  // The counters and histograms of a layer name stay after it is unloaded, so that they go on
+  // counting when the name is loaded again (a Prometheus counter never goes back). So that a
+  // client loading layers under ever new names cannot grow them without bound, only the first
+  // `max_layer_labels` names get series of their own; later names share the label value
+  // kOtherLayers. The gauges are per loaded layer and removed with it.
+  static constexpr size_t kDefaultMaxLayerLabels = 4096;
+  static constexpr const char* kOtherLayers = "_other";
+  explicit Metrics(size_t max_layer_labels = kDefaultMaxLayerLabels);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // The series one layer's answered requests and batches update, found once: a lookup by labels
@@ -91,6 +99,11 @@ class Metrics {
   std::string serialize() const;
 
  private:
+  // The label value of `layer`'s counters and histograms: its name, or kOtherLayers past the cap.
+  std::string layer_label(const std::string& layer);
+  const size_t max_layer_labels_;
+  absl::Mutex labels_mu_;
+  absl::flat_hash_set<std::string> layer_labels_ ABSL_GUARDED_BY(labels_mu_);
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& failures_;

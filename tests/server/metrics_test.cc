@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace qlinear {
 namespace {
 
@@ -114,6 +116,35 @@ TEST(MetricsTest, UpdatesRaceLoadsReplacesAndUnloads) {
   EXPECT_TRUE(has(text, "qlinear_layers_loaded 0\n")) << text;
   EXPECT_FALSE(has(text, "qlinear_layer_bytes{")) << text;
   EXPECT_FALSE(has(text, "qlinear_queue_depth{")) << text;
+}
+
+// Only the first names get series of their own; later names share layer="_other", so that
+// layers loaded under ever new names cannot grow the metrics without bound. A name within the cap
+// keeps its series (and goes on counting) after an unload and a new load.
+TEST(MetricsTest, LayerNamesPastTheCapShareOneLabel) {
+  Metrics m(/*max_layer_labels=*/2);
+  const absl::Status failed = absl::InvalidArgumentError("x");
+  m.layer_series("a")->queued(0.001);
+  m.layer_series("b")->queued(0.001);
+  auto c = m.layer_series("c");
+  c->queued(0.001);
+  m.layer_series("d")->queued(0.001);
+  m.request_failed("e", "cpu.reference", failed);
+  m.request_failed("", "", failed);  // a request to no loaded layer keeps the empty label
+  m.layer_series("a")->queued(0.001);
+  const std::string text = m.serialize();
+  EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"a\"} 2\n")) << text;
+  EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"b\"} 1\n")) << text;
+  EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"_other\"} 2\n")) << text;
+  EXPECT_TRUE(
+      has(text, "qlinear_request_failures_total{layer=\"_other\",reason=\"INVALID_ARGUMENT\"} 1\n"))
+      << text;
+  EXPECT_TRUE(
+      has(text, "qlinear_request_failures_total{layer=\"\",reason=\"INVALID_ARGUMENT\"} 1\n"))
+      << text;
+  for (const char* name : {"c", "d", "e"}) {
+    EXPECT_FALSE(has(text, std::string("layer=\"") + name + "\"")) << name << "\n" << text;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -70,6 +71,7 @@ std::string http_get(int port, const std::string& path) {
 
 class ServerTest : public ::testing::Test {
  protected:
+  static constexpr int64_t kUploadIdleMs = 1500;
   void SetUp() override {
     ServerOptions o;
     o.metrics_port = testing::free_port();
@@ -81,6 +83,7 @@ class ServerTest : public ::testing::Test {
     o.demo_n = 48;
     o.demo_k = 64;
     o.max_message_mb = 8;
+    o.upload_idle_timeout_ms = kUploadIdleMs;
     auto s = QLinearServer::start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -99,6 +102,19 @@ class ServerTest : public ::testing::Test {
     auto r = client_->load_layer(t.header, t.weights);
     EXPECT_TRUE(r.ok()) << r.status();
     return t;
+  }
+
+  // An upload of `t` started by hand: its header and its first 4096 weight bytes sent, the rest
+  // left to the test; null where a write failed.
+  std::unique_ptr<grpc::ClientWriter<v1::LoadLayerRequest>> start_upload(
+      const TestLayer& t, grpc::ClientContext* ctx, v1::LoadLayerResponse* resp) {
+    auto writer = client_->stub().LoadLayer(ctx, resp);
+    v1::LoadLayerRequest msg;
+    *msg.mutable_header() = t.header;
+    if (!writer->Write(msg)) return nullptr;
+    msg.set_weight_chunk(std::string(reinterpret_cast<const char*>(t.weights.data()), 4096));
+    if (!writer->Write(msg)) return nullptr;
+    return writer;
   }
 
   std::unique_ptr<QLinearServer> server_;
@@ -396,12 +412,8 @@ TEST_F(ServerTest, CancelledUploadLeavesNothing) {
   TestLayer t = make_test_layer("cancel", 64, 1024, Scheme::kDynamicSymmetric, false, 3);
   grpc::ClientContext ctx;
   v1::LoadLayerResponse resp;
-  auto writer = client_->stub().LoadLayer(&ctx, &resp);
-  v1::LoadLayerRequest msg;
-  *msg.mutable_header() = t.header;
-  ASSERT_TRUE(writer->Write(msg));
-  msg.set_weight_chunk(std::string(reinterpret_cast<const char*>(t.weights.data()), 4096));
-  ASSERT_TRUE(writer->Write(msg));
+  auto writer = start_upload(t, &ctx, &resp);
+  ASSERT_NE(writer, nullptr);
   ctx.TryCancel();
   grpc::Status s = writer->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
@@ -411,6 +423,29 @@ TEST_F(ServerTest, CancelledUploadLeavesNothing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   // And the name is free for a real upload afterwards.
+  auto r = client_->load_layer(t.header, t.weights);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
+// A client that stops sending in the middle of an upload is cancelled once the server has heard
+// nothing from it for --upload-idle-timeout-ms: its buffer and thread are freed, nothing is kept,
+// and the name is free.
+TEST_F(ServerTest, AnUploadThatStopsSendingIsCancelled) {
+  TestLayer t = make_test_layer("stalled", 64, 1024, Scheme::kDynamicSymmetric, false, 5);
+  grpc::ClientContext ctx;
+  v1::LoadLayerResponse resp;
+  auto writer = start_upload(t, &ctx, &resp);
+  ASSERT_NE(writer, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  // Nothing more is sent; the server ends the call.
+  grpc::Status s = writer->Finish();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  EXPECT_GE(waited, kUploadIdleMs - 100);
+  EXPECT_LT(waited, kUploadIdleMs + 5000);
+  EXPECT_EQ(client_->describe_layer("stalled").status().code(), absl::StatusCode::kNotFound);
   auto r = client_->load_layer(t.header, t.weights);
   EXPECT_TRUE(r.ok()) << r.status();
 }
