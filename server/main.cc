@@ -123,15 +123,29 @@ int main(int argc, char** argv) {
                  args.positional()[0].c_str());
     return 2;
   }
-  if (port < 0 || port > 65535 || threads < 1 || max_message_mb < 1 || max_message_mb > 2047 ||
-      metrics_port < 0 || metrics_port > 65535 || max_batch_rows < 1 || max_queue_delay_us < 0 ||
-      max_queue_requests < 1 || drain_timeout_ms < 0 || upload_idle_timeout_ms < 0) {
-    std::fprintf(stderr,
-                 "qlinear-server: --port/--metrics-port must be 0-65535, --threads >= 1, "
-                 "--max-message-mb 1-2047, --max-batch-rows >= 1, --max-queue-delay-us >= 0, "
-                 "--max-queue-requests >= 1, --drain-timeout-ms >= 0, "
-                 "--upload-idle-timeout-ms >= 0\n");
-    return 2;
+  // Each flag's range, checked in turn: the first one out of range is named with its value.
+  const struct {
+    bool bad;
+    const char* flag;
+    int64_t value;
+    const char* range;
+  } ranges[] = {
+      {port < 0 || port > 65535, "port", port, "0-65535"},
+      {metrics_port < 0 || metrics_port > 65535, "metrics-port", metrics_port, "0-65535"},
+      {threads < 1, "threads", threads, ">= 1"},
+      {max_message_mb < 1 || max_message_mb > 2047, "max-message-mb", max_message_mb, "1-2047"},
+      {max_batch_rows < 1, "max-batch-rows", max_batch_rows, ">= 1"},
+      {max_queue_delay_us < 0, "max-queue-delay-us", max_queue_delay_us, ">= 0"},
+      {max_queue_requests < 1, "max-queue-requests", max_queue_requests, ">= 1"},
+      {drain_timeout_ms < 0, "drain-timeout-ms", drain_timeout_ms, ">= 0"},
+      {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},
+  };
+  for (const auto& r : ranges) {
+    if (r.bad) {
+      std::fprintf(stderr, "qlinear-server: --%s must be %s, got %lld\n", r.flag, r.range,
+                   static_cast<long long>(r.value));
+      return 2;
+    }
   }
   o.address = address;
   o.port = static_cast<int>(port);

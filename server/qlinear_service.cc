@@ -218,11 +218,13 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                      " (qlinear-server --upload-idle-timeout-ms); nothing kept"));
   };
   v1::LoadLayerRequest msg;
-  if (!reader->Read(&msg)) {
-    if (watch->timed_out()) return idle_status();
+  const bool got_header = reader->Read(&msg);
+  // Not watched while the header is checked and the layer's buffer allocated (a large one takes
+  // a while): the client is waiting for the server then.
+  if (watch->finish()) return idle_status();
+  if (!got_header) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload ended before its header");
   }
-  watch->touch();
   if (msg.part_case() != v1::LoadLayerRequest::kHeader) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message of an upload must be the header");
@@ -232,7 +234,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   const std::string name = request->name;
   auto upload = engine_->begin_upload(*std::move(request));
   if (!upload.ok()) return to_grpc_status(upload.status());
-  watch->touch();  // (allocating a large layer's buffer takes a while)
+  watch = upload_watchdog_.watch(ctx);
   while (reader->Read(&msg)) {
     watch->touch();
     if (msg.part_case() != v1::LoadLayerRequest::kWeightChunk) {
@@ -241,8 +243,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
     }
     if (absl::Status s = (*upload)->append(msg.weight_chunk()); !s.ok()) return to_grpc_status(s);
   }
-  const bool idle = watch->timed_out();
-  watch.reset();  // building the layer may take long; the client is waiting now
+  const bool idle = watch->finish();  // building the layer may take long; the client waits now
   if (idle || ctx->IsCancelled()) {
     log_info(absl::StrCat(
         "upload of layer '", name, "' ",

@@ -33,16 +33,18 @@ std::unique_ptr<UploadWatchdog::Watch> UploadWatchdog::watch(grpc::ServerContext
   return std::unique_ptr<Watch>(new Watch(this, it));
 }
 
-UploadWatchdog::Watch::~Watch() {
-  absl::MutexLock lock(&dog_->mu_);
-  dog_->entries_.erase(it_);
+bool UploadWatchdog::Watch::finish() {
+  if (!finished_) {
+    absl::MutexLock lock(&dog_->mu_);
+    timed_out_ = it_->timed_out;
+    dog_->entries_.erase(it_);
+    finished_ = true;
+  }
+  return timed_out_;
 }
 
-void UploadWatchdog::Watch::touch() { it_->last_ns.store(now_ns(), std::memory_order_relaxed); }
-
-bool UploadWatchdog::Watch::timed_out() const {
-  absl::MutexLock lock(&dog_->mu_);
-  return it_->timed_out;
+void UploadWatchdog::Watch::touch() {
+  if (!finished_) it_->last_ns.store(now_ns(), std::memory_order_relaxed);
 }
 
 void UploadWatchdog::run() {

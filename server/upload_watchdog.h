@@ -33,23 +33,27 @@ class UploadWatchdog {
     bool timed_out = false;  // guarded by the watchdog's mutex
   };
 
-  // One upload watched from its creation to its destruction (which must come before the handler
-  // returns: the context is the handler's).
+  // One upload watched from its creation until finish() or its destruction (which must come
+  // before the handler returns: the context is the handler's).
   class Watch {
    public:
-    ~Watch();
+    ~Watch() { finish(); }
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
     // A message arrived.
     void touch();
-    // Whether the watchdog cancelled the upload.
-    bool timed_out() const;
+    // Ends the watch and says whether the watchdog cancelled the upload, in one step under the
+    // watchdog's lock: after it no cancellation can come, so the handler knows whether it must
+    // return CANCELLED (ServerContext::TryCancel's contract). Later calls return the same.
+    bool finish();
 
    private:
     friend class UploadWatchdog;
     Watch(UploadWatchdog* dog, std::list<Entry>::iterator it) : dog_(dog), it_(it) {}
     UploadWatchdog* dog_;
     std::list<Entry>::iterator it_;
+    bool finished_ = false;
+    bool timed_out_ = false;
   };
   std::unique_ptr<Watch> watch(grpc::ServerContext* ctx);
 

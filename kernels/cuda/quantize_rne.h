@@ -1,6 +1,6 @@
 // Rounding an fp32 value to the nearest integer (ties to even) with one fp32 add instead of the
 // conversion instruction, for the CUDA kernels that quantize activations. Host and device: the
-// kernels use it on the GPU, and the host test (tests/kernels/quantize_test.cc) checks on the
+// kernels use it on the GPU, and the host test (tests/kernels/quantize_rne_test.cc) checks on the
 // CPU, for every 16-bit input, that it quantizes as the reference does.
 //
 // For |x| < 2^22, x + 1.5 * 2^23 lies in [2^23, 2^24), where the unit in the last place is 1, so

@@ -132,8 +132,12 @@ void BatchQueue::worker() {
           ++it;
           continue;
         }
+        try {
+          batch.push_back(q);
+        } catch (const std::bad_alloc&) {
+          break;  // q stays queued for the next batch
+        }
         rows += q->in->m;
-        batch.push_back(q);
         it = queue_.erase(it);
         if (rows >= options_.max_batch_rows) break;
       }
@@ -148,10 +152,21 @@ void BatchQueue::worker() {
 
 void BatchQueue::execute(std::vector<Pending*>& batch) {
   const int64_t start = now_ns();
+  // Every allocation here is checked (this may be the queue's worker thread, which an exception
+  // would end): one that fails answers the requests it concerns with RESOURCE_EXHAUSTED.
+  std::vector<Pending*> live;
+  try {
+    live.reserve(batch.size());
+  } catch (const std::bad_alloc&) {
+    for (Pending* p : batch) {
+      p->status = absl::ResourceExhaustedError("out of host memory for the batch");
+      p->done.Notify();
+    }
+    return;
+  }
   // Drop what expired or was cancelled while queued: it never reaches a kernel. Only requests that
   // waited are probed for cancellation: for one that runs at once, the probe (see CallContext)
   // could only catch a cancellation racing with its arrival, and costs a fifth of an M = 1 GEMM.
-  std::vector<Pending*> live;
   for (Pending* p : batch) {
     p->out->queue_ns = start - p->enqueued_ns;
     if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
@@ -169,9 +184,12 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   if (live.empty()) return;
 
   auto record = [&](const InferOutput& o, int64_t requests, int64_t rows) {
-    if (series_ != nullptr) {
+    if (series_ == nullptr) return;
+    try {  // (a kernel's first batch adds its series)
       series_->batch_done(o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
                           o.timings.gemm_ns * 1e-9, o.timings.copy_ns * 1e-9);
+    } catch (const std::bad_alloc&) {
+      // The metrics miss one batch; the requests are answered.
     }
   };
   auto run_alone = [&](Pending* p) {
@@ -196,9 +214,8 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
     rows += p->in->m;
     explain = explain || p->in->explain;
   }
-  // The batch's own buffers are allocated on this thread, which may be the queue's worker: an
-  // allocation that fails is the batch's to absorb (each request then runs alone, and fails alone
-  // where its own output cannot be allocated either), never an exception out of the thread.
+  // The batched x failing to allocate runs each request alone (each failing alone where its own
+  // output cannot be allocated either).
   std::string x;
   try {
     x.reserve(rows * x_row);
@@ -230,14 +247,14 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
       o.sa.assign(out.sa.begin() + row, out.sa.begin() + row + m);
       if (!out.azp.empty()) o.azp.assign(out.azp.begin() + row, out.azp.begin() + row + m);
       if (p->in->explain) o.explanation = out.explanation;
+      o.kernel = out.kernel;
+      o.device = out.device;
     } catch (const std::bad_alloc&) {
       p->status = absl::ResourceExhaustedError("out of host memory for the output");
       row += m;
       p->done.Notify();
       continue;
     }
-    o.kernel = out.kernel;
-    o.device = out.device;
     o.timings = out.timings;
     o.n = out.n;
     o.batch_requests = static_cast<int64_t>(live.size());

@@ -6,6 +6,7 @@
 #include <new>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -68,21 +69,19 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
     }
     allocating_upload_bytes_ += bytes;
   }
-  std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
-  up->start_ns_ = now_ns();
-  absl::Status allocated = absl::OkStatus();
-  try {
-    up->weights_.resize(static_cast<size_t>(bytes));  // zero-filled: the pages are taken now
-  } catch (const std::bad_alloc&) {
-    allocated = absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", bytes, " bytes of host memory for the weights"));
-  }
-  {
+  absl::Cleanup allocated = [this, bytes] {
     absl::MutexLock lock(&upload_mu_);
     allocating_upload_bytes_ -= bytes;
+  };
+  try {
+    std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
+    up->start_ns_ = now_ns();
+    up->weights_.resize(static_cast<size_t>(bytes));  // zero-filled: the pages are taken now
+    return up;
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host memory for the weights"));
   }
-  RETURN_IF_ERROR(allocated);
-  return up;
 }
 
 absl::Status LayerUpload::append(absl::string_view chunk) {
@@ -163,7 +162,6 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   if (request.max_queue_delay_us >= 0) batching.max_queue_delay_us = request.max_queue_delay_us;
   auto served = std::make_shared<ServedLayer>();
   served->layer = layer;
-  served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
   LoadResult result;
   // Released after the lock: a replaced layer's queue first runs what it holds.
   std::shared_ptr<const ServedLayer> previous;
@@ -177,6 +175,9 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
       return absl::CancelledError(
           "upload cancelled before its layer was published; nothing was loaded or replaced");
     }
+    // (Made here, after the last check but the store's own: the queue's metric series take one
+    // of Metrics' layer labels.)
+    served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
     if (metrics_ != nullptr) {
       metrics_->layer_loaded(layer.get(), layer->name(), layer->device(), layer->total_bytes());
@@ -230,9 +231,10 @@ absl::Status Engine::validate(const Layer& layer, const InferInput& in) const {
         "x has ", in.x.size(), " bytes; expected m*k*", x_elem, " = ", in.m, "*", c.k, "*", x_elem,
         " for ", dtype_name(in.x_dtype), " input to layer '", layer.name(), "'"));
   }
-  // The response carries y, and sa and azp when asked, besides its metadata.
+  // The response carries y, and sa and azp when asked, besides its metadata: sa 4 bytes a row,
+  // azp a varint of up to 10 (a negative zero point takes all 10).
   const int64_t y_bytes = in.m * c.n * static_cast<int64_t>(dtype_size(in.y_dtype));
-  const int64_t scale_bytes = in.return_scales ? in.m * (is_asymmetric(c.scheme) ? 8 : 4) : 0;
+  const int64_t scale_bytes = in.return_scales ? in.m * (is_asymmetric(c.scheme) ? 14 : 4) : 0;
   if (y_bytes + scale_bytes + kResponseMetadataBytes > options_.max_output_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "output would be ", y_bytes, " bytes (m=", in.m, ", n=", c.n, ")",
@@ -258,20 +260,27 @@ void Engine::note_prepared(const Layer& layer, const KernelChoice& choice) const
 
 absl::Status Engine::execute(const Layer& layer, const InferInput& in, std::string* y,
                              InferOutput* out) const {
+  // Runs on a layer queue's worker thread as well as on callers': an allocation that fails
+  // anywhere in the call (the choice's explanation, y, a kernel's scratch) is the call's status.
+  try {
+    return execute_call(layer, in, y, out);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory for the call");
+  }
+}
+
+absl::Status Engine::execute_call(const Layer& layer, const InferInput& in, std::string* y,
+                                  InferOutput* out) const {
   const LayerConfig& c = layer.config();
   const ProblemShape shape{in.m, c.n, c.k, in.x_dtype, in.y_dtype};
   ASSIGN_OR_RETURN(KernelChoice choice, layer.choose(shape, in.forced_kernel, in.explain));
   note_prepared(layer, choice);
-  try {
-    // Every kernel writes all of y (the differential tests compare the whole of y with the
-    // reference, bit for bit), so it is sized without a fill: no stale byte reaches a client.
-    // A unary response's y is new; a stream's keeps its allocation from the previous message.
-    resize_for_overwrite(y, static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
-    out->sa.assign(static_cast<size_t>(in.m), 0.f);
-    out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of host memory for the output");
-  }
+  // Every kernel writes all of y (the differential tests compare the whole of y with the
+  // reference, bit for bit), so it is sized without a fill: no stale byte reaches a client.
+  // A unary response's y is new; a stream's keeps its allocation from the previous message.
+  resize_for_overwrite(y, static_cast<size_t>(in.m * c.n) * dtype_size(in.y_dtype));
+  out->sa.assign(static_cast<size_t>(in.m), 0.f);
+  out->azp.assign(is_asymmetric(c.scheme) ? static_cast<size_t>(in.m) : 0, 0);
   RunArgs args;
   args.x = in.x.data();
   args.x_dtype = in.x_dtype;

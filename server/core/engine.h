@@ -144,6 +144,9 @@ class Engine {
   // Updates the layer's bytes gauge after choose() prepared a kernel on demand.
   void note_prepared(const Layer& layer, const KernelChoice& choice) const;
   friend class LayerUpload;
+  // execute's body; execute turns an allocation failure into RESOURCE_EXHAUSTED.
+  absl::Status execute_call(const Layer& layer, const InferInput& in, std::string* y,
+                            InferOutput* out) const;
   absl::StatusOr<LoadResult> publish(const LoadRequest& request, std::vector<int8_t> weights,
                                      int64_t start_ns,
                                      const std::function<bool()>& cancelled = nullptr);

@@ -29,7 +29,7 @@ class Metrics {
   // `max_layer_labels` names get series of their own; later names share the label value
   // kOtherLayers. The gauges are per loaded layer and removed with it.
   static constexpr size_t kDefaultMaxLayerLabels = 4096;
-  static constexpr const char* kOtherLayers = "_other";
+  static constexpr const char* kOtherLayers = "<other>";  // never a layer name
   explicit Metrics(size_t max_layer_labels = kDefaultMaxLayerLabels);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 

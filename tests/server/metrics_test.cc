@@ -118,7 +118,7 @@ TEST(MetricsTest, UpdatesRaceLoadsReplacesAndUnloads) {
   EXPECT_FALSE(has(text, "qlinear_queue_depth{")) << text;
 }
 
-// Only the first names get series of their own; later names share layer="_other", so that
+// Only the first names get series of their own; later names share layer="<other>", so that
 // layers loaded under ever new names cannot grow the metrics without bound. A name within the cap
 // keeps its series (and goes on counting) after an unload and a new load.
 TEST(MetricsTest, LayerNamesPastTheCapShareOneLabel) {
@@ -135,9 +135,9 @@ TEST(MetricsTest, LayerNamesPastTheCapShareOneLabel) {
   const std::string text = m.serialize();
   EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"a\"} 2\n")) << text;
   EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"b\"} 1\n")) << text;
-  EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"_other\"} 2\n")) << text;
-  EXPECT_TRUE(
-      has(text, "qlinear_request_failures_total{layer=\"_other\",reason=\"INVALID_ARGUMENT\"} 1\n"))
+  EXPECT_TRUE(has(text, "qlinear_queue_duration_seconds_count{layer=\"<other>\"} 2\n")) << text;
+  EXPECT_TRUE(has(
+      text, "qlinear_request_failures_total{layer=\"<other>\",reason=\"INVALID_ARGUMENT\"} 1\n"))
       << text;
   EXPECT_TRUE(
       has(text, "qlinear_request_failures_total{layer=\"\",reason=\"INVALID_ARGUMENT\"} 1\n"))

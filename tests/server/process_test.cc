@@ -16,6 +16,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "client/qlinear_client.h"
 #include "tests/server/test_util.h"
@@ -138,6 +139,29 @@ std::string libgomp_spincount(const std::string& log) {
 // libgomp reads its spin setting once, when it loads: a server built with cpu.onednn re-executes
 // itself (the same process, under its own name) with GOMP_SPINCOUNT set, unless its environment
 // sets that or OMP_WAIT_POLICY, and logs what applies; libgomp itself reports the value it took.
+// A flag out of its range stops the server at once (exit 2), naming the flag, its range and the
+// value given.
+TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--upload-idle-timeout-ms=-1", "--upload-idle-timeout-ms must be >= 0, got -1"},
+      {"--port=70000", "--port must be 0-65535, got 70000"},
+      {"--max-message-mb=4096", "--max-message-mb must be 1-2047, got 4096"},
+      {"--threads=0", "--threads must be >= 1, got 0"},
+  };
+  for (const auto& [flag, want] : cases) {
+    const std::string cmd = std::string(QLINEAR_SERVER_BIN) + " " + flag + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    const int status = pclose(p);
+    EXPECT_TRUE(WIFEXITED(status)) << flag;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << flag << "\n" << out;
+    EXPECT_NE(out.find(want), std::string::npos) << flag << "\n" << out;
+  }
+}
+
 TEST(ProcessTest, OpenMpSpinIsSetUnlessTheEnvironmentSetsIt) {
   const std::string log =
       ::testing::TempDir() + "/openmp_spin_server." + std::to_string(getpid()) + ".log";
