@@ -279,6 +279,10 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
   };
   std::vector<Frame> frames;
   std::string duplicate;
+  // A manifest nests four levels deep (layers, an entry, a fused module's parts, a part); one
+  // nested much deeper is refused, its deeper values neither kept nor tracked (the parser then
+  // reports no more events from inside them but their keys, at their depth).
+  constexpr int kMaxDepth = 16;
   auto child_where = [&frames]() -> std::string {
     if (frames.empty()) return "";
     Frame& parent = frames.back();
@@ -286,10 +290,16 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
     return parent.where.empty() ? parent.last_key
                                 : absl::StrCat(parent.where, ".", parent.last_key);
   };
-  auto callback = [&](int, Json::parse_event_t event, Json& parsed) {
+  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
       case Json::parse_event_t::array_start: {
+        if (depth >= kMaxDepth) {
+          if (duplicate.empty()) {
+            duplicate = absl::StrCat("nested more than ", kMaxDepth, " levels deep");
+          }
+          return false;
+        }
         Frame f;
         f.object = event == Json::parse_event_t::object_start;
         f.where = child_where();
@@ -301,6 +311,7 @@ absl::StatusOr<std::vector<ManifestLayer>> parse_layer_manifest(absl::string_vie
         if (!frames.empty()) frames.pop_back();
         break;
       case Json::parse_event_t::key:
+        if (depth > kMaxDepth) return false;  // inside a value dropped for its depth
         if (!frames.empty() && parsed.is_string()) {
           Frame& f = frames.back();
           f.last_key = parsed.get<std::string>();
@@ -735,6 +746,13 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
   if (layer.bias.given()) {
     ASSIGN_OR_RETURN(*header->mutable_bias(),
                      read_float_tensor(cache, layer.bias, "bias", part_rows, false));
+    // (An upload whose bias holds no bytes has no bias: a file with none is a mistake here.)
+    if (header->bias().data().empty()) {
+      const std::string source =
+          layer.bias.parts.empty() ? layer.bias.describe() : std::string("the bias parts");
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": bias has 0 values, expected n=", shape[0]));
+    }
   }
   if (layer.input_scale.given()) {
     // A fused module's parts: the largest of their scales (a calibrated checkpoint gives its

@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -68,7 +70,11 @@ class HeaderParser {
 
  private:
   absl::Status error(absl::string_view what) const {
-    return bad(absl::StrCat("malformed header (", what, " at offset ", pos_, "): ", s_));
+    // At most 200 bytes of the header, escaped: it may be anything, of any length.
+    constexpr size_t kShown = 200;
+    return bad(absl::StrCat("malformed header (", what, " at offset ", pos_,
+                            "): ", absl::CHexEscape(s_.substr(0, kShown)),
+                            s_.size() > kShown ? absl::StrCat("... (", s_.size(), " bytes)") : ""));
   }
   void skip_space() {
     while (pos_ < s_.size() && absl::ascii_isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
@@ -297,6 +303,12 @@ absl::StatusOr<std::string> serialize_npy(const NpyArray& a) {
 }
 
 absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstream* in) {
+  // Looked at before it is opened: opening a FIFO blocks until something writes to it, and a
+  // folder opens too and reads as nothing.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
   in->open(path, std::ios::binary);
   if (!*in) {
     const int err = errno;
@@ -304,8 +316,6 @@ absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstrea
     if (err == EACCES) return absl::PermissionDeniedError(what);
     return absl::NotFoundError(what);
   }
-  // (A folder opens too, and reads as nothing.)
-  struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
@@ -317,7 +327,13 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
   absl::StatusOr<uint64_t> size = open_regular_file(path, &in);
   if (!size.ok()) return size.status();
   // Read at once into a string of the file's size (no second copy).
-  std::string bytes(static_cast<size_t>(*size), '\0');
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(*size));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", *size, " bytes to read ", path));
+  }
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (in.gcount() != static_cast<std::streamsize>(bytes.size()) || in.bad()) {
     return absl::DataLossError(absl::StrCat("error reading ", path, ": got ", in.gcount(), " of ",

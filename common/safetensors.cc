@@ -1,7 +1,11 @@
 #include "common/safetensors.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/npy.h"
@@ -56,13 +60,25 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
   if (!in.read(text.data(), static_cast<std::streamsize>(header_bytes))) {
     return absl::DataLossError(absl::StrCat("error reading ", path));
   }
+  // The format forbids a tensor named twice (JSON would keep the last): the parser's callback sees
+  // the header's own keys at depth 1.
+  std::string twice;
+  auto callback = [&twice, seen = std::set<std::string>()](int depth, Json::parse_event_t event,
+                                                           Json& parsed) mutable {
+    if (event == Json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !seen.insert(parsed.get<std::string>()).second && twice.empty()) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
   Json doc;
   try {
-    doc = Json::parse(text);
+    doc = Json::parse(text, callback);
   } catch (const Json::exception& e) {
     return bad(path, absl::StrCat("the header is not valid JSON: ", e.what()));
   }
   if (!doc.is_object()) return bad(path, "the header is not a JSON object");
+  if (!twice.empty()) return bad(path, absl::StrCat("the header names '", twice, "' twice"));
   SafetensorsHeader h;
   h.path = path;
   const uint64_t data_start = 8 + header_bytes;
@@ -107,6 +123,17 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
     out.offset = data_start + begin;
     out.bytes = end - begin;
     h.tensors.emplace(name, std::move(out));
+  }
+  // Nor may two tensors share bytes.
+  std::vector<std::pair<uint64_t, const std::string*>> starts;
+  for (const auto& [name, t] : h.tensors) starts.emplace_back(t.offset, &name);
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const SafetensorsTensor& prev = h.tensors.at(*starts[i - 1].second);
+    if (prev.offset + prev.bytes > starts[i].first) {
+      return bad(path, absl::StrCat("tensors '", *starts[i - 1].second, "' and '",
+                                    *starts[i].second, "' overlap in the file"));
+    }
   }
   return h;
 }

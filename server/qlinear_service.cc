@@ -78,7 +78,10 @@ absl::StatusOr<std::vector<float>> floats_from_tensor(const v1::Tensor& t, absl:
       if (d < 0 || d > (int64_t{1} << 32)) {
         return absl::InvalidArgumentError(absl::StrCat(field, ".shape has a bad dimension ", d));
       }
-      expect *= d;
+      if (__builtin_mul_overflow(expect, d, &expect)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".shape [", absl::StrJoin(t.shape(), ", "), "] has too many values"));
+      }
     }
     if (static_cast<size_t>(expect) != count) {
       return absl::InvalidArgumentError(absl::StrCat(field, " has ", count, " values but shape [",

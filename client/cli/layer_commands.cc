@@ -48,10 +48,14 @@ absl::Status read_weights(const std::string& path, int64_t* n, int64_t* k, std::
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a .npy file; raw int8 weights need --n and --k"));
   }
-  if (static_cast<int64_t>(bytes->size()) != *n * *k) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " has ", bytes->size(),
-                                                   " bytes; raw int8 weights [", *n, ", ", *k,
-                                                   "] need ", *n * *k));
+  int64_t need = 0;
+  if (__builtin_mul_overflow(*n, *k, &need)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--n ", *n, " x --k ", *k, " is too large for raw int8 weights"));
+  }
+  if (static_cast<int64_t>(bytes->size()) != need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " has ", bytes->size(), " bytes; raw int8 weights [", *n, ", ", *k, "] need ", need));
   }
   w->assign(bytes->begin(), bytes->end());
   return absl::OkStatus();

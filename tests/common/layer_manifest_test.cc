@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -90,6 +91,11 @@ TEST(LayerManifestTest, EachMistakeIsNamedWithItsEntry) {
       {R"({"layers": [)", "not valid JSON: parse error at line 1, column 13"},
       {R"({"layers": [], "x": 1e400})", "not valid JSON: number overflow parsing '1e400'"},
       {R"({"layers": [], "layers": []})", "the key \"layers\" is given twice"},
+      // Nesting that deep would cost memory that grows with the square of the depth.
+      {R"({"layers": [], "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "nested more than 16 levels deep"},
+      {R"({"layers": [], "x": )" + std::string(16, '[') + std::string(16, ']') + "}",
+       "nested more than 16 levels deep"},
       {R"({"layers": [{"name": "a", )" + ok_files + R"(}, {"name": "b", "name": "c", )" + ok_files +
            "}]}",
        "layers[1]: the key \"name\" is given twice"},
@@ -275,6 +281,33 @@ TEST_F(ManifestFilesTest, ReadsTheWeightsScalesAndBias) {
   s = read_layer_manifest(dir_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), dir_ + " is not a regular file");
+}
+
+// A FIFO is refused without being opened (opening one blocks until something writes to it), and a
+// bias file that holds no values is a mistake, not a layer without a bias.
+TEST_F(ManifestFilesTest, AFifoAndAnEmptyBiasAreRefused) {
+  const std::string fifo = path("f.json");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  absl::Status s = read_layer_manifest(fifo).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), fifo + " is not a regular file");
+
+  save("w.npy", NpyDType::kI1, {2, 3}, std::string{1, -2, 3, -4, 5, -6});
+  save("s.npy", NpyDType::kF4, {2}, floats({0.5f, 0.25f}));
+  save("b0.npy", NpyDType::kF4, {0}, "");
+  const std::string manifest = write("m.json", R"({"layers": [
+      {"name": "q", "weights": "w.npy", "weight_scale": "s.npy", "bias": "b0.npy"},
+      {"name": "r", "weights": "f.json", "weight_scale": "s.npy"}]})");
+  auto layers = read_layer_manifest(manifest);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  v1::LayerHeader h;
+  std::vector<int8_t> weights;
+  s = read_manifest_layer((*layers)[0], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), dir_ + "/b0.npy: bias has 0 values, expected n=2");
+  s = read_manifest_layer((*layers)[1], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(fifo + " is not a regular file"));
 }
 
 // A safetensors file of `tensors` (name, dtype, shape, bytes) in the order given.
@@ -562,7 +595,14 @@ TEST_F(ManifestFilesTest, ASafetensorsHeaderThatDoesNotHoldIsRefused) {
   lie.replace(lie.find("[0,4]"), 5, "[0,3]");
   std::string dtype = ok;
   dtype.replace(dtype.find("\"I8\""), 4, "\"Q4\"");
+  const std::string twice = safetensors_bytes(
+      {{"w", "I8", {2, 2}, std::string(4, '\0')}, {"w", "I8", {2, 2}, std::string(4, '\1')}});
+  std::string overlap = safetensors_bytes(
+      {{"a", "I8", {4}, std::string(4, '\0')}, {"b", "I8", {4}, std::string(4, '\1')}});
+  overlap.replace(overlap.find("[4,8]"), 5, "[2,6]");
   const Case cases[] = {
+      {twice, "the header names 'w' twice"},
+      {overlap, "tensors 'a' and 'b' overlap in the file"},
       {"short", "too short for a safetensors file"},
       {truncated, "tensor 'w' ends past the end of the file (truncated?)"},
       {lie, "tensor 'w': data_offsets [0, 3] hold 3 bytes, its shape of I8 needs 4"},
