@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -700,8 +701,29 @@ absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers,
   return absl::OkStatus();
 }
 
+namespace {
+absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHeader* header,
+                                       std::vector<int8_t>* weights,
+                                       SafetensorsHeaderCache* headers);
+}  // namespace
+
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights, SafetensorsHeaderCache* headers) {
+  // Buffers are sized from the files' own headers: one too large to allocate is this layer's
+  // error, not an exception out of the start-up or the CLI.
+  try {
+    return read_manifest_layer_files(layer, header, weights, headers);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "layers[", layer.index, "] ('", layer.header.name(),
+        "'): out of memory reading its files (a tensor larger than this host can hold?)"));
+  }
+}
+
+namespace {
+absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHeader* header,
+                                       std::vector<int8_t>* weights,
+                                       SafetensorsHeaderCache* headers) {
   *header = layer.header;
   SafetensorsHeaderCache own;
   SafetensorsHeaderCache& cache = headers != nullptr ? *headers : own;
@@ -784,5 +806,6 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
   }
   return absl::OkStatus();
 }
+}  // namespace
 
 }  // namespace qlinear

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -159,7 +160,13 @@ absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& hea
   if (it == header.tensors.end()) {
     return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
   }
-  std::string bytes(static_cast<size_t>(it->second.bytes), '\0');
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(it->second.bytes));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", it->second.bytes, " bytes for tensor '", name, "' of ", header.path));
+  }
   if (absl::Status s = read_safetensors_tensor_into(header, name, bytes.data()); !s.ok()) return s;
   return bytes;
 }
