@@ -444,9 +444,18 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
   auto next_tick = sh.start + std::chrono::seconds(1);
   int64_t last_done = 0;
   auto last_tick = sh.start;
+  Clock::time_point interrupted_at{};
+  bool told_waiting = false;
   while (sh.finished.load() < workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (g_interrupted) sh.stop.store(true);
+    if (g_interrupted && !sh.stop.exchange(true)) interrupted_at = Clock::now();
+    if (g_interrupted && !told_waiting && Clock::now() - interrupted_at > std::chrono::seconds(2)) {
+      told_waiting = true;
+      std::fprintf(stderr,
+                   "%swaiting for %d worker(s) whose requests are still in flight; "
+                   "Ctrl-C again to quit at once\n",
+                   tty ? "\n" : "", workers - sh.finished.load());
+    }
     const auto now = Clock::now();
     if (now < next_tick) continue;
     const int64_t done = sh.done.load();
@@ -723,12 +732,17 @@ int cmd_bench(const CommandArgs& args) {
   if (layer.empty() && (n < 1 || k < 2 || k > kMaxK)) {
     return usage_error(absl::StrCat("need --layer, or --n >= 1 and 2 <= --k <= ", kMaxK));
   }
-  if (layer.empty() && n * k > (int64_t{1} << 34)) {
+  if (layer.empty() && n > (int64_t{1} << 34) / k) {  // (k >= 2 here: n * k cannot overflow)
     return usage_error("random layers are limited to 16 GiB");
   }
   auto scheme = parse_scheme(scheme_arg);
   if (!scheme.ok()) return usage_error(scheme.status().message());
   if (m < 0 || m_min < 0 || m_max < 0) return usage_error("--m, --m-min and --m-max must be >= 1");
+  // A request's x is M x K values in one message of at most 64 MiB (the client's limit).
+  constexpr int64_t kMaxM = int64_t{1} << 24;
+  if (m > kMaxM || m_max > kMaxM) {
+    return usage_error(absl::StrCat("--m and --m-max must be at most ", kMaxM));
+  }
   if (m > 0 && (m_min > 0 || m_max > 0)) return usage_error("give --m or --m-min/--m-max");
   if (m > 0) {
     c.m_min = c.m_max = m;
@@ -746,8 +760,12 @@ int cmd_bench(const CommandArgs& args) {
     c.y_dtype = *yt;
   }
   if (streams < 1 || streams > 4096) return usage_error("--streams must be in 1..4096");
-  if (requests < 0 || duration < 0 || warmup < 0 || deadline_ms < 0) {
-    return usage_error("--requests, --duration, --warmup and --deadline-ms must be >= 0");
+  // (!(x >= 0 && x <= limit) also refuses NaN, which the number parser accepts.)
+  constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+  if (requests < 0 || !(duration >= 0 && duration <= kMaxSeconds) ||
+      !(warmup >= 0 && warmup <= kMaxSeconds) || deadline_ms < 0) {
+    return usage_error(
+        "--requests and --deadline-ms must be >= 0, --duration and --warmup in 0..604800 s");
   }
   if (requests > 0 && duration > 0) return usage_error("give --duration or --requests, not both");
   if (deadline_ms > 0 && !unary && !echo && !compare_echo) {
@@ -811,6 +829,9 @@ int cmd_bench(const CommandArgs& args) {
   struct sigaction sa {
   }, old_sa{};
   sa.sa_handler = on_sigint;
+  // The first Ctrl-C stops the run and reports it; requests still in flight are waited for, and a
+  // second Ctrl-C (the default action again) ends the program at once.
+  sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_sa);
   std::vector<PassResult> passes;

@@ -225,6 +225,18 @@ int cmd_infer(const CommandArgs& args) {
     resp = *std::move(r);
   }
   const double client_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  // What is printed and saved is read from y by m x n: an answer that does not hold what it says
+  // (or not what was asked of the layer described) is reported, never read past its end.
+  const DType yt = core_dtype(resp.y_dtype());
+  const bool y_type_known = resp.y_dtype() == v1::DTYPE_FP32 || resp.y_dtype() == v1::DTYPE_FP16 ||
+                            resp.y_dtype() == v1::DTYPE_BF16;
+  if (!y_type_known || resp.m() != in.m || resp.n() != info->n() ||
+      resp.y().size() != static_cast<size_t>(in.m * info->n()) * dtype_size(yt)) {
+    return fail(absl::InternalError(
+        absl::StrCat("the server's answer does not fit the request: y of ", resp.y().size(),
+                     " bytes for [", resp.m(), ", ", resp.n(), "] ", dtype_cli_name(resp.y_dtype()),
+                     ", where [", in.m, ", ", info->n(), "] was asked of layer '", layer, "'")));
+  }
 
   const v1::InferMetadata& md = resp.metadata();
   std::printf("%-12s[%lld, %lld] %s  from x [%lld, %lld] %s on layer '%s'\n", "y",

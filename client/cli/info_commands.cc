@@ -40,7 +40,9 @@ int cmd_health(const CommandArgs& args) {
   p.add("wait-seconds", &wait_seconds, "Keep retrying for up to this many seconds");
   p.add("service", &service, "Service name to check (empty: the whole server)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
-  if (wait_seconds < 0) return usage_error("--wait-seconds must be >= 0");
+  if (wait_seconds < 0 || wait_seconds > 86400) {
+    return usage_error("--wait-seconds must be in 0..86400");
+  }
 
   // A channel of our own: gRPC's default reconnect backoff grows to minutes, which would make a
   // waiting check notice a freshly started server late.

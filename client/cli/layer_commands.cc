@@ -1,6 +1,9 @@
 // load and unload.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
@@ -73,10 +76,13 @@ v1::Tensor f32_tensor(const std::vector<float>& v, std::vector<int64_t> shape) {
 class UploadProgress {
  public:
   explicit UploadProgress(std::string name) : name_(std::move(name)), start_(Clock::now()) {}
+  // On a terminal only: elsewhere (a log, CI) a line redrawn with carriage returns is noise.
   void update(int64_t sent, int64_t total) {
+    if (!tty_) return;
     const auto now = Clock::now();
     if (sent < total && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
+    open_line_ = sent < total;
     const double rate = static_cast<double>(sent) / std::max(1e-6, seconds_since(start_));
     std::fprintf(stderr, "\rupload %s: %s / %s (%d%%), %s/s   ", name_.c_str(),
                  human_bytes(sent).c_str(), human_bytes(total).c_str(),
@@ -85,8 +91,15 @@ class UploadProgress {
     if (sent >= total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   }
+  // Ends a line the upload left unfinished, so that an error printed next starts its own.
+  void end_line() {
+    if (open_line_) std::fprintf(stderr, "\n");
+    open_line_ = false;
+  }
 
  private:
+  const bool tty_ = isatty(fileno(stderr)) == 1;
+  bool open_line_ = false;
   std::string name_;
   Clock::time_point start_;
   Clock::time_point last_{};
@@ -139,7 +152,10 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
       on_chunk = [&progress](int64_t sent, int64_t total) { progress.update(sent, total); };
     }
     auto resp = client->load_layer(std::move(h), weights, on_chunk);
-    if (!resp.ok()) return failed(resp.status());
+    if (!resp.ok()) {
+      progress.end_line();
+      return failed(resp.status());
+    }
     bytes += static_cast<int64_t>(weights.size());
     const v1::LayerInfo& info = resp->layer();
     std::printf("[%zu/%zu] %s layer '%s' N=%lld K=%lld %s on %s in %.1f ms\n", i + 1,
@@ -208,7 +224,10 @@ int cmd_load(const CommandArgs& raw_args) {
         "Upload every layer of this layer manifest (with --replace and --chunk-mb only)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
 
-  if (!(chunk_mb > 0 && chunk_mb <= 1024)) return usage_error("--chunk-mb must be in (0, 1024]");
+  // A chunk travels in one message, which the client keeps under its 64 MiB limit.
+  if (!(chunk_mb > 0 && chunk_mb <= 63)) {
+    return usage_error("--chunk-mb must be in (0, 63]: a chunk is one message of at most 64 MiB");
+  }
   ClientOptions options;
   options.upload_chunk_bytes = std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)));
   if (!manifest_path.empty()) {
@@ -315,7 +334,10 @@ int cmd_load(const CommandArgs& raw_args) {
   const auto start = Clock::now();
   auto resp = client->load_layer(std::move(h), weights, on_chunk);
   const double client_s = seconds_since(start);
-  if (!resp.ok()) return fail(resp.status());
+  if (!resp.ok()) {
+    progress.end_line();
+    return fail(resp.status());
+  }
 
   const v1::LayerInfo& l = resp->layer();
   std::printf("%s layer '%s'\n", resp->replaced() ? "replaced" : "loaded", l.name().c_str());

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -96,4 +98,16 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace qlinear::cli
 
-int main(int argc, char** argv) { return qlinear::cli::run(argc, argv); }
+int main(int argc, char** argv) {
+  // Sizes come from flags and files: one too large to allocate ends the command with its reason.
+  try {
+    return qlinear::cli::run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "qlinear-cli: out of memory; ask for fewer rows or a smaller layer\n");
+  } catch (const std::length_error&) {
+    std::fprintf(stderr,
+                 "qlinear-cli: a size too large to allocate; ask for fewer rows or a "
+                 "smaller layer\n");
+  }
+  return qlinear::cli::kExitFailure;
+}

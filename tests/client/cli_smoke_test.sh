@@ -407,6 +407,13 @@ expect 2 bench --n 256
 grep_err 'need --layer, or --n >= 1 and 2 <= --k'
 expect 2 bench --n 256 --k 256 --duration 1 --requests 5
 expect 2 bench --n 256 --k 256 --deadline-ms 10
+expect 2 bench --n 256 --k 256 --duration nan
+grep_err '--duration and --warmup in 0..604800 s'
+expect 2 bench --n 256 --k 256 --m 99999999
+grep_err '--m and --m-max must be at most 16777216'
+expect 2 load --name cli-test/big-chunks --n 8 --k 16 --chunk-mb 100
+grep_err 'a chunk is one message of at most 64 MiB'
+expect 2 health --wait-seconds 99999999999
 
 # --- unload ---------------------------------------------------------------------------------------
 for layer in cli-test/random cli-test/files cli-test/raw; do
