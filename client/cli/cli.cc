@@ -65,6 +65,7 @@ int parse_command_line(ArgParser& parser, const CommandArgs& args,
 }
 
 std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options) {
+  options.max_message_mb = args.max_message_mb;
   return std::make_unique<Client>(*args.server, options);
 }
 

@@ -32,6 +32,7 @@ struct CommandArgs {
   char** argv = nullptr;
   int first = 0;
   std::string* server = nullptr;  // HOST:PORT; a subcommand's --server overrides it
+  int max_message_mb = 64;        // the largest message the client sends or takes, in MiB
 };
 
 using CommandFn = int (*)(const CommandArgs&);

@@ -224,9 +224,11 @@ int cmd_load(const CommandArgs& raw_args) {
         "Upload every layer of this layer manifest (with --replace and --chunk-mb only)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
 
-  // A chunk travels in one message, which the client keeps under its 64 MiB limit.
-  if (!(chunk_mb > 0 && chunk_mb <= 63)) {
-    return usage_error("--chunk-mb must be in (0, 63]: a chunk is one message of at most 64 MiB");
+  // A chunk travels in one message, which the client keeps under its --max-message-mb.
+  if (!(chunk_mb > 0 && chunk_mb <= args.max_message_mb - 1)) {
+    return usage_error(absl::StrCat("--chunk-mb must be in (0, ", args.max_message_mb - 1,
+                                    "]: a chunk is one message of at most --max-message-mb ",
+                                    args.max_message_mb, " MiB"));
   }
   ClientOptions options;
   options.upload_chunk_bytes = std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)));

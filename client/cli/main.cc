@@ -24,7 +24,7 @@ namespace {
 std::string overview() {
   std::string out =
       "qlinear-cli: command-line client for the qlinear INT8 W8A8 inference server.\n\n"
-      "Usage: qlinear-cli [--server HOST:PORT] <command> [options]\n"
+      "Usage: qlinear-cli [--server HOST:PORT] [--max-message-mb N] <command> [options]\n"
       "       qlinear-cli help [<command>]\n\n"
       "Commands:\n";
   for (const Command& c : commands()) {
@@ -35,7 +35,12 @@ std::string overview() {
   out += absl::StrCat("  help        Show this overview, or a command's options\n\n",
                       "Global options:\n",
                       "  --server=HOST:PORT  Server address (default: $QLINEAR_SERVER, else ",
-                      kDefaultServer, ")\n", "  --help              Show this overview\n\n",
+                      kDefaultServer, ")\n",
+                      "  --max-message-mb=N  Largest message the client sends or takes, in MiB "
+                      "(1-2047, default 64;\n"
+                      "                      as large as the server's --max-message-mb for "
+                      "larger outputs)\n",
+                      "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
                       "2 usage error.\n");
@@ -54,15 +59,23 @@ int run(int argc, char** argv) {
   if (const char* env = std::getenv("QLINEAR_SERVER"); env != nullptr && *env != '\0') {
     server = env;
   }
-  // Global options come before the command; only --server takes a value.
+  // Global options come before the command; --server and --max-message-mb take a value.
   int cmd = 1;
   while (cmd < argc && argv[cmd][0] == '-') {
-    cmd += std::strcmp(argv[cmd], "--server") == 0 ? 2 : 1;
+    const bool valued =
+        std::strcmp(argv[cmd], "--server") == 0 || std::strcmp(argv[cmd], "--max-message-mb") == 0;
+    cmd += valued ? 2 : 1;
   }
-  ArgParser globals("qlinear-cli [--server HOST:PORT] <command> [options]", "");
+  int64_t max_message_mb = 64;
+  ArgParser globals("qlinear-cli [--server HOST:PORT] [--max-message-mb N] <command> [options]",
+                    "");
   globals.add("server", &server, "Server address HOST:PORT");
+  globals.add("max-message-mb", &max_message_mb, "Largest message sent or received, in MiB");
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
+  }
+  if (max_message_mb < 1 || max_message_mb > 2047) {
+    return usage_error(absl::StrCat("--max-message-mb must be in 1..2047, got ", max_message_mb));
   }
   if (globals.help_requested()) {
     std::printf("%s", overview().c_str());
@@ -73,7 +86,7 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   std::string name = argv[cmd];
-  CommandArgs args{argc, argv, cmd + 1, &server};
+  CommandArgs args{argc, argv, cmd + 1, &server, static_cast<int>(max_message_mb)};
   if (name == "help") {
     if (cmd + 1 >= argc) {
       std::printf("%s", overview().c_str());
@@ -86,7 +99,7 @@ int run(int argc, char** argv) {
     }
     static char help_flag[] = "--help";
     char* help_argv[] = {argv[0], help_flag};
-    return c->run(CommandArgs{2, help_argv, 1, &server});
+    return c->run(CommandArgs{2, help_argv, 1, &server, static_cast<int>(max_message_mb)});
   }
   const Command* c = find_command(name);
   if (c == nullptr) {

@@ -412,7 +412,9 @@ grep_err '--duration and --warmup in 0..604800 s'
 expect 2 bench --n 256 --k 256 --m 99999999
 grep_err '--m and --m-max must be at most 16777216'
 expect 2 load --name cli-test/big-chunks --n 8 --k 16 --chunk-mb 100
-grep_err 'a chunk is one message of at most 64 MiB'
+grep_err 'a chunk is one message of at most --max-message-mb 64 MiB'
+expect 2 --max-message-mb 0 health
+grep_err '--max-message-mb must be in 1..2047, got 0'
 expect 2 health --wait-seconds 99999999999
 
 # --- unload ---------------------------------------------------------------------------------------
