@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "client/cli/cli.h"
 
 namespace qlinear::cli {
@@ -168,7 +169,20 @@ class Worker {
     sh_->finished.fetch_add(1);
   }
 
+  // Cancels the call in flight, if any (from another thread): a stopped run does not wait for a
+  // server that has stopped answering.
+  void cancel() {
+    absl::MutexLock lock(&live_mu_);
+    if (live_ != nullptr) live_->TryCancel();
+  }
+
  private:
+  // The call this worker has in flight, for cancel().
+  void set_live(grpc::ClientContext* ctx) {
+    absl::MutexLock lock(&live_mu_);
+    live_ = ctx;
+  }
+
   // Whether to issue another request; sets the send time and whether it is measured.
   bool next(Clock::time_point* t0, bool* measured) {
     if (sh_->stop.load(std::memory_order_relaxed)) return false;
@@ -240,8 +254,10 @@ class Worker {
     std::unique_ptr<grpc::ClientContext> ctx;
     std::unique_ptr<grpc::ClientReaderWriter<v1::InferRequest, v1::InferResponse>> rw;
     auto open = [&] {
+      set_live(nullptr);
       ctx = std::make_unique<grpc::ClientContext>();
       rw = stub_->InferStream(ctx.get());
+      set_live(ctx.get());
     };
     open();
     int64_t ok_on_stream = 0;
@@ -263,6 +279,10 @@ class Worker {
       const grpc::Status s = rw->Finish();
       error(measured, s.ok() ? static_cast<int>(grpc::StatusCode::UNKNOWN) : s.error_code(),
             s.ok() ? "the stream ended without a response" : s.error_message(), t1);
+      if (sh_->stop.load(std::memory_order_relaxed)) {
+        set_live(nullptr);
+        return;  // stopped (perhaps by cancelling this stream): no new stream
+      }
       if (ok_on_stream == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       ++r_->streams_reopened;
       ok_on_stream = 0;
@@ -272,6 +292,7 @@ class Worker {
     while (rw->Read(&resp)) {
     }
     rw->Finish();
+    set_live(nullptr);
   }
 
   void set_deadline(grpc::ClientContext* ctx) const {
@@ -291,7 +312,9 @@ class Worker {
       grpc::ClientContext ctx;
       set_deadline(&ctx);
       resp.Clear();
+      set_live(&ctx);
       const grpc::Status s = stub_->Infer(&ctx, req, &resp);
+      set_live(nullptr);
       const auto t1 = Clock::now();
       if (!s.ok()) {
         error(measured, s.error_code(), s.error_message(), t1);
@@ -313,7 +336,9 @@ class Worker {
       const v1::EchoRequest& req = p_.echo[mi][vi];
       grpc::ClientContext ctx;
       set_deadline(&ctx);
+      set_live(&ctx);
       const grpc::Status s = stub_->Echo(&ctx, req, &resp);
+      set_live(nullptr);
       const auto t1 = Clock::now();
       if (!s.ok()) {
         error(measured, s.error_code(), s.error_message(), t1);
@@ -342,6 +367,8 @@ class Worker {
   SplitMix64 rng_;
   std::string last_kernel_;
   int64_t* kernel_count_ = nullptr;
+  absl::Mutex live_mu_;
+  grpc::ClientContext* live_ ABSL_GUARDED_BY(live_mu_) = nullptr;
 };
 
 std::shared_ptr<grpc::Channel> make_channel(const std::string& target, int index) {
@@ -445,10 +472,16 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
   int64_t last_done = 0;
   auto last_tick = sh.start;
   Clock::time_point interrupted_at{};
-  bool told_waiting = false;
+  bool told_waiting = false, cancelled = false;
   while (sh.finished.load() < workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (g_interrupted && !sh.stop.exchange(true)) interrupted_at = Clock::now();
+    // A second after the stop, calls still in flight are cancelled: a server that stopped
+    // answering does not hold the run (nor the report of what was measured).
+    if (g_interrupted && !cancelled && Clock::now() - interrupted_at > std::chrono::seconds(1)) {
+      cancelled = true;
+      for (auto& w : ws) w->cancel();
+    }
     if (g_interrupted && !told_waiting && Clock::now() - interrupted_at > std::chrono::seconds(2)) {
       told_waiting = true;
       std::fprintf(stderr,
