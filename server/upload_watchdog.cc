@@ -1,16 +1,10 @@
 #include "server/upload_watchdog.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "common/steady_clock.h"
 
 namespace qlinear {
-namespace {
-
-int64_t now_ns() { return steady_now_ns(); }
-
-}  // namespace
 
 UploadWatchdog::UploadWatchdog(absl::Duration idle_limit) : idle_limit_(idle_limit) {
   if (idle_limit_ > absl::ZeroDuration()) thread_ = std::thread([this] { run(); });
@@ -29,7 +23,7 @@ std::unique_ptr<UploadWatchdog::Watch> UploadWatchdog::watch(grpc::ServerContext
   entries_.emplace_back();
   auto it = std::prev(entries_.end());
   it->ctx = ctx;
-  it->last_ns.store(now_ns(), std::memory_order_relaxed);
+  it->last_ns.store(steady_now_ns(), std::memory_order_relaxed);
   return std::unique_ptr<Watch>(new Watch(this, it));
 }
 
@@ -44,7 +38,7 @@ bool UploadWatchdog::Watch::finish() {
 }
 
 void UploadWatchdog::Watch::touch() {
-  if (!finished_) it_->last_ns.store(now_ns(), std::memory_order_relaxed);
+  if (!finished_) it_->last_ns.store(steady_now_ns(), std::memory_order_relaxed);
 }
 
 void UploadWatchdog::run() {
@@ -55,9 +49,9 @@ void UploadWatchdog::run() {
   while (!stop_) {
     mu_.AwaitWithTimeout(absl::Condition(&stop_), period);
     if (stop_) break;
-    const int64_t now = now_ns();
+    const int64_t now = steady_now_ns();
     for (Entry& e : entries_) {
-      // Under the lock a Watch's destructor takes: the context outlives this call.
+      // Under the lock Watch::finish takes: the context outlives this call.
       if (!e.timed_out && now - e.last_ns.load(std::memory_order_relaxed) > limit_ns) {
         e.timed_out = true;
         e.ctx->TryCancel();
