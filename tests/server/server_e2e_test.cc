@@ -71,7 +71,7 @@ std::string http_get(int port, const std::string& path) {
 
 class ServerTest : public ::testing::Test {
  protected:
-  static constexpr int64_t kUploadIdleMs = 1500;
+  static constexpr int64_t kUploadIdleMs = 3000;
   void SetUp() override {
     ServerOptions o;
     o.metrics_port = testing::free_port();
