@@ -28,6 +28,10 @@ struct SafetensorsTensor {
 struct SafetensorsHeader {
   std::string path;
   std::map<std::string, SafetensorsTensor> tensors;  // by name ("__metadata__" left out)
+  // The file the header was read from (device, inode, size, modification time): a tensor is
+  // read only from that same file, never with these offsets from one that replaced it.
+  uint64_t device = 0, inode = 0, file_bytes = 0;
+  int64_t mtime_ns = 0;
 };
 
 // The header of the file at `path`, checked: every tensor's byte range lies inside the file and,
@@ -35,7 +39,8 @@ struct SafetensorsHeader {
 // start with the path.
 absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path);
 
-// The bytes of tensor `name` of the file `header` describes; NOT_FOUND names the tensor.
+// The bytes of tensor `name` of the file `header` describes; NOT_FOUND names the tensor, and
+// FAILED_PRECONDITION says the file changed since its header was read.
 absl::StatusOr<std::string> read_safetensors_tensor(const SafetensorsHeader& header,
                                                     absl::string_view name);
 // The same into `out`, which has room for the tensor's bytes (SafetensorsTensor::bytes).

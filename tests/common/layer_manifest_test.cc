@@ -632,5 +632,22 @@ TEST_F(ManifestFilesTest, ASafetensorsHeaderThatDoesNotHoldIsRefused) {
   EXPECT_EQ(h->tensors.at("w").dtype, "Q4");
 }
 
+// A tensor is read only from the file its header was read from: one replaced in between (here
+// by a file of other tensors) is refused, not read at the old offsets.
+TEST_F(ManifestFilesTest, ASafetensorsFileReplacedAfterItsHeaderIsRefused) {
+  const std::string p = write("c.safetensors", safetensors_bytes({{"w", "I8", {2, 2}, "abcd"}}));
+  auto h = read_safetensors_header(p);
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto t = read_safetensors_tensor(*h, "w");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t, "abcd");
+  files_.pop_back();
+  write("c.safetensors",
+        safetensors_bytes({{"v", "I8", {4}, "wxyz"}, {"w", "I8", {2, 2}, "efgh"}}));
+  t = read_safetensors_tensor(*h, "w");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_EQ(t.status().message(), p + " changed since its header was read; read it again");
+}
+
 }  // namespace
 }  // namespace qlinear
