@@ -302,7 +302,7 @@ absl::StatusOr<std::string> serialize_npy(const NpyArray& a) {
   return out;
 }
 
-absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstream* in) {
+absl::StatusOr<RegularFile> open_regular_file(const std::string& path, std::ifstream* in) {
   // Looked at before it is opened: opening a FIFO blocks until something writes to it, and a
   // folder opens too and reads as nothing.
   struct stat st;
@@ -319,20 +319,25 @@ absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstrea
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
-  return static_cast<uint64_t>(st.st_size);
+  RegularFile f;
+  f.bytes = static_cast<uint64_t>(st.st_size);
+  f.device = static_cast<uint64_t>(st.st_dev);
+  f.inode = static_cast<uint64_t>(st.st_ino);
+  f.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return f;
 }
 
 absl::StatusOr<std::string> read_file(const std::string& path) {
   std::ifstream in;
-  absl::StatusOr<uint64_t> size = open_regular_file(path, &in);
-  if (!size.ok()) return size.status();
+  absl::StatusOr<RegularFile> file = open_regular_file(path, &in);
+  if (!file.ok()) return file.status();
   // Read at once into a string of the file's size (no second copy).
   std::string bytes;
   try {
-    bytes.resize(static_cast<size_t>(*size));
+    bytes.resize(static_cast<size_t>(file->bytes));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", *size, " bytes to read ", path));
+        absl::StrCat("cannot allocate ", file->bytes, " bytes to read ", path));
   }
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   if (in.gcount() != static_cast<std::streamsize>(bytes.size()) || in.bad()) {

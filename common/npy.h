@@ -52,9 +52,19 @@ absl::StatusOr<std::string> serialize_npy(const NpyArray& array);
 // File helpers. Errors name the path: NOT_FOUND / PERMISSION_DENIED for I/O, INVALID_ARGUMENT
 // for content.
 absl::StatusOr<std::string> read_file(const std::string& path);
-// Opens the regular file at `path` for reading into `*in`; its size in bytes. NOT_FOUND or
-// PERMISSION_DENIED ("cannot open PATH: reason"), INVALID_ARGUMENT for a folder or other non-file.
-absl::StatusOr<uint64_t> open_regular_file(const std::string& path, std::ifstream* in);
+// A regular file as open_regular_file found it: its size, and what tells it from a file that
+// replaced it under the same path.
+struct RegularFile {
+  uint64_t bytes = 0;
+  uint64_t device = 0, inode = 0;
+  int64_t mtime_ns = 0;
+  bool same_file(const RegularFile& o) const {
+    return device == o.device && inode == o.inode && bytes == o.bytes && mtime_ns == o.mtime_ns;
+  }
+};
+// Opens the regular file at `path` for reading into `*in`. NOT_FOUND or PERMISSION_DENIED
+// ("cannot open PATH: reason"), INVALID_ARGUMENT for a folder or other non-file.
+absl::StatusOr<RegularFile> open_regular_file(const std::string& path, std::ifstream* in);
 absl::Status write_file(const std::string& path, absl::string_view bytes);
 absl::StatusOr<NpyArray> read_npy_file(const std::string& path);
 absl::Status write_npy_file(const std::string& path, const NpyArray& array);

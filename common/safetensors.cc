@@ -1,7 +1,5 @@
 #include "common/safetensors.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <fstream>
 #include <new>
@@ -44,26 +42,11 @@ int safetensors_dtype_size(absl::string_view dtype) {
   return 0;
 }
 
-namespace {
-
-// The identity of the file at `path`: false where it cannot be stat'ed.
-bool identify(const std::string& path, SafetensorsHeader* h) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return false;
-  h->device = static_cast<uint64_t>(st.st_dev);
-  h->inode = static_cast<uint64_t>(st.st_ino);
-  h->file_bytes = static_cast<uint64_t>(st.st_size);
-  h->mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   std::ifstream in;
-  absl::StatusOr<uint64_t> size = open_regular_file(path, &in);
-  if (!size.ok()) return size.status();
-  const uint64_t file_bytes = *size;
+  absl::StatusOr<RegularFile> file = open_regular_file(path, &in);
+  if (!file.ok()) return file.status();
+  const uint64_t file_bytes = file->bytes;
   unsigned char len_bytes[8];
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) {
     return bad(path, "too short for a safetensors file (no 8-byte header length)");
@@ -99,7 +82,7 @@ absl::StatusOr<SafetensorsHeader> read_safetensors_header(const std::string& pat
   if (!twice.empty()) return bad(path, absl::StrCat("the header names '", twice, "' twice"));
   SafetensorsHeader h;
   h.path = path;
-  identify(path, &h);
+  h.file = *file;
   const uint64_t data_start = 8 + header_bytes;
   for (const auto& [name, t] : doc.items()) {
     if (name == "__metadata__") continue;
@@ -164,10 +147,9 @@ absl::Status read_safetensors_tensor_into(const SafetensorsHeader& header, absl:
     return absl::NotFoundError(absl::StrCat(header.path, " has no tensor '", name, "'"));
   }
   std::ifstream in;
-  if (absl::Status s = open_regular_file(header.path, &in).status(); !s.ok()) return s;
-  SafetensorsHeader now;
-  if (!identify(header.path, &now) || now.device != header.device || now.inode != header.inode ||
-      now.file_bytes != header.file_bytes || now.mtime_ns != header.mtime_ns) {
+  absl::StatusOr<RegularFile> file = open_regular_file(header.path, &in);
+  if (!file.ok()) return file.status();
+  if (!file->same_file(header.file)) {
     return absl::FailedPreconditionError(
         absl::StrCat(header.path, " changed since its header was read; read it again"));
   }

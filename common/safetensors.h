@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/npy.h"
 
 namespace qlinear {
 
@@ -28,10 +29,9 @@ struct SafetensorsTensor {
 struct SafetensorsHeader {
   std::string path;
   std::map<std::string, SafetensorsTensor> tensors;  // by name ("__metadata__" left out)
-  // The file the header was read from (device, inode, size, modification time): a tensor is
-  // read only from that same file, never with these offsets from one that replaced it.
-  uint64_t device = 0, inode = 0, file_bytes = 0;
-  int64_t mtime_ns = 0;
+  // The file the header was read from: a tensor is read only from that same file, never with
+  // these offsets from one that replaced it.
+  RegularFile file;
 };
 
 // The header of the file at `path`, checked: every tensor's byte range lies inside the file and,

@@ -356,13 +356,18 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   t->set_gemm_us(out.timings.gemm_ns / 1000);
   t->set_copy_us(out.timings.copy_ns / 1000);
   t->set_total_us(now_us() - t0);
-  // Engine::validate keeps room for the metadata; a response that still would not fit (a long
-  // request id) is this request's error rather than a failed send, which would end a stream.
-  const int64_t limit = engine_->options().max_output_bytes;
-  if (const int64_t bytes = static_cast<int64_t>(response->ByteSizeLong()); bytes > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat("response would be ", bytes,
-                                                     " bytes, above the limit of ", limit,
-                                                     "; send fewer rows per request"));
+  // Engine::validate keeps kResponseMetadataBytes of the limit for the metadata: the selection
+  // explanation (a few KB) and the request id echoed back. Only a request id longer than half of
+  // it can make the response not fit, so only then is the response measured here (the send sizes
+  // every response once more): one that would not fit is this request's error rather than a
+  // failed send, which would end a stream.
+  if (static_cast<int64_t>(request.request_id().size()) > kResponseMetadataBytes / 2) {
+    const int64_t limit = engine_->options().max_output_bytes;
+    if (const int64_t bytes = static_cast<int64_t>(response->ByteSizeLong()); bytes > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("response would be ", bytes,
+                                                       " bytes, above the limit of ", limit,
+                                                       "; send fewer rows per request"));
+    }
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,6 @@
 #include "kernels/reference/reference_w8a8.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -10,8 +9,6 @@
 
 namespace qlinear::reference {
 namespace {
-
-int64_t now_ns() { return steady_now_ns(); }
 
 // int32 arithmetic that wraps as the GPU's does (vLLM computes these in int32) instead of being
 // undefined behaviour; only extreme rows or zero points ever reach the wrap.
@@ -171,16 +168,16 @@ absl::Status w8a8_linear(const LayerWeights& weights, const RunArgs& args, RunTi
   std::vector<float> sa(m);
   std::vector<int32_t> azp(m);
   std::vector<int32_t> acc(m * c.n);
-  const int64_t t0 = now_ns();
+  const int64_t t0 = steady_now_ns();
   if (absl::Status s =
           quantize_activations(c, args.x, args.x_dtype, m, xq.data(), sa.data(), azp.data());
       !s.ok()) {
     return s;
   }
-  const int64_t t1 = now_ns();
+  const int64_t t1 = steady_now_ns();
   gemm_s8s8_s32(xq.data(), weights.w.data(), m, c.n, c.k, acc.data());
   epilogue(weights, acc.data(), sa.data(), azp.data(), m, args.y, args.y_dtype);
-  const int64_t t2 = now_ns();
+  const int64_t t2 = steady_now_ns();
   if (args.sa != nullptr) std::copy(sa.begin(), sa.end(), args.sa);
   if (args.azp != nullptr && is_asymmetric(c.scheme)) std::copy(azp.begin(), azp.end(), args.azp);
   if (timings != nullptr) {

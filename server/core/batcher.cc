@@ -11,11 +11,6 @@
 #include "server/core/metrics.h"
 
 namespace qlinear {
-namespace {
-
-int64_t now_ns() { return steady_now_ns(); }
-
-}  // namespace
 
 struct BatchQueue::Pending {
   const InferInput* in;
@@ -55,7 +50,7 @@ int64_t BatchQueue::depth() const {
 
 absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std::string* y,
                              InferOutput* out) {
-  Pending p{&in, &call, y, out, now_ns(), false, absl::OkStatus(), {}};
+  Pending p{&in, &call, y, out, steady_now_ns(), false, absl::OkStatus(), {}};
   bool run_here = false;
   {
     absl::MutexLock lock(&mu_);
@@ -119,7 +114,7 @@ void BatchQueue::worker() {
           return closed_ || rows >= options_.max_batch_rows;
         };
         while (!full()) {
-          const int64_t left = deadline_ns - now_ns();
+          const int64_t left = deadline_ns - steady_now_ns();
           if (left <= 0) break;
           mu_.AwaitWithTimeout(absl::Condition(&full), absl::Nanoseconds(left));
         }
@@ -151,7 +146,7 @@ void BatchQueue::worker() {
 }
 
 void BatchQueue::execute(std::vector<Pending*>& batch) {
-  const int64_t start = now_ns();
+  const int64_t start = steady_now_ns();
   // Every allocation here is checked (this may be the queue's worker thread, which an exception
   // would end): one that fails answers the requests it concerns with RESOURCE_EXHAUSTED.
   std::vector<Pending*> live;

@@ -1,7 +1,6 @@
 #include "server/core/engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -17,8 +16,6 @@
 
 namespace qlinear {
 namespace {
-
-int64_t now_ns() { return steady_now_ns(); }
 
 bool is_hex_sha256(absl::string_view s) {
   if (s.size() != 64) return false;
@@ -75,7 +72,7 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
   };
   try {
     std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
-    up->start_ns_ = now_ns();
+    up->start_ns_ = steady_now_ns();
     up->weights_.resize(static_cast<size_t>(bytes));  // zero-filled: the pages are taken now
     return up;
   } catch (const std::bad_alloc&) {
@@ -111,7 +108,7 @@ absl::StatusOr<LoadResult> LayerUpload::commit(const std::function<bool()>& canc
 }
 
 absl::StatusOr<LoadResult> Engine::load(LoadRequest request, std::vector<int8_t> weights) {
-  const int64_t start = now_ns();
+  const int64_t start = steady_now_ns();
   RETURN_IF_ERROR(validate_layer_name(request.name));
   RETURN_IF_ERROR(validate_layer_spec(request.spec));
   if (!request.weight_sha256.empty()) {
@@ -187,7 +184,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     }
   }
   result.served = std::move(served);
-  result.load_time_us = (now_ns() - start_ns) / 1000;
+  result.load_time_us = (steady_now_ns() - start_ns) / 1000;
   return result;
 }
 
@@ -201,7 +198,7 @@ absl::Status Engine::unload(absl::string_view name) {
 
 absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::string* y,
                            InferOutput* out) const {
-  const int64_t start = now_ns();
+  const int64_t start = steady_now_ns();
   auto served = store_.get(in.layer);
   absl::Status status = served.status();
   if (status.ok()) status = validate(*(*served)->layer, in);
@@ -209,7 +206,7 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
   if (metrics_ != nullptr) {
     if (status.ok()) {
       // The layer's queue holds its series whenever the engine has metrics.
-      (*served)->queue->series()->request_ok(out->kernel, in.m, (now_ns() - start) * 1e-9);
+      (*served)->queue->series()->request_ok(out->kernel, in.m, (steady_now_ns() - start) * 1e-9);
     } else {
       // Only loaded layers become label values: names from clients are unbounded.
       metrics_->request_failed(served.ok() ? (*served)->name() : std::string(), out->kernel,
