@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -13,10 +14,24 @@ absl::Status from_grpc_status(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+namespace {
+
+// A failed call's status; one past its deadline says which deadline that was.
+absl::Status call_status(const grpc::Status& s, std::chrono::milliseconds deadline) {
+  if (s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || deadline.count() <= 0) {
+    return from_grpc_status(s);
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no answer within the call's deadline of ",
+                                                  absl::FormatDuration(absl::FromChrono(deadline)),
+                                                  " (", s.error_message(), ")"));
+}
+
+}  // namespace
+
 bool InferStream::write(const v1::InferRequest& request) { return rw_->Write(request); }
 bool InferStream::read(v1::InferResponse* response) { return rw_->Read(response); }
 bool InferStream::writes_done() { return rw_->WritesDone(); }
-absl::Status InferStream::finish() { return from_grpc_status(rw_->Finish()); }
+absl::Status InferStream::finish() { return call_status(rw_->Finish(), timeout_); }
 
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
   grpc::ChannelArguments args;
@@ -40,7 +55,7 @@ absl::StatusOr<bool> Client::health(const std::string& service) {
   prepare(&ctx);
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::Status s = stub->Check(&ctx, req, &resp);
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, options_.call_timeout);
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
@@ -49,7 +64,7 @@ absl::StatusOr<v1::ListKernelsResponse> Client::list_kernels() {
   prepare(&ctx);
   v1::ListKernelsResponse resp;
   grpc::Status s = stub_->ListKernels(&ctx, v1::ListKernelsRequest(), &resp);
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, options_.call_timeout);
   return resp;
 }
 
@@ -58,7 +73,7 @@ absl::StatusOr<v1::ListLayersResponse> Client::list_layers() {
   prepare(&ctx);
   v1::ListLayersResponse resp;
   grpc::Status s = stub_->ListLayers(&ctx, v1::ListLayersRequest(), &resp);
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, options_.call_timeout);
   return resp;
 }
 
@@ -69,7 +84,7 @@ absl::StatusOr<v1::LayerInfo> Client::describe_layer(const std::string& name) {
   req.set_name(name);
   v1::LayerInfo resp;
   grpc::Status s = stub_->DescribeLayer(&ctx, req, &resp);
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, options_.call_timeout);
   return resp;
 }
 
@@ -79,7 +94,7 @@ absl::Status Client::unload_layer(const std::string& name) {
   v1::UnloadLayerRequest req;
   req.set_name(name);
   v1::UnloadLayerResponse resp;
-  return from_grpc_status(stub_->UnloadLayer(&ctx, req, &resp));
+  return call_status(stub_->UnloadLayer(&ctx, req, &resp), options_.call_timeout);
 }
 
 absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
@@ -89,7 +104,9 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
     header.set_weight_sha256(sha256_hex(weights.data(), weights.size()));
   }
   grpc::ClientContext ctx;
-  prepare(&ctx);
+  if (options_.upload_timeout.count() > 0) {
+    ctx.set_deadline(std::chrono::system_clock::now() + options_.upload_timeout);
+  }
   v1::LoadLayerResponse resp;
   auto writer = stub_->LoadLayer(&ctx, &resp);
   v1::LoadLayerRequest msg;
@@ -106,22 +123,25 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
   }
   writer->WritesDone();
   grpc::Status s = writer->Finish();
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, options_.upload_timeout);
   return resp;
 }
 
 absl::StatusOr<v1::InferResponse> Client::infer(const v1::InferRequest& request,
                                                 std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
+  if (timeout.count() == 0) timeout = options_.call_timeout;
   if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   v1::InferResponse resp;
   grpc::Status s = stub_->Infer(&ctx, request, &resp);
-  if (!s.ok()) return from_grpc_status(s);
+  if (!s.ok()) return call_status(s, timeout);
   return resp;
 }
 
-std::unique_ptr<InferStream> Client::open_stream() {
+std::unique_ptr<InferStream> Client::open_stream(std::chrono::milliseconds timeout) {
   std::unique_ptr<InferStream> st(new InferStream);
+  if (timeout.count() > 0) st->ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+  st->timeout_ = timeout;
   st->rw_ = stub_->InferStream(&st->ctx_);
   return st;
 }

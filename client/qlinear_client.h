@@ -23,8 +23,10 @@ absl::Status from_grpc_status(const grpc::Status& s);
 
 struct ClientOptions {
   int max_message_mb = 64;
-  // Deadline for unary calls other than Infer (0 = none).
+  // Deadline of every unary call, Infer included (0 = none).
   std::chrono::milliseconds call_timeout{0};
+  // Deadline of a whole LoadLayer upload (0 = none).
+  std::chrono::milliseconds upload_timeout{0};
   // Size of each weight_chunk message in an upload.
   int64_t upload_chunk_bytes = int64_t{1} << 20;
 };
@@ -45,6 +47,7 @@ class InferStream {
  private:
   friend class Client;
   grpc::ClientContext ctx_;
+  std::chrono::milliseconds timeout_{0};  // the stream's deadline (0: none)
   std::unique_ptr<grpc::ClientReaderWriter<v1::InferRequest, v1::InferResponse>> rw_;
 };
 
@@ -66,9 +69,11 @@ class Client {
       v1::LayerHeader header, absl::Span<const int8_t> weights,
       const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
+  // `timeout` 0: the options' call_timeout.
   absl::StatusOr<v1::InferResponse> infer(const v1::InferRequest& request,
                                           std::chrono::milliseconds timeout = {});
-  std::unique_ptr<InferStream> open_stream();
+  // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0: none).
+  std::unique_ptr<InferStream> open_stream(std::chrono::milliseconds timeout = {});
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   v1::QLinear::Stub& stub() { return *stub_; }

@@ -66,6 +66,8 @@ int parse_command_line(ArgParser& parser, const CommandArgs& args,
 
 std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options) {
   options.max_message_mb = args.max_message_mb;
+  options.call_timeout = args.timeout;
+  if (args.timeout_given) options.upload_timeout = args.timeout;
   return std::make_unique<Client>(*args.server, options);
 }
 

@@ -2,6 +2,7 @@
 // conversions between the wire enums and their command-line names, and plain-text tables.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -25,6 +26,7 @@ inline constexpr int kExitFailure = 1;  // an RPC failed, the server is not serv
 inline constexpr int kExitUsage = 2;    // bad command line
 
 inline constexpr char kDefaultServer[] = "localhost:50051";
+inline constexpr int64_t kDefaultTimeoutMs = 60000;
 
 // What every subcommand receives: its own arguments argv[first..argc) and the global settings.
 struct CommandArgs {
@@ -33,6 +35,9 @@ struct CommandArgs {
   int first = 0;
   std::string* server = nullptr;  // HOST:PORT; a subcommand's --server overrides it
   int max_message_mb = 64;        // the largest message the client sends or takes, in MiB
+  // --timeout-s: each call's deadline (0: none); an upload's only where given.
+  std::chrono::milliseconds timeout{kDefaultTimeoutMs};
+  bool timeout_given = false;
 };
 
 using CommandFn = int (*)(const CommandArgs&);
@@ -69,6 +74,8 @@ int usage_error(absl::string_view message);
 int parse_command_line(ArgParser& parser, const CommandArgs& args,
                        const std::vector<std::string>& positional = {});
 
+// A client of --server with the global --max-message-mb and --timeout-s (an upload's deadline
+// only where --timeout-s was given).
 std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options = {});
 
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...

@@ -205,7 +205,7 @@ int cmd_infer(const CommandArgs& args) {
   v1::InferResponse resp;
   const auto start = Clock::now();
   if (stream) {
-    auto s = client->open_stream();
+    auto s = client->open_stream(args.timeout);
     const bool sent = s->write(req);
     s->writes_done();
     const bool got = sent && s->read(&resp);

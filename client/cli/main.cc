@@ -7,6 +7,8 @@
 // The server defaults to $QLINEAR_SERVER, else localhost:50051. Exit status: 0 ok, 1 failure
 // (an RPC error, a server that is not serving, a mismatch), 2 usage error.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +26,8 @@ namespace {
 std::string overview() {
   std::string out =
       "qlinear-cli: command-line client for the qlinear INT8 W8A8 inference server.\n\n"
-      "Usage: qlinear-cli [--server HOST:PORT] [--max-message-mb N] <command> [options]\n"
+      "Usage: qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] <command> "
+      "[options]\n"
       "       qlinear-cli help [<command>]\n\n"
       "Commands:\n";
   for (const Command& c : commands()) {
@@ -40,6 +43,10 @@ std::string overview() {
                       "(1-2047, default 64;\n"
                       "                      as large as the server's --max-message-mb for "
                       "larger outputs)\n",
+                      "  --timeout-s=S       Deadline of each call, in seconds (0-86400, 0: none; "
+                      "default 60;\n"
+                      "                      an upload, `load` or bench's own layer, has none "
+                      "unless given)\n",
                       "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
@@ -59,23 +66,33 @@ int run(int argc, char** argv) {
   if (const char* env = std::getenv("QLINEAR_SERVER"); env != nullptr && *env != '\0') {
     server = env;
   }
-  // Global options come before the command; --server and --max-message-mb take a value.
+  // Global options come before the command; --server, --max-message-mb and --timeout-s take a
+  // value.
   int cmd = 1;
+  bool timeout_given = false;
   while (cmd < argc && argv[cmd][0] == '-') {
-    const bool valued =
-        std::strcmp(argv[cmd], "--server") == 0 || std::strcmp(argv[cmd], "--max-message-mb") == 0;
+    const bool timeout = std::strcmp(argv[cmd], "--timeout-s") == 0;
+    timeout_given = timeout_given || timeout || std::strncmp(argv[cmd], "--timeout-s=", 12) == 0;
+    const bool valued = timeout || std::strcmp(argv[cmd], "--server") == 0 ||
+                        std::strcmp(argv[cmd], "--max-message-mb") == 0;
     cmd += valued ? 2 : 1;
   }
   int64_t max_message_mb = 64;
-  ArgParser globals("qlinear-cli [--server HOST:PORT] [--max-message-mb N] <command> [options]",
-                    "");
+  double timeout_s = kDefaultTimeoutMs / 1000.0;
+  ArgParser globals(
+      "qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] <command> [options]",
+      "");
   globals.add("server", &server, "Server address HOST:PORT");
   globals.add("max-message-mb", &max_message_mb, "Largest message sent or received, in MiB");
+  globals.add("timeout-s", &timeout_s, "Deadline of each call, in seconds (0: none)");
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
   }
   if (max_message_mb < 1 || max_message_mb > 2047) {
     return usage_error(absl::StrCat("--max-message-mb must be in 1..2047, got ", max_message_mb));
+  }
+  if (!(timeout_s >= 0 && timeout_s <= 86400)) {
+    return usage_error(absl::StrCat("--timeout-s must be in 0..86400 seconds, got ", timeout_s));
   }
   if (globals.help_requested()) {
     std::printf("%s", overview().c_str());
@@ -87,6 +104,10 @@ int run(int argc, char** argv) {
   }
   std::string name = argv[cmd];
   CommandArgs args{argc, argv, cmd + 1, &server, static_cast<int>(max_message_mb)};
+  // (A positive deadline under a millisecond is one millisecond, not none.)
+  args.timeout = std::chrono::milliseconds(
+      timeout_s > 0 ? std::max<int64_t>(1, std::llround(timeout_s * 1000)) : 0);
+  args.timeout_given = timeout_given;
   if (name == "help") {
     if (cmd + 1 >= argc) {
       std::printf("%s", overview().c_str());

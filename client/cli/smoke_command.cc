@@ -202,6 +202,7 @@ void check_bad_response(const v1::InferRequest& req, const v1::InferResponse& re
 struct SmokeOptions {
   int64_t n, k, batches, max_m;
   uint64_t seed;
+  std::chrono::milliseconds stream_timeout;  // the whole stream of a scheme's requests (0: none)
 };
 
 void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t index,
@@ -292,7 +293,7 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
   // One request at a time, so that each latency is that request's alone; the bad message and the
   // request after it are written back to back, so that order and recovery are tested with two
   // messages in flight.
-  auto stream = client.open_stream();
+  auto stream = client.open_stream(o.stream_timeout);
   bool broken = false;
   v1::InferResponse resp;
   for (size_t i = 0; i < msgs.size() && !broken;) {
@@ -411,7 +412,7 @@ int cmd_smoke(const CommandArgs& args) {
   std::fflush(stdout);
   const auto start = Clock::now();
   auto client = make_client(args);
-  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed)};
+  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), args.timeout};
   std::vector<SchemeResult> results(schemes.size());
   for (size_t i = 0; i < schemes.size(); ++i) run_scheme(*client, o, schemes[i], i, &results[i]);
   if (!keep) {

@@ -18,7 +18,7 @@ work=$(mktemp -d)
 server_pid=""
 
 cleanup() {
-  for pid in "$server_pid" "${server2_pid:-}"; do
+  for pid in "$server_pid" "${server2_pid:-}" "${mute_pid:-}"; do
     if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
       kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -453,6 +453,28 @@ QLINEAR_SERVER= expect 0 layers --server "127.0.0.1:$port"
 closed=$(free_port)
 expect 1 health --server "127.0.0.1:$closed"
 grep_err '^qlinear-cli: UNAVAILABLE: '
+
+# --- deadlines: a server that takes the connection and never answers ----------------------------
+expect 2 --timeout-s -1 layers
+grep_err '--timeout-s must be in 0..86400 seconds, got -1'
+expect 2 --timeout-s nan layers
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True); time.sleep(120)' >"$work/mute.port" &
+mute_pid=$!
+for _ in $(seq 50); do [[ -s $work/mute.port ]] && break; sleep 0.1; done
+mute=127.0.0.1:$(cat "$work/mute.port")
+for cmd in "layers" "kernels" "describe x" "unload x" "infer --layer x --m 1"; do
+  start=$(date +%s%N)
+  # shellcheck disable=SC2086  # the command's words
+  QLINEAR_SERVER=$mute expect 1 --timeout-s 1 $cmd
+  grep_err '^qlinear-cli: DEADLINE_EXCEEDED: no answer within the call.s deadline of 1s'
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  (( ms < 15000 )) || fail "qlinear-cli $cmd took $ms ms against a mute server, with --timeout-s 1"
+done
+kill "$mute_pid" 2>/dev/null || true
+wait "$mute_pid" 2>/dev/null || true
+mute_pid=""
 
 # --- graceful stop -----------------------------------------------------------------------------
 kill -TERM "$server_pid"
