@@ -18,6 +18,7 @@
 #include "common/args.h"
 #include "kernels/cpu/onednn_gemm.h"
 #include "kernels/registry.h"
+#include "server/core/batcher.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -134,8 +135,10 @@ int main(int argc, char** argv) {
       {metrics_port < 0 || metrics_port > 65535, "metrics-port", metrics_port, "0-65535"},
       {threads < 1, "threads", threads, ">= 1"},
       {max_message_mb < 1 || max_message_mb > 2047, "max-message-mb", max_message_mb, "1-2047"},
-      {max_batch_rows < 1, "max-batch-rows", max_batch_rows, ">= 1"},
-      {max_queue_delay_us < 0, "max-queue-delay-us", max_queue_delay_us, ">= 0"},
+      {max_batch_rows < 1 || max_batch_rows > qlinear::kMaxBatchRows, "max-batch-rows",
+       max_batch_rows, "1-65536"},
+      {max_queue_delay_us < 0 || max_queue_delay_us > qlinear::kMaxQueueDelayUs,
+       "max-queue-delay-us", max_queue_delay_us, "0-10000000"},
       {max_queue_requests < 1, "max-queue-requests", max_queue_requests, ">= 1"},
       {drain_timeout_ms < 0, "drain-timeout-ms", drain_timeout_ms, ">= 0"},
       {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},

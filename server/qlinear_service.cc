@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/steady_clock.h"
 #include "kernels/core/status.h"
+#include "server/core/batcher.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
 
@@ -147,16 +148,16 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   r.replace = h.replace();
   r.weight_sha256 = h.weight_sha256();
   if (h.has_max_batch_rows()) {
-    if (h.max_batch_rows() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_batch_rows must be >= 1, got ", h.max_batch_rows()));
+    if (h.max_batch_rows() < 1 || h.max_batch_rows() > kMaxBatchRows) {
+      return absl::InvalidArgumentError(absl::StrCat("max_batch_rows must be in 1..", kMaxBatchRows,
+                                                     ", got ", h.max_batch_rows()));
     }
     r.max_batch_rows = h.max_batch_rows();
   }
   if (h.has_max_queue_delay_us()) {
-    if (h.max_queue_delay_us() < 0 || h.max_queue_delay_us() > 10'000'000) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("max_queue_delay_us must be in 0..10000000, got ", h.max_queue_delay_us()));
+    if (h.max_queue_delay_us() < 0 || h.max_queue_delay_us() > kMaxQueueDelayUs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_queue_delay_us must be in 0..", kMaxQueueDelayUs, ", got ", h.max_queue_delay_us()));
     }
     r.max_queue_delay_us = h.max_queue_delay_us();
   }
@@ -388,6 +389,13 @@ grpc::Status QLinearService::InferStream(
   v1::InferResponse response;
   bool first = true;
   while (stream->Read(&request)) {
+    // Once the server drains, a stream ends at its next message, which is not run: the client
+    // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
+    if (auto s = unavailable_if_draining(); !s.ok()) {
+      return grpc::Status(s.error_code(),
+                          absl::StrCat(s.error_message(), "; request '", request.request_id(),
+                                       "' and any after it on this stream were not run"));
+    }
     // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
     // and the kernel overwrites all of it. A failed request's response is cleared below, so no
     // stale y goes out.

@@ -12,6 +12,27 @@
 
 namespace qlinear {
 
+namespace {
+
+// A status whose message could not be built (out of memory) keeps its code, with no message.
+template <typename Message>
+absl::Status status_with(absl::StatusCode code, Message&& message) noexcept {
+  try {
+    return absl::Status(code, message());
+  } catch (...) {
+    return absl::Status(code, "");
+  }
+}
+
+// A call's deadline on steady_now_ns's clock (INT64_MAX: none).
+int64_t deadline_ns(const CallContext& call) {
+  using namespace std::chrono;
+  if (call.deadline == steady_clock::time_point::max()) return INT64_MAX;
+  return duration_cast<nanoseconds>(call.deadline.time_since_epoch()).count();
+}
+
+}  // namespace
+
 struct BatchQueue::Pending {
   const InferInput* in;
   const CallContext* call;
@@ -74,8 +95,8 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     }
   }
   if (run_here) {
-    std::vector<Pending*> batch = {&p};
-    execute(batch);
+    Pending* alone = &p;
+    execute(absl::MakeConstSpan(&alone, 1));
     absl::MutexLock lock(&mu_);
     busy_ = false;  // lets the worker take what queued meanwhile
   }
@@ -103,9 +124,10 @@ void BatchQueue::worker() {
       if (queue_.empty()) return;  // closed and drained
       Pending* head = queue_.front();
       // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
-      // is already queued or the queue is closing.
+      // is already queued or the queue is closing; and never past a queued request's deadline,
+      // which is then answered at once.
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
-        const int64_t deadline_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
+        const int64_t until_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
         auto full = [this, head]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           int64_t rows = 0;
           for (Pending* q : queue_) {
@@ -114,16 +136,22 @@ void BatchQueue::worker() {
           return closed_ || rows >= options_.max_batch_rows;
         };
         while (!full()) {
-          const int64_t left = deadline_ns - steady_now_ns();
+          int64_t end_ns = until_ns;
+          for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call));
+          const int64_t left = end_ns - steady_now_ns();
           if (left <= 0) break;
           mu_.AwaitWithTimeout(absl::Condition(&full), absl::Nanoseconds(left));
         }
       }
-      // Take the head and every compatible request after it, in order, up to the row budget.
+      // Take the head and every compatible request after it, in order, up to the row budget and
+      // kMaxBatchXBytes of x.
+      const int64_t x_row =
+          layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
       int64_t rows = 0;
       for (auto it = queue_.begin(); it != queue_.end();) {
         Pending* q = *it;
-        if (!compatible(*head, *q) || (rows > 0 && rows + q->in->m > options_.max_batch_rows)) {
+        if (!compatible(*head, *q) || (rows > 0 && (rows + q->in->m > options_.max_batch_rows ||
+                                                    (rows + q->in->m) * x_row > kMaxBatchXBytes))) {
           ++it;
           continue;
         }
@@ -145,7 +173,7 @@ void BatchQueue::worker() {
   }
 }
 
-void BatchQueue::execute(std::vector<Pending*>& batch) {
+void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
   const int64_t start = steady_now_ns();
   // Every allocation here is checked (this may be the queue's worker thread, which an exception
   // would end): one that fails answers the requests it concerns with RESOURCE_EXHAUSTED.
@@ -154,7 +182,8 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
     live.reserve(batch.size());
   } catch (const std::bad_alloc&) {
     for (Pending* p : batch) {
-      p->status = absl::ResourceExhaustedError("out of host memory for the batch");
+      p->status = status_with(absl::StatusCode::kResourceExhausted,
+                              [] { return "out of host memory for the batch"; });
       p->done.Notify();
     }
     return;
@@ -162,15 +191,19 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
   // Drop what expired or was cancelled while queued: it never reaches a kernel. Only requests that
   // waited are probed for cancellation: for one that runs at once, the probe (see CallContext)
   // could only catch a cancellation racing with its arrival, and costs a fifth of an M = 1 GEMM.
+  // A passed deadline is told as such (the transport also reports such a call cancelled).
   for (Pending* p : batch) {
     p->out->queue_ns = start - p->enqueued_ns;
     if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
-    if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
-      p->status = absl::CancelledError("request cancelled while queued");
+    if (std::chrono::steady_clock::now() >= p->call->deadline) {
+      p->status = status_with(absl::StatusCode::kDeadlineExceeded, [&] {
+        return absl::StrCat("deadline expired after ", p->out->queue_ns / 1000,
+                            " us in the queue, before compute");
+      });
       p->done.Notify();
-    } else if (std::chrono::steady_clock::now() >= p->call->deadline) {
-      p->status = absl::DeadlineExceededError(absl::StrCat(
-          "deadline expired after ", p->out->queue_ns / 1000, " us in the queue, before compute"));
+    } else if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
+      p->status = status_with(absl::StatusCode::kCancelled,
+                              [] { return "request cancelled while queued"; });
       p->done.Notify();
     } else {
       live.push_back(p);
@@ -245,7 +278,8 @@ void BatchQueue::execute(std::vector<Pending*>& batch) {
       o.kernel = out.kernel;
       o.device = out.device;
     } catch (const std::bad_alloc&) {
-      p->status = absl::ResourceExhaustedError("out of host memory for the output");
+      p->status = status_with(absl::StatusCode::kResourceExhausted,
+                              [] { return "out of host memory for the output"; });
       row += m;
       p->done.Notify();
       continue;

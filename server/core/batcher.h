@@ -1,7 +1,8 @@
 // Dynamic batching: one queue per served layer, one batch executing at a time. A request that
 // finds the layer idle runs at once on its caller's thread; otherwise callers block in `run`
 // while a worker thread coalesces compatible queued requests (same x dtype, output dtype and forced
-// kernel) into one GEMM of up to `max_batch_rows` rows, then splits the result back. Per-token
+// kernel) into one GEMM of up to `max_batch_rows` rows (and kMaxBatchXBytes of x), then splits the
+// result back. Per-token
 // quantization makes every row independent, so a batched request gets exactly the bits it would get
 // alone.
 //
@@ -20,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "server/core/layer.h"
 #include "server/core/metrics.h"
 
@@ -28,6 +30,12 @@ namespace qlinear {
 class Engine;
 struct InferInput;
 struct InferOutput;
+
+// The largest max_batch_rows and max_queue_delay_us a server or a layer may ask for, and the most
+// bytes of x one batch concatenates (a request of more still runs, alone).
+inline constexpr int64_t kMaxBatchRows = 65536;
+inline constexpr int64_t kMaxQueueDelayUs = 10'000'000;
+inline constexpr int64_t kMaxBatchXBytes = int64_t{256} << 20;
 
 struct BatchOptions {
   int64_t max_batch_rows = 256;       // 1 turns batching off
@@ -67,7 +75,8 @@ class BatchQueue {
   struct Pending;
   void worker();
   bool compatible(const Pending& a, const Pending& b) const;
-  void execute(std::vector<Pending*>& batch);
+  // Answers every request of `batch`; throws nothing (it may run on the worker thread).
+  void execute(absl::Span<Pending* const> batch) noexcept;
 
   std::shared_ptr<const Layer> layer_;
   const Engine* engine_;

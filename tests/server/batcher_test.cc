@@ -234,6 +234,61 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   EXPECT_EQ(gate_->batch_rows.size(), 1u) << "a dropped request reached the kernel";
 }
 
+// A request both past its deadline and cancelled (as the transport reports a call whose deadline
+// passed) is DEADLINE_EXCEEDED.
+TEST_F(BatcherTest, AQueuedRequestPastItsDeadlineIsDeadlineExceededThoughCancelled) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  SplitMix64 rng(7);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
+  std::thread blocker([&] {
+    std::string y;
+    InferOutput out;
+    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  });
+  wait_running(1);
+  CallContext call;
+  call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  call.is_cancelled = [&] { return std::chrono::steady_clock::now() >= call.deadline; };
+  absl::Status s;
+  std::thread t([&] {
+    std::string y;
+    InferOutput out;
+    s = engine_->infer(in, call, &y, &out);
+  });
+  while (queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the deadline
+  set_gate(true);
+  blocker.join();
+  t.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+// Waiting for company stops at a queued request's deadline: it is answered then, not when the
+// queue delay (here 5 s) ends.
+TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  b.max_queue_delay_us = 5'000'000;
+  start(b);
+  SplitMix64 rng(8);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
+  CallContext call;
+  call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  std::string y;
+  InferOutput out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status s = engine_->infer(in, call, &y, &out);
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(waited_s, 2.5) << "answered after the queue delay, not at the deadline";
+}
+
 TEST_F(BatcherTest, BadRowInABatchFailsOnlyItsRequest) {
   BatchOptions b;
   b.max_batch_rows = 64;
