@@ -467,11 +467,13 @@ def check_k8s(dirpath, image):
             p = c.get(probe)
             if not p or p.get("grpc", {}).get("port") != grpc_port:
                 error(where, f"{probe} must be a gRPC probe on port {grpc_port}")
-        drain_ms = int(flag_value(c.get("args"), "drain-timeout-ms", "10000"))
+        # The stop: --shutdown-delay-ms of NOT_SERVING while still serving, then the drain.
+        drain_ms = int(flag_value(c.get("args"), "drain-timeout-ms", "10000")) + int(
+            flag_value(c.get("args"), "shutdown-delay-ms", "0"))
         grace = pspec.get("terminationGracePeriodSeconds", 30)
         if grace * 1000 <= drain_ms:
-            error(where, f"terminationGracePeriodSeconds {grace} must exceed the drain "
-                         f"({drain_ms} ms)")
+            error(where, f"terminationGracePeriodSeconds {grace} must exceed the shutdown delay "
+                         f"and the drain ({drain_ms} ms)")
         live = c.get("livenessProbe", {})
         if live.get("periodSeconds", 10) * live.get("failureThreshold", 3) * 1000 <= drain_ms:
             error(where, "the liveness probe could restart a pod while it drains")

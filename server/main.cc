@@ -1,8 +1,9 @@
 // qlinear-server: serves INT8 W8A8 quantized linear layers over gRPC.
 //
 // Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
-// SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING, new calls get UNAVAILABLE, queued
-// and running calls finish (up to --drain-timeout-ms), then it exits 0. Received while the
+// SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING (with --shutdown-delay-ms, calls are
+// still served that long), new calls get UNAVAILABLE, queued and running calls finish (up to
+// --drain-timeout-ms), then it exits 0. Received while the
 // layers of --layer-manifest load, they stop the start-up once the layer being loaded is done
 // (exit 0).
 #include <pthread.h>
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   qlinear::ServerOptions o;
   std::string address = o.address;
   int64_t port = o.port, threads = o.max_threads, max_message_mb = o.max_message_mb;
-  int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000;
+  int64_t demo_n = o.demo_n, demo_k = o.demo_k, drain_timeout_ms = 10000, shutdown_delay_ms = 0;
   bool demo_layer = true;
   bool autotune = o.autotune;
   bool share_tuning = o.share_tuning;
@@ -90,6 +91,10 @@ int main(int argc, char** argv) {
            "its context's buffers once, at a cost of milliseconds (0 = allocate on demand)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
+  args.add("shutdown-delay-ms", &shutdown_delay_ms,
+           "On SIGINT/SIGTERM, how long health reports NOT_SERVING while every call is still "
+           "served, before the drain (for load balancers and Kubernetes endpoints to stop sending "
+           "new connections; a second signal ends it)");
   args.add("max-batch-rows", &max_batch_rows,
            "Dynamic batching: most rows coalesced into one GEMM per layer (1 = off)");
   args.add("max-queue-delay-us", &max_queue_delay_us,
@@ -141,6 +146,8 @@ int main(int argc, char** argv) {
        "max-queue-delay-us", max_queue_delay_us, "0-10000000"},
       {max_queue_requests < 1, "max-queue-requests", max_queue_requests, ">= 1"},
       {drain_timeout_ms < 0, "drain-timeout-ms", drain_timeout_ms, ">= 0"},
+      {shutdown_delay_ms < 0 || shutdown_delay_ms > 3'600'000, "shutdown-delay-ms",
+       shutdown_delay_ms, "0-3600000"},
       {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},
   };
   for (const auto& r : ranges) {
@@ -212,8 +219,20 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  qlinear::log_info(absl::StrCat("received ", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                                 "; draining (up to ", drain_timeout_ms, " ms)"));
+  const char* sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  if (shutdown_delay_ms > 0) {
+    qlinear::log_info(absl::StrCat("received ", sig_name,
+                                   "; health NOT_SERVING, still serving for ", shutdown_delay_ms,
+                                   " ms before the drain"));
+    (*server)->stop_serving_health();
+    const timespec delay{static_cast<time_t>(shutdown_delay_ms / 1000),
+                         static_cast<long>(shutdown_delay_ms % 1000 * 1'000'000)};
+    if (sigtimedwait(&stop_signals, nullptr, &delay) > 0) {
+      qlinear::log_info("received a second stop signal; the delay ends");
+    }
+  }
+  qlinear::log_info(
+      absl::StrCat("received ", sig_name, "; draining (up to ", drain_timeout_ms, " ms)"));
   (*server)->shutdown(std::chrono::milliseconds(drain_timeout_ms));
   (*server)->wait();
   qlinear::log_info("stopped");

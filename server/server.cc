@@ -187,6 +187,10 @@ void QLinearServer::shutdown(std::chrono::milliseconds grace) {
   server_->Shutdown(std::chrono::system_clock::now() + grace);
 }
 
+void QLinearServer::stop_serving_health() {
+  server_->GetHealthCheckService()->SetServingStatus(false);
+}
+
 void QLinearServer::wait() { server_->Wait(); }
 
 QLinearServer::~QLinearServer() {

@@ -63,6 +63,9 @@ class QLinearServer {
   // Graceful stop: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight get up
   // to `grace` to finish, then the server stops.
   void shutdown(std::chrono::milliseconds grace);
+  // Health turns NOT_SERVING; every call is still served (the stop before a shutdown, while load
+  // balancers take the server out).
+  void stop_serving_health();
   void wait();
 
  private:

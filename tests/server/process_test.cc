@@ -80,8 +80,12 @@ class ServerProcess {
   }
   // Sends SIGTERM and waits; returns the exit status and the time it took.
   int terminate(std::chrono::milliseconds* took) {
-    const auto t0 = std::chrono::steady_clock::now();
     kill(pid_, SIGTERM);
+    return wait_exit(took);
+  }
+  // Waits for the process to end; returns its exit status and how long the wait took.
+  int wait_exit(std::chrono::milliseconds* took) {
+    const auto t0 = std::chrono::steady_clock::now();
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -272,6 +276,33 @@ TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
   std::printf("drain took %lld ms\n", static_cast<long long>(took.count()));
   EXPECT_EQ(other.load(), 0);
   EXPECT_EQ(unavailable.load(), 6);
+}
+
+// With --shutdown-delay-ms, SIGTERM turns health NOT_SERVING while calls are still served for the
+// delay; then the server drains and exits 0.
+TEST(ProcessTest, ShutdownDelayKeepsServingWhileHealthIsNotServing) {
+  ServerProcess server({"--shutdown-delay-ms=1500"});
+  SplitMix64 rng(9);
+  const std::string x = random_x(rng, 1, 512, DType::kBF16);  // the test server's demo layer
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(server.pid(), SIGTERM);
+  bool not_serving = false;
+  for (int i = 0; i < 40 && !not_serving; ++i) {
+    auto h = server.client().health();
+    not_serving = h.ok() && !*h;
+    if (!not_serving) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(not_serving) << "health still SERVING after SIGTERM";
+  auto r = server.client().infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1200))
+      << "the checks above took too long to show the delay";
+  std::chrono::milliseconds took;
+  const int status = server.wait_exit(&took);
+  const auto total = std::chrono::steady_clock::now() - t0;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_GE(total, std::chrono::milliseconds(1500));
+  EXPECT_LT(total, std::chrono::milliseconds(10000));
 }
 
 // Runs killable_client in `mode` against `target` and SIGKILLs it once it says it is ready.
