@@ -2,7 +2,10 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 namespace qlinear::cpu {
 namespace {
@@ -22,7 +25,7 @@ inline void cpu_relax() {
 // is never kept waiting by it.
 constexpr auto kSpin = std::chrono::microseconds(500);
 
-int process_cpus() {
+int affinity_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     const int n = CPU_COUNT(&set);
@@ -32,7 +35,38 @@ int process_cpus() {
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
 
+// A cgroup's CPU quota in whole CPUs (rounded up), or 0 without one: `quota` and `period` in the
+// same unit, a quota of "max" or below 0 being none.
+int quota_cpus(const std::string& quota, const std::string& period) {
+  int64_t q = 0, p = 0;
+  std::istringstream qs(quota), ps(period);
+  if (!(qs >> q) || !(ps >> p) || q <= 0 || p <= 0) return 0;
+  const int64_t cpus = (q + p - 1) / p;
+  return cpus > 1 << 20 ? 0 : static_cast<int>(cpus);
+}
+
+int cgroup_cpus(const std::string& root) {
+  const std::string cg = root + "/sys/fs/cgroup";
+  {
+    std::ifstream in(cg + "/cpu.max");
+    std::string quota, period;
+    if (in >> quota >> period) return quota_cpus(quota, period);
+  }
+  for (const char* dir : {"/cpu", "/cpu,cpuacct"}) {
+    std::ifstream q(cg + dir + "/cpu.cfs_quota_us"), p(cg + dir + "/cpu.cfs_period_us");
+    std::string quota, period;
+    if (q >> quota && p >> period) return quota_cpus(quota, period);
+  }
+  return 0;
+}
+
 }  // namespace
+
+int usable_cpus(const std::string& root) {
+  const int cpus = affinity_cpus();
+  const int quota = cgroup_cpus(root);
+  return quota > 0 ? std::min(cpus, quota) : cpus;
+}
 
 ThreadPool::ThreadPool(int threads) {
   // Workers start from generation 0, whenever their threads get to run: one that starts late
@@ -51,8 +85,8 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool* pool = new ThreadPool(process_cpus());  // never destroyed: workers may be
-  return *pool;                                              // mid-spin at exit
+  static ThreadPool* pool = new ThreadPool(usable_cpus());  // never destroyed: workers may be
+  return *pool;                                             // mid-spin at exit
 }
 
 void ThreadPool::run_tasks(Job* job) {

@@ -17,12 +17,20 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
 
 namespace qlinear::cpu {
+
+// The CPUs this process may use: its affinity mask, and inside a cgroup with a CPU quota (a
+// container or a Kubernetes pod with a CPU limit) no more than the quota rounded up, at least 1.
+// cgroup v2 (cpu.max) and v1 (cpu/cpu.cfs_quota_us over cpu.cfs_period_us) are read; `root`
+// prefixes their paths (tests give a directory laid out as /sys/fs/cgroup is). A pool wider than
+// the quota would spend it on its workers' polling and be throttled.
+int usable_cpus(const std::string& root = "");
 
 class ThreadPool {
  public:
@@ -48,7 +56,7 @@ class ThreadPool {
   // Workers asleep on the condition variable now (a snapshot).
   int asleep() const { return sleepers_.load(); }
 
-  // The process-wide pool, sized to the CPUs this process may run on.
+  // The process-wide pool, sized to usable_cpus().
   static ThreadPool& global();
 
  private:

@@ -3,8 +3,13 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,6 +75,34 @@ TEST(ThreadPool, WaitUntilAsleepReturnsWhenEveryWorkerSleeps) {
 TEST(ThreadPool, GlobalPoolUsesTheCpusOfThisProcess) {
   EXPECT_GE(ThreadPool::global().threads(), 1);
   expect_each_task_once(ThreadPool::global(), 33);
+}
+
+// The pool's width follows a cgroup's CPU quota, rounded up, under the affinity mask's count.
+TEST(UsableCpus, FollowsTheCgroupCpuQuota) {
+  const std::string root = ::testing::TempDir() + "/usable_cpus." + std::to_string(getpid());
+  const std::string cg = root + "/sys/fs/cgroup";
+  std::filesystem::create_directories(cg + "/cpu");
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  };
+  const int all = usable_cpus(root + "/none");
+  ASSERT_GE(all, 1);
+  // cgroup v1 only.
+  write(cg + "/cpu/cpu.cfs_quota_us", "-1\n");
+  write(cg + "/cpu/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(usable_cpus(root), all) << "no quota";
+  write(cg + "/cpu/cpu.cfs_quota_us", "50000\n");
+  EXPECT_EQ(usable_cpus(root), 1) << "half a CPU";
+  // cgroup v2 wins where both are present.
+  write(cg + "/cpu.max", "max 100000\n");
+  EXPECT_EQ(usable_cpus(root), all) << "no quota";
+  write(cg + "/cpu.max", "150000 100000\n");
+  EXPECT_EQ(usable_cpus(root), std::min(all, 2)) << "1.5 CPUs";
+  write(cg + "/cpu.max", "100000000 100000\n");
+  EXPECT_EQ(usable_cpus(root), all) << "a quota past the CPUs there are";
+  write(cg + "/cpu.max", "garbage 100000\n");
+  EXPECT_EQ(usable_cpus(root), all);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
