@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   int64_t max_queue_requests = o.batching.max_queue_requests;
   int64_t metrics_port = 0;
   bool enable_echo = false;
+  bool require_gpu = false;
   int64_t keepalive_time_ms = 0, keepalive_timeout_ms = 0;
   int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
   int64_t upload_idle_timeout_ms = o.upload_idle_timeout_ms;
@@ -105,6 +106,9 @@ int main(int argc, char** argv) {
   args.add("metrics-port", &metrics_port,
            "Serve Prometheus metrics on http://ADDRESS:PORT/metrics (0 = off)");
   args.add("enable-echo", &enable_echo, "Offer the Echo RPC (transport floor for load tests)");
+  args.add("require-gpu", &require_gpu,
+           "Exit 1 at start-up, saying why, unless a CUDA kernel can serve on this host (a GPU "
+           "deployment never serves on the CPU instead)");
   args.add("keepalive-time-ms", &keepalive_time_ms,
            "Send HTTP/2 keepalive pings this often (0 = gRPC default)");
   args.add("keepalive-timeout-ms", &keepalive_timeout_ms,
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
   o.batching.max_queue_requests = max_queue_requests;
   o.metrics_port = static_cast<int>(metrics_port);
   o.enable_echo = enable_echo;
+  o.require_gpu = require_gpu;
   o.keepalive_time_ms = keepalive_time_ms;
   o.keepalive_timeout_ms = keepalive_timeout_ms;
   o.max_connection_age_ms = max_connection_age_ms;

@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -84,6 +85,24 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   register_builtin_kernels(&s->registry_);
   RETURN_IF_ERROR(s->registry_.set_disabled(o.disabled_kernels));
   const HostInfo& host = host_info();
+  if (o.require_gpu) {
+    // A GPU deployment that would otherwise serve on the CPU (a driver too old for CUDA 13, no
+    // device passed into the container, a GPU this build has no code for) stops here instead.
+    std::vector<std::string> why;
+    bool usable = false;
+    for (const Kernel* k : s->registry_.kernels()) {
+      if (!absl::StartsWith(k->name(), "cuda.")) continue;
+      const absl::Status u = s->registry_.usable(*k, host);
+      usable = usable || u.ok();
+      why.push_back(absl::StrCat(k->name(), ": ", u.message()));
+    }
+    if (!usable) {
+      if (why.empty()) why.push_back("this build has no CUDA kernels (built without QLINEAR_CUDA)");
+      return absl::FailedPreconditionError(
+          absl::StrCat("--require-gpu: no CUDA kernel can serve on this host (",
+                       host.gpu_description(), "): ", absl::StrJoin(why, "; ")));
+    }
+  }
   EngineOptions eo;
   eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
   eo.batching = o.batching;

@@ -40,6 +40,7 @@ struct ServerOptions {
   BatchOptions batching;     // defaults for every layer
   int metrics_port = 0;      // Prometheus text exposition on http://address:port/metrics; 0 = off
   bool enable_echo = false;  // the Echo RPC (transport floor for load tests)
+  bool require_gpu = false;  // fail to start unless a CUDA kernel can serve here
   // Connection management (needed behind load balancers); 0 leaves gRPC's default.
   int64_t keepalive_time_ms = 0;
   int64_t keepalive_timeout_ms = 0;

@@ -169,6 +169,25 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
   }
 }
 
+// --require-gpu: a server that would serve on the CPU exits 1 at start-up, saying why (on a GPU
+// host with the CUDA kernels it starts; ServerTest covers that host's serving).
+TEST(ProcessTest, RequireGpuStopsAServerWithoutAUsableCudaKernel) {
+  const std::string cmd =
+      std::string(QLINEAR_SERVER_BIN) +
+      " --require-gpu --port=0 --address=127.0.0.1 --disabled-kernels=cuda.gemv_s8,"
+      "cuda.stream_s8,cuda.cutlass_sm90,cuda.cublaslt 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("--require-gpu: no CUDA kernel can serve on this host"), std::string::npos)
+      << out;
+}
+
 TEST(ProcessTest, OpenMpSpinIsSetUnlessTheEnvironmentSetsIt) {
   const std::string log =
       ::testing::TempDir() + "/openmp_spin_server." + std::to_string(getpid()) + ".log";
