@@ -18,7 +18,8 @@
 #      VNNI ones skip on other hosts) and qlinear_cpu_bench --quick (about 45 s on the H200 host,
 #      plus its autotune check).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
-# (else ./gpu-logs); a short summary is printed last.
+# (else ./gpu-logs); a short summary is printed last, and the exit status is 1 where a step
+# failed.
 #
 # Usage: bash scripts/gpu-remote.sh [--quick]     (--quick: the benchmark's short run)
 #
@@ -234,3 +235,18 @@ if [ "$energy_rc" != - ]; then
   echo "qlinear_gpu_bench --energy: exit $energy_rc (sustained load; op against its GEMM + quantize)"
   grep -E 'by energy' "$LOG/energy.log" | sed -E 's/ +/ /g' | cut -c 8-200
 fi
+# The exit status: 1 where a test, the CLI's checks or the benchmark failed (each step's own exit
+# status is printed above), else 0.
+failed=""
+for step in "qlinear_cuda_test:$test_rc" "qlinear_server_e2e_test:$server_test_rc" \
+  "qlinear-cli:$cli_rc" "qlinear_gpu_bench:$bench_rc" "bench --energy:$energy_rc" \
+  "cpu_serving.sh:$cpu_serving_rc" "qlinear_cpu_bench:$cpu_bench_rc"; do
+  rc=${step##*:}
+  [ "$rc" = - ] || [ "$rc" = 0 ] || failed+=" ${step%:*}"
+done
+case "$cpu_tests" in *"exit "[1-9]*) failed+=" CPU kernel tests" ;; esac
+if [ -n "$failed" ]; then
+  echo "gpu-remote: failed:$failed"
+  exit 1
+fi
+echo "gpu-remote: every step passed"
