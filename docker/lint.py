@@ -463,10 +463,14 @@ def check_k8s(dirpath, image):
         ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
         if ports.get("grpc") != grpc_port or ports.get("metrics") != metrics_port:
             error(where, f"container ports must be grpc={grpc_port}, metrics={metrics_port}")
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "readinessProbe"):
             p = c.get(probe)
             if not p or p.get("grpc", {}).get("port") != grpc_port:
                 error(where, f"{probe} must be a gRPC probe on port {grpc_port}")
+        # Liveness goes around gRPC's threads, which streams can all hold.
+        get = c.get("livenessProbe", {}).get("httpGet", {})
+        if get.get("path") != "/healthz" or get.get("port") not in (metrics_port, "metrics"):
+            error(where, f"livenessProbe must be an HTTP GET of /healthz on port {metrics_port}")
         # The stop: --shutdown-delay-ms of NOT_SERVING while still serving, then the drain.
         drain_ms = int(flag_value(c.get("args"), "drain-timeout-ms", "10000")) + int(
             flag_value(c.get("args"), "shutdown-delay-ms", "0"))

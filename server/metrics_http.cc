@@ -103,10 +103,15 @@ void MetricsHttpServer::answer(int fd) {
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, registry_->Collect());
     body = out.str();
+  } else if (line.rfind("GET /healthz ", 0) == 0 || line == "GET /healthz") {
+    // Liveness: answered on this thread, whatever the gRPC server's threads are doing (every one
+    // held by a stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED).
+    type = "text/plain";
+    body = "ok\n";
   } else if (line.rfind("GET ", 0) == 0) {
     status = "404 Not Found";
     type = "text/plain";
-    body = "metrics are at /metrics\n";
+    body = "metrics are at /metrics, liveness at /healthz\n";
   } else {
     status = "405 Method Not Allowed";
     type = "text/plain";

@@ -1,4 +1,5 @@
-// Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics.
+// Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, and a
+// liveness check at /healthz (200 while the process runs; it does not go through gRPC's threads).
 //
 // A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and
 // prometheus-cpp's civetweb exposer starts its threads with a fixed 100 KiB stack, which is less

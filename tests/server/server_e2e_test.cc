@@ -791,6 +791,9 @@ TEST_F(ServerTest, MetricsEndpointIsScraped) {
   // The kernel and device that served it: CPU kernels here, CUDA kernels on a GPU host.
   auto info = client_->describe_layer("demo");
   ASSERT_TRUE(info.ok()) << info.status();
+  const std::string live = http_get(server_->metrics_port(), "/healthz");
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  EXPECT_NE(live.find("\r\n\r\nok\n"), std::string::npos) << live;
   const std::string text = http_get(server_->metrics_port(), "/metrics");
   EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
   EXPECT_NE(text.find("qlinear_requests_total{code=\"OK\",kernel=\"" + served->metadata().kernel() +
