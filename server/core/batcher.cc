@@ -69,6 +69,11 @@ int64_t BatchQueue::depth() const {
   return static_cast<int64_t>(queue_.size());
 }
 
+void BatchQueue::report_depth() const {
+  absl::MutexLock lock(&mu_);
+  if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
+}
+
 absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std::string* y,
                              InferOutput* out) {
   Pending p{&in, &call, y, out, steady_now_ns(), false, absl::OkStatus(), {}};

@@ -66,6 +66,8 @@ class BatchQueue {
   // Stops accepting requests; queued ones still run.
   void close();
   int64_t depth() const;
+  // Sets the queue-depth gauge to the depth now (after the layer's gauges changed owner).
+  void report_depth() const;
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }
   // The layer's metric series (null without metrics).

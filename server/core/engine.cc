@@ -181,6 +181,8 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
       // A kernel a request prepared on demand between the store's swap and the line above
       // reported its bytes while another layer owned the gauges: read them again.
       metrics_->layer_bytes(layer.get(), layer->name(), layer->total_bytes());
+      // So did a request queued in that while (layer_loaded set the depth to 0).
+      served->queue->report_depth();
     }
   }
   result.served = std::move(served);
