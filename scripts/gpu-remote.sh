@@ -86,6 +86,7 @@ if [ "$gpu_steps" = 1 ] && have qlinear_server_e2e_test; then
   grep -A 25 -E '^\*\*\* SIG' "$LOG/server_test.log" | head -n 40
 fi
 
+sanitizer_rc=-
 if [ "$gpu_steps" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   echo "=== compute-sanitizer memcheck (subset)"
   # (Not the test that loads a layer larger than the L2: its load-time timings under memcheck
@@ -94,7 +95,8 @@ if [ "$gpu_steps" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v comp
   LD_LIBRARY_PATH="$PWD/$BUNDLE/lib:/usr/local/cuda/lib64" timeout 240 compute-sanitizer \
     --tool memcheck --error-exitcode 3 "$BUNDLE/bin/qlinear_cuda_test" --gtest_color=no \
     '--gtest_filter=*RunFills*:*Replayed*:*OutputsWritten*:*MappedCopy*:*ServingPathCopies*:*ReservedStaging*:*NonFinite*:*LongRows*:GemvS8Plans*:*EveryTile*:*QuantizingTiles*:*QuantizingWhole*:StreamS8Test.*-StreamS8Test.TimesTheTwoLaunchPrefetchOnLayersPastTheL2' >"$LOG/sanitizer.log" 2>&1
-  echo "compute-sanitizer exit $?"
+  sanitizer_rc=$?
+  echo "compute-sanitizer exit $sanitizer_rc"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$LOG/sanitizer.log" | head -n 5
 fi
 
@@ -239,6 +241,7 @@ fi
 # status is printed above), else 0.
 failed=""
 for step in "qlinear_cuda_test:$test_rc" "qlinear_server_e2e_test:$server_test_rc" \
+  "compute-sanitizer:$sanitizer_rc" \
   "qlinear-cli:$cli_rc" "qlinear_gpu_bench:$bench_rc" "bench --energy:$energy_rc" \
   "cpu_serving.sh:$cpu_serving_rc" "qlinear_cpu_bench:$cpu_bench_rc"; do
   rc=${step##*:}

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -86,11 +87,17 @@ void MetricsHttpServer::serve() {
 }
 
 void MetricsHttpServer::answer(int fd) {
-  // Read the request head (up to 8 KiB); only the request line matters.
+  // Read the request head (up to 8 KiB) within 2 s in all, however the client trickles it in (a
+  // client that held this thread would hold up /healthz); only the request line matters.
   std::string head;
   char buf[1024];
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos &&
          head.find("\n\n") == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) break;
     head.append(buf, static_cast<size_t>(n));

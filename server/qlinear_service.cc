@@ -393,7 +393,8 @@ grpc::Status QLinearService::InferStream(
     // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
     if (auto s = unavailable_if_draining(); !s.ok()) {
       return grpc::Status(s.error_code(),
-                          absl::StrCat(s.error_message(), "; request '", request.request_id(),
+                          absl::StrCat(s.error_message(), "; request '",
+                                       absl::string_view(request.request_id()).substr(0, 128),
                                        "' and any after it on this stream were not run"));
     }
     // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)

@@ -412,7 +412,14 @@ int cmd_smoke(const CommandArgs& args) {
   std::fflush(stdout);
   const auto start = Clock::now();
   auto client = make_client(args);
-  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), args.timeout};
+  // A scheme's stream lasts as long as its batches take: a deadline only where --timeout-s is
+  // given.
+  SmokeOptions o{n,
+                 k,
+                 batches,
+                 max_m,
+                 static_cast<uint64_t>(seed),
+                 args.timeout_given ? args.timeout : std::chrono::milliseconds(0)};
   std::vector<SchemeResult> results(schemes.size());
   for (size_t i = 0; i < schemes.size(); ++i) run_scheme(*client, o, schemes[i], i, &results[i]);
   if (!keep) {

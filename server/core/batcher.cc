@@ -133,19 +133,27 @@ void BatchQueue::worker() {
       // which is then answered at once.
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
         const int64_t until_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
-        auto full = [this, head]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const int64_t x_row =
+            layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
+        auto full = [this, head, x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           int64_t rows = 0;
           for (Pending* q : queue_) {
             if (compatible(*head, *q)) rows += q->in->m;
           }
-          return closed_ || rows >= options_.max_batch_rows;
+          return closed_ || rows >= options_.max_batch_rows || rows * x_row >= kMaxBatchXBytes;
+        };
+        // Each arrival wakes the wait, since it may bring an earlier deadline.
+        size_t seen = queue_.size();
+        auto full_or_arrival = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return full() || queue_.size() != seen;
         };
         while (!full()) {
           int64_t end_ns = until_ns;
           for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call));
           const int64_t left = end_ns - steady_now_ns();
           if (left <= 0) break;
-          mu_.AwaitWithTimeout(absl::Condition(&full), absl::Nanoseconds(left));
+          seen = queue_.size();
+          mu_.AwaitWithTimeout(absl::Condition(&full_or_arrival), absl::Nanoseconds(left));
         }
       }
       // Take the head and every compatible request after it, in order, up to the row budget and

@@ -287,6 +287,25 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(waited_s, 2.5) << "answered after the queue delay, not at the deadline";
+
+  // One that arrives while the head waits, with a deadline before the head's delay ends, too.
+  absl::Status head_status;
+  std::thread head([&] {
+    std::string hy;
+    InferOutput hout;
+    head_status = engine_->infer(in, CallContext{}, &hy, &hout);
+  });
+  while (queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CallContext late;
+  late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  const auto t1 = std::chrono::steady_clock::now();
+  const absl::Status s2 = engine_->infer(in, late, &y, &out);
+  const double waited2_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  head.join();
+  EXPECT_EQ(s2.code(), absl::StatusCode::kDeadlineExceeded) << s2;
+  EXPECT_LT(waited2_s, 2.5) << "answered after the head's queue delay, not at its deadline";
+  EXPECT_TRUE(head_status.ok()) << head_status;
 }
 
 TEST_F(BatcherTest, BadRowInABatchFailsOnlyItsRequest) {

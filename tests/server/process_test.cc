@@ -156,7 +156,8 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
       {"--max-queue-delay-us=10000001", "--max-queue-delay-us must be 0-10000000, got 10000001"},
   };
   for (const auto& [flag, want] : cases) {
-    const std::string cmd = std::string(QLINEAR_SERVER_BIN) + " " + flag + " 2>&1";
+    // (timeout: a server that started after all fails the test instead of hanging it.)
+    const std::string cmd = "timeout 60 " + std::string(QLINEAR_SERVER_BIN) + " " + flag + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     std::string out;
@@ -300,13 +301,13 @@ TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
 // With --shutdown-delay-ms, SIGTERM turns health NOT_SERVING while calls are still served for the
 // delay; then the server drains and exits 0.
 TEST(ProcessTest, ShutdownDelayKeepsServingWhileHealthIsNotServing) {
-  ServerProcess server({"--shutdown-delay-ms=1500"});
+  ServerProcess server({"--shutdown-delay-ms=5000"});
   SplitMix64 rng(9);
   const std::string x = random_x(rng, 1, 512, DType::kBF16);  // the test server's demo layer
   const auto t0 = std::chrono::steady_clock::now();
   kill(server.pid(), SIGTERM);
   bool not_serving = false;
-  for (int i = 0; i < 40 && !not_serving; ++i) {
+  for (int i = 0; i < 200 && !not_serving; ++i) {
     auto h = server.client().health();
     not_serving = h.ok() && !*h;
     if (!not_serving) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -314,14 +315,14 @@ TEST(ProcessTest, ShutdownDelayKeepsServingWhileHealthIsNotServing) {
   EXPECT_TRUE(not_serving) << "health still SERVING after SIGTERM";
   auto r = server.client().infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_TRUE(r.ok()) << r.status();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1200))
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000))
       << "the checks above took too long to show the delay";
   std::chrono::milliseconds took;
   const int status = server.wait_exit(&took);
   const auto total = std::chrono::steady_clock::now() - t0;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_GE(total, std::chrono::milliseconds(1500));
-  EXPECT_LT(total, std::chrono::milliseconds(10000));
+  EXPECT_GE(total, std::chrono::milliseconds(5000));
+  EXPECT_LT(total, std::chrono::milliseconds(20000));
 }
 
 // Runs killable_client in `mode` against `target` and SIGKILLs it once it says it is ready.

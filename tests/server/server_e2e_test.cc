@@ -782,6 +782,34 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   stopper.join();
 }
 
+// A client trickling its request in one byte at a time holds the metrics port's thread for 2 s at
+// most: /healthz still answers within the probe's timeout.
+TEST_F(ServerTest, ASlowMetricsClientDoesNotHoldUpLiveness) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(server_->metrics_port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (int i = 0; i < 40 && !stop.load(); ++i) {
+      if (write(fd, "G", 1) != 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string live = http_get(server_->metrics_port(), "/healthz");
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  trickle.join();
+  close(fd);
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  EXPECT_LT(took_s, 4.0) << "the trickling client held the thread";
+}
+
 TEST_F(ServerTest, MetricsEndpointIsScraped) {
   SplitMix64 rng(6);
   const std::string x = random_x(rng, 2, 64, DType::kBF16);
