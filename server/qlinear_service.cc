@@ -1,5 +1,7 @@
 #include "server/qlinear_service.h"
 
+#include <grpc/support/time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -328,11 +330,17 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   }
   InferOutput out;
   CallContext call;
-  const auto deadline = ctx->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    call.deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        deadline - std::chrono::system_clock::now());
+  // From gRPC's own deadline, not ServerContext::deadline(), whose conversion to a time_point
+  // overflows for deadlines past the year 2262 (which some clients send for "none"). A deadline
+  // more than a year away is none.
+  const gpr_timespec raw = ctx->raw_deadline();
+  if (gpr_time_cmp(raw, gpr_inf_future(raw.clock_type)) != 0) {
+    const gpr_timespec left = gpr_time_sub(gpr_convert_clock_type(raw, GPR_CLOCK_MONOTONIC),
+                                           gpr_now(GPR_CLOCK_MONOTONIC));
+    if (left.tv_sec < int64_t{366} * 86400) {
+      call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(left.tv_sec) +
+                      std::chrono::nanoseconds(left.tv_nsec);
+    }
   }
   call.is_cancelled = [ctx] { return ctx->IsCancelled(); };
   RETURN_IF_ERROR(engine_->infer(in, call, response->mutable_y(), &out));

@@ -758,6 +758,31 @@ TEST_F(ServerTest, WeightScaleFormsAndPartitions) {
   }
 }
 
+// Deadlines as clients send them: one centuries away (past what a nanosecond time_point holds,
+// as some clients send for "none") is served; one already past is DEADLINE_EXCEEDED.
+TEST_F(ServerTest, FarAndPastDeadlines) {
+  SplitMix64 rng(12);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  const v1::InferRequest req = make_request("demo", x, DType::kBF16, 1, DType::kBF16);
+  {
+    grpc::ClientContext ctx;
+    gpr_timespec far = gpr_now(GPR_CLOCK_REALTIME);
+    far.tv_sec += int64_t{400} * 365 * 86400;
+    ctx.set_deadline(far);
+    v1::InferResponse resp;
+    const grpc::Status s = client_->stub().Infer(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+    EXPECT_EQ(resp.y().size(), 2u * resp.n());
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
+    v1::InferResponse resp;
+    const grpc::Status s = client_->stub().Infer(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  }
+}
+
 TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   // New calls are refused; a stream opened before shutdown ends at its next message, which is not
   // run, with UNAVAILABLE.
