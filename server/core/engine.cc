@@ -215,6 +215,8 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
                                status);
     }
   }
+  // The last reference to a layer replaced or unloaded meanwhile: freed off this thread.
+  if (served.ok() && served->use_count() == 1) released_.release(*std::move(served));
   return status;
 }
 

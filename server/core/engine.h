@@ -17,6 +17,7 @@
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
 #include "server/core/batcher.h"
+#include "server/core/deferred_release.h"
 #include "server/core/layer.h"
 #include "server/core/layer_store.h"
 #include "server/core/metrics.h"
@@ -168,6 +169,8 @@ class Engine {
   absl::Mutex upload_mu_;
   int64_t allocating_upload_bytes_ ABSL_GUARDED_BY(upload_mu_) = 0;
   LayerStore store_;
+  // Last: destroyed first, releasing what it holds while the rest of the engine is still whole.
+  mutable DeferredRelease released_;
 };
 
 }  // namespace qlinear
