@@ -16,6 +16,11 @@ absl::Status from_grpc_status(const grpc::Status& s) {
 
 namespace {
 
+// Sets the call's deadline `timeout` from now (0: none).
+void set_timeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
 // A failed call's status; one past its deadline says which deadline that was.
 absl::Status call_status(const grpc::Status& s, std::chrono::milliseconds deadline) {
   if (s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || deadline.count() <= 0) {
@@ -41,11 +46,7 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
   stub_ = v1::QLinear::NewStub(channel_);
 }
 
-void Client::prepare(grpc::ClientContext* ctx) const {
-  if (options_.call_timeout.count() > 0) {
-    ctx->set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
-  }
-}
+void Client::prepare(grpc::ClientContext* ctx) const { set_timeout(ctx, options_.call_timeout); }
 
 absl::StatusOr<bool> Client::health(const std::string& service) {
   grpc::health::v1::HealthCheckRequest req;
@@ -104,9 +105,7 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
     header.set_weight_sha256(sha256_hex(weights.data(), weights.size()));
   }
   grpc::ClientContext ctx;
-  if (options_.upload_timeout.count() > 0) {
-    ctx.set_deadline(std::chrono::system_clock::now() + options_.upload_timeout);
-  }
+  set_timeout(&ctx, options_.upload_timeout);
   v1::LoadLayerResponse resp;
   auto writer = stub_->LoadLayer(&ctx, &resp);
   v1::LoadLayerRequest msg;
@@ -131,7 +130,7 @@ absl::StatusOr<v1::InferResponse> Client::infer(const v1::InferRequest& request,
                                                 std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   if (timeout.count() == 0) timeout = options_.call_timeout;
-  if (timeout.count() > 0) ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  set_timeout(&ctx, timeout);
   v1::InferResponse resp;
   grpc::Status s = stub_->Infer(&ctx, request, &resp);
   if (!s.ok()) return call_status(s, timeout);
@@ -140,7 +139,7 @@ absl::StatusOr<v1::InferResponse> Client::infer(const v1::InferRequest& request,
 
 std::unique_ptr<InferStream> Client::open_stream(std::chrono::milliseconds timeout) {
   std::unique_ptr<InferStream> st(new InferStream);
-  if (timeout.count() > 0) st->ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+  set_timeout(&st->ctx_, timeout);
   st->timeout_ = timeout;
   st->rw_ = stub_->InferStream(&st->ctx_);
   return st;

@@ -3,7 +3,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -91,7 +90,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     std::vector<std::string> why;
     bool usable = false;
     for (const Kernel* k : s->registry_.kernels()) {
-      if (!absl::StartsWith(k->name(), "cuda.")) continue;
+      if (kernel_family(*k) != "cuda") continue;
       const absl::Status u = s->registry_.usable(*k, host);
       usable = usable || u.ok();
       why.push_back(absl::StrCat(k->name(), ": ", u.message()));

@@ -128,13 +128,13 @@ void BatchQueue::worker() {
           this));
       if (queue_.empty()) return;  // closed and drained
       Pending* head = queue_.front();
+      const int64_t x_row =
+          layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
       // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
       // is already queued or the queue is closing; and never past a queued request's deadline,
       // which is then answered at once.
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
         const int64_t until_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
-        const int64_t x_row =
-            layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
         auto full = [this, head, x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           int64_t rows = 0;
           for (Pending* q : queue_) {
@@ -158,8 +158,6 @@ void BatchQueue::worker() {
       }
       // Take the head and every compatible request after it, in order, up to the row budget and
       // kMaxBatchXBytes of x.
-      const int64_t x_row =
-          layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
       int64_t rows = 0;
       for (auto it = queue_.begin(); it != queue_.end();) {
         Pending* q = *it;

@@ -190,6 +190,8 @@ TEST_F(BatcherTest, QueueFullIsResourceExhausted) {
   EXPECT_NE(metrics_.serialize().find("qlinear_request_failures_total"), std::string::npos);
 }
 
+// Expired and cancelled requests are answered before compute; one both past its deadline and
+// cancelled (as the transport reports a call whose deadline passed) is DEADLINE_EXCEEDED.
 TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   BatchOptions b;
   b.max_batch_rows = 1;
@@ -209,7 +211,10 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   CallContext cancelled;
   std::atomic<bool> cancel{false};
   cancelled.is_cancelled = [&] { return cancel.load(); };
-  absl::Status s1, s2;
+  CallContext both;
+  both.deadline = expiring.deadline;
+  both.is_cancelled = [&] { return std::chrono::steady_clock::now() >= both.deadline; };
+  absl::Status s1, s2, s3;
   std::thread t1([&] {
     std::string y;
     InferOutput out;
@@ -220,51 +225,25 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
     InferOutput out;
     s2 = engine_->infer(in, cancelled, &y, &out);
   });
-  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread t3([&] {
+    std::string y;
+    InferOutput out;
+    s3 = engine_->infer(in, both, &y, &out);
+  });
+  while (queue_depth() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   cancel = true;
   std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the deadline
   set_gate(true);
   blocker.join();
   t1.join();
   t2.join();
+  t3.join();
   EXPECT_EQ(s1.code(), absl::StatusCode::kDeadlineExceeded) << s1;
   EXPECT_NE(s1.message().find("before compute"), absl::string_view::npos);
   EXPECT_EQ(s2.code(), absl::StatusCode::kCancelled) << s2;
+  EXPECT_EQ(s3.code(), absl::StatusCode::kDeadlineExceeded) << s3;
   absl::MutexLock lock(&gate_->mu);
   EXPECT_EQ(gate_->batch_rows.size(), 1u) << "a dropped request reached the kernel";
-}
-
-// A request both past its deadline and cancelled (as the transport reports a call whose deadline
-// passed) is DEADLINE_EXCEEDED.
-TEST_F(BatcherTest, AQueuedRequestPastItsDeadlineIsDeadlineExceededThoughCancelled) {
-  BatchOptions b;
-  b.max_batch_rows = 1;
-  start(b, /*gated=*/true);
-  set_gate(false);
-  SplitMix64 rng(7);
-  const std::string x = random_x(rng, 1, 96, DType::kF32);
-  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
-  std::thread blocker([&] {
-    std::string y;
-    InferOutput out;
-    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
-  });
-  wait_running(1);
-  CallContext call;
-  call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-  call.is_cancelled = [&] { return std::chrono::steady_clock::now() >= call.deadline; };
-  absl::Status s;
-  std::thread t([&] {
-    std::string y;
-    InferOutput out;
-    s = engine_->infer(in, call, &y, &out);
-  });
-  while (queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the deadline
-  set_gate(true);
-  blocker.join();
-  t.join();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
 }
 
 // Waiting for company stops at a queued request's deadline: it is answered then, not when the

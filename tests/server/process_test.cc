@@ -141,9 +141,18 @@ std::string libgomp_spincount(const std::string& log) {
   return log.substr(begin, log.find('\'', begin) - begin);
 }
 
-// libgomp reads its spin setting once, when it loads: a server built with cpu.onednn re-executes
-// itself (the same process, under its own name) with GOMP_SPINCOUNT set, unless its environment
-// sets that or OMP_WAIT_POLICY, and logs what applies; libgomp itself reports the value it took.
+// Runs qlinear-server with `args` until it exits, its stdout and stderr in *out, its wait status in
+// *status. (Under `timeout 60`: a server that starts serving after all fails the test rather than
+// hanging it.)
+void run_server_to_exit(const std::string& args, int* status, std::string* out) {
+  const std::string cmd = "timeout 60 " + std::string(QLINEAR_SERVER_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) *out += buf;
+  *status = pclose(p);
+}
+
 // A flag out of its range stops the server at once (exit 2), naming the flag, its range and the
 // value given.
 TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
@@ -156,14 +165,9 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
       {"--max-queue-delay-us=10000001", "--max-queue-delay-us must be 0-10000000, got 10000001"},
   };
   for (const auto& [flag, want] : cases) {
-    // (timeout: a server that started after all fails the test instead of hanging it.)
-    const std::string cmd = "timeout 60 " + std::string(QLINEAR_SERVER_BIN) + " " + flag + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
+    int status = -1;
     std::string out;
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    const int status = pclose(p);
+    run_server_to_exit(flag, &status, &out);
     EXPECT_TRUE(WIFEXITED(status)) << flag;
     EXPECT_EQ(WEXITSTATUS(status), 2) << flag << "\n" << out;
     EXPECT_NE(out.find(want), std::string::npos) << flag << "\n" << out;
@@ -173,22 +177,21 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
 // --require-gpu: a server that would serve on the CPU exits 1 at start-up, saying why (on a GPU
 // host with the CUDA kernels it starts; ServerTest covers that host's serving).
 TEST(ProcessTest, RequireGpuStopsAServerWithoutAUsableCudaKernel) {
-  const std::string cmd =
-      std::string(QLINEAR_SERVER_BIN) +
-      " --require-gpu --port=0 --address=127.0.0.1 --disabled-kernels=cuda.gemv_s8,"
-      "cuda.stream_s8,cuda.cutlass_sm90,cuda.cublaslt 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  int status = -1;
   std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  const int status = pclose(p);
+  run_server_to_exit(
+      "--require-gpu --port=0 --address=127.0.0.1 --disabled-kernels=cuda.gemv_s8,cuda.stream_s8,"
+      "cuda.cutlass_sm90,cuda.cublaslt",
+      &status, &out);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
   EXPECT_NE(out.find("--require-gpu: no CUDA kernel can serve on this host"), std::string::npos)
       << out;
 }
 
+// libgomp reads its spin setting once, when it loads: a server built with cpu.onednn re-executes
+// itself (the same process, under its own name) with GOMP_SPINCOUNT set, unless its environment
+// sets that or OMP_WAIT_POLICY, and logs what applies; libgomp itself reports the value it took.
 TEST(ProcessTest, OpenMpSpinIsSetUnlessTheEnvironmentSetsIt) {
   const std::string log =
       ::testing::TempDir() + "/openmp_spin_server." + std::to_string(getpid()) + ".log";
