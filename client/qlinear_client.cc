@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/pem.h"
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -38,11 +39,44 @@ bool InferStream::read(v1::InferResponse* response) { return rw_->Read(response)
 bool InferStream::writes_done() { return rw_->WritesDone(); }
 absl::Status InferStream::finish() { return call_status(rw_->Finish(), timeout_); }
 
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls_channel_credentials(
+    const ClientTlsFiles& files) {
+  grpc::SslCredentialsOptions options;
+  if (files.cert_file.empty() != files.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(files.cert_file.empty() ? "--tls-key" : "--tls-cert", " needs ",
+                     files.cert_file.empty() ? "--tls-cert" : "--tls-key",
+                     ": a client certificate goes with its private key"));
+  }
+  if (!files.ca_file.empty()) {
+    absl::StatusOr<PemCertificates> ca = read_pem_certificates("--tls-ca", files.ca_file);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = ca->pem;
+  }
+  if (!files.cert_file.empty()) {
+    absl::StatusOr<PemIdentity> identity = read_pem_identity(files.cert_file, files.key_file);
+    if (!identity.ok()) return identity.status();
+    options.pem_cert_chain = identity->certificates.pem;
+    options.pem_private_key = identity->key;
+  }
+  return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options,
+                                            grpc::ChannelArguments args) {
+  args.SetMaxReceiveMessageSize(options.max_message_mb << 20);
+  args.SetMaxSendMessageSize(options.max_message_mb << 20);
+  if (options.credentials != nullptr && !options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  return grpc::CreateCustomChannel(
+      target,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
+}
+
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options_.max_message_mb << 20);
-  args.SetMaxSendMessageSize(options_.max_message_mb << 20);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  channel_ = make_channel(target, options_);
   stub_ = v1::QLinear::NewStub(channel_);
 }
 

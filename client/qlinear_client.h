@@ -29,7 +29,32 @@ struct ClientOptions {
   std::chrono::milliseconds upload_timeout{0};
   // Size of each weight_chunk message in an upload.
   int64_t upload_chunk_bytes = int64_t{1} << 20;
+  // How the channel is secured: null for plaintext, or tls_channel_credentials()'s.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Over TLS, the name the server's certificate must bear where it is not the target's host (a
+  // server reached by IP address or through a tunnel); empty: the target's host.
+  std::string tls_server_name;
 };
+
+// The files of a TLS client, all PEM and optional: `ca_file` the certificate authorities that
+// verify the server (empty: the system's, or $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH); `cert_file` and
+// `key_file` the client's own certificate and key, for a server that asks for one (mutual TLS).
+struct ClientTlsFiles {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// Reads and checks the files (each holds PEM of its kind, the key is the certificate's, neither
+// comes without the other) and returns TLS channel credentials. Errors name the flag ("--tls-ca",
+// "--tls-cert", "--tls-key") and the file.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls_channel_credentials(
+    const ClientTlsFiles& files);
+
+// A channel to `target` with `options`' credentials, server name and message sizes, on top of
+// `args`.
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options,
+                                            grpc::ChannelArguments args = {});
 
 class InferStream {
  public:

@@ -16,6 +16,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libdnnl-dev nlohmann-json3-dev
   prometheus-cpp-dev
+  # The CLI test makes its TLS certificates with the openssl command.
+  openssl
   # Debian's oneDNN CMake package requires OpenCL headers and loader (a recommends, which
   # --no-install-recommends would otherwise skip).
   ocl-icd-opencl-dev opencl-headers

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   int64_t keepalive_time_ms = 0, keepalive_timeout_ms = 0;
   int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
   int64_t upload_idle_timeout_ms = o.upload_idle_timeout_ms;
+  std::string tls_cert, tls_key, tls_client_ca;
   qlinear::ArgParser args(
       "qlinear-server [options]",
       "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
@@ -120,6 +121,13 @@ int main(int argc, char** argv) {
   args.add("upload-idle-timeout-ms", &upload_idle_timeout_ms,
            "Cancel an upload that receives no message for this long, freeing its weight buffer "
            "and thread (0 = never)");
+  args.add("tls-cert", &tls_cert,
+           "Serve gRPC over TLS with this PEM certificate (and any intermediates after it); "
+           "needs --tls-key. The files are read at start-up: a new certificate takes a restart");
+  args.add("tls-key", &tls_key, "The PEM private key of --tls-cert (not encrypted)");
+  args.add("tls-client-ca", &tls_client_ca,
+           "Mutual TLS: require every client to present a certificate issued by one of these PEM "
+           "certificate authorities");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -191,6 +199,11 @@ int main(int argc, char** argv) {
   o.max_connection_age_ms = max_connection_age_ms;
   o.max_connection_age_grace_ms = max_connection_age_grace_ms;
   o.upload_idle_timeout_ms = upload_idle_timeout_ms;
+  o.tls = {tls_cert, tls_key, tls_client_ca};
+  if (absl::Status s = qlinear::check_server_tls_flags(o.tls); !s.ok()) {
+    std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   if (const char* env = std::getenv("QLINEAR_DISABLED_KERNELS")) {
     for (auto& k : qlinear::parse_kernel_list(env)) o.disabled_kernels.push_back(k);
   }

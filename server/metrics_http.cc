@@ -115,10 +115,26 @@ void MetricsHttpServer::answer(int fd) {
     // held by a stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED).
     type = "text/plain";
     body = "ok\n";
+  } else if (line.rfind("GET /readyz ", 0) == 0 || line == "GET /readyz") {
+    // Readiness: as grpc.health.v1 answers for the whole server.
+    type = "text/plain";
+    switch (readiness_.load()) {
+      case Readiness::kServing:
+        body = "serving\n";
+        break;
+      case Readiness::kStarting:
+        status = "503 Service Unavailable";
+        body = "starting: layers are loading\n";
+        break;
+      case Readiness::kStopping:
+        status = "503 Service Unavailable";
+        body = "stopping: the server is shutting down\n";
+        break;
+    }
   } else if (line.rfind("GET ", 0) == 0) {
     status = "404 Not Found";
     type = "text/plain";
-    body = "metrics are at /metrics, liveness at /healthz\n";
+    body = "metrics are at /metrics, liveness at /healthz, readiness at /readyz\n";
   } else {
     status = "405 Method Not Allowed";
     type = "text/plain";

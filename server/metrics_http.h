@@ -1,5 +1,7 @@
-// Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, and a
-// liveness check at /healthz (200 while the process runs; it does not go through gRPC's threads).
+// Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, a liveness
+// check at /healthz (200 while the process runs) and a readiness check at /readyz (200 while the
+// gRPC port serves, 503 while it starts or stops: what grpc.health.v1 says, for probes that
+// cannot speak gRPC over TLS). Neither check goes through gRPC's threads.
 //
 // A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and
 // prometheus-cpp's civetweb exposer starts its threads with a fixed 100 KiB stack, which is less
@@ -23,6 +25,10 @@ class MetricsHttpServer {
       const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry);
   ~MetricsHttpServer();
   int port() const { return port_; }
+  // What /readyz answers: kStarting until the gRPC port listens, then kServing, then kStopping
+  // from the stop signal on.
+  enum class Readiness { kStarting, kServing, kStopping };
+  void set_readiness(Readiness r) { readiness_.store(r); }
 
  private:
   MetricsHttpServer() = default;
@@ -33,6 +39,7 @@ class MetricsHttpServer {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<Readiness> readiness_{Readiness::kStarting};
   std::thread thread_;
 };
 

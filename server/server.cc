@@ -83,6 +83,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   set_logging(!o.quiet);
   register_builtin_kernels(&s->registry_);
   RETURN_IF_ERROR(s->registry_.set_disabled(o.disabled_kernels));
+  // The TLS files are checked before any layer loads, so that a wrong one fails the start at once.
+  ASSIGN_OR_RETURN(ServerCredentials credentials, make_server_credentials(o.tls));
   const HostInfo& host = host_info();
   if (o.require_gpu) {
     // A GPU deployment that would otherwise serve on the CPU (a driver too old for CUDA 13, no
@@ -163,7 +165,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(o.address, ":", o.port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(o.address, ":", o.port), credentials.credentials,
                            &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
@@ -188,8 +190,11 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
         absl::StrCat("cannot listen on ", o.address, ":", o.port, " (address in use?)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (s->metrics_http_ != nullptr) {
+    s->metrics_http_->set_readiness(MetricsHttpServer::Readiness::kServing);
+  }
   if (!o.quiet) {
-    log_info(absl::StrCat("listening on ", o.address, ":", s->port_,
+    log_info(absl::StrCat("listening on ", o.address, ":", s->port_, " (", credentials.summary, ")",
                           s->metrics_port_ > 0 ? absl::StrCat("; metrics on http://", o.address,
                                                               ":", s->metrics_port_, "/metrics")
                                                : ""));
@@ -200,13 +205,15 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
 void QLinearServer::shutdown(std::chrono::milliseconds grace) {
   if (stopped_) return;
   stopped_ = true;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  stop_serving_health();
   service_->start_draining();
   server_->Shutdown(std::chrono::system_clock::now() + grace);
 }
 
 void QLinearServer::stop_serving_health() {
   server_->GetHealthCheckService()->SetServingStatus(false);
+  if (metrics_http_ != nullptr)
+    metrics_http_->set_readiness(MetricsHttpServer::Readiness::kStopping);
 }
 
 void QLinearServer::wait() { server_->Wait(); }

@@ -16,6 +16,7 @@
 #include "server/core/metrics.h"
 #include "server/metrics_http.h"
 #include "server/qlinear_service.h"
+#include "server/tls.h"
 
 namespace qlinear {
 
@@ -48,6 +49,8 @@ struct ServerOptions {
   int64_t max_connection_age_grace_ms = 0;
   // An upload that receives no message for this long is cancelled and its buffer freed; 0: never.
   int64_t upload_idle_timeout_ms = 120000;
+  // TLS on the gRPC port (the metrics port stays plain HTTP); off unless a certificate is given.
+  ServerTlsOptions tls;
 };
 
 class QLinearServer {

@@ -38,7 +38,8 @@ extern "C" void on_sigint(int) { g_interrupted = 1; }
 constexpr int kBadResponse = -1;
 // Upper bound on the bytes of pre-generated inputs; fewer distinct buffers per M above it.
 constexpr int64_t kPayloadBudget = int64_t{256} << 20;
-constexpr int kMaxMessageBytes = (1 << 30) - 1;
+// The largest message the workers' channels send or take, in MiB.
+constexpr int kMaxMessageMb = 1024;
 
 enum class Rpc { kStream, kUnary, kEcho };
 
@@ -56,6 +57,7 @@ const char* rpc_name(Rpc r) {
 
 struct Config {
   std::string server;
+  ClientOptions transport;  // the workers' channels: TLS settings, message sizes
   std::string layer;
   int64_t n = 0, k = 0;
   std::string layer_note;  // "uploaded, random, dynamic_symmetric" / "existing, ..."
@@ -371,15 +373,13 @@ class Worker {
   grpc::ClientContext* live_ ABSL_GUARDED_BY(live_mu_) = nullptr;
 };
 
-std::shared_ptr<grpc::Channel> make_channel(const std::string& target, int index) {
+std::shared_ptr<grpc::Channel> bench_channel(const Config& c, int index) {
   grpc::ChannelArguments a;
-  a.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  a.SetMaxSendMessageSize(kMaxMessageBytes);
   // A private subchannel pool and a distinct argument: channels with equal arguments would
   // otherwise share one connection.
   a.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   a.SetInt("qlinear.bench_channel", index);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), a);
+  return make_channel(c.server, c.transport, a);
 }
 
 double cpu_seconds() {
@@ -438,7 +438,7 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
   const int workers = static_cast<int>(c.workers);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < (c.shared_channel ? 1 : workers); ++i) {
-    channels.push_back(make_channel(c.server, i));
+    channels.push_back(bench_channel(c, i));
   }
   for (auto& ch : channels) {
     if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
@@ -487,7 +487,7 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
       std::fprintf(stderr,
                    "%swaiting for %d worker(s) whose requests are still in flight; "
                    "Ctrl-C again to quit at once\n",
-                   tty ? "\n" : "", workers - sh.finished.load());
+                   tty ? "\n" : "", static_cast<int>(workers - sh.finished.load()));
     }
     const auto now = Clock::now();
     if (now < next_tick) continue;
@@ -809,6 +809,8 @@ int cmd_bench(const CommandArgs& args) {
     return usage_error("--max-batch-rows/--max-queue-delay-us apply to the random layer only");
   }
   c.server = *args.server;
+  c.transport = client_options(args);
+  c.transport.max_message_mb = kMaxMessageMb;
   c.workers = streams;
   c.unary = unary;
   c.shared_channel = shared_channel;

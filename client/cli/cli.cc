@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,9 +33,41 @@ const std::vector<Command>& commands() {
   return list;
 }
 
+namespace {
+// How the command connects, for the hints of fail().
+bool g_tls = false;
+bool g_client_certificate = false;
+
+// A hint for a connection refused at the TLS layer: gRPC's own messages name the symptom only.
+std::string transport_hint(const absl::Status& status) {
+  if (!absl::IsUnavailable(status)) return "";
+  const absl::string_view m = status.message();
+  if (absl::StrContains(m, "wrong version number")) {
+    return " (the server speaks plaintext: connect without --tls and its files)";
+  }
+  if (absl::StrContains(m, "Socket closed")) {
+    if (!g_tls) return " (if the server serves TLS, connect with --tls or --tls-ca)";
+    if (!g_client_certificate) {
+      return " (if the server asks for client certificates, give --tls-cert and --tls-key)";
+    }
+    return " (if the server asks for client certificates, it may not accept this one)";
+  }
+  if (absl::StrContains(m, "certificate verify failed")) {
+    return " (the server's certificate is not issued by --tls-ca, or by the system's authorities "
+           "without it)";
+  }
+  return "";
+}
+}  // namespace
+
+void set_transport(bool tls, bool client_certificate) {
+  g_tls = tls;
+  g_client_certificate = client_certificate;
+}
+
 int fail(const absl::Status& status) {
-  std::fprintf(stderr, "qlinear-cli: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
-               std::string(status.message()).c_str());
+  std::fprintf(stderr, "qlinear-cli: %s: %s%s\n", absl::StatusCodeToString(status.code()).c_str(),
+               std::string(status.message()).c_str(), transport_hint(status).c_str());
   return kExitFailure;
 }
 
@@ -64,11 +97,17 @@ int parse_command_line(ArgParser& parser, const CommandArgs& args,
   return -1;
 }
 
-std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options) {
+ClientOptions client_options(const CommandArgs& args, ClientOptions options) {
   options.max_message_mb = args.max_message_mb;
   options.call_timeout = args.timeout;
   if (args.timeout_given) options.upload_timeout = args.timeout;
-  return std::make_unique<Client>(*args.server, options);
+  options.credentials = args.credentials;
+  options.tls_server_name = args.tls_server_name;
+  return options;
+}
+
+std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options) {
+  return std::make_unique<Client>(*args.server, client_options(args, std::move(options)));
 }
 
 std::string scheme_cli_name(v1::Scheme s) {

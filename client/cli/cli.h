@@ -38,6 +38,9 @@ struct CommandArgs {
   // --timeout-s: each call's deadline (0: none); an upload's only where given.
   std::chrono::milliseconds timeout{kDefaultTimeoutMs};
   bool timeout_given = false;
+  // --tls and its files: null for plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string tls_server_name;  // --tls-server-name
 };
 
 using CommandFn = int (*)(const CommandArgs&);
@@ -62,8 +65,11 @@ int cmd_infer(const CommandArgs& args);
 int cmd_smoke(const CommandArgs& args);
 int cmd_bench(const CommandArgs& args);
 
-// Prints "qlinear-cli: <CODE>: <message>" to stderr and returns kExitFailure.
+// Prints "qlinear-cli: <CODE>: <message>" to stderr and returns kExitFailure. A connection
+// refused at the TLS layer gets a hint of the likely cause, told by set_transport().
 int fail(const absl::Status& status);
+// How this command connects: over TLS, with a client certificate.
+void set_transport(bool tls, bool client_certificate);
 // Prints "qlinear-cli: INVALID_ARGUMENT: <message>" to stderr and returns kExitUsage.
 int usage_error(absl::string_view message);
 
@@ -74,8 +80,10 @@ int usage_error(absl::string_view message);
 int parse_command_line(ArgParser& parser, const CommandArgs& args,
                        const std::vector<std::string>& positional = {});
 
-// A client of --server with the global --max-message-mb and --timeout-s (an upload's deadline
-// only where --timeout-s was given).
+// `options` with the global --max-message-mb, --timeout-s (an upload's deadline only where
+// --timeout-s was given) and TLS settings.
+ClientOptions client_options(const CommandArgs& args, ClientOptions options = {});
+// A client of --server with client_options(args, options).
 std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options = {});
 
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...

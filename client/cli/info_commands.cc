@@ -51,7 +51,7 @@ int cmd_health(const CommandArgs& args) {
   ca.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   ca.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(*args.server, grpc::InsecureChannelCredentials(), ca);
+  auto channel = make_channel(*args.server, client_options(args), ca);
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(service);

@@ -26,8 +26,8 @@ namespace {
 std::string overview() {
   std::string out =
       "qlinear-cli: command-line client for the qlinear INT8 W8A8 inference server.\n\n"
-      "Usage: qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] <command> "
-      "[options]\n"
+      "Usage: qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] [--tls ...] "
+      "<command> [options]\n"
       "       qlinear-cli help [<command>]\n\n"
       "Commands:\n";
   for (const Command& c : commands()) {
@@ -47,6 +47,19 @@ std::string overview() {
                       "default 60;\n"
                       "                      an upload, `load` or bench's own layer, has none "
                       "unless given)\n",
+                      "  --tls               Connect over TLS, verifying the server with the "
+                      "system's certificate\n"
+                      "                      authorities (implied by any --tls-* option)\n",
+                      "  --tls-ca=FILE       PEM certificate authorities that verify the server "
+                      "instead\n",
+                      "  --tls-cert=FILE     PEM client certificate, for a server that asks for "
+                      "one (mutual TLS;\n"
+                      "                      with --tls-key)\n",
+                      "  --tls-key=FILE      PEM private key of --tls-cert (not encrypted)\n",
+                      "  --tls-server-name=NAME\n"
+                      "                      Name the server's certificate must bear, where the "
+                      "server's address\n"
+                      "                      is not it (an IP address, a tunnel)\n",
                       "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
@@ -73,8 +86,11 @@ int run(int argc, char** argv) {
   while (cmd < argc && argv[cmd][0] == '-') {
     const bool timeout = std::strcmp(argv[cmd], "--timeout-s") == 0;
     timeout_given = timeout_given || timeout || std::strncmp(argv[cmd], "--timeout-s=", 12) == 0;
-    const bool valued = timeout || std::strcmp(argv[cmd], "--server") == 0 ||
-                        std::strcmp(argv[cmd], "--max-message-mb") == 0;
+    bool valued = timeout;
+    for (const char* flag : {"--server", "--max-message-mb", "--tls-ca", "--tls-cert", "--tls-key",
+                             "--tls-server-name"}) {
+      valued = valued || std::strcmp(argv[cmd], flag) == 0;
+    }
     cmd += valued ? 2 : 1;
   }
   int64_t max_message_mb = 64;
@@ -85,6 +101,14 @@ int run(int argc, char** argv) {
   globals.add("server", &server, "Server address HOST:PORT");
   globals.add("max-message-mb", &max_message_mb, "Largest message sent or received, in MiB");
   globals.add("timeout-s", &timeout_s, "Deadline of each call, in seconds (0: none)");
+  bool tls = false;
+  ClientTlsFiles tls_files;
+  std::string tls_server_name;
+  globals.add("tls", &tls, "Connect over TLS");
+  globals.add("tls-ca", &tls_files.ca_file, "PEM certificate authorities that verify the server");
+  globals.add("tls-cert", &tls_files.cert_file, "PEM client certificate (mutual TLS)");
+  globals.add("tls-key", &tls_files.key_file, "PEM private key of --tls-cert");
+  globals.add("tls-server-name", &tls_server_name, "Name the server's certificate must bear");
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
   }
@@ -103,7 +127,12 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   std::string name = argv[cmd];
-  CommandArgs args{argc, argv, cmd + 1, &server, static_cast<int>(max_message_mb)};
+  CommandArgs args;
+  args.argc = argc;
+  args.argv = argv;
+  args.first = cmd + 1;
+  args.server = &server;
+  args.max_message_mb = static_cast<int>(max_message_mb);
   // (A positive deadline under a millisecond is one millisecond, not none.)
   args.timeout = std::chrono::milliseconds(
       timeout_s > 0 ? std::max<int64_t>(1, std::llround(timeout_s * 1000)) : 0);
@@ -120,11 +149,28 @@ int run(int argc, char** argv) {
     }
     static char help_flag[] = "--help";
     char* help_argv[] = {argv[0], help_flag};
-    return c->run(CommandArgs{2, help_argv, 1, &server, static_cast<int>(max_message_mb)});
+    args.argc = 2;
+    args.argv = help_argv;
+    args.first = 1;
+    return c->run(args);
   }
   const Command* c = find_command(name);
   if (c == nullptr) {
     return usage_error(absl::StrCat("unknown command '", name, "' (see qlinear-cli help)"));
+  }
+  // Any TLS file or name implies --tls; the files are read and checked here, before any call.
+  if (tls || !tls_files.ca_file.empty() || !tls_files.cert_file.empty() ||
+      !tls_files.key_file.empty() || !tls_server_name.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        tls_channel_credentials(tls_files);
+    if (!credentials.ok()) {
+      return absl::IsInvalidArgument(credentials.status())
+                 ? usage_error(credentials.status().message())
+                 : fail(credentials.status());
+    }
+    args.credentials = *std::move(credentials);
+    args.tls_server_name = tls_server_name;
+    set_transport(true, !tls_files.cert_file.empty());
   }
   return c->run(args);
 }

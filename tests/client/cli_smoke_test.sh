@@ -2,8 +2,9 @@
 # End-to-end test of qlinear-cli against a real qlinear-server on a free local port: health,
 # smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
 # (random, from .npy files, and a layer manifest, also loaded by a second server at start-up), infer (unary and streamed, .npy in and out), short load
-# benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, and a
-# graceful SIGTERM stop of the server (exit 0).
+# benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, a server
+# with mutual TLS (certificates made with openssl), and a graceful SIGTERM stop of the server
+# (exit 0).
 #
 # Usage: cli_smoke_test.sh QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY
 set -euo pipefail
@@ -50,6 +51,17 @@ expect() {
 # grep_out PATTERN / grep_err PATTERN: the last command's stdout / stderr contains PATTERN.
 grep_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
 grep_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
+
+# listening_port LOG: the port a server started with --port 0 logs once it listens (up to 20 s).
+listening_port() {
+  local p=""
+  for _ in $(seq 200); do
+    p=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$1")
+    [[ -n $p ]] && break
+    sleep 0.1
+  done
+  [[ -n $p ]] && echo "$p"
+}
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -190,13 +202,8 @@ grep_err "INVALID_ARGUMENT: $work/bad.json: layer 'x' (layers\[0\]): unknown key
 "$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer \
   --layer-manifest "$work/layers.json" 2>"$work/server2.log" &
 server2_pid=$!
-port2=""
-for _ in $(seq 200); do
-  port2=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/server2.log")
-  [[ -n $port2 ]] && break
-  sleep 0.1
-done
-[[ -n $port2 ]] || fail "the server with a manifest did not start listening"
+port2=$(listening_port "$work/server2.log") ||
+  fail "the server with a manifest did not start listening"
 expect 0 --server "127.0.0.1:$port2" health --wait-seconds 20
 expect 0 --server "127.0.0.1:$port2" layers
 grep_out '^cli-test/manifest-a  *40  *72  *dynamic_symmetric  *yes '
@@ -453,6 +460,72 @@ QLINEAR_SERVER= expect 0 layers --server "127.0.0.1:$port"
 closed=$(free_port)
 expect 1 health --server "127.0.0.1:$closed"
 grep_err '^qlinear-cli: UNAVAILABLE: '
+
+# --- TLS: a server with mutual TLS, certificates made here --------------------------------------
+tls=$work/tls
+mkdir -p "$tls"
+(
+  cd "$tls"
+  ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+  openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.pem -days 2 -subj "/CN=cli test CA"
+  for who in server client; do
+    openssl req "${ec[@]}" -keyout "$who.key" -out "$who.csr" -subj "/CN=cli test $who"
+  done
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >server.ext
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile server.ext -out server.pem
+  openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -out client.pem
+) >"$work/openssl.log" 2>&1 || { cat "$work/openssl.log" >&2; fail "openssl could not make the test certificates"; }
+rc=0
+"$server_bin" --port 0 --tls-cert "$tls/server.pem" 2>"$work/server3.log" || rc=$?
+[[ $rc -eq 2 ]] || fail "qlinear-server --tls-cert without --tls-key exited $rc, expected 2"
+grep -q -- '--tls-cert needs --tls-key' "$work/server3.log" || fail "no '--tls-cert needs --tls-key'"
+rc=0
+"$server_bin" --port 0 --tls-cert "$tls/server.pem" --tls-key "$tls/client.key" \
+  2>"$work/server3.log" || rc=$?
+[[ $rc -eq 1 ]] || fail "qlinear-server with another certificate's key exited $rc, expected 1"
+grep -q -- "--tls-key $tls/client.key does not match --tls-cert $tls/server.pem" \
+  "$work/server3.log" || fail "no 'does not match' on a key that is not the certificate's"
+"$server_bin" --address 127.0.0.1 --port 0 --demo-n 64 --demo-k 128 --enable-echo \
+  --tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.pem" \
+  2>"$work/server3.log" &
+server2_pid=$!
+port3=$(listening_port "$work/server3.log") || fail "the TLS server did not start listening"
+grep -q "(TLS with CN=cli test server (no intermediates; valid until .*); client certificates required, issued by $tls/ca.pem (1 certificate))" \
+  "$work/server3.log" || fail "the TLS server's 'listening on' line does not say how it serves"
+mtls=(--server "localhost:$port3" --tls-ca "$tls/ca.pem" --tls-cert "$tls/client.pem"
+  --tls-key "$tls/client.key")
+expect 0 "${mtls[@]}" health --wait-seconds 20
+grep_out '^SERVING$'
+expect 0 "${mtls[@]}" smoke --n 64 --k 96 --batches 2
+grep_out '^smoke: PASS'
+expect 0 "${mtls[@]}" infer --layer demo --m 3
+expect 0 "${mtls[@]}" bench --layer demo --streams 2 --requests 20 --warmup 0
+grep_out '^  requests    20 ok'
+expect 0 "${mtls[@]}" --tls-server-name localhost --server "127.0.0.1:$port3" layers
+grep_out '^demo '
+# Refused at the handshake, each with a hint of why.
+expect 1 --server "localhost:$port3" layers
+grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
+expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" layers
+grep_err '(if the server asks for client certificates, give --tls-cert and --tls-key)$'
+expect 1 --server "localhost:$port3" --tls layers
+grep_err '(the server.s certificate is not issued by --tls-ca, or by the system.s authorities without it)$'
+expect 1 --tls-ca "$tls/ca.pem" layers  # the plaintext server
+grep_err '(the server speaks plaintext: connect without --tls and its files)$'
+# Client files checked before any call.
+expect 2 --tls-cert "$tls/client.pem" layers
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --tls-cert needs --tls-key'
+expect 2 --tls-ca "$tls/ca.key" layers
+grep_err "^qlinear-cli: INVALID_ARGUMENT: --tls-ca: $tls/ca.key holds no PEM certificate"
+expect 1 --tls-ca "$tls/none.pem" layers
+grep_err "^qlinear-cli: NOT_FOUND: --tls-ca: cannot open $tls/none.pem"
+kill -TERM "$server2_pid"
+rc=0
+wait "$server2_pid" || rc=$?
+server2_pid=""
+[[ $rc -eq 0 ]] || fail "the TLS server exited $rc on SIGTERM"
 
 # --- deadlines: a server that takes the connection and never answers ----------------------------
 expect 2 --timeout-s -1 layers

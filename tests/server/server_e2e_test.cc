@@ -835,6 +835,26 @@ TEST_F(ServerTest, ASlowMetricsClientDoesNotHoldUpLiveness) {
   EXPECT_LT(took_s, 4.0) << "the trickling client held the thread";
 }
 
+// /readyz follows the gRPC health status: 200 while serving, 503 once the server stops serving
+// (the delay before a drain), while /healthz stays 200.
+TEST_F(ServerTest, ReadinessOnTheMetricsPortFollowsTheHealthStatus) {
+  const std::string ready = http_get(server_->metrics_port(), "/readyz");
+  EXPECT_NE(ready.find("200 OK"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("\r\n\r\nserving\n"), std::string::npos) << ready;
+  server_->stop_serving_health();
+  const std::string stopping = http_get(server_->metrics_port(), "/readyz");
+  EXPECT_NE(stopping.find("503 Service Unavailable"), std::string::npos) << stopping;
+  EXPECT_NE(stopping.find("stopping: the server is shutting down"), std::string::npos) << stopping;
+  auto health = client_->health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_FALSE(*health);
+  const std::string live = http_get(server_->metrics_port(), "/healthz");
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  const std::string other = http_get(server_->metrics_port(), "/other");
+  EXPECT_NE(other.find("404 Not Found"), std::string::npos) << other;
+  EXPECT_NE(other.find("readiness at /readyz"), std::string::npos) << other;
+}
+
 TEST_F(ServerTest, MetricsEndpointIsScraped) {
   SplitMix64 rng(6);
   const std::string x = random_x(rng, 2, 64, DType::kBF16);
