@@ -37,7 +37,8 @@ struct ClientOptions {
 };
 
 // The files of a TLS client, all PEM and optional: `ca_file` the certificate authorities that
-// verify the server (empty: the system's, or $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH); `cert_file` and
+// verify the server (empty: gRPC's default roots, $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH where set,
+// else the system's certificate store, else the roots built into gRPC); `cert_file` and
 // `key_file` the client's own certificate and key, for a server that asks for one (mutual TLS).
 struct ClientTlsFiles {
   std::string ca_file;

@@ -81,8 +81,10 @@ absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,
     if (cert == nullptr) {
       // The end of the file, or a block that is not a certificate or does not parse.
       const unsigned long e = ERR_peek_last_error();
-      if (out.count > 0 && ERR_GET_REASON(e) == PEM_R_NO_START_LINE) break;
-      if (out.count == 0 && ERR_GET_REASON(e) == PEM_R_NO_START_LINE) {
+      const bool no_more =
+          ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE;
+      if (out.count > 0 && no_more) break;
+      if (out.count == 0 && no_more) {
         ERR_clear_error();
         return absl::InvalidArgumentError(absl::StrCat(
             flag, ": ", path, " holds no PEM certificate (-----BEGIN CERTIFICATE-----)"));
@@ -117,6 +119,7 @@ absl::StatusOr<std::string> read_pem_private_key(absl::string_view flag, const s
                      "or RSA / EC PRIVATE KEY): ",
                      openssl_error()));
   }
+  ERR_clear_error();
   return bytes;
 }
 

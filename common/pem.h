@@ -20,7 +20,9 @@ struct PemCertificates {
 };
 
 // Reads `path`, given by `flag` (for messages: "--tls-cert"), which must hold one or more PEM
-// certificates and nothing else of PEM. Errors name the flag and the path: NOT_FOUND /
+// certificates (the server's first, then its intermediates). PEM blocks of other kinds are
+// skipped, as gRPC skips them: a file holding a key and its certificate serves as both. Errors name
+// the flag and the path: NOT_FOUND /
 // PERMISSION_DENIED where it cannot be read, INVALID_ARGUMENT where it holds no certificate or one
 // that does not parse.
 absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,

@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/device_fault.h"
 #include "prometheus/text_serializer.h"
 
 namespace qlinear {
@@ -112,13 +114,19 @@ void MetricsHttpServer::answer(int fd) {
     body = out.str();
   } else if (line.rfind("GET /healthz ", 0) == 0 || line == "GET /healthz") {
     // Liveness: answered on this thread, whatever the gRPC server's threads are doing (every one
-    // held by a stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED).
+    // held by a stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED). A device
+    // fault fails it: only a restart brings the GPU back.
     type = "text/plain";
     body = "ok\n";
+    if (std::optional<std::string> fault = device_fault()) {
+      status = "503 Service Unavailable";
+      body = absl::StrCat("device fault: ", *fault, "\n");
+    }
   } else if (line.rfind("GET /readyz ", 0) == 0 || line == "GET /readyz") {
     // Readiness: as grpc.health.v1 answers for the whole server.
     type = "text/plain";
-    switch (readiness_.load()) {
+    std::optional<std::string> fault = device_fault();
+    switch (fault.has_value() ? Readiness::kStopping : readiness_.load()) {
       case Readiness::kServing:
         body = "serving\n";
         break;
@@ -128,7 +136,8 @@ void MetricsHttpServer::answer(int fd) {
         break;
       case Readiness::kStopping:
         status = "503 Service Unavailable";
-        body = "stopping: the server is shutting down\n";
+        body = fault.has_value() ? absl::StrCat("device fault: ", *fault, "\n")
+                                 : "stopping: the server is shutting down\n";
         break;
     }
   } else if (line.rfind("GET ", 0) == 0) {

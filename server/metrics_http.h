@@ -1,6 +1,7 @@
 // Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, a liveness
-// check at /healthz (200 while the process runs) and a readiness check at /readyz (200 while the
-// gRPC port serves, 503 while it starts or stops: what grpc.health.v1 says, for probes that
+// check at /healthz (200 while the process runs, 503 once a device fault is recorded:
+// kernels/core/device_fault.h) and a readiness check at /readyz (200 while the gRPC port serves,
+// 503 while it starts or stops or after a device fault: what grpc.health.v1 says, for probes that
 // cannot speak gRPC over TLS). Neither check goes through gRPC's threads.
 //
 // A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and

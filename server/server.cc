@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/layer_manifest.h"
 #include "grpc/health/v1/health.pb.h"
+#include "kernels/core/device_fault.h"
 #include "kernels/core/status.h"
 #include "server/core/demo_layer.h"
 #include "server/log.h"
@@ -193,6 +194,14 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   if (s->metrics_http_ != nullptr) {
     s->metrics_http_->set_readiness(MetricsHttpServer::Readiness::kServing);
   }
+  // A device fault takes the server out of service: its GPU layers can only fail from then on.
+  // (/healthz and /readyz read the fault themselves.)
+  QLinearServer* self = s.get();
+  s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
+    log_info(absl::StrCat("device fault: ", what,
+                          "; health NOT_SERVING, /healthz failing: restart the process"));
+    self->server_->GetHealthCheckService()->SetServingStatus(false);
+  });
   if (!o.quiet) {
     log_info(absl::StrCat("listening on ", o.address, ":", s->port_, " (", credentials.summary, ")",
                           s->metrics_port_ > 0 ? absl::StrCat("; metrics on http://", o.address,
@@ -219,6 +228,7 @@ void QLinearServer::stop_serving_health() {
 void QLinearServer::wait() { server_->Wait(); }
 
 QLinearServer::~QLinearServer() {
+  if (device_fault_listener_ != 0) remove_device_fault_listener(device_fault_listener_);
   if (server_ != nullptr) {
     shutdown(std::chrono::milliseconds(0));
     server_->Wait();

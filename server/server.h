@@ -68,7 +68,8 @@ class QLinearServer {
   // to `grace` to finish, then the server stops.
   void shutdown(std::chrono::milliseconds grace);
   // Health turns NOT_SERVING; every call is still served (the stop before a shutdown, while load
-  // balancers take the server out).
+  // balancers take the server out). A device fault (kernels/core/device_fault.h) does the same
+  // for good, and fails /healthz, so that the process is restarted.
   void stop_serving_health();
   void wait();
 
@@ -83,6 +84,7 @@ class QLinearServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool stopped_ = false;
+  int device_fault_listener_ = 0;  // turns health NOT_SERVING on a device fault; 0: none
 };
 
 }  // namespace qlinear

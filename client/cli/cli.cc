@@ -40,8 +40,10 @@ bool g_client_certificate = false;
 
 // A hint for a connection refused at the TLS layer: gRPC's own messages name the symptom only.
 std::string transport_hint(const absl::Status& status) {
-  if (!absl::IsUnavailable(status)) return "";
   const absl::string_view m = status.message();
+  // Only a connection that could not be made: a call cut off by a server that stops says
+  // "Socket closed" too.
+  if (!absl::IsUnavailable(status) || !absl::StrContains(m, "failed to connect")) return "";
   if (absl::StrContains(m, "wrong version number")) {
     return " (the server speaks plaintext: connect without --tls and its files)";
   }
@@ -52,8 +54,12 @@ std::string transport_hint(const absl::Status& status) {
     }
     return " (if the server asks for client certificates, it may not accept this one)";
   }
+  if (absl::StrContains(m, "not in peer certificate")) {
+    return " (the server's certificate does not bear the name connected to: give --tls-server-name "
+           "with a name it bears)";
+  }
   if (absl::StrContains(m, "certificate verify failed")) {
-    return " (the server's certificate is not issued by --tls-ca, or by the system's authorities "
+    return " (the server's certificate is not issued by --tls-ca, or by the default roots "
            "without it)";
   }
   return "";

@@ -47,9 +47,11 @@ std::string overview() {
                       "default 60;\n"
                       "                      an upload, `load` or bench's own layer, has none "
                       "unless given)\n",
-                      "  --tls               Connect over TLS, verifying the server with the "
-                      "system's certificate\n"
-                      "                      authorities (implied by any --tls-* option)\n",
+                      "  --tls               Connect over TLS, verifying the server with gRPC's "
+                      "default roots\n"
+                      "                      ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else the "
+                      "system's; implied by\n"
+                      "                      any --tls-* option)\n",
                       "  --tls-ca=FILE       PEM certificate authorities that verify the server "
                       "instead\n",
                       "  --tls-cert=FILE     PEM client certificate, for a server that asks for "
@@ -79,8 +81,7 @@ int run(int argc, char** argv) {
   if (const char* env = std::getenv("QLINEAR_SERVER"); env != nullptr && *env != '\0') {
     server = env;
   }
-  // Global options come before the command; --server, --max-message-mb and --timeout-s take a
-  // value.
+  // Global options come before the command; all but --tls and --help take a value.
   int cmd = 1;
   bool timeout_given = false;
   while (cmd < argc && argv[cmd][0] == '-') {
@@ -96,7 +97,8 @@ int run(int argc, char** argv) {
   int64_t max_message_mb = 64;
   double timeout_s = kDefaultTimeoutMs / 1000.0;
   ArgParser globals(
-      "qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] <command> [options]",
+      "qlinear-cli [--server HOST:PORT] [--max-message-mb N] [--timeout-s S] [--tls ...] <command> "
+      "[options]",
       "");
   globals.add("server", &server, "Server address HOST:PORT");
   globals.add("max-message-mb", &max_message_mb, "Largest message sent or received, in MiB");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kernels/core/device_fault.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 #include "kernels/cuda/cuda_arch.h"  // generated: QLINEAR_CUDA_ARCHS
@@ -79,6 +80,29 @@ bool arch_runs_on(const ArchEntry& e, int major, int minor) {
 
 }  // namespace
 
+bool is_context_fatal(cudaError_t error) {
+  switch (error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorContained:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
                                int line) {
   cudaGetLastError();  // a non-sticky error must not fail the next, unrelated call
@@ -86,6 +110,10 @@ absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const 
                                  "): ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
   if (error == cudaErrorMemoryAllocation) {
     return absl::ResourceExhaustedError(absl::StrCat(msg, memory_note()));
+  }
+  if (is_context_fatal(error)) {
+    absl::StrAppend(&msg, "; the GPU cannot serve again in this process, which must restart");
+    report_device_fault(msg);
   }
   return absl::InternalError(msg);
 }

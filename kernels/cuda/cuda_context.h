@@ -26,9 +26,16 @@ namespace qlinear::gpu {
 
 // A failed CUDA runtime call as a status: out of memory is RESOURCE_EXHAUSTED, anything else
 // INTERNAL; the message names the call, the error and the source line. Clears the runtime's
-// last-error slot so that a non-sticky error does not leak into the next call.
+// last-error slot so that a non-sticky error does not leak into the next call. An error that
+// leaves the context unusable (is_context_fatal) is also reported as the process's device fault
+// (kernels/core/device_fault.h), and its message says the process must restart.
 absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
                                int line);
+
+// Whether `error` leaves the process's CUDA context unusable, every later call failing with it
+// ("sticky": the runtime's documentation says the process must be terminated and relaunched),
+// or means the device itself failed (an uncorrectable ECC or NVLink error).
+bool is_context_fatal(cudaError_t error);
 // The same for a cuBLAS/cuBLASLt status (passed as int to keep cublas headers out of here).
 absl::Status cublas_error_status(int status, absl::string_view what, const char* file, int line);
 

@@ -511,7 +511,9 @@ grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with -
 expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" layers
 grep_err '(if the server asks for client certificates, give --tls-cert and --tls-key)$'
 expect 1 --server "localhost:$port3" --tls layers
-grep_err '(the server.s certificate is not issued by --tls-ca, or by the system.s authorities without it)$'
+grep_err '(the server.s certificate is not issued by --tls-ca, or by the default roots without it)$'
+expect 1 "${mtls[@]}" --tls-server-name qlinear.example layers
+grep_err '(the server.s certificate does not bear the name connected to: give --tls-server-name with a name it bears)$'
 expect 1 --tls-ca "$tls/ca.pem" layers  # the plaintext server
 grep_err '(the server speaks plaintext: connect without --tls and its files)$'
 # Client files checked before any call.

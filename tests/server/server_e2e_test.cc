@@ -19,6 +19,7 @@
 #include "client/qlinear_client.h"
 #include "common/npy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "kernels/core/device_fault.h"
 #include "server/server.h"
 #include "tests/server/test_util.h"
 
@@ -853,6 +854,29 @@ TEST_F(ServerTest, ReadinessOnTheMetricsPortFollowsTheHealthStatus) {
   const std::string other = http_get(server_->metrics_port(), "/other");
   EXPECT_NE(other.find("404 Not Found"), std::string::npos) << other;
   EXPECT_NE(other.find("readiness at /readyz"), std::string::npos) << other;
+}
+
+// A device fault (a CUDA context lost to an illegal address, say) takes the server out of service
+// for good: gRPC health NOT_SERVING, /readyz and /healthz 503 with the fault, so that the process
+// is restarted; calls to CPU layers are still answered meanwhile.
+TEST_F(ServerTest, ADeviceFaultFailsHealthAndLiveness) {
+  ASSERT_TRUE(*client_->health());
+  report_device_fault("cuda:0: cudaErrorIllegalAddress (a test)");
+  auto health = client_->health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_FALSE(*health);
+  const std::string live = http_get(server_->metrics_port(), "/healthz");
+  EXPECT_NE(live.find("503 Service Unavailable"), std::string::npos) << live;
+  EXPECT_NE(live.find("device fault: cuda:0: cudaErrorIllegalAddress (a test)"), std::string::npos)
+      << live;
+  const std::string ready = http_get(server_->metrics_port(), "/readyz");
+  EXPECT_NE(ready.find("503 Service Unavailable"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("device fault: "), std::string::npos) << ready;
+  SplitMix64 rng(8);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  auto served = client_->infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_TRUE(served.ok()) << served.status();
+  clear_device_fault_for_testing();
 }
 
 TEST_F(ServerTest, MetricsEndpointIsScraped) {

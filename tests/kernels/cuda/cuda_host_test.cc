@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/device_fault.h"
 #include "kernels/core/host_info.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/mapped_copy.h"
@@ -31,6 +32,39 @@ TEST(LoadTiming, LowestMedianPicksTheFirstOfEqualsAndIgnoresOutliers) {
   EXPECT_EQ(lowest_median(ties), 2u);
   std::vector<std::vector<double>> equal = {{6, 6}, {6, 6}};
   EXPECT_EQ(lowest_median(equal), 0u);
+}
+
+// Errors that leave the context unusable are reported as the process's device fault, with a
+// message that says so; others are not (run anywhere: no device needed).
+TEST(CudaErrors, ContextFatalErrorsAreReportedAsTheDeviceFault) {
+  clear_device_fault_for_testing();
+  for (cudaError_t e :
+       {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorAssert,
+        cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, cudaErrorECCUncorrectable}) {
+    EXPECT_TRUE(is_context_fatal(e)) << cudaGetErrorName(e);
+  }
+  for (cudaError_t e :
+       {cudaErrorMemoryAllocation, cudaErrorInvalidValue, cudaErrorLaunchOutOfResources,
+        cudaErrorNoDevice, cudaErrorInsufficientDriver, cudaErrorNotReady}) {
+    EXPECT_FALSE(is_context_fatal(e)) << cudaGetErrorName(e);
+  }
+  const absl::Status oom = cuda_error_status(cudaErrorMemoryAllocation, "cudaMalloc", "x.cc", 1);
+  EXPECT_EQ(oom.code(), absl::StatusCode::kResourceExhausted);
+  const absl::Status invalid = cuda_error_status(cudaErrorInvalidValue, "cudaMemcpy", "x.cc", 2);
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(device_fault().has_value()) << *device_fault();
+
+  const absl::Status fatal =
+      cuda_error_status(cudaErrorIllegalAddress, "cudaStreamSynchronize(s)", "/a/b/call.cc", 7);
+  EXPECT_EQ(fatal.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(fatal.message(),
+            std::string("CUDA error in cudaStreamSynchronize(s) (call.cc:7): "
+                        "cudaErrorIllegalAddress: ") +
+                cudaGetErrorString(cudaErrorIllegalAddress) +
+                "; the GPU cannot serve again in this process, which must restart");
+  ASSERT_TRUE(device_fault().has_value());
+  EXPECT_EQ(*device_fault(), fatal.message());
+  clear_device_fault_for_testing();
 }
 
 TEST(CudaArch, MachineCodeRunsOnItsMajorVersionAndArchSpecificOnlyOnItsOwn) {
