@@ -80,6 +80,14 @@ int cmd_health(const CommandArgs& args) {
     if (Clock::now() >= end) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  if (last_error.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && wait_seconds > 0) {
+    // A wait that ran out hides why the channel could not connect (a refused port, a TLS
+    // handshake that failed): one call that fails fast says it.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    const grpc::Status once = stub->Check(&ctx, req, &resp);
+    if (once.error_code() == grpc::StatusCode::UNAVAILABLE) last_error = once;
+  }
   if (!last_error.ok()) {
     absl::Status s = from_grpc_status(last_error);
     return fail(absl::Status(

@@ -510,6 +510,8 @@ expect 1 --server "localhost:$port3" layers
 grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
 expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" layers
 grep_err '(if the server asks for client certificates, give --tls-cert and --tls-key)$'
+expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" health --wait-seconds 1
+grep_err '(after waiting 1 s) (if the server asks for client certificates, give --tls-cert and --tls-key)$'
 expect 1 --server "localhost:$port3" --tls layers
 grep_err '(the server.s certificate is not issued by --tls-ca, or by the default roots without it)$'
 expect 1 "${mtls[@]}" --tls-server-name qlinear.example layers
