@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
   int64_t upload_idle_timeout_ms = o.upload_idle_timeout_ms;
   std::string tls_cert, tls_key, tls_client_ca;
+  int64_t liveness_batch_timeout_s =
+      std::chrono::duration_cast<std::chrono::seconds>(o.liveness_batch_timeout).count();
   qlinear::ArgParser args(
       "qlinear-server [options]",
       "Serves INT8 W8A8 quantized linear layers over gRPC (service qlinear.v1.QLinear, plus\n"
@@ -121,6 +123,10 @@ int main(int argc, char** argv) {
   args.add("upload-idle-timeout-ms", &upload_idle_timeout_ms,
            "Cancel an upload that receives no message for this long, freeing its weight buffer "
            "and thread (0 = never)");
+  args.add("liveness-batch-timeout-s", &liveness_batch_timeout_s,
+           "With --metrics-port, /healthz fails while a layer's batch has been executing longer "
+           "than this, in seconds (a kernel that never returns holds its layer for good; 0 = "
+           "never)");
   args.add("tls-cert", &tls_cert,
            "Serve gRPC over TLS with this PEM certificate (and any intermediates after it); "
            "needs --tls-key. The files are read at start-up: a new certificate takes a restart");
@@ -161,6 +167,8 @@ int main(int argc, char** argv) {
       {shutdown_delay_ms < 0 || shutdown_delay_ms > 3'600'000, "shutdown-delay-ms",
        shutdown_delay_ms, "0-3600000"},
       {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},
+      {liveness_batch_timeout_s < 0 || liveness_batch_timeout_s > 86400, "liveness-batch-timeout-s",
+       liveness_batch_timeout_s, "0-86400"},
   };
   for (const auto& r : ranges) {
     if (r.bad) {
@@ -199,6 +207,7 @@ int main(int argc, char** argv) {
   o.max_connection_age_ms = max_connection_age_ms;
   o.max_connection_age_grace_ms = max_connection_age_grace_ms;
   o.upload_idle_timeout_ms = upload_idle_timeout_ms;
+  o.liveness_batch_timeout = std::chrono::seconds(liveness_batch_timeout_s);
   o.tls = {tls_cert, tls_key, tls_client_ca};
   if (absl::Status s = qlinear::check_server_tls_flags(o.tls); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());

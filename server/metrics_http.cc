@@ -32,7 +32,8 @@ bool write_all(int fd, const std::string& data) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
-    const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry) {
+    const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry,
+    LivenessCheck liveness) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   s->listen_fd_ = fd;
   s->registry_ = std::move(registry);
+  s->liveness_ = std::move(liveness);
   s->thread_ = std::thread([p = s.get()] { p->serve(); });
   return s;
 }
@@ -121,6 +123,9 @@ void MetricsHttpServer::answer(int fd) {
     if (std::optional<std::string> fault = device_fault()) {
       status = "503 Service Unavailable";
       body = absl::StrCat("device fault: ", *fault, "\n");
+    } else if (std::string why = liveness_ ? liveness_() : std::string(); !why.empty()) {
+      status = "503 Service Unavailable";
+      body = absl::StrCat(why, "\n");
     }
   } else if (line.rfind("GET /readyz ", 0) == 0 || line == "GET /readyz") {
     // Readiness: as grpc.health.v1 answers for the whole server.

@@ -111,12 +111,26 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   eo.autotune = o.autotune;
   eo.share_tuning = o.share_tuning;
   s->metrics_ = std::make_unique<Metrics>();
+  s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
   if (o.metrics_port > 0) {
+    // (The responder is stopped before the engine goes: see the destructor.)
+    MetricsHttpServer::LivenessCheck liveness;
+    if (o.liveness_batch_timeout.count() > 0) {
+      liveness = [engine = s->engine_.get(), limit = o.liveness_batch_timeout]() -> std::string {
+        const std::optional<Engine::RunningBatch> b = engine->longest_running_batch();
+        if (!b.has_value() || b->running <= limit) return "";
+        return absl::StrFormat(
+            "stuck: a batch of layer '%s' has run for %.3f s, over the limit of %.3f s "
+            "(--liveness-batch-timeout-s)",
+            b->layer, std::chrono::duration<double>(b->running).count(),
+            std::chrono::duration<double>(limit).count());
+      };
+    }
     ASSIGN_OR_RETURN(s->metrics_http_,
-                     MetricsHttpServer::start(o.address, o.metrics_port, s->metrics_->registry()));
+                     MetricsHttpServer::start(o.address, o.metrics_port, s->metrics_->registry(),
+                                              std::move(liveness)));
     s->metrics_port_ = s->metrics_http_->port();
   }
-  s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
   s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo,
                                                  absl::Milliseconds(o.upload_idle_timeout_ms));
 
@@ -233,6 +247,7 @@ QLinearServer::~QLinearServer() {
     shutdown(std::chrono::milliseconds(0));
     server_->Wait();
   }
+  metrics_http_.reset();  // its liveness check reads the engine, which goes next
 }
 
 }  // namespace qlinear

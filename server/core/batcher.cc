@@ -87,7 +87,7 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     // to batch with (unless a delay asks to wait for company), and handing it to the worker and
     // back would cost two thread wake-ups.
     if (queue_.empty() && !busy_ && options_.max_queue_delay_us == 0) {
-      busy_ = true;
+      set_busy(true);
       run_here = true;
     } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
       return absl::ResourceExhaustedError(absl::StrCat("queue of layer '", layer_->name(),
@@ -103,10 +103,15 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     Pending* alone = &p;
     execute(absl::MakeConstSpan(&alone, 1));
     absl::MutexLock lock(&mu_);
-    busy_ = false;  // lets the worker take what queued meanwhile
+    set_busy(false);  // lets the worker take what queued meanwhile
   }
   p.done.WaitForNotification();
   return p.status;
+}
+
+void BatchQueue::set_busy(bool busy) {
+  busy_ = busy;
+  running_since_ns_.store(busy ? steady_now_ns() : 0, std::memory_order_relaxed);
 }
 
 bool BatchQueue::compatible(const Pending& a, const Pending& b) const {
@@ -176,11 +181,11 @@ void BatchQueue::worker() {
         if (rows >= options_.max_batch_rows) break;
       }
       if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
-      busy_ = true;
+      set_busy(true);
     }
     execute(batch);
     absl::MutexLock lock(&mu_);
-    busy_ = false;
+    set_busy(false);
   }
 }
 

@@ -11,6 +11,7 @@
 // requests are answered before compute and never reach a kernel.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -68,6 +69,8 @@ class BatchQueue {
   int64_t depth() const;
   // Sets the queue-depth gauge to the depth now (after the layer's gauges changed owner).
   void report_depth() const;
+  // When the batch executing now started (steady clock, ns); 0 when none is. Read without a lock.
+  int64_t running_since_ns() const { return running_since_ns_.load(std::memory_order_relaxed); }
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }
   // The layer's metric series (null without metrics).
@@ -76,6 +79,7 @@ class BatchQueue {
  private:
   struct Pending;
   void worker();
+  void set_busy(bool busy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool compatible(const Pending& a, const Pending& b) const;
   // Answers every request of `batch`; throws nothing (it may run on the worker thread).
   void execute(absl::Span<Pending* const> batch) noexcept;
@@ -89,7 +93,8 @@ class BatchQueue {
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;    // a batch is executing (worker or caller thread)
+  std::atomic<int64_t> running_since_ns_{0};  // set and cleared with busy_
   std::thread worker_;
 };
 

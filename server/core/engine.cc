@@ -190,6 +190,20 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   return result;
 }
 
+std::optional<Engine::RunningBatch> Engine::longest_running_batch() const {
+  const int64_t now = steady_now_ns();
+  std::optional<RunningBatch> longest;
+  store_.visit([&](const ServedLayer& l) {
+    const int64_t since = l.queue->running_since_ns();
+    if (since == 0) return;
+    const std::chrono::nanoseconds running(std::max<int64_t>(0, now - since));
+    if (!longest.has_value() || running > longest->running) {
+      longest = RunningBatch{l.name(), running};
+    }
+  });
+  return longest;
+}
+
 absl::Status Engine::unload(absl::string_view name) {
   std::shared_ptr<const ServedLayer> removed;  // released after the lock (see publish)
   absl::MutexLock lock(&publish_mu_);

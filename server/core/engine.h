@@ -2,9 +2,11 @@
 // The gRPC service converts messages to these structs and statuses back; tests drive it directly.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,15 @@ class Engine {
   // quantization, GEMM and epilogue. sa/azp are always returned.
   absl::Status execute(const Layer& layer, const InferInput& in, std::string* y,
                        InferOutput* out) const;
+
+  // The batch that has been executing longest among the loaded layers, if one is: its layer and
+  // how long it has run. (A watchdog's input: a kernel that never returns holds its layer's
+  // queue for good.)
+  struct RunningBatch {
+    std::string layer;
+    std::chrono::nanoseconds running{0};
+  };
+  std::optional<RunningBatch> longest_running_batch() const;
 
   const LayerStore& store() const { return store_; }
   const Registry& registry() const { return registry_; }

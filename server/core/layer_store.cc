@@ -61,6 +61,11 @@ std::vector<std::shared_ptr<const ServedLayer>> LayerStore::list() const {
   return out;
 }
 
+void LayerStore::visit(absl::FunctionRef<void(const ServedLayer&)> fn) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, layer] : layers_) fn(*layer);
+}
+
 size_t LayerStore::size() const {
   absl::MutexLock lock(&mu_);
   return layers_.size();

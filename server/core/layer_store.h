@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -38,6 +39,9 @@ class LayerStore {
                       std::shared_ptr<const ServedLayer>* removed = nullptr);
   // All layers, sorted by name.
   std::vector<std::shared_ptr<const ServedLayer>> list() const;
+  // Calls `fn` on every layer, in no order, under the store's lock (no reference is taken, so
+  // that the caller never ends up releasing a layer): `fn` must be quick and not call the store.
+  void visit(absl::FunctionRef<void(const ServedLayer&)> fn) const;
   size_t size() const;
 
  private:

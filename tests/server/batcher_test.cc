@@ -130,6 +130,31 @@ class BatcherTest : public ::testing::Test {
 
 #define SEED_TRACE() SCOPED_TRACE("QLINEAR_TEST_SEED=" + std::to_string(test_seed()))
 
+// The engine tells the batch that has run longest, and none once it is done (a watchdog's input).
+TEST_F(BatcherTest, LongestRunningBatchIsTheOneHeld) {
+  start(BatchOptions{}, /*gated=*/true);
+  EXPECT_FALSE(engine_->longest_running_batch().has_value());
+  set_gate(false);
+  SplitMix64 rng(test_seed());
+  const std::string x = random_x(rng, 2, 96, DType::kBF16);
+  const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
+  std::thread held([&] {
+    std::string y;
+    InferOutput out;
+    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  });
+  wait_running(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const std::optional<Engine::RunningBatch> b = engine_->longest_running_batch();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->layer, "b");
+  EXPECT_GE(b->running, std::chrono::milliseconds(30));
+  EXPECT_LT(b->running, std::chrono::seconds(30));
+  set_gate(true);
+  held.join();
+  EXPECT_FALSE(engine_->longest_running_batch().has_value());
+}
+
 TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
   SEED_TRACE();
   BatchOptions b;

@@ -879,6 +879,44 @@ TEST_F(ServerTest, ADeviceFaultFailsHealthAndLiveness) {
   clear_device_fault_for_testing();
 }
 
+// A batch that runs past --liveness-batch-timeout-s fails /healthz, naming the layer, while it
+// runs (here a limit of 1 ms and a slow request: the reference kernel at M = 512).
+TEST(LivenessTest, ABatchRunningPastTheLimitFailsLiveness) {
+  ServerOptions o;
+  o.address = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.metrics_port = testing::free_port();
+  o.demo_n = 512;
+  o.demo_k = 512;
+  o.liveness_batch_timeout = std::chrono::milliseconds(1);
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = (*server)->metrics_port();
+  EXPECT_NE(http_get(metrics_port, "/healthz").find("200 OK"), std::string::npos);
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  SplitMix64 rng(9);
+  const std::string x = random_x(rng, 512, 512, DType::kBF16);
+  v1::InferRequest req = make_request("demo", x, DType::kBF16, 512, DType::kBF16);
+  req.set_forced_kernel("cpu.reference");
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    for (int i = 0; i < 20 && !done.load(); ++i) EXPECT_TRUE(client.infer(req).ok());
+    done = true;
+  });
+  std::string stuck;
+  while (!done.load() && stuck.empty()) {
+    const std::string live = http_get(metrics_port, "/healthz");
+    if (live.find("503 Service Unavailable") != std::string::npos) stuck = live;
+  }
+  done = true;
+  slow.join();
+  EXPECT_NE(stuck.find("stuck: a batch of layer 'demo' has run for "), std::string::npos) << stuck;
+  EXPECT_NE(stuck.find("over the limit of 0.001 s (--liveness-batch-timeout-s)"), std::string::npos)
+      << stuck;
+  EXPECT_NE(http_get(metrics_port, "/healthz").find("200 OK"), std::string::npos);
+}
+
 TEST_F(ServerTest, MetricsEndpointIsScraped) {
   SplitMix64 rng(6);
   const std::string x = random_x(rng, 2, 64, DType::kBF16);
