@@ -124,9 +124,9 @@ int main(int argc, char** argv) {
            "Cancel an upload that receives no message for this long, freeing its weight buffer "
            "and thread (0 = never)");
   args.add("liveness-batch-timeout-s", &liveness_batch_timeout_s,
-           "With --metrics-port, /healthz fails while a layer's batch has been executing longer "
-           "than this, in seconds (a kernel that never returns holds its layer for good; 0 = "
-           "never)");
+           "With --metrics-port, /healthz fails while a batch on a GPU has been executing longer "
+           "than this, in seconds (a GPU kernel that never returns holds its layer for good; CPU "
+           "batches are not watched; 0 = never)");
   args.add("tls-cert", &tls_cert,
            "Serve gRPC over TLS with this PEM certificate (and any intermediates after it); "
            "needs --tls-key. The files are read at start-up: a new certificate takes a restart");

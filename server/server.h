@@ -49,9 +49,10 @@ struct ServerOptions {
   int64_t max_connection_age_grace_ms = 0;
   // An upload that receives no message for this long is cancelled and its buffer freed; 0: never.
   int64_t upload_idle_timeout_ms = 120000;
-  // /healthz fails while a layer's batch has been executing for longer than this (a kernel that
+  // /healthz fails while a batch on a GPU has been executing for longer than this (a kernel that
   // never returns holds its layer's queue for good, and only a restart frees it); 0: never.
-  std::chrono::milliseconds liveness_batch_timeout{std::chrono::seconds(300)};
+  // (CPU batches are not watched: BatchQueue::running_since_ns.)
+  std::chrono::milliseconds liveness_batch_timeout{std::chrono::seconds(60)};
   // TLS on the gRPC port (the metrics port stays plain HTTP); off unless a certificate is given.
   ServerTlsOptions tls;
 };

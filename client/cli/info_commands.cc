@@ -86,7 +86,11 @@ int cmd_health(const CommandArgs& args) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     const grpc::Status once = stub->Check(&ctx, req, &resp);
-    if (once.error_code() == grpc::StatusCode::UNAVAILABLE) last_error = once;
+    if (once.ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+      std::printf("SERVING\n");  // it came up just now
+      return kExitOk;
+    }
+    if (once.error_code() == grpc::StatusCode::UNAVAILABLE || once.ok()) last_error = once;
   }
   if (!last_error.ok()) {
     absl::Status s = from_grpc_status(last_error);

@@ -105,13 +105,21 @@ bool is_context_fatal(cudaError_t error) {
 
 absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
                                int line) {
+  // A fatal error stays: the context returns it to every later call. One that does not (a code
+  // reported for a launch that was merely refused, say) was not fatal after all.
+  const cudaError_t after = is_context_fatal(error) ? cudaDeviceSynchronize() : cudaSuccess;
+  return cuda_error_status_after(error, after, what, file, line);
+}
+
+absl::Status cuda_error_status_after(cudaError_t error, cudaError_t after, absl::string_view what,
+                                     const char* file, int line) {
   cudaGetLastError();  // a non-sticky error must not fail the next, unrelated call
   std::string msg = absl::StrCat("CUDA error in ", what, " (", base_name(file), ":", line,
                                  "): ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
   if (error == cudaErrorMemoryAllocation) {
     return absl::ResourceExhaustedError(absl::StrCat(msg, memory_note()));
   }
-  if (is_context_fatal(error)) {
+  if (is_context_fatal(error) && is_context_fatal(after)) {
     absl::StrAppend(&msg, "; the GPU cannot serve again in this process, which must restart");
     report_device_fault(msg);
   }

@@ -27,10 +27,15 @@ namespace qlinear::gpu {
 // A failed CUDA runtime call as a status: out of memory is RESOURCE_EXHAUSTED, anything else
 // INTERNAL; the message names the call, the error and the source line. Clears the runtime's
 // last-error slot so that a non-sticky error does not leak into the next call. An error that
-// leaves the context unusable (is_context_fatal) is also reported as the process's device fault
+// leaves the context unusable (is_context_fatal), and that the context still returns to a
+// synchronization after it, is also reported as the process's device fault
 // (kernels/core/device_fault.h), and its message says the process must restart.
 absl::Status cuda_error_status(cudaError_t error, absl::string_view what, const char* file,
                                int line);
+// The same, given what a synchronization after the error returned (`after`: the test of whether
+// a fatal-looking error stays).
+absl::Status cuda_error_status_after(cudaError_t error, cudaError_t after, absl::string_view what,
+                                     const char* file, int line);
 
 // Whether `error` leaves the process's CUDA context unusable, every later call failing with it
 // ("sticky": the runtime's documentation says the process must be terminated and relaunched),

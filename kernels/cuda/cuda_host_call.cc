@@ -519,7 +519,12 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
     if (!s.ok()) {
       // Work already queued may still read or write the context's buffers: drain it before the
       // next request can take them.
-      cudaStreamSynchronize(ctx->stream);
+      // A fatal error found here (a failure reported by cuBLASLt's status alone) is the
+      // process's device fault, and this request's answer.
+      if (const cudaError_t e = cudaStreamSynchronize(ctx->stream); is_context_fatal(e)) {
+        return cuda_error_status(e, "cudaStreamSynchronize after a failed call", __FILE__,
+                                 __LINE__);
+      }
       cudaGetLastError();
       return s;
     }

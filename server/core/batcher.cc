@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/steady_clock.h"
@@ -50,7 +51,8 @@ BatchQueue::BatchQueue(std::shared_ptr<const Layer> layer, const Engine* engine,
       engine_(engine),
       options_(options),
       metrics_(metrics),
-      series_(metrics != nullptr ? metrics->layer_series(layer_->name()) : nullptr) {
+      series_(metrics != nullptr ? metrics->layer_series(layer_->name()) : nullptr),
+      on_gpu_(layer_->device() != "cpu") {
   worker_ = std::thread([this] { worker(); });
 }
 
@@ -87,7 +89,7 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     // to batch with (unless a delay asks to wait for company), and handing it to the worker and
     // back would cost two thread wake-ups.
     if (queue_.empty() && !busy_ && options_.max_queue_delay_us == 0) {
-      set_busy(true);
+      set_busy(true, in.forced_kernel);
       run_here = true;
     } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_requests) {
       return absl::ResourceExhaustedError(absl::StrCat("queue of layer '", layer_->name(),
@@ -109,9 +111,12 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
   return p.status;
 }
 
-void BatchQueue::set_busy(bool busy) {
+void BatchQueue::set_busy(bool busy, absl::string_view forced) {
   busy_ = busy;
-  running_since_ns_.store(busy ? steady_now_ns() : 0, std::memory_order_relaxed);
+  const absl::string_view kernel =
+      forced.empty() ? absl::string_view(layer_->options().forced_kernel) : forced;
+  const bool watched = busy && on_gpu_ && !absl::StartsWith(kernel, "cpu.");
+  running_since_ns_.store(watched ? steady_now_ns() : 0, std::memory_order_relaxed);
 }
 
 bool BatchQueue::compatible(const Pending& a, const Pending& b) const {
@@ -181,7 +186,7 @@ void BatchQueue::worker() {
         if (rows >= options_.max_batch_rows) break;
       }
       if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
-      set_busy(true);
+      set_busy(true, head->in->forced_kernel);
     }
     execute(batch);
     absl::MutexLock lock(&mu_);

@@ -69,7 +69,11 @@ class BatchQueue {
   int64_t depth() const;
   // Sets the queue-depth gauge to the depth now (after the layer's gauges changed owner).
   void report_depth() const;
-  // When the batch executing now started (steady clock, ns); 0 when none is. Read without a lock.
+  // When the watched batch executing now started (steady clock, ns); 0 when none is. A batch is
+  // watched where the layer's kernels run on a GPU and the batch does not force a CPU kernel:
+  // a GPU batch takes milliseconds, so one that has run for a minute is stuck, where a CPU
+  // kernel (cpu.reference, forced on a large request) may legitimately take minutes. Read
+  // without a lock.
   int64_t running_since_ns() const { return running_since_ns_.load(std::memory_order_relaxed); }
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }
@@ -79,7 +83,8 @@ class BatchQueue {
  private:
   struct Pending;
   void worker();
-  void set_busy(bool busy) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `forced`: the batch's forced kernel (empty: none), which decides whether it is watched.
+  void set_busy(bool busy, absl::string_view forced = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool compatible(const Pending& a, const Pending& b) const;
   // Answers every request of `batch`; throws nothing (it may run on the worker thread).
   void execute(absl::Span<Pending* const> batch) noexcept;
@@ -95,6 +100,7 @@ class BatchQueue {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;    // a batch is executing (worker or caller thread)
   std::atomic<int64_t> running_since_ns_{0};  // set and cleared with busy_
+  const bool on_gpu_;                         // the layer's kernels run on a GPU
   std::thread worker_;
 };
 

@@ -137,9 +137,9 @@ class Engine {
   absl::Status execute(const Layer& layer, const InferInput& in, std::string* y,
                        InferOutput* out) const;
 
-  // The batch that has been executing longest among the loaded layers, if one is: its layer and
-  // how long it has run. (A watchdog's input: a kernel that never returns holds its layer's
-  // queue for good.)
+  // The watched batch (BatchQueue::running_since_ns: on a GPU) that has been executing longest
+  // among the loaded layers, if one is: its layer and how long it has run. (A watchdog's input:
+  // a kernel that never returns holds its layer's queue for good.)
   struct RunningBatch {
     std::string layer;
     std::chrono::nanoseconds running{0};

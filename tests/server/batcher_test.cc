@@ -32,6 +32,7 @@ class GateKernel final : public Kernel {
     int running = 0;
     int want = 0;  // wait_running's target
     std::vector<int64_t> batch_rows;
+    std::string device = "cpu";  // where the prepared kernel says it runs
   };
   explicit GateKernel(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
   absl::string_view name() const override { return "cpu.avx512_vnni"; }  // a slot in the order
@@ -47,6 +48,7 @@ class GateKernel final : public Kernel {
   class Prepared final : public PreparedKernel {
    public:
     Prepared(const LayerWeights& w, std::shared_ptr<Gate> g) : w_(w), gate_(std::move(g)) {}
+    std::string device() const override { return gate_->device; }
     absl::Status run(const RunArgs& args, RunTimings* t) const override {
       {
         absl::MutexLock lock(&gate_->mu);
@@ -78,8 +80,9 @@ InferInput input_for(const std::string& x, int64_t m, DType x_dtype, DType y_dty
 
 class BatcherTest : public ::testing::Test {
  protected:
-  void start(BatchOptions batching, bool gated = false) {
+  void start(BatchOptions batching, bool gated = false, const std::string& device = "cpu") {
     gate_ = std::make_shared<GateKernel::Gate>();
+    gate_->device = device;
     if (gated) {
       (void)registry_.add(std::make_unique<GateKernel>(gate_));
     }
@@ -130,29 +133,47 @@ class BatcherTest : public ::testing::Test {
 
 #define SEED_TRACE() SCOPED_TRACE("QLINEAR_TEST_SEED=" + std::to_string(test_seed()))
 
-// The engine tells the batch that has run longest, and none once it is done (a watchdog's input).
-TEST_F(BatcherTest, LongestRunningBatchIsTheOneHeld) {
-  start(BatchOptions{}, /*gated=*/true);
-  EXPECT_FALSE(engine_->longest_running_batch().has_value());
-  set_gate(false);
-  SplitMix64 rng(test_seed());
-  const std::string x = random_x(rng, 2, 96, DType::kBF16);
-  const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
-  std::thread held([&] {
-    std::string y;
-    InferOutput out;
-    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
-  });
-  wait_running(1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  const std::optional<Engine::RunningBatch> b = engine_->longest_running_batch();
-  ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->layer, "b");
-  EXPECT_GE(b->running, std::chrono::milliseconds(30));
-  EXPECT_LT(b->running, std::chrono::seconds(30));
-  set_gate(true);
-  held.join();
-  EXPECT_FALSE(engine_->longest_running_batch().has_value());
+// The engine tells the watched batch that has run longest (a watchdog's input), on the caller's
+// thread and on the worker's, and none once it is done; a layer on the CPU is not watched.
+TEST_F(BatcherTest, LongestRunningBatchIsTheOneHeldOnAGpuLayer) {
+  for (const bool worker : {false, true}) {
+    for (const std::string device : {"cuda:0", "cpu"}) {
+      SCOPED_TRACE(std::string(worker ? "worker" : "caller") + " thread, " + device);
+      BatchOptions b;
+      b.max_queue_delay_us = worker ? 1000 : 0;  // a delay sends every request to the worker
+      start(b, /*gated=*/true, device);
+      EXPECT_FALSE(engine_->longest_running_batch().has_value());
+      set_gate(false);
+      SplitMix64 rng(test_seed());
+      const std::string x = random_x(rng, 2, 96, DType::kBF16);
+      const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
+      std::thread held([&] {
+        std::string y;
+        InferOutput out;
+        EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+      });
+      wait_running(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      const std::optional<Engine::RunningBatch> running = engine_->longest_running_batch();
+      if (device == "cpu") {
+        EXPECT_FALSE(running.has_value());
+      } else {
+        ASSERT_TRUE(running.has_value());
+        EXPECT_EQ(running->layer, "b");
+        EXPECT_GE(running->running, std::chrono::milliseconds(30));
+        EXPECT_LT(running->running, std::chrono::seconds(30));
+      }
+      set_gate(true);
+      held.join();
+      // (The worker clears its stamp just after it answers.)
+      for (int i = 0; i < 1000 && engine_->longest_running_batch().has_value(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_FALSE(engine_->longest_running_batch().has_value());
+      engine_.reset();
+      registry_ = Registry();
+    }
+  }
 }
 
 TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {

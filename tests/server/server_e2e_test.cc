@@ -20,6 +20,8 @@
 #include "common/npy.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/core/device_fault.h"
+#include "prometheus/registry.h"
+#include "server/metrics_http.h"
 #include "server/server.h"
 #include "tests/server/test_util.h"
 
@@ -96,6 +98,7 @@ class ServerTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
+    clear_device_fault_for_testing();  // a test that reports one may fail before it clears it
   }
 
   TestLayer load(const std::string& name, int64_t n, int64_t k, Scheme scheme, bool bias = true) {
@@ -879,9 +882,28 @@ TEST_F(ServerTest, ADeviceFaultFailsHealthAndLiveness) {
   clear_device_fault_for_testing();
 }
 
-// A batch that runs past --liveness-batch-timeout-s fails /healthz, naming the layer, while it
-// runs (here a limit of 1 ms and a slow request: the reference kernel at M = 512).
-TEST(LivenessTest, ABatchRunningPastTheLimitFailsLiveness) {
+// The responder's liveness check: /healthz answers 503 with its reason while it gives one, 200
+// again after.
+TEST(LivenessTest, TheLivenessCheckFailsHealthzWithItsReason) {
+  std::atomic<bool> stuck{false};
+  auto http = MetricsHttpServer::start(
+      "127.0.0.1", 0, std::make_shared<prometheus::Registry>(),
+      [&]() -> std::string { return stuck.load() ? "stuck: a batch of layer 'x'" : ""; });
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+  EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos);
+  stuck = true;
+  const std::string failing = http_get(port, "/healthz");
+  EXPECT_NE(failing.find("503 Service Unavailable"), std::string::npos) << failing;
+  EXPECT_NE(failing.find("\r\n\r\nstuck: a batch of layer 'x'\n"), std::string::npos) << failing;
+  stuck = false;
+  EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos);
+}
+
+// A server's watchdog watches GPU batches only: a long batch on the CPU (the reference kernel at
+// M = 512, forced: on a CPU layer here, on a GPU layer on a GPU host) keeps /healthz at 200 even
+// under a limit of 1 ms. (BatcherTest covers the GPU side.)
+TEST(LivenessTest, ACpuBatchDoesNotFailLiveness) {
   ServerOptions o;
   o.address = "127.0.0.1";
   o.port = 0;
@@ -893,7 +915,6 @@ TEST(LivenessTest, ABatchRunningPastTheLimitFailsLiveness) {
   auto server = QLinearServer::start(o);
   ASSERT_TRUE(server.ok()) << server.status();
   const int metrics_port = (*server)->metrics_port();
-  EXPECT_NE(http_get(metrics_port, "/healthz").find("200 OK"), std::string::npos);
   Client client("127.0.0.1:" + std::to_string((*server)->port()));
   SplitMix64 rng(9);
   const std::string x = random_x(rng, 512, 512, DType::kBF16);
@@ -901,20 +922,19 @@ TEST(LivenessTest, ABatchRunningPastTheLimitFailsLiveness) {
   req.set_forced_kernel("cpu.reference");
   std::atomic<bool> done{false};
   std::thread slow([&] {
-    for (int i = 0; i < 20 && !done.load(); ++i) EXPECT_TRUE(client.infer(req).ok());
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(client.infer(req).ok());
     done = true;
   });
-  std::string stuck;
-  while (!done.load() && stuck.empty()) {
+  int polls = 0;
+  std::string failed;
+  while (!done.load()) {
     const std::string live = http_get(metrics_port, "/healthz");
-    if (live.find("503 Service Unavailable") != std::string::npos) stuck = live;
+    ++polls;
+    if (live.find("200 OK") == std::string::npos) failed = live;
   }
-  done = true;
   slow.join();
-  EXPECT_NE(stuck.find("stuck: a batch of layer 'demo' has run for "), std::string::npos) << stuck;
-  EXPECT_NE(stuck.find("over the limit of 0.001 s (--liveness-batch-timeout-s)"), std::string::npos)
-      << stuck;
-  EXPECT_NE(http_get(metrics_port, "/healthz").find("200 OK"), std::string::npos);
+  EXPECT_GT(polls, 0);
+  EXPECT_EQ(failed, "");
 }
 
 TEST_F(ServerTest, MetricsEndpointIsScraped) {

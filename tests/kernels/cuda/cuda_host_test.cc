@@ -54,8 +54,16 @@ TEST(CudaErrors, ContextFatalErrorsAreReportedAsTheDeviceFault) {
   EXPECT_EQ(invalid.code(), absl::StatusCode::kInternal);
   EXPECT_FALSE(device_fault().has_value()) << *device_fault();
 
+  // A fatal-looking code that a synchronization after it does not return again (a launch that
+  // was only refused) is no fault.
+  const absl::Status refused =
+      cuda_error_status_after(cudaErrorLaunchFailure, cudaSuccess, "Gemm::run", "x.cc", 3);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(device_fault().has_value()) << *device_fault();
+
   const absl::Status fatal =
-      cuda_error_status(cudaErrorIllegalAddress, "cudaStreamSynchronize(s)", "/a/b/call.cc", 7);
+      cuda_error_status_after(cudaErrorIllegalAddress, cudaErrorIllegalAddress,
+                              "cudaStreamSynchronize(s)", "/a/b/call.cc", 7);
   EXPECT_EQ(fatal.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(fatal.message(),
             std::string("CUDA error in cudaStreamSynchronize(s) (call.cc:7): "
