@@ -242,13 +242,27 @@ save("s1.npy", "<f4", "(1,)", struct.pack("<f", 1e-3))
 layers = [{"name": f"many/{i}", "weights": "w1m.npy", "weight_scale": "s1.npy"} for i in range(300)]
 json.dump({"layers": layers}, open(f"{work}/many.json", "w"))
 EOF
+metrics4=$(free_port)
 "$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer --layer-manifest "$work/many.json" \
-  2>"$work/server4.log" &
+  --metrics-port "$metrics4" 2>"$work/server4.log" &
 server2_pid=$!
 for _ in $(seq 200); do
   grep -q '\[1/300\] loaded layer' "$work/server4.log" && break
   sleep 0.05
 done
+# While its layers load, the metrics port is up: live, and not ready.
+python3 - "$metrics4" >"$work/probes" <<'EOF' || fail "cannot reach the metrics port while loading"
+import sys, urllib.error, urllib.request
+for path in ("/healthz", "/readyz"):
+    try:
+        r = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}{path}", timeout=5)
+        print(path, r.status, r.read().decode().strip())
+    except urllib.error.HTTPError as e:
+        print(path, e.code, e.read().decode().strip())
+EOF
+grep -q '^/healthz 200 ok$' "$work/probes" || fail "/healthz while loading: $(cat "$work/probes")"
+grep -q '^/readyz 503 starting: layers are loading$' "$work/probes" ||
+  fail "/readyz while loading: $(cat "$work/probes")"
 kill -TERM "$server2_pid"
 rc=0
 wait "$server2_pid" || rc=$?
