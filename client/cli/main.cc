@@ -61,7 +61,10 @@ std::string overview() {
                       "  --tls-server-name=NAME\n"
                       "                      Name the server's certificate must bear, where the "
                       "server's address\n"
-                      "                      is not it (an IP address, a tunnel)\n",
+                      "                      is not it (an IP address, a tunnel)\n"
+                      "                      ($QLINEAR_TLS_CA, $QLINEAR_TLS_CERT, $QLINEAR_TLS_KEY "
+                      "and\n"
+                      "                      $QLINEAR_TLS_SERVER_NAME give the --tls-* defaults)\n",
                       "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
@@ -106,6 +109,13 @@ int run(int argc, char** argv) {
   bool tls = false;
   ClientTlsFiles tls_files;
   std::string tls_server_name;
+  // Defaults from the environment, as $QLINEAR_SERVER: a container's clients set them once.
+  for (auto [name, value] : {std::pair{"QLINEAR_TLS_CA", &tls_files.ca_file},
+                             std::pair{"QLINEAR_TLS_CERT", &tls_files.cert_file},
+                             std::pair{"QLINEAR_TLS_KEY", &tls_files.key_file},
+                             std::pair{"QLINEAR_TLS_SERVER_NAME", &tls_server_name}}) {
+    if (const char* env = std::getenv(name); env != nullptr) *value = env;
+  }
   globals.add("tls", &tls, "Connect over TLS");
   globals.add("tls-ca", &tls_files.ca_file, "PEM certificate authorities that verify the server");
   globals.add("tls-cert", &tls_files.cert_file, "PEM client certificate (mutual TLS)");

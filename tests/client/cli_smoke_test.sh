@@ -519,6 +519,10 @@ expect 0 "${mtls[@]}" bench --layer demo --streams 2 --requests 20 --warmup 0
 grep_out '^  requests    20 ok'
 expect 0 "${mtls[@]}" --tls-server-name localhost --server "127.0.0.1:$port3" layers
 grep_out '^demo '
+# The same settings from the environment.
+QLINEAR_TLS_CA=$tls/ca.pem QLINEAR_TLS_CERT=$tls/client.pem QLINEAR_TLS_KEY=$tls/client.key \
+  QLINEAR_TLS_SERVER_NAME=localhost expect 0 --server "127.0.0.1:$port3" layers
+grep_out '^demo '
 # Refused at the handshake, each with a hint of why.
 expect 1 --server "localhost:$port3" layers
 grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
