@@ -96,6 +96,9 @@ absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,
     if (out.count == 0) {
       out.subject = x509_name(X509_get_subject_name(cert.get()));
       out.not_after = asn1_time_utc(X509_get0_notAfter(cert.get()));
+      std::tm tm{};
+      if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &tm) == 1)
+        out.not_after_unix = timegm(&tm);
       out.expired = X509_cmp_current_time(X509_get0_notAfter(cert.get())) < 0;
     }
     ++out.count;

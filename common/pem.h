@@ -2,6 +2,7 @@
 // start-up rather than found at the first handshake.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,7 @@ struct PemCertificates {
   // ("2027-12-06 02:00:00 UTC") and whether that has passed.
   std::string subject;
   std::string not_after;
+  int64_t not_after_unix = 0;  // the same, as Unix time
   bool expired = false;
 };
 

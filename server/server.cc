@@ -211,7 +211,11 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   // A device fault takes the server out of service: its GPU layers can only fail from then on.
   // (/healthz and /readyz read the fault themselves.)
   QLinearServer* self = s.get();
+  if (credentials.certificate_expiry_unix != 0) {
+    s->metrics_->tls_certificate_expiry(credentials.certificate_expiry_unix);
+  }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
+    self->metrics_->device_fault();
     log_info(absl::StrCat("device fault: ", what,
                           "; health NOT_SERVING, /healthz failing: restart the process"));
     self->server_->GetHealthCheckService()->SetServingStatus(false);

@@ -44,6 +44,7 @@ absl::StatusOr<ServerCredentials> make_server_credentials(const ServerTlsOptions
   }
   ServerCredentials out;
   out.credentials = grpc::SslServerCredentials(options);
+  out.certificate_expiry_unix = cert->not_after_unix;
   out.summary = absl::StrCat(
       "TLS with ", cert->subject.empty() ? "a certificate" : cert->subject, " (",
       cert->count == 1

@@ -24,6 +24,7 @@ struct ServerCredentials {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // For the log: "TLS with CN=..., valid until ...; client certificates ...".
   std::string summary;
+  int64_t certificate_expiry_unix = 0;  // the served certificate's end of validity; 0: no TLS
 };
 
 // INVALID_ARGUMENT where the flags do not go together: a certificate without its key or the

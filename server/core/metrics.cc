@@ -81,8 +81,24 @@ Metrics::Metrics(size_t max_layer_labels)
                        .Name("qlinear_layer_bytes")
                        .Help("Memory held by a loaded layer (weights, scales, packed copies), by "
                              "device")
-                       .Register(*registry_)) {
+                       .Register(*registry_)),
+      device_fault_(prometheus::BuildGauge()
+                        .Name("qlinear_device_fault")
+                        .Help("1 once a GPU's CUDA context is lost (the process must restart)")
+                        .Register(*registry_)) {
   layers_loaded_.Add({}).Set(0);
+  device_fault_.Add({}).Set(0);
+}
+
+void Metrics::device_fault() { device_fault_.Add({}).Set(1); }
+
+void Metrics::tls_certificate_expiry(int64_t unix_seconds) {
+  prometheus::BuildGauge()
+      .Name("qlinear_tls_certificate_expiry_timestamp_seconds")
+      .Help("When the certificate the gRPC port serves stops being valid (Unix time)")
+      .Register(*registry_)
+      .Add({})
+      .Set(static_cast<double>(unix_seconds));
 }
 
 Metrics::LayerSeries::LayerSeries(Metrics* metrics, const std::string& layer)

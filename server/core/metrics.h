@@ -95,6 +95,11 @@ class Metrics {
   // while it is loaded, so a smaller value (from a preparation that finished earlier but reported
   // later) is ignored.
   void layer_bytes(const void* owner, const std::string& layer, int64_t bytes);
+  // qlinear_device_fault: 1 once a device fault is recorded (kernels/core/device_fault.h).
+  void device_fault();
+  // qlinear_tls_certificate_expiry_timestamp_seconds: when the served certificate's validity
+  // ends (Unix time), to alert on before it does (a new certificate takes a restart).
+  void tls_certificate_expiry(int64_t unix_seconds);
   // Text exposition of everything (for tests and debugging).
   std::string serialize() const;
 
@@ -116,6 +121,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& layers_loaded_;
   prometheus::Family<prometheus::Gauge>& layer_bytes_;
+  prometheus::Family<prometheus::Gauge>& device_fault_;
 
   // The gauges of one loaded layer, owned by the Layer at `owner`.
   struct LayerGauges {

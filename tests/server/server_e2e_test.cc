@@ -864,7 +864,9 @@ TEST_F(ServerTest, ReadinessOnTheMetricsPortFollowsTheHealthStatus) {
 // is restarted; calls to CPU layers are still answered meanwhile.
 TEST_F(ServerTest, ADeviceFaultFailsHealthAndLiveness) {
   ASSERT_TRUE(*client_->health());
+  EXPECT_NE(server_->metrics().serialize().find("\nqlinear_device_fault 0\n"), std::string::npos);
   report_device_fault("cuda:0: cudaErrorIllegalAddress (a test)");
+  EXPECT_NE(server_->metrics().serialize().find("\nqlinear_device_fault 1\n"), std::string::npos);
   auto health = client_->health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_FALSE(*health);

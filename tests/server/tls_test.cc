@@ -188,6 +188,16 @@ class TlsTest : public ::testing::Test {
 TEST_F(TlsTest, ServesTlsClientsThatTrustItsIssuerAndNoOthers) {
   auto server = start({server_.cert_file, server_.key_file, ""});
   ASSERT_NE(server, nullptr);
+  // The certificate's end of validity, for alerts.
+  auto cert = read_pem_certificates("--tls-cert", server_.cert_file);
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  EXPECT_GT(cert->not_after_unix, time(nullptr));
+  EXPECT_LT(cert->not_after_unix, time(nullptr) + 2 * 86400);
+  EXPECT_NE(
+      server->metrics().serialize().find("\nqlinear_tls_certificate_expiry_timestamp_seconds " +
+                                         std::to_string(cert->not_after_unix) + "\n"),
+      std::string::npos)
+      << server->metrics().serialize();
   const ClientTlsFiles trusting{ca_.cert_file, "", ""};
   auto good = client(*server, &trusting);
   EXPECT_TRUE(good->health().ok());
@@ -305,6 +315,7 @@ TEST_F(TlsTest, CredentialsSayWhatTheyServe) {
   auto plain = make_server_credentials({});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->summary, "plaintext, no TLS");
+  EXPECT_EQ(plain->certificate_expiry_unix, 0);
   auto tls = make_server_credentials({server_.cert_file, server_.key_file, ca_.cert_file});
   ASSERT_TRUE(tls.ok()) << tls.status();
   EXPECT_TRUE(absl::StrContains(tls->summary, "TLS with CN=qlinear server")) << tls->summary;
