@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
   args.add("max-queue-requests", &max_queue_requests,
            "Requests a layer's queue holds before answering RESOURCE_EXHAUSTED");
   args.add("metrics-port", &metrics_port,
-           "Serve Prometheus metrics on http://ADDRESS:PORT/metrics (0 = off)");
+           "Serve Prometheus metrics on http://ADDRESS:PORT/metrics, liveness on /healthz and "
+           "readiness on /readyz (0 = off)");
   args.add("enable-echo", &enable_echo, "Offer the Echo RPC (transport floor for load tests)");
   args.add("require-gpu", &require_gpu,
            "Exit 1 at start-up, saying why, unless a CUDA kernel can serve on this host (a GPU "

@@ -216,8 +216,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
     self->metrics_->device_fault();
-    log_info(absl::StrCat("device fault: ", what,
-                          "; health NOT_SERVING, /healthz failing: restart the process"));
+    log_info(absl::StrCat("device fault: ", what, "; health NOT_SERVING",
+                          self->metrics_port_ > 0 ? ", /healthz failing" : "",
+                          ": restart the process"));
     self->server_->GetHealthCheckService()->SetServingStatus(false);
   });
   if (!o.quiet) {
