@@ -573,11 +573,11 @@ std::string describe_pass(const Config& c, Rpc rpc) {
       c.shared_channel ? " on one channel" : (c.workers == 1 ? "" : " on their own channels"));
   const std::string length = c.requests > 0 ? absl::StrCat(c.requests, " requests")
                                             : absl::StrFormat("%g s", c.duration_s);
-  return absl::StrCat("bench: ", what, ", ", m, ", ", dtype_cli_name(c.x_dtype), " -> ",
-                      dtype_cli_name(c.y_dtype), ", ", who, ", ", length,
-                      absl::StrFormat(" after %g s warm-up", c.warmup_s),
-                      c.deadline_ms > 0 ? absl::StrCat(", deadline ", c.deadline_ms, " ms") : "",
-                      ", seed ", c.seed, ", server ", c.server);
+  return absl::StrCat(
+      "bench: ", what, ", ", m, ", ", dtype_cli_name(c.x_dtype), " -> ", dtype_cli_name(c.y_dtype),
+      ", ", who, ", ", length, absl::StrFormat(" after %g s warm-up", c.warmup_s),
+      c.deadline_ms > 0 ? absl::StrCat(", deadline ", c.deadline_ms, " ms") : "", ", seed ", c.seed,
+      ", server ", c.server, c.transport.credentials != nullptr ? " over TLS" : "");
 }
 
 void print_pass(const Config& c, const PassResult& r) {

@@ -517,6 +517,7 @@ grep_out '^smoke: PASS'
 expect 0 "${mtls[@]}" infer --layer demo --m 3
 expect 0 "${mtls[@]}" bench --layer demo --streams 2 --requests 20 --warmup 0
 grep_out '^  requests    20 ok'
+grep_out ", server localhost:$port3 over TLS$"
 expect 0 "${mtls[@]}" --tls-server-name localhost --server "127.0.0.1:$port3" layers
 grep_out '^demo '
 # The same settings from the environment.
