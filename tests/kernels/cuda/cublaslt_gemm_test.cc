@@ -65,7 +65,8 @@ TEST_F(CublasLtTest, MatchesReferenceForLargeM) {
 // into shared memory (quantize_rows_bulk_s8), and beside it (300 rows; 200 rows of 28672 values,
 // over its 8 MB: each row in one block's registers, quantize_rows_regs_s8); from 1024 rows, the
 // rings of rows in shared memory (quantize_rows_ring_s8: 4, 3 and 2 slots a warp, each ring of
-// the 528 warps of 132 SMs going round more than once) and past their longest row the warp form
+// the 528 warps of 132 SMs going round more than once; 2 slots of the longest row, 14520 values,
+// fill the block's shared memory to the byte) and past their longest row the warp form
 // (16384 values): every scheme, both 16-bit types, awkward rows; row 1 constant (dynamic
 // asymmetric: a zero row) and row 2 all zeros.
 TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
@@ -74,10 +75,10 @@ TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
   struct Rows {
     int64_t m, k;
   };
-  const Rows sizes[] = {{17, 28672},  {100, 8208},  {256, 4096},
-                        {300, 4096},  {200, 28672}, {64, 4096 + 8 * rng.range(1, 3000)},
-                        {3000, 4096}, {1600, 8192}, {1600 + rng.range(0, 200), 14336},
-                        {1100, 16384}};
+  const Rows sizes[] = {{17, 28672},   {100, 8208},  {256, 4096},
+                        {300, 4096},   {200, 28672}, {64, 4096 + 8 * rng.range(1, 3000)},
+                        {3000, 4096},  {1600, 8192}, {1600 + rng.range(0, 200), 14336},
+                        {1100, 14520}, {1100, 16384}};
   int combo = 0;
   for (Scheme scheme : kSchemes) {
     for (const Rows& r : sizes) {
