@@ -58,12 +58,12 @@ std::string x509_name(const X509_NAME* name) {
   return std::string(data, static_cast<size_t>(n));
 }
 
-std::string asn1_time_utc(const ASN1_TIME* t) {
-  std::tm tm{};
-  if (ASN1_TIME_to_tm(t, &tm) != 1) return "an unreadable date";
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
+// The private key in `pem`, or null. An empty passphrase: an encrypted key fails here instead of
+// prompting on the terminal.
+Pkey parse_private_key(const std::string& pem) {
+  static char kNoPassphrase[] = "";
+  Bio bio = memory_bio(pem);
+  return Pkey(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, kNoPassphrase));
 }
 
 }  // namespace
@@ -95,11 +95,17 @@ absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,
     }
     if (out.count == 0) {
       out.subject = x509_name(X509_get_subject_name(cert.get()));
-      out.not_after = asn1_time_utc(X509_get0_notAfter(cert.get()));
+      const ASN1_TIME* not_after = X509_get0_notAfter(cert.get());
       std::tm tm{};
-      if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &tm) == 1)
+      if (ASN1_TIME_to_tm(not_after, &tm) == 1) {
+        char buf[64];
+        std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+        out.not_after = buf;
         out.not_after_unix = timegm(&tm);
-      out.expired = X509_cmp_current_time(X509_get0_notAfter(cert.get())) < 0;
+      } else {
+        out.not_after = "an unreadable date";
+      }
+      out.expired = X509_cmp_current_time(not_after) < 0;
     }
     ++out.count;
   }
@@ -110,12 +116,8 @@ absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,
 absl::StatusOr<std::string> read_pem_private_key(absl::string_view flag, const std::string& path) {
   absl::StatusOr<std::string> bytes = read_named(flag, path);
   if (!bytes.ok()) return bytes.status();
-  Bio bio = memory_bio(*bytes);
   ERR_clear_error();
-  // An empty passphrase: an encrypted key fails here instead of prompting on the terminal.
-  static char kNoPassphrase[] = "";
-  Pkey key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, kNoPassphrase));
-  if (key == nullptr) {
+  if (parse_private_key(*bytes) == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": ", path,
                      " holds no unencrypted PEM private key (-----BEGIN PRIVATE KEY-----, "
@@ -132,10 +134,8 @@ namespace {
 absl::Status check_key_matches_certificate(const std::string& cert_pem,
                                            const std::string& key_pem) {
   Bio cert_bio = memory_bio(cert_pem);
-  Bio key_bio = memory_bio(key_pem);
-  static char kNoPassphrase[] = "";
   X509Ptr cert(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
-  Pkey key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, kNoPassphrase));
+  Pkey key = parse_private_key(key_pem);
   if (cert == nullptr || key == nullptr) {
     ERR_clear_error();
     return absl::InvalidArgumentError("the certificate or the key does not parse");

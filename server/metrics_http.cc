@@ -9,11 +9,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/core/device_fault.h"
 #include "prometheus/text_serializer.h"
 
 namespace qlinear {
@@ -33,7 +31,7 @@ bool write_all(int fd, const std::string& data) {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry,
-    LivenessCheck liveness) {
+    Check liveness, Check readiness) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -66,6 +64,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
   s->listen_fd_ = fd;
   s->registry_ = std::move(registry);
   s->liveness_ = std::move(liveness);
+  s->readiness_ = std::move(readiness);
   s->thread_ = std::thread([p = s.get()] { p->serve(); });
   return s;
 }
@@ -114,36 +113,17 @@ void MetricsHttpServer::answer(int fd) {
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, registry_->Collect());
     body = out.str();
-  } else if (line.rfind("GET /healthz ", 0) == 0 || line == "GET /healthz") {
-    // Liveness: answered on this thread, whatever the gRPC server's threads are doing (every one
-    // held by a stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED). A device
-    // fault fails it: only a restart brings the GPU back.
+  } else if (line.rfind("GET /healthz ", 0) == 0 || line == "GET /healthz" ||
+             line.rfind("GET /readyz ", 0) == 0 || line == "GET /readyz") {
+    // Answered on this thread, whatever the gRPC server's threads are doing (every one held by a
+    // stream, say, where gRPC answers a health check RESOURCE_EXHAUSTED).
+    const bool live = line.rfind("GET /healthz", 0) == 0;
+    const Check& check = live ? liveness_ : readiness_;
     type = "text/plain";
-    body = "ok\n";
-    if (std::optional<std::string> fault = device_fault()) {
-      status = "503 Service Unavailable";
-      body = absl::StrCat("device fault: ", *fault, "\n");
-    } else if (std::string why = liveness_ ? liveness_() : std::string(); !why.empty()) {
+    body = live ? "ok\n" : "serving\n";
+    if (std::string why = check ? check() : std::string(); !why.empty()) {
       status = "503 Service Unavailable";
       body = absl::StrCat(why, "\n");
-    }
-  } else if (line.rfind("GET /readyz ", 0) == 0 || line == "GET /readyz") {
-    // Readiness: as grpc.health.v1 answers for the whole server.
-    type = "text/plain";
-    std::optional<std::string> fault = device_fault();
-    switch (fault.has_value() ? Readiness::kStopping : readiness_.load()) {
-      case Readiness::kServing:
-        body = "serving\n";
-        break;
-      case Readiness::kStarting:
-        status = "503 Service Unavailable";
-        body = "starting: layers are loading\n";
-        break;
-      case Readiness::kStopping:
-        status = "503 Service Unavailable";
-        body = fault.has_value() ? absl::StrCat("device fault: ", *fault, "\n")
-                                 : "stopping: the server is shutting down\n";
-        break;
     }
   } else if (line.rfind("GET ", 0) == 0) {
     status = "404 Not Found";

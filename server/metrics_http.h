@@ -1,9 +1,8 @@
 // Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, a liveness
-// check at /healthz (200 while the process runs, 503 once a device fault is recorded:
-// kernels/core/device_fault.h, or while the liveness check given says why not) and a readiness
-// check at /readyz (200 while the gRPC port serves, 503 while it starts or stops or after a device
-// fault: what grpc.health.v1 says, for probes that cannot speak gRPC over TLS). Neither check goes
-// through gRPC's threads.
+// check at /healthz and a readiness check at /readyz, each 200 unless the check the owner gives
+// says why not (503 with the reason). Neither goes through gRPC's threads: a liveness probe is
+// answered while streams hold every one of them, and readiness where probes cannot speak gRPC over
+// TLS.
 //
 // A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and
 // prometheus-cpp's civetweb exposer starts its threads with a fixed 100 KiB stack, which is less
@@ -23,20 +22,16 @@ namespace qlinear {
 
 class MetricsHttpServer {
  public:
-  // Says why the process is not alive ("" while it is), for /healthz besides a device fault.
-  // Called on the responder's thread, which it must not outlive the callee's state of.
-  using LivenessCheck = std::function<std::string()>;
+  // Says why the process is not alive (/healthz) or not ready (/readyz), "" when it is. Called on
+  // the responder's thread, which must not outlive what the check reads. None: always 200.
+  using Check = std::function<std::string()>;
 
   // Binds and starts serving; port 0 picks a free port (see port()).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> start(
       const std::string& address, int port, std::shared_ptr<prometheus::Registry> registry,
-      LivenessCheck liveness = nullptr);
+      Check liveness = nullptr, Check readiness = nullptr);
   ~MetricsHttpServer();
   int port() const { return port_; }
-  // What /readyz answers: kStarting until the gRPC port listens, then kServing, then kStopping
-  // from the stop signal on.
-  enum class Readiness { kStarting, kServing, kStopping };
-  void set_readiness(Readiness r) { readiness_.store(r); }
 
  private:
   MetricsHttpServer() = default;
@@ -44,11 +39,11 @@ class MetricsHttpServer {
   void answer(int fd);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  LivenessCheck liveness_;
+  Check liveness_;
+  Check readiness_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<Readiness> readiness_{Readiness::kStarting};
   std::thread thread_;
 };
 

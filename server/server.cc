@@ -113,22 +113,34 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   s->metrics_ = std::make_unique<Metrics>();
   s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
   if (o.metrics_port > 0) {
-    // (The responder is stopped before the engine goes: see the destructor.)
-    MetricsHttpServer::LivenessCheck liveness;
-    if (o.liveness_batch_timeout.count() > 0) {
-      liveness = [engine = s->engine_.get(), limit = o.liveness_batch_timeout]() -> std::string {
-        const std::optional<Engine::RunningBatch> b = engine->longest_running_batch();
-        if (!b.has_value() || b->running <= limit) return "";
-        return absl::StrFormat(
-            "stuck: a batch of layer '%s' has run for %.3f s, over the limit of %.3f s "
-            "(--liveness-batch-timeout-s)",
-            b->layer, std::chrono::duration<double>(b->running).count(),
-            std::chrono::duration<double>(limit).count());
-      };
-    }
+    // (The responder is stopped before the engine goes: see the destructor.) A device fault fails
+    // both checks: only a restart brings the GPU back.
+    auto liveness = [engine = s->engine_.get(), limit = o.liveness_batch_timeout]() -> std::string {
+      if (std::optional<std::string> fault = device_fault()) return "device fault: " + *fault;
+      if (limit.count() <= 0) return "";
+      const std::optional<Engine::RunningBatch> b = engine->longest_running_batch();
+      if (!b.has_value() || b->running <= limit) return "";
+      return absl::StrFormat(
+          "stuck: a batch of layer '%s' has run for %.3f s, over the limit of %.3f s "
+          "(--liveness-batch-timeout-s)",
+          b->layer, std::chrono::duration<double>(b->running).count(),
+          std::chrono::duration<double>(limit).count());
+    };
+    auto readiness = [self = s.get()]() -> std::string {
+      if (std::optional<std::string> fault = device_fault()) return "device fault: " + *fault;
+      switch (self->readiness_.load()) {
+        case Readiness::kStarting:
+          return "starting: layers are loading";
+        case Readiness::kStopping:
+          return "stopping: the server is shutting down";
+        case Readiness::kServing:
+          break;
+      }
+      return "";
+    };
     ASSIGN_OR_RETURN(s->metrics_http_,
                      MetricsHttpServer::start(o.address, o.metrics_port, s->metrics_->registry(),
-                                              std::move(liveness)));
+                                              std::move(liveness), std::move(readiness)));
     s->metrics_port_ = s->metrics_http_->port();
   }
   s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo,
@@ -205,11 +217,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
         absl::StrCat("cannot listen on ", o.address, ":", o.port, " (address in use?)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
-  if (s->metrics_http_ != nullptr) {
-    s->metrics_http_->set_readiness(MetricsHttpServer::Readiness::kServing);
-  }
+  s->readiness_ = Readiness::kServing;
   // A device fault takes the server out of service: its GPU layers can only fail from then on.
-  // (/healthz and /readyz read the fault themselves.)
+  // (The metrics port's checks read the fault themselves.)
   QLinearServer* self = s.get();
   if (credentials.certificate_expiry_unix != 0) {
     s->metrics_->tls_certificate_expiry(credentials.certificate_expiry_unix);
@@ -240,8 +250,7 @@ void QLinearServer::shutdown(std::chrono::milliseconds grace) {
 
 void QLinearServer::stop_serving_health() {
   server_->GetHealthCheckService()->SetServingStatus(false);
-  if (metrics_http_ != nullptr)
-    metrics_http_->set_readiness(MetricsHttpServer::Readiness::kStopping);
+  readiness_ = Readiness::kStopping;
 }
 
 void QLinearServer::wait() { server_->Wait(); }

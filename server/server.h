@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -89,6 +90,10 @@ class QLinearServer {
   int port_ = 0;
   bool stopped_ = false;
   int device_fault_listener_ = 0;  // turns health NOT_SERVING on a device fault; 0: none
+  // What /readyz says besides a device fault: starting until the gRPC port listens, then serving,
+  // then stopping from the stop signal on (as the gRPC health status).
+  enum class Readiness { kStarting, kServing, kStopping };
+  std::atomic<Readiness> readiness_{Readiness::kStarting};
 };
 
 }  // namespace qlinear

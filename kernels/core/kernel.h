@@ -115,9 +115,9 @@ class Kernel {
 
 // A kernel's family: its name up to the first '.' ("cpu", "cuda"), the device it computes on.
 // Autotune ranks a kernel by its measured time only among the kernels of its family.
-inline absl::string_view kernel_family(const Kernel& k) {
-  const absl::string_view name = k.name();
-  return name.substr(0, name.find('.'));
+inline absl::string_view kernel_family(absl::string_view kernel_name) {
+  return kernel_name.substr(0, kernel_name.find('.'));
 }
+inline absl::string_view kernel_family(const Kernel& k) { return kernel_family(k.name()); }
 
 }  // namespace qlinear

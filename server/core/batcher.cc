@@ -4,7 +4,6 @@
 #include <cstring>
 #include <new>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/steady_clock.h"
@@ -115,7 +114,7 @@ void BatchQueue::set_busy(bool busy, absl::string_view forced) {
   busy_ = busy;
   const absl::string_view kernel =
       forced.empty() ? absl::string_view(layer_->options().forced_kernel) : forced;
-  const bool watched = busy && on_gpu_ && !absl::StartsWith(kernel, "cpu.");
+  const bool watched = busy && on_gpu_ && kernel_family(kernel) != "cpu";
   running_since_ns_.store(watched ? steady_now_ns() : 0, std::memory_order_relaxed);
 }
 

@@ -52,6 +52,15 @@ expect() {
 grep_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
 grep_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
 
+# stop_server2 WHAT: SIGTERM to the extra server $server2_pid, which must exit 0.
+stop_server2() {
+  kill -TERM "$server2_pid"
+  local rc=0
+  wait "$server2_pid" || rc=$?
+  server2_pid=""
+  [[ $rc -eq 0 ]] || fail "$1 exited $rc on SIGTERM, expected 0"
+}
+
 # listening_port LOG: the port a server started with --port 0 logs once it listens (up to 20 s).
 listening_port() {
   local p=""
@@ -215,11 +224,7 @@ grep -q "^.*\[2/2\] loaded layer 'cli-test/manifest-b' 40x72 static_symmetric on
   "$work/server2.log" || fail "no '[2/2] loaded layer' log line"
 grep -q "loaded 2 layers (0.0 MiB of weights) from the manifest in" "$work/server2.log" ||
   fail "no 'loaded 2 layers' log line"
-kill -TERM "$server2_pid"
-rc=0
-wait "$server2_pid" || rc=$?
-server2_pid=""
-[[ $rc -eq 0 ]] || fail "the second server exited $rc on SIGTERM"
+stop_server2 "the second server"
 # A manifest that cannot load stops the server at start-up, naming the layer and why.
 rc=0
 "$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer --layer-manifest "$work/bad.json" \
@@ -263,11 +268,7 @@ EOF
 grep -q '^/healthz 200 ok$' "$work/probes" || fail "/healthz while loading: $(cat "$work/probes")"
 grep -q '^/readyz 503 starting: layers are loading$' "$work/probes" ||
   fail "/readyz while loading: $(cat "$work/probes")"
-kill -TERM "$server2_pid"
-rc=0
-wait "$server2_pid" || rc=$?
-server2_pid=""
-[[ $rc -eq 0 ]] || fail "SIGTERM while loading the manifest: exit $rc, expected 0"
+stop_server2 "the server stopped while loading the manifest"
 grep -q "received a stop signal while starting: stopped while loading the manifest $work/many.json, after [0-9]* of 300 layers; stopped" \
   "$work/server4.log" || fail "no log line of the start-up stopped while loading"
 grep -q 'listening on' "$work/server4.log" && fail "the server listened although stopped while loading"
@@ -544,11 +545,7 @@ expect 2 --tls-ca "$tls/ca.key" layers
 grep_err "^qlinear-cli: INVALID_ARGUMENT: --tls-ca: $tls/ca.key holds no PEM certificate"
 expect 1 --tls-ca "$tls/none.pem" layers
 grep_err "^qlinear-cli: NOT_FOUND: --tls-ca: cannot open $tls/none.pem"
-kill -TERM "$server2_pid"
-rc=0
-wait "$server2_pid" || rc=$?
-server2_pid=""
-[[ $rc -eq 0 ]] || fail "the TLS server exited $rc on SIGTERM"
+stop_server2 "the TLS server"
 
 # --- deadlines: a server that takes the connection and never answers ----------------------------
 expect 2 --timeout-s -1 layers
