@@ -33,6 +33,9 @@
 #   QLINEAR_CPU_SERVING=1  run step 5 (about 2 minutes)
 #   QLINEAR_CPU=1        run step 6
 #   QLINEAR_GPU=0        skip steps 1-4 (a call for the host's CPU alone)
+#   QLINEAR_TESTS=0      skip step 1 (with QLINEAR_BENCH=0, the steps split over two calls where
+#                        one call's time limit cannot hold them all)
+#   QLINEAR_BENCH=0      skip steps 3 and 4
 set -uo pipefail
 
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
@@ -66,8 +69,10 @@ fi
 
 gpu_steps=1
 [ "${QLINEAR_GPU:-1}" = "0" ] && gpu_steps=0
+tests=1
+[ "${QLINEAR_TESTS:-1}" = "0" ] && tests=0
 test_rc=-
-if [ "$gpu_steps" = 1 ]; then
+if [ "$gpu_steps" = 1 ] && [ "$tests" = 1 ]; then
   echo "=== qlinear_cuda_test"
   # shellcheck disable=SC2086
   timeout "${QLINEAR_TEST_TIMEOUT:-180}" "$BUNDLE/run" qlinear_cuda_test --gtest_color=no ${QLINEAR_TEST_ARGS:-} >"$LOG/cuda_test.log" 2>&1
@@ -76,7 +81,7 @@ if [ "$gpu_steps" = 1 ]; then
 fi
 
 server_test_rc=-
-if [ "$gpu_steps" = 1 ] && have qlinear_server_e2e_test; then
+if [ "$gpu_steps" = 1 ] && [ "$tests" = 1 ] && have qlinear_server_e2e_test; then
   echo "=== qlinear_server_e2e_test"
   timeout "${QLINEAR_SERVER_TEST_TIMEOUT:-300}" "$BUNDLE/run" qlinear_server_e2e_test --gtest_color=no \
     >"$LOG/server_test.log" 2>&1
@@ -87,7 +92,7 @@ if [ "$gpu_steps" = 1 ] && have qlinear_server_e2e_test; then
 fi
 
 sanitizer_rc=-
-if [ "$gpu_steps" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
+if [ "$gpu_steps" = 1 ] && [ "$tests" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   echo "=== compute-sanitizer memcheck (subset)"
   # (Not the test that loads a layer larger than the L2: its load-time timings under memcheck
   # would take most of the time limit, and it runs no kernel the others do not. The subset took
@@ -143,7 +148,7 @@ if [ "$gpu_steps" = 1 ] && have qlinear-server; then
 fi
 
 bench_rc=-
-if [ "$gpu_steps" = 0 ]; then
+if [ "$gpu_steps" = 0 ] || [ "${QLINEAR_BENCH:-1}" = "0" ]; then
   : >"$LOG/bench.log"
 elif [ "$test_rc" = 124 ]; then
   # A test that ran into its time limit points at a hung kernel: do not spend the machine on it.
@@ -158,6 +163,7 @@ fi
 
 energy_rc=-
 if [ "$gpu_steps" = 1 ] && [ "${1:-}" != "--quick" ] && [ "${QLINEAR_ENERGY:-1}" != "0" ] &&
+  [ "${QLINEAR_BENCH:-1}" != "0" ] &&
   [ "$test_rc" != 124 ]; then
   echo "=== qlinear_gpu_bench --energy"
   timeout "${QLINEAR_ENERGY_TIMEOUT:-240}" "$BUNDLE/run" qlinear_gpu_bench --energy \
