@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   int64_t max_connection_age_ms = 0, max_connection_age_grace_ms = 0;
   int64_t upload_idle_timeout_ms = o.upload_idle_timeout_ms;
   std::string tls_cert, tls_key, tls_client_ca;
+  int64_t tls_reload_interval_s = 60;
   int64_t liveness_batch_timeout_s =
       std::chrono::duration_cast<std::chrono::seconds>(o.liveness_batch_timeout).count();
   qlinear::ArgParser args(
@@ -130,11 +131,17 @@ int main(int argc, char** argv) {
            "batches are not watched; 0 = never)");
   args.add("tls-cert", &tls_cert,
            "Serve gRPC over TLS with this PEM certificate (and any intermediates after it); "
-           "needs --tls-key. The files are read at start-up: a new certificate takes a restart");
+           "needs --tls-key. The files are read at start-up and then every "
+           "--tls-reload-interval-s");
   args.add("tls-key", &tls_key, "The PEM private key of --tls-cert (not encrypted)");
   args.add("tls-client-ca", &tls_client_ca,
            "Mutual TLS: require every client to present a certificate issued by one of these PEM "
            "certificate authorities");
+  args.add("tls-reload-interval-s", &tls_reload_interval_s,
+           "How often the TLS files are read again: a changed certificate, key or client CA set "
+           "that passes the start-up checks is served from the next connection on; one that "
+           "fails them is logged and the port keeps serving what it has (0 = read once, at "
+           "start-up)");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -170,6 +177,8 @@ int main(int argc, char** argv) {
       {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},
       {liveness_batch_timeout_s < 0 || liveness_batch_timeout_s > 86400, "liveness-batch-timeout-s",
        liveness_batch_timeout_s, "0-86400"},
+      {tls_reload_interval_s < 0 || tls_reload_interval_s > 86400, "tls-reload-interval-s",
+       tls_reload_interval_s, "0-86400"},
   };
   for (const auto& r : ranges) {
     if (r.bad) {
@@ -210,6 +219,7 @@ int main(int argc, char** argv) {
   o.upload_idle_timeout_ms = upload_idle_timeout_ms;
   o.liveness_batch_timeout = std::chrono::seconds(liveness_batch_timeout_s);
   o.tls = {tls_cert, tls_key, tls_client_ca};
+  o.tls_reload_interval = std::chrono::seconds(tls_reload_interval_s);
   if (absl::Status s = qlinear::check_server_tls_flags(o.tls); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;

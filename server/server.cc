@@ -221,8 +221,35 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   // A device fault takes the server out of service: its GPU layers can only fail from then on.
   // (The metrics port's checks read the fault themselves.)
   QLinearServer* self = s.get();
-  if (credentials.certificate_expiry_unix != 0) {
+  if (credentials.reloader != nullptr) {
     s->metrics_->tls_certificate_expiry(credentials.certificate_expiry_unix);
+    s->tls_reloader_ = credentials.reloader;
+    if (o.tls_reload_interval.count() > 0) {
+      // A rotated certificate (a renewed Secret, say) is served from the next connection on; one
+      // that fails the checks is logged and counted, and the port keeps serving the one it has.
+      const bool quiet = o.quiet;
+      s->tls_reloader_->start_polling(
+          absl::FromChrono(o.tls_reload_interval), [self, quiet](const TlsReloadEvent& e) {
+            switch (e.kind) {
+              case TlsReloadEvent::kLoaded:
+                self->metrics_->tls_reload(true);
+                self->metrics_->tls_certificate_expiry(e.certificate_expiry_unix);
+                if (!quiet) log_info(absl::StrCat("TLS files reloaded: now serving ", e.message));
+                break;
+              case TlsReloadEvent::kRejected:
+                self->metrics_->tls_reload(false);
+                if (!quiet) {
+                  log_info(absl::StrCat("TLS files changed but not reloaded (", e.message,
+                                        "); still serving the certificate already loaded"));
+                }
+                break;
+              case TlsReloadEvent::kRestored:
+                self->metrics_->tls_reload_failing(false);
+                if (!quiet) log_info("TLS files hold the served certificate again");
+                break;
+            }
+          });
+    }
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
     self->metrics_->device_fault();

@@ -56,6 +56,9 @@ struct ServerOptions {
   std::chrono::milliseconds liveness_batch_timeout{std::chrono::seconds(60)};
   // TLS on the gRPC port (the metrics port stays plain HTTP); off unless a certificate is given.
   ServerTlsOptions tls;
+  // How often the TLS files are read again for a new certificate, key or client CA set (served
+  // from the next connection on where it passes the start-up checks); 0: read once, at start-up.
+  std::chrono::milliseconds tls_reload_interval{std::chrono::seconds(60)};
 };
 
 class QLinearServer {
@@ -86,6 +89,8 @@ class QLinearServer {
   int metrics_port_ = 0;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QLinearService> service_;
+  // With TLS: what the gRPC port's credentials ask for the certificate (it outlives server_).
+  std::shared_ptr<TlsReloader> tls_reloader_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool stopped_ = false;

@@ -1,6 +1,8 @@
 #include "server/tls.h"
 
-#include <grpcpp/security/server_credentials.h>
+#include <grpc/grpc.h>
+
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/pem.h"
@@ -22,35 +24,186 @@ absl::Status check_server_tls_flags(const ServerTlsOptions& tls) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ServerCredentials> make_server_credentials(const ServerTlsOptions& tls) {
-  if (absl::Status s = check_server_tls_flags(tls); !s.ok()) return s;
-  if (!tls.enabled()) {
-    return ServerCredentials{grpc::InsecureServerCredentials(), "plaintext, no TLS"};
+// One reading of the files, checked.
+struct TlsMaterial {
+  PemIdentity identity;
+  PemCertificates client_cas;  // empty pem: no client certificates asked for
+  std::string summary;
+
+  bool same_files(const TlsMaterial& o) const {
+    return identity.key == o.identity.key &&
+           identity.certificates.pem == o.identity.certificates.pem &&
+           client_cas.pem == o.client_cas.pem;
   }
+};
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<TlsMaterial>> read_material(const ServerTlsOptions& tls) {
+  auto m = std::make_unique<TlsMaterial>();
   absl::StatusOr<PemIdentity> identity = read_pem_identity(tls.cert_file, tls.key_file);
   if (!identity.ok()) return identity.status();
-  const PemCertificates* cert = &identity->certificates;
-  grpc::SslServerCredentialsOptions options;
-  options.pem_key_cert_pairs.push_back({identity->key, cert->pem});
+  m->identity = *std::move(identity);
   std::string clients = "no client certificates asked for";
   if (!tls.client_ca_file.empty()) {
     absl::StatusOr<PemCertificates> ca =
         read_pem_certificates("--tls-client-ca", tls.client_ca_file);
     if (!ca.ok()) return ca.status();
-    options.pem_root_certs = ca->pem;
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-    clients = absl::StrCat("client certificates required, issued by ", tls.client_ca_file, " (",
-                           ca->count, " certificate", ca->count == 1 ? "" : "s", ")");
+    m->client_cas = *std::move(ca);
+    clients =
+        absl::StrCat("client certificates required, issued by ", tls.client_ca_file, " (",
+                     m->client_cas.count, " certificate", m->client_cas.count == 1 ? "" : "s", ")");
   }
+  const PemCertificates& cert = m->identity.certificates;
+  m->summary = absl::StrCat(
+      "TLS with ", cert.subject.empty() ? "a certificate" : cert.subject, " (",
+      cert.count == 1 ? "no intermediates"
+                      : absl::StrCat(cert.count - 1, " intermediate", cert.count == 2 ? "" : "s"),
+      cert.expired ? "; EXPIRED on " : "; valid until ", cert.not_after, "); ", clients);
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<TlsReloader>> TlsReloader::create(const ServerTlsOptions& tls) {
+  if (absl::Status s = check_server_tls_flags(tls); !s.ok()) return s;
+  if (!tls.enabled()) return absl::InvalidArgumentError("TLS needs --tls-cert and --tls-key");
+  absl::StatusOr<std::unique_ptr<TlsMaterial>> m = read_material(tls);
+  if (!m.ok()) return m.status();
+  std::shared_ptr<TlsReloader> r(new TlsReloader(tls));
+  absl::MutexLock lock(&r->mu_);
+  r->served_ = *std::move(m);
+  r->generation_ = 1;
+  return r;
+}
+
+TlsReloader::TlsReloader(ServerTlsOptions tls) : tls_(std::move(tls)) {}
+
+TlsReloader::~TlsReloader() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (poller_.joinable()) poller_.join();
+}
+
+std::optional<TlsReloadEvent> TlsReloader::check_now() {
+  absl::StatusOr<std::unique_ptr<TlsMaterial>> m = read_material(tls_);
+  absl::MutexLock lock(&mu_);
+  TlsReloadEvent e;
+  if (!m.ok()) {
+    const std::string why(m.status().message());
+    if (why == rejected_) return std::nullopt;
+    rejected_ = why;
+    e.kind = TlsReloadEvent::kRejected;
+    e.message = why;
+  } else if ((*m)->same_files(*served_)) {
+    if (rejected_.empty()) return std::nullopt;
+    rejected_.clear();
+    e.kind = TlsReloadEvent::kRestored;
+    e.message = served_->summary;
+  } else {
+    rejected_.clear();
+    served_ = *std::move(m);
+    ++generation_;
+    e.kind = TlsReloadEvent::kLoaded;
+    e.message = served_->summary;
+  }
+  e.certificate_expiry_unix = served_->identity.certificates.not_after_unix;
+  return e;
+}
+
+void TlsReloader::start_polling(absl::Duration interval, Listener listener) {
+  poller_ = std::thread([this, interval, listener = std::move(listener)] {
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval)) return;
+      }
+      if (std::optional<TlsReloadEvent> e = check_now()) listener(*e);
+    }
+  });
+}
+
+std::string TlsReloader::summary() const {
+  absl::MutexLock lock(&mu_);
+  return served_->summary;
+}
+
+int64_t TlsReloader::certificate_expiry_unix() const {
+  absl::MutexLock lock(&mu_);
+  return served_->identity.certificates.not_after_unix;
+}
+
+grpc_ssl_certificate_config_reload_status TlsReloader::fetch(
+    void* self, grpc_ssl_server_certificate_config** config) {
+  auto* r = static_cast<TlsReloader*>(self);
+  absl::MutexLock lock(&r->mu_);
+  // gRPC asks once when the port is added (one port, one ask that must answer) and then at every
+  // new connection: the set is built only when it is new to gRPC.
+  if (r->delivered_ == r->generation_) return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+  const TlsMaterial& m = *r->served_;
+  grpc_ssl_pem_key_cert_pair pair{m.identity.key.c_str(), m.identity.certificates.pem.c_str()};
+  // gRPC asserts that a fetched set has client CAs. Without --tls-client-ca no client certificate
+  // is asked for, so none is checked against them: the server's own chain stands in.
+  const std::string& cas =
+      m.client_cas.pem.empty() ? m.identity.certificates.pem : m.client_cas.pem;
+  *config = grpc_ssl_server_certificate_config_create(cas.c_str(), &pair, 1);
+  if (*config == nullptr) return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_FAIL;
+  r->delivered_ = r->generation_;
+  return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
+}
+
+namespace {
+
+// grpc::ServerCredentials over C-core credentials whose certificates come from a TlsReloader
+// (grpc_ssl_server_credentials_create_options_using_config_fetcher, which gRPC's C++ API does not
+// wrap). The server adds its port through AddPortToServer.
+class FetchingServerCredentials final : public grpc::ServerCredentials {
+ public:
+  // (Made after the base class has initialised gRPC.)
+  FetchingServerCredentials(grpc_ssl_client_certificate_request_type clients,
+                            grpc_ssl_server_certificate_config_callback fetch,
+                            std::shared_ptr<TlsReloader> reloader)
+      : c_(grpc_ssl_server_credentials_create_with_options(
+            grpc_ssl_server_credentials_create_options_using_config_fetcher(clients, fetch,
+                                                                            reloader.get()))),
+        reloader_(std::move(reloader)) {}
+  ~FetchingServerCredentials() override { grpc_server_credentials_release(c_); }
+
+  // (No server of this project sets one.)
+  void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
+
+ private:
+  int AddPortToServer(const std::string& addr, grpc_server* server) override {
+    return grpc_server_add_http2_port(server, addr.c_str(), c_);
+  }
+
+  grpc_server_credentials* const c_;
+  const std::shared_ptr<TlsReloader> reloader_;  // the callback's data lives as long as these
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> TlsReloader::credentials() {
+  return std::make_shared<FetchingServerCredentials>(
+      tls_.client_ca_file.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+      &TlsReloader::fetch, shared_from_this());
+}
+
+absl::StatusOr<ServerCredentials> make_server_credentials(const ServerTlsOptions& tls) {
+  if (absl::Status s = check_server_tls_flags(tls); !s.ok()) return s;
+  if (!tls.enabled()) {
+    return ServerCredentials{grpc::InsecureServerCredentials(), "plaintext, no TLS", 0, nullptr};
+  }
+  absl::StatusOr<std::shared_ptr<TlsReloader>> reloader = TlsReloader::create(tls);
+  if (!reloader.ok()) return reloader.status();
   ServerCredentials out;
-  out.credentials = grpc::SslServerCredentials(options);
-  out.certificate_expiry_unix = cert->not_after_unix;
-  out.summary = absl::StrCat(
-      "TLS with ", cert->subject.empty() ? "a certificate" : cert->subject, " (",
-      cert->count == 1
-          ? "no intermediates"
-          : absl::StrCat(cert->count - 1, " intermediate", cert->count == 2 ? "" : "s"),
-      cert->expired ? "; EXPIRED on " : "; valid until ", cert->not_after, "); ", clients);
+  out.reloader = *std::move(reloader);
+  out.credentials = out.reloader->credentials();
+  out.summary = out.reloader->summary();
+  out.certificate_expiry_unix = out.reloader->certificate_expiry_unix();
   return out;
 }
 

@@ -1,14 +1,24 @@
 // TLS for the gRPC port: the server's certificate and key, and optionally the certificate
 // authorities whose client certificates it requires (mutual TLS). The files are read and checked
-// once, at start-up; a new certificate takes a restart.
+// at start-up, and again whenever TlsReloader is asked (every --tls-reload-interval-s): a new set
+// that passes the same checks is served from the next connection on, one that does not is logged
+// and the set already served kept, so that a rotation cannot take the port down.
 #pragma once
 
+#include <grpc/grpc_security.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace qlinear {
 
@@ -20,12 +30,75 @@ struct ServerTlsOptions {
   bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
 };
 
+// What a check of the TLS files found, when it changed anything.
+struct TlsReloadEvent {
+  enum Kind {
+    kLoaded,    // a new set passed the checks: served from the next connection on
+    kRejected,  // the files changed but fail the checks: the served set is kept
+    kRestored,  // after a rejection, the files hold the served set again
+  };
+  Kind kind = kLoaded;
+  // kLoaded: what is served now (as ServerCredentials::summary); kRejected: why not (naming the
+  // flag and the file, as at start-up).
+  std::string message;
+  int64_t certificate_expiry_unix = 0;  // the served certificate's, after the event
+};
+
+struct TlsMaterial;  // one reading of the files, checked (tls.cc)
+
+// Reads the TLS files again on request, and keeps what gRPC serves to new connections. Shared by
+// the credentials it feeds (gRPC asks it at each new connection) and by whoever polls it.
+class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
+ public:
+  using Listener = std::function<void(const TlsReloadEvent&)>;
+
+  // Reads and checks the files as make_server_credentials does (with its errors).
+  static absl::StatusOr<std::shared_ptr<TlsReloader>> create(const ServerTlsOptions& tls);
+  ~TlsReloader();
+
+  // Reads and checks the files. Where they hold a set other than the served one and pass the
+  // start-up checks, it is served from the next connection on (kLoaded). Where they fail them,
+  // the served set stays (kRejected, once until the files change again). nullopt: nothing
+  // changed.
+  std::optional<TlsReloadEvent> check_now();
+
+  // Calls check_now every `interval` on a thread of its own, until destroyed, telling `listener`
+  // of each event. Once only.
+  void start_polling(absl::Duration interval, Listener listener);
+
+  // What is served: its summary (as ServerCredentials::summary) and its certificate's end of
+  // validity (Unix time).
+  std::string summary() const;
+  int64_t certificate_expiry_unix() const;
+
+  // gRPC credentials that serve what this holds, asking it again at each new connection. Made
+  // once, for one port; this must outlive every gRPC server given them.
+  std::shared_ptr<grpc::ServerCredentials> credentials();
+
+ private:
+  explicit TlsReloader(ServerTlsOptions tls);
+  // gRPC's certificate-config callback: the served set where gRPC does not have it yet.
+  static grpc_ssl_certificate_config_reload_status fetch(
+      void* self, grpc_ssl_server_certificate_config** config);
+
+  const ServerTlsOptions tls_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<TlsMaterial> served_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of served_
+  uint64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;   // the generation gRPC has
+  std::string rejected_ ABSL_GUARDED_BY(mu_);     // the last rejection reported; empty: none
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread poller_;
+};
+
 struct ServerCredentials {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // For the log: "TLS with CN=server (no intermediates; valid until 2027-12-06 02:00:00 UTC);
   // client certificates required, issued by ca.pem (1 certificate)", or "plaintext, no TLS".
   std::string summary;
   int64_t certificate_expiry_unix = 0;  // the served certificate's end of validity; 0: no TLS
+  // With TLS: what rereads the files. It must outlive every gRPC server given `credentials`.
+  std::shared_ptr<TlsReloader> reloader;
 };
 
 // INVALID_ARGUMENT where the flags do not go together: a certificate without its key or the

@@ -92,14 +92,43 @@ Metrics::Metrics(size_t max_layer_labels)
 
 void Metrics::device_fault() { device_fault_.Add({}).Set(1); }
 
-void Metrics::tls_certificate_expiry(int64_t unix_seconds) {
-  prometheus::BuildGauge()
-      .Name("qlinear_tls_certificate_expiry_timestamp_seconds")
-      .Help("When the certificate the gRPC port serves stops being valid (Unix time)")
-      .Register(*registry_)
-      .Add({})
-      .Set(static_cast<double>(unix_seconds));
+Metrics::TlsSeries& Metrics::tls_series() {
+  absl::MutexLock lock(&tls_mu_);
+  if (tls_ == nullptr) {
+    auto& reloads = prometheus::BuildCounter()
+                        .Name("qlinear_tls_reloads_total")
+                        .Help(
+                            "Changes of the TLS files found, by result: loaded (served from the "
+                            "next connection on) or rejected (the served certificate kept)")
+                        .Register(*registry_);
+    tls_ = std::make_unique<TlsSeries>(TlsSeries{
+        &prometheus::BuildGauge()
+             .Name("qlinear_tls_certificate_expiry_timestamp_seconds")
+             .Help("When the certificate the gRPC port serves stops being valid (Unix time)")
+             .Register(*registry_)
+             .Add({}),
+        &reloads.Add({{"result", "loaded"}}), &reloads.Add({{"result", "rejected"}}),
+        &prometheus::BuildGauge()
+             .Name("qlinear_tls_reload_failing")
+             .Help("1 while the TLS files hold a set that failed the checks (the gRPC port "
+                   "serves the one loaded before)")
+             .Register(*registry_)
+             .Add({})});
+  }
+  return *tls_;
 }
+
+void Metrics::tls_certificate_expiry(int64_t unix_seconds) {
+  tls_series().expiry->Set(static_cast<double>(unix_seconds));
+}
+
+void Metrics::tls_reload(bool loaded) {
+  TlsSeries& t = tls_series();
+  (loaded ? t.loaded : t.rejected)->Increment();
+  t.failing->Set(loaded ? 0 : 1);
+}
+
+void Metrics::tls_reload_failing(bool failing) { tls_series().failing->Set(failing ? 1 : 0); }
 
 Metrics::LayerSeries::LayerSeries(Metrics* metrics, const std::string& layer)
     : metrics_(metrics),

@@ -98,8 +98,13 @@ class Metrics {
   // qlinear_device_fault: 1 once a device fault is recorded (kernels/core/device_fault.h).
   void device_fault();
   // qlinear_tls_certificate_expiry_timestamp_seconds: when the served certificate's validity
-  // ends (Unix time), to alert on before it does (a new certificate takes a restart).
+  // ends (Unix time), to alert on before it does. Set at start-up and at each reload.
   void tls_certificate_expiry(int64_t unix_seconds);
+  // A reload of the TLS files: qlinear_tls_reloads_total{result="loaded"|"rejected"} counts it,
+  // and qlinear_tls_reload_failing is 1 from a rejected set until one is loaded or the files
+  // hold the served set again (tls_reload_failing(false)).
+  void tls_reload(bool loaded);
+  void tls_reload_failing(bool failing);
   // Text exposition of everything (for tests and debugging).
   std::string serialize() const;
 
@@ -122,6 +127,16 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& layers_loaded_;
   prometheus::Family<prometheus::Gauge>& layer_bytes_;
   prometheus::Family<prometheus::Gauge>& device_fault_;
+  // The TLS series, registered with TLS only (the first tls_* call).
+  struct TlsSeries {
+    prometheus::Gauge* expiry;
+    prometheus::Counter* loaded;
+    prometheus::Counter* rejected;
+    prometheus::Gauge* failing;
+  };
+  TlsSeries& tls_series();
+  absl::Mutex tls_mu_;
+  std::unique_ptr<TlsSeries> tls_ ABSL_GUARDED_BY(tls_mu_);
 
   // The gauges of one loaded layer, owned by the Layer at `owner`.
   struct LayerGauges {

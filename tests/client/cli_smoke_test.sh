@@ -3,7 +3,7 @@
 # smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
 # (random, from .npy files, and a layer manifest, also loaded by a second server at start-up), infer (unary and streamed, .npy in and out), short load
 # benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, a server
-# with mutual TLS (certificates made with openssl), and a graceful SIGTERM stop of the server
+# with mutual TLS (certificates made with openssl, then rotated while it serves), and a graceful SIGTERM stop of the server
 # (exit 0).
 #
 # Usage: cli_smoke_test.sh QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY
@@ -504,7 +504,7 @@ grep -q -- "--tls-key $tls/client.key does not match --tls-cert $tls/server.pem"
   "$work/server3.log" || fail "no 'does not match' on a key that is not the certificate's"
 "$server_bin" --address 127.0.0.1 --port 0 --demo-n 64 --demo-k 128 --enable-echo \
   --tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.pem" \
-  2>"$work/server3.log" &
+  --tls-reload-interval-s 1 2>"$work/server3.log" &
 server2_pid=$!
 port3=$(listening_port "$work/server3.log") || fail "the TLS server did not start listening"
 grep -q "(TLS with CN=cli test server (no intermediates; valid until .*); client certificates required, issued by $tls/ca.pem (1 certificate))" \
@@ -545,6 +545,28 @@ expect 2 --tls-ca "$tls/ca.key" layers
 grep_err "^qlinear-cli: INVALID_ARGUMENT: --tls-ca: $tls/ca.key holds no PEM certificate"
 expect 1 --tls-ca "$tls/none.pem" layers
 grep_err "^qlinear-cli: NOT_FOUND: --tls-ca: cannot open $tls/none.pem"
+# A rotation while it serves: a key that fails the checks is logged and the served certificate
+# kept; a renewed certificate (a new key, the same CA) is served from the next connection on.
+await_log() {  # up to 10 s for the TLS server's log to hold $1
+  for _ in $(seq 100); do grep -qF -- "$1" "$work/server3.log" && return 0; sleep 0.1; done
+  fail "the TLS server's log lacks '$1'"
+}
+printf 'not a key\n' >"$tls/bad.key"
+mv "$tls/bad.key" "$tls/server.key"
+await_log "TLS files changed but not reloaded (--tls-key: $tls/server.key holds no unencrypted PEM private key"
+expect 0 "${mtls[@]}" layers
+(
+  cd "$tls"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout renewed.key \
+    -out renewed.csr -subj "/CN=cli test server renewed"
+  openssl x509 -req -in renewed.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile server.ext -out renewed.pem
+) >>"$work/openssl.log" 2>&1 || fail "openssl could not renew the server certificate"
+mv "$tls/renewed.pem" "$tls/server.pem"
+mv "$tls/renewed.key" "$tls/server.key"
+await_log "TLS files reloaded: now serving TLS with CN=cli test server renewed (no intermediates"
+expect 0 "${mtls[@]}" layers
+grep_out '^demo '
 stop_server2 "the TLS server"
 
 # --- deadlines: a server that takes the connection and never answers ----------------------------

@@ -1,18 +1,22 @@
 // TLS on the gRPC port: a server with a certificate answers TLS clients that trust its issuer and
 // no others; with client CAs (mutual TLS) it answers only clients whose certificate they issued;
-// wrong files fail the start-up (or the client's set-up), named. The certificates are made here,
-// fresh for each run, with OpenSSL.
+// wrong files fail the start-up (or the client's set-up), named; files rotated while it runs are
+// served from the next connection on, and files that fail the checks leave the served set in
+// place. The certificates are made here, fresh for each run, with OpenSSL.
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "client/qlinear_client.h"
@@ -47,6 +51,17 @@ class CertificateMaker {
     const std::string path = dir_ + "/" + name;
     std::ofstream(path) << text;
     return path;
+  }
+
+  // Replaces `path` with `text` in one step (a new file renamed over it), as a rotation does.
+  static void replace(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".new";
+    std::ofstream(tmp) << text;
+    ASSERT_EQ(std::rename(tmp.c_str(), path.c_str()), 0) << path;
+  }
+  static std::string contents(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
  private:
@@ -145,8 +160,12 @@ class TlsTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<QLinearServer> start(const ServerTlsOptions& tls) {
-    auto s = QLinearServer::start(options(tls));
+  std::unique_ptr<QLinearServer> start(
+      const ServerTlsOptions& tls,
+      std::chrono::milliseconds reload_interval = std::chrono::milliseconds(0)) {
+    ServerOptions o = options(tls);
+    o.tls_reload_interval = reload_interval;
+    auto s = QLinearServer::start(o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
   }
@@ -178,6 +197,28 @@ class TlsTest : public ::testing::Test {
     if (!r.ok()) return r.status();
     if (r->y().size() != 32 * 2) return absl::InternalError("wrong output size");
     return absl::OkStatus();
+  }
+
+  // Copies of `files` at fixed paths, for a server whose files are then rotated.
+  Issued live_copy(const Issued& files) {
+    Issued live{certs_->write("live.pem", CertificateMaker::contents(files.cert_file)),
+                certs_->write("live.key", CertificateMaker::contents(files.key_file))};
+    return live;
+  }
+
+  // Polls `ok` for up to 10 s.
+  template <typename F>
+  static bool eventually(F ok) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!ok()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
+  static bool has_line(QLinearServer& server, const std::string& line) {
+    return absl::StrContains(server.metrics().serialize(), "\n" + line + "\n");
   }
 
   std::string dir_;
@@ -367,6 +408,149 @@ TEST_F(TlsTest, ClientCredentialsCheckTheirFiles) {
     EXPECT_EQ(r.status().code(), c.code) << r.status();
     EXPECT_TRUE(absl::StrContains(r.status().message(), c.message)) << r.status();
   }
+}
+
+// Each check of the files: a changed set that passes the start-up checks is served, one that
+// fails them is reported once and the served set kept, and files back at the served set say so.
+TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
+  const Issued live = live_copy(server_);
+  const std::string ca_file =
+      certs_->write("live-ca.pem", CertificateMaker::contents(ca_.cert_file));
+  auto reloader = TlsReloader::create({live.cert_file, live.key_file, ca_file});
+  ASSERT_TRUE(reloader.ok()) << reloader.status();
+  TlsReloader& r = **reloader;
+  const std::string first = r.summary();
+  const int64_t first_expiry = r.certificate_expiry_unix();
+  EXPECT_TRUE(absl::StrContains(first, "CN=qlinear server")) << first;
+  EXPECT_FALSE(r.check_now().has_value());  // nothing changed
+
+  // A half-written certificate: rejected, named, once; the served set stays.
+  CertificateMaker::replace(live.cert_file, "-----BEGIN CERTIFICATE-----\nMIIB\n");
+  std::optional<TlsReloadEvent> e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(e->message, "--tls-cert: " + live.cert_file)) << e->message;
+  EXPECT_EQ(e->certificate_expiry_unix, first_expiry);
+  EXPECT_FALSE(r.check_now().has_value());  // the same failure is not reported again
+  EXPECT_EQ(r.summary(), first);
+
+  // A new certificate beside the old key: rejected as a mismatch.
+  const Issued next = certs_->make_leaf("next", "next server", "DNS:localhost", ca_, 30);
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(next.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(e->message, "does not match")) << e->message;
+  EXPECT_EQ(r.summary(), first);
+
+  // The files back at the served set.
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(server_.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRestored);
+  EXPECT_FALSE(r.check_now().has_value());
+
+  // The key, then the certificate: the pair is served, with its end of validity.
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(next.key_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(next.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kLoaded);
+  EXPECT_TRUE(absl::StrContains(e->message, "CN=next server")) << e->message;
+  EXPECT_EQ(e->message, r.summary());
+  EXPECT_GT(e->certificate_expiry_unix, first_expiry + 20 * 86400);
+  EXPECT_EQ(r.certificate_expiry_unix(), e->certificate_expiry_unix);
+
+  // The client CAs: two authorities now.
+  CertificateMaker::replace(ca_file, CertificateMaker::contents(ca_.cert_file) +
+                                         CertificateMaker::contents(other_ca_.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kLoaded);
+  EXPECT_TRUE(absl::StrContains(e->message, "(2 certificates)")) << e->message;
+  // A client CA file that goes missing is a rejection too.
+  std::filesystem::remove(ca_file);
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(e->message, "--tls-client-ca: cannot open " + ca_file))
+      << e->message;
+}
+
+// A running server: files that fail the checks change nothing clients see; a rotated certificate
+// (here from another authority) is served to new connections, while connections made before keep
+// working; the metrics count both and carry the new end of validity.
+TEST_F(TlsTest, ARunningServerServesRotatedCertificatesFromTheNextConnection) {
+  const Issued live = live_copy(server_);
+  auto server = start({live.cert_file, live.key_file, ""}, std::chrono::milliseconds(50));
+  ASSERT_NE(server, nullptr);
+  const ClientTlsFiles trusts_ca{ca_.cert_file, "", ""};
+  const ClientTlsFiles trusts_other{other_ca_.cert_file, "", ""};
+  auto before = client(*server, &trusts_ca);
+  ASSERT_EQ(infer_demo(*before), absl::OkStatus());
+  EXPECT_TRUE(absl::IsUnavailable(infer_demo(*client(*server, &trusts_other))));
+
+  CertificateMaker::replace(live.key_file, "not a key\n");
+  ASSERT_TRUE(eventually([&] {
+    return has_line(*server, "qlinear_tls_reloads_total{result=\"rejected\"} 1");
+  })) << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reload_failing 1")) << server->metrics().serialize();
+  EXPECT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
+
+  const Issued rotated = certs_->make_leaf("rotated", "rotated", "DNS:localhost", other_ca_, 7);
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(rotated.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(rotated.cert_file));
+  ASSERT_TRUE(eventually([&] { return infer_demo(*client(*server, &trusts_other)).ok(); }));
+  absl::Status old_issuer = infer_demo(*client(*server, &trusts_ca));
+  EXPECT_TRUE(absl::IsUnavailable(old_issuer)) << old_issuer;
+  EXPECT_EQ(infer_demo(*before), absl::OkStatus());  // its connection predates the rotation
+  auto cert = read_pem_certificates("--tls-cert", rotated.cert_file);
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  ASSERT_TRUE(eventually([&] {
+    return has_line(*server, "qlinear_tls_certificate_expiry_timestamp_seconds " +
+                                 std::to_string(cert->not_after_unix));
+  })) << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"loaded\"} 1"))
+      << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reload_failing 0")) << server->metrics().serialize();
+}
+
+// Mutual TLS: a rotated client CA file decides which client certificates new connections accept.
+TEST_F(TlsTest, ARunningServerTakesRotatedClientCas) {
+  const std::string ca_file =
+      certs_->write("live-ca.pem", CertificateMaker::contents(ca_.cert_file));
+  auto server =
+      start({server_.cert_file, server_.key_file, ca_file}, std::chrono::milliseconds(50));
+  ASSERT_NE(server, nullptr);
+  const ClientTlsFiles ours{ca_.cert_file, client_.cert_file, client_.key_file};
+  const ClientTlsFiles strangers{ca_.cert_file, stranger_.cert_file, stranger_.key_file};
+  EXPECT_EQ(infer_demo(*client(*server, &ours)), absl::OkStatus());
+  EXPECT_TRUE(absl::IsUnavailable(infer_demo(*client(*server, &strangers))));
+
+  CertificateMaker::replace(ca_file, CertificateMaker::contents(other_ca_.cert_file));
+  ASSERT_TRUE(eventually([&] { return infer_demo(*client(*server, &strangers)).ok(); }));
+  absl::Status refused = infer_demo(*client(*server, &ours));
+  EXPECT_TRUE(absl::IsUnavailable(refused)) << refused;
+}
+
+// Without a reload interval the files are read once: a rotation changes nothing.
+TEST_F(TlsTest, WithoutAReloadIntervalTheFilesAreReadOnce) {
+  const Issued live = live_copy(server_);
+  auto server = start({live.cert_file, live.key_file, ""});
+  ASSERT_NE(server, nullptr);
+  const Issued rotated = certs_->make_leaf("rotated", "rotated", "DNS:localhost", other_ca_, 7);
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(rotated.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(rotated.cert_file));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const ClientTlsFiles trusts_ca{ca_.cert_file, "", ""};
+  EXPECT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"loaded\"} 0"))
+      << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"rejected\"} 0"))
+      << server->metrics().serialize();
 }
 
 }  // namespace
