@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <ctime>
@@ -23,6 +24,9 @@ struct X509Free {
 };
 struct PkeyFree {
   void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct SslCtxFree {
+  void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
 };
 using Bio = std::unique_ptr<BIO, BioFree>;
 using X509Ptr = std::unique_ptr<X509, X509Free>;
@@ -147,6 +151,30 @@ absl::Status check_key_matches_certificate(const std::string& cert_pem,
   return absl::OkStatus();
 }
 
+// What the TLS library refuses of a pair that parses and matches, as gRPC's handshaker would
+// refuse it: a key too weak for OpenSSL's security level (RSA under 2048 bits at Debian's default
+// level), a signature digest it no longer accepts.
+absl::Status check_tls_accepts(const std::string& cert_pem, const std::string& key_pem) {
+  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_server_method()));
+  Bio cert_bio = memory_bio(cert_pem);
+  X509Ptr cert(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  Pkey key = parse_private_key(key_pem);
+  if (ctx == nullptr || cert == nullptr || key == nullptr) {
+    ERR_clear_error();
+    return absl::InternalError("cannot set up an OpenSSL TLS context");
+  }
+  if (SSL_CTX_use_certificate(ctx.get(), cert.get()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OpenSSL's TLS library refuses the certificate (", openssl_error(), ")"));
+  }
+  if (SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("OpenSSL's TLS library refuses the key (", openssl_error(), ")"));
+  }
+  ERR_clear_error();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PemIdentity> read_pem_identity(const std::string& cert_file,
@@ -161,6 +189,10 @@ absl::StatusOr<PemIdentity> read_pem_identity(const std::string& cert_file,
   if (absl::Status s = check_key_matches_certificate(out.certificates.pem, out.key); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tls-key ", key_file, " does not match --tls-cert ", cert_file, ": ", s.message()));
+  }
+  if (absl::Status s = check_tls_accepts(out.certificates.pem, out.key); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--tls-cert ", cert_file, " and --tls-key ",
+                                               key_file, ": ", s.message()));
   }
   return out;
 }

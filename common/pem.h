@@ -41,7 +41,8 @@ struct PemIdentity {
 };
 
 // Reads both (as above, the flags named "--tls-cert" and "--tls-key") and checks that the key is
-// the first certificate's (INVALID_ARGUMENT naming both files where it is not).
+// the first certificate's and that OpenSSL's TLS library takes them (INVALID_ARGUMENT naming both
+// files where it does not: an RSA key under 2048 bits, say, at Debian's default security level).
 absl::StatusOr<PemIdentity> read_pem_identity(const std::string& cert_file,
                                               const std::string& key_file);
 

@@ -284,6 +284,8 @@ void QLinearServer::wait() { server_->Wait(); }
 
 QLinearServer::~QLinearServer() {
   if (device_fault_listener_ != 0) remove_device_fault_listener(device_fault_listener_);
+  // Its events reach the metrics and the log through this server.
+  if (tls_reloader_ != nullptr) tls_reloader_->stop_polling();
   if (server_ != nullptr) {
     shutdown(std::chrono::milliseconds(0));
     server_->Wait();

@@ -79,7 +79,9 @@ absl::StatusOr<std::shared_ptr<TlsReloader>> TlsReloader::create(const ServerTls
 
 TlsReloader::TlsReloader(ServerTlsOptions tls) : tls_(std::move(tls)) {}
 
-TlsReloader::~TlsReloader() {
+TlsReloader::~TlsReloader() { stop_polling(); }
+
+void TlsReloader::stop_polling() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -88,7 +90,11 @@ TlsReloader::~TlsReloader() {
 }
 
 std::optional<TlsReloadEvent> TlsReloader::check_now() {
+  absl::MutexLock check(&check_mu_);
   absl::StatusOr<std::unique_ptr<TlsMaterial>> m = read_material(tls_);
+  // The certificate is read before the key: a Secret swapped in between pairs the old
+  // certificate with the new key, and the next reading finds them matched.
+  if (!m.ok()) m = read_material(tls_);
   absl::MutexLock lock(&mu_);
   TlsReloadEvent e;
   if (!m.ok()) {

@@ -57,14 +57,17 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
   ~TlsReloader();
 
   // Reads and checks the files. Where they hold a set other than the served one and pass the
-  // start-up checks, it is served from the next connection on (kLoaded). Where they fail them,
-  // the served set stays (kRejected, once until the files change again). nullopt: nothing
-  // changed.
+  // start-up checks, it is served from the next connection on (kLoaded). Where they fail them
+  // (twice in a row: a rotation that lands between the reads of the certificate and of the key
+  // is read again at once), the served set stays (kRejected, reported once for as long as the
+  // reason stays the same). nullopt: nothing changed. Calls are serialised.
   std::optional<TlsReloadEvent> check_now();
 
-  // Calls check_now every `interval` on a thread of its own, until destroyed, telling `listener`
-  // of each event. Once only.
+  // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction,
+  // telling `listener` of each event. Once only.
   void start_polling(absl::Duration interval, Listener listener);
+  // Ends the polling thread (joined: no event is told after it returns).
+  void stop_polling();
 
   // What is served: its summary (as ServerCredentials::summary) and its certificate's end of
   // validity (Unix time).
@@ -82,6 +85,7 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
       void* self, grpc_ssl_server_certificate_config** config);
 
   const ServerTlsOptions tls_;
+  absl::Mutex check_mu_;  // one check_now at a time, so that an older reading never wins
   mutable absl::Mutex mu_;
   std::unique_ptr<TlsMaterial> served_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of served_

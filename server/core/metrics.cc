@@ -124,8 +124,8 @@ void Metrics::tls_certificate_expiry(int64_t unix_seconds) {
 
 void Metrics::tls_reload(bool loaded) {
   TlsSeries& t = tls_series();
+  t.failing->Set(loaded ? 0 : 1);  // before the count, which a reader may wait on
   (loaded ? t.loaded : t.rejected)->Increment();
-  t.failing->Set(loaded ? 0 : 1);
 }
 
 void Metrics::tls_reload_failing(bool failing) { tls_series().failing->Set(failing ? 1 : 0); }

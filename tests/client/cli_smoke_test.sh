@@ -565,6 +565,11 @@ expect 0 "${mtls[@]}" layers
 mv "$tls/renewed.pem" "$tls/server.pem"
 mv "$tls/renewed.key" "$tls/server.key"
 await_log "TLS files reloaded: now serving TLS with CN=cli test server renewed (no intermediates"
+subject=$(openssl s_client -connect "127.0.0.1:$port3" -alpn h2 -CAfile "$tls/ca.pem" \
+  -cert "$tls/client.pem" -key "$tls/client.key" </dev/null 2>/dev/null |
+  openssl x509 -noout -subject 2>/dev/null) || true
+[[ $subject == *"cli test server renewed"* ]] ||
+  fail "a new connection to the TLS server got '$subject', not the renewed certificate"
 expect 0 "${mtls[@]}" layers
 grep_out '^demo '
 stop_server2 "the TLS server"

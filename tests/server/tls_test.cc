@@ -32,7 +32,7 @@ struct Issued {
 };
 
 // Makes certificates in a directory of its own: each signed by its CA (or by itself), with an EC
-// P-256 key.
+// P-256 key (or an RSA key of rsa_bits, where set).
 class CertificateMaker {
  public:
   explicit CertificateMaker(std::string dir) : dir_(std::move(dir)) {}
@@ -46,6 +46,8 @@ class CertificateMaker {
                    const Issued& ca, int days = 1) {
     return issue(name, cn, san, &ca, false, days);
   }
+
+  unsigned rsa_bits = 0;
 
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;
@@ -67,7 +69,7 @@ class CertificateMaker {
  private:
   Issued issue(const std::string& name, const std::string& cn, const std::string& san,
                const Issued* ca, bool is_ca, int days) {
-    EVP_PKEY* key = EVP_EC_gen("P-256");
+    EVP_PKEY* key = rsa_bits > 0 ? EVP_RSA_gen(rsa_bits) : EVP_EC_gen("P-256");
     X509* cert = X509_new();
     X509_set_version(cert, 2);
     ASN1_INTEGER_set(X509_get_serialNumber(cert), ++serial_);
@@ -286,6 +288,9 @@ TEST_F(TlsTest, MutualTlsAnswersOnlyClientsWithACertificateFromItsCas) {
 TEST_F(TlsTest, StartRejectsTlsFilesThatDoNotFitNamingTheFlagAndFile) {
   const std::string missing = dir_ + "/missing.pem";
   const std::string garbage = certs_->write("garbage.pem", "not a certificate\n");
+  certs_->rsa_bits = 1024;  // parses and matches, but under the TLS library's security level
+  const Issued weak = certs_->make_leaf("weak", "weak", "DNS:localhost", ca_);
+  certs_->rsa_bits = 0;
   struct Case {
     ServerTlsOptions tls;
     absl::StatusCode code;
@@ -321,6 +326,10 @@ TEST_F(TlsTest, StartRejectsTlsFilesThatDoNotFitNamingTheFlagAndFile) {
       {{server_.cert_file, server_.key_file, garbage},
        absl::StatusCode::kInvalidArgument,
        "--tls-client-ca: " + garbage + " holds no PEM certificate"},
+      {{weak.cert_file, weak.key_file, ""},
+       absl::StatusCode::kInvalidArgument,
+       "--tls-cert " + weak.cert_file + " and --tls-key " + weak.key_file +
+           ": OpenSSL's TLS library refuses the certificate (error:"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.message);
@@ -443,7 +452,19 @@ TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
   EXPECT_TRUE(absl::StrContains(e->message, "does not match")) << e->message;
   EXPECT_EQ(r.summary(), first);
 
+  // A pair the TLS library refuses (an RSA key of 1024 bits).
+  certs_->rsa_bits = 1024;
+  const Issued weak = certs_->make_leaf("weak", "weak", "DNS:localhost", ca_);
+  certs_->rsa_bits = 0;
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(weak.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(weak.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(e->message, "OpenSSL's TLS library refuses")) << e->message;
+
   // The files back at the served set.
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(server_.key_file));
   CertificateMaker::replace(live.cert_file, CertificateMaker::contents(server_.cert_file));
   e = r.check_now();
   ASSERT_TRUE(e.has_value());
