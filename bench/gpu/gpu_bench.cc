@@ -34,7 +34,7 @@
 //                          [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
 //                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
-//                          [--fixed_cost] [--setup_quant]
+//                          [--fixed_cost] [--setup_quant] [--ring_switch]
 // (--small_m: every shape at M = 1, 2, 4, 8, 16 and 32 only, with cuda.gemv_s8's plan sweep;
 //  --diagnose: only where the time goes: cuda.gemv_s8's and cuda.stream_s8's phases at M = 1
 //  and 16, cuda.cutlass_sm90's CTAs at M = 1-256; see diagnose_gemv, diagnose_stream and
@@ -58,7 +58,8 @@
 //  itself, see compare_sm_rate; --fixed_cost: only what a swapped tile's launch costs besides its
 //  stream, see compare_fixed_cost; --setup_quant: only the quantizing tiles at M = 128 and 256
 //  with every row quantized in the GEMM's set-up, against the ops as served, see
-//  compare_setup_quant)
+//  compare_setup_quant; --ring_switch: only the quantize kernel's warp and ring forms on x of
+//  16-192 MB, see compare_ring_switch)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -70,6 +71,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -143,6 +145,7 @@ struct Options {
   bool claim = false;
   bool prefill = false;
   bool setup_quant = false;
+  bool ring_switch = false;
   bool energy = false;
   bool reads = false;
   bool sm_rate = false;
@@ -2936,6 +2939,59 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
   return absl::OkStatus();
 }
 
+// --ring_switch: the quantize kernel's two forms for 16-bit rows of 1024 tokens and more, the warp
+// form (each row read twice, the second time from L2) and the ring (read once, through shared
+// memory), in turns on the same x, from 16 to 192 MB of it and K = 4096, 8192 and 14336: where
+// the ring starts to win, which launch_quantize_s8 puts at the L2's size
+// (set_quantize_ring_min_bytes).
+absl::Status compare_ring_switch(const Options& o, cudaStream_t stream) {
+  const Options so = sweep_options(o);
+  constexpr int64_t kMb = int64_t{1} << 20;
+  constexpr int64_t kSizesMb[] = {16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 192};
+  constexpr int64_t kMaxBytes = 192 * kMb;
+  DeviceBuffer x, xq, sa;
+  RETURN_IF_ERROR(x.allocate(kMaxBytes, "x"));
+  RETURN_IF_ERROR(xq.allocate(kMaxBytes / 2, "xq"));
+  RETURN_IF_ERROR(sa.allocate(kMaxBytes / 2 / 4096 * sizeof(float), "sa"));
+  RETURN_IF_CUDA_ERROR(cudaMemset(x.get(), 0x3c, kMaxBytes));  // bf16 0.0115 everywhere
+  int l2 = 0, device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+  std::printf(
+      "ring-switch: the quantize kernel alone, bf16 x, in turns (L2 %d MB; served: the ring "
+      "where x is larger)\n%-12s %6s %7s %10s %10s %10s\n",
+      l2 >> 20, "", "K", "M", "warp us", "ring us", "ring/warp");
+  absl::Status status = absl::OkStatus();
+  for (int64_t k : {4096, 8192, 14336}) {
+    for (int64_t mb : kSizesMb) {
+      const int64_t m = mb * kMb / (2 * k);
+      if (m < 1024) continue;  // other forms below 1024 tokens
+      Candidates cands;
+      for (int64_t min_bytes : {std::numeric_limits<int64_t>::max(), int64_t{0}}) {
+        cands.add(min_bytes == 0 ? "ring" : "warp", [&, min_bytes, m, k](int) {
+          set_quantize_ring_min_bytes(min_bytes);
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(x.get(), ElemType::kBF16, m, k, QuantizeParams{},
+                                                  xq.as<int8_t>(), sa.as<float>(), nullptr,
+                                                  stream));
+          return absl::OkStatus();
+        });
+      }
+      absl::StatusOr<std::vector<double>> us = medians_in_turns(stream, 1, so, cands.enqueues);
+      if (!us.ok()) {
+        status = us.status();
+        break;
+      }
+      std::printf("ring-switch  %6lld %7lld %10.1f %10.1f %10.2f   (x %lld MB)\n",
+                  static_cast<long long>(k), static_cast<long long>(m), (*us)[0], (*us)[1],
+                  (*us)[1] / (*us)[0], static_cast<long long>(mb));
+    }
+    if (!status.ok()) break;
+  }
+  set_quantize_ring_min_bytes(-1);
+  std::fflush(stdout);
+  return status;
+}
+
 // --prefill: where cuda.cutlass_sm90's op loses to its GEMM alone at M >= 1024, in turns: the
 // bare cuBLASLt GEMM, the quantize kernel alone, and for the large-M tiles the GEMM alone (back
 // to back), the quantize kernel then the GEMM in stream order ("q+", as served at these M) and as
@@ -4052,6 +4108,9 @@ int bench_main(int argc, char** argv) {
   args.add("prefill", &o.prefill,
            "Only cuda.cutlass_sm90 at M >= 1024: the GEMM alone, the op as served, the GEMM "
            "after the quantize kernel and an L2 flush, and the quantizing tiles, in turns");
+  args.add("ring_switch", &o.ring_switch,
+           "Only the quantize kernel's warp and ring forms on x of 16-192 MB, in turns: where the "
+           "ring starts to win");
   args.add("setup_quant", &o.setup_quant,
            "Only cuda.cutlass_sm90 at M = 128 and 256: the quantizing tiles with every row "
            "quantized in the GEMM's set-up against the quantize kernel then the plain tile as "
@@ -4130,6 +4189,13 @@ int bench_main(int argc, char** argv) {
       "gemm = bare cuBLASLt int8->int32\n\n");
   std::vector<Point> points;
   int failures = 0;
+  if (o.ring_switch) {
+    const absl::Status s = compare_ring_switch(o, stream);
+    if (!s.ok()) std::printf("ring-switch: %s\n", std::string(s.message()).c_str());
+    cublasLtDestroy(lt);
+    cudaStreamDestroy(stream);
+    return s.ok() ? 0 : 1;
+  }
   if (!o.profile.empty() &&
       std::none_of(std::begin(kShapes), std::end(kShapes),
                    [&](const ShapeCase& sc) { return shape_nxk(sc) == o.profile; })) {

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cstdint>
 
@@ -683,6 +684,13 @@ int split_blocks(int64_t k) {
 
 }  // namespace
 
+namespace {
+// set_quantize_ring_min_bytes's value; -1: the L2's size.
+std::atomic<int64_t> g_ring_min_bytes{-1};
+}  // namespace
+
+void set_quantize_ring_min_bytes(int64_t bytes) { g_ring_min_bytes.store(bytes); }
+
 int quantize_blocks_per_row(int64_t m, int64_t k) {
   if (m > kSplitMaxM) return 1;
   const int parts = split_blocks(k);
@@ -767,8 +775,10 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       // 7.0 us against the ring's 9.9; 8192 x 8192 at M = 2048, 32 MB, 21.8 against 24.6; at
       // M = 8192, 128 MB, 114 against 85).
       static const int64_t l2_bytes = device_attribute(cudaDevAttrL2CacheSize, 50 << 20);
+      const int64_t ring_min_bytes = g_ring_min_bytes.load(std::memory_order_relaxed);
       const int slots = ring_slots(k);
-      if (cc_major >= 9 && ring_ok && slots > 0 && m * k * 2 > l2_bytes) {
+      if (cc_major >= 9 && ring_ok && slots > 0 &&
+          m * k * 2 > (ring_min_bytes < 0 ? l2_bytes : ring_min_bytes)) {
         const size_t smem = static_cast<size_t>(kRingMaxWarps) * slots * k * 2;
         const unsigned blocks =
             static_cast<unsigned>(std::min<int64_t>(sms, (m + kRingMaxWarps - 1) / kRingMaxWarps));
