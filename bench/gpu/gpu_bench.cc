@@ -2942,8 +2942,8 @@ absl::Status compare_setup_quant(const ShapeCase& sc, ShapeBuffers& b, const Opt
 // --ring_switch: the quantize kernel's two forms for 16-bit rows of 1024 tokens and more, the warp
 // form (each row read twice, the second time from L2) and the ring (read once, through shared
 // memory), in turns on the same x, from 16 to 192 MB of it and K = 4096, 8192 and 14336: where
-// the ring starts to win, which launch_quantize_s8 puts at the L2's size
-// (set_quantize_ring_min_bytes).
+// the ring starts to win, which launch_quantize_s8's rule follows (its table; the rule overridden
+// here with set_quantize_ring_min_bytes).
 absl::Status compare_ring_switch(const Options& o, cudaStream_t stream) {
   const Options so = sweep_options(o);
   constexpr int64_t kMb = int64_t{1} << 20;
@@ -2959,16 +2959,18 @@ absl::Status compare_ring_switch(const Options& o, cudaStream_t stream) {
   cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
   std::printf(
       "ring-switch: the quantize kernel alone, bf16 x, in turns (L2 %d MB; served: the ring "
-      "where x is larger)\n%-12s %6s %7s %10s %10s %10s\n",
-      l2 >> 20, "", "K", "M", "warp us", "ring us", "ring/warp");
+      "past 3/4 of it for K >= 8192, past twice it for shorter rows)\n%-12s %6s %7s %10s %10s "
+      "%10s %10s\n",
+      l2 >> 20, "", "K", "M", "warp us", "ring us", "ring/warp", "served us");
   absl::Status status = absl::OkStatus();
   for (int64_t k : {4096, 8192, 14336}) {
     for (int64_t mb : kSizesMb) {
       const int64_t m = mb * kMb / (2 * k);
       if (m < 1024) continue;  // other forms below 1024 tokens
       Candidates cands;
-      for (int64_t min_bytes : {std::numeric_limits<int64_t>::max(), int64_t{0}}) {
-        cands.add(min_bytes == 0 ? "ring" : "warp", [&, min_bytes, m, k](int) {
+      // warp, ring, and the rule's choice (-1).
+      for (int64_t min_bytes : {std::numeric_limits<int64_t>::max(), int64_t{0}, int64_t{-1}}) {
+        cands.add(absl::StrCat(min_bytes), [&, min_bytes, m, k](int) {
           set_quantize_ring_min_bytes(min_bytes);
           RETURN_IF_CUDA_ERROR(launch_quantize_s8(x.get(), ElemType::kBF16, m, k, QuantizeParams{},
                                                   xq.as<int8_t>(), sa.as<float>(), nullptr,
@@ -2981,9 +2983,9 @@ absl::Status compare_ring_switch(const Options& o, cudaStream_t stream) {
         status = us.status();
         break;
       }
-      std::printf("ring-switch  %6lld %7lld %10.1f %10.1f %10.2f   (x %lld MB)\n",
+      std::printf("ring-switch  %6lld %7lld %10.1f %10.1f %10.2f %10.1f   (x %lld MB)\n",
                   static_cast<long long>(k), static_cast<long long>(m), (*us)[0], (*us)[1],
-                  (*us)[1] / (*us)[0], static_cast<long long>(mb));
+                  (*us)[1] / (*us)[0], (*us)[2], static_cast<long long>(mb));
     }
     if (!status.ok()) break;
   }

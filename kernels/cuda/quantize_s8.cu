@@ -770,15 +770,22 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
         cudaGetLastError();
         return ok;
       }();
-      // Only where x outgrows the L2: below it the warp form's second read of a row finds it
-      // there, and the warp form is faster (on the H100: 4096 x 4096 at M = 1024, 8 MB of x,
-      // 7.0 us against the ring's 9.9; 8192 x 8192 at M = 2048, 32 MB, 21.8 against 24.6; at
-      // M = 8192, 128 MB, 114 against 85).
+      // Only on large x: below it the warp form's second read of a row finds it in L2, and the
+      // warp form is faster. Where the ring starts to win, by row length (H100, 50 MB of L2,
+      // bench --ring_switch, the kernel alone in turns, two runs, ring / warp):
+      //   x (MB)          24    32    40    48    56    64    80    96   128   192
+      //   K = 4096      1.43  1.04  0.95  0.99  1.03  1.08  1.03  0.99  0.93  0.86
+      //   K = 8192      1.44  1.21  0.77  0.80  0.88  0.87  0.78  0.78  0.73  0.71
+      //   K = 14336        -  1.23  0.77  0.76  0.74  0.72  0.79  0.75  0.71  0.71
+      // (e.g. K = 8192 at 40 MB 35.1 -> 27.1 us, K = 14336 at 56 MB 53.3 -> 39.2; K = 4096 at
+      // 128 MB 85.1 -> 79.6). So rows of 8192 values or more take the ring past three quarters of
+      // the L2, shorter rows only past twice the L2.
       static const int64_t l2_bytes = device_attribute(cudaDevAttrL2CacheSize, 50 << 20);
       const int64_t ring_min_bytes = g_ring_min_bytes.load(std::memory_order_relaxed);
+      const int64_t rule_bytes = k >= 8192 ? l2_bytes / 4 * 3 : 2 * l2_bytes;
       const int slots = ring_slots(k);
       if (cc_major >= 9 && ring_ok && slots > 0 &&
-          m * k * 2 > (ring_min_bytes < 0 ? l2_bytes : ring_min_bytes)) {
+          m * k * 2 > (ring_min_bytes < 0 ? rule_bytes : ring_min_bytes)) {
         const size_t smem = static_cast<size_t>(kRingMaxWarps) * slots * k * 2;
         const unsigned blocks =
             static_cast<unsigned>(std::min<int64_t>(sms, (m + kRingMaxWarps - 1) / kRingMaxWarps));

@@ -77,8 +77,9 @@ cudaError_t launch_zero_for_dependent(int32_t* zero, int64_t count, cudaStream_t
 
 // For benchmarks: from how many bytes of x on the 16-bit rows of 1024 tokens or more take the ring
 // form (each row read once, through shared memory) rather than the warp form (read twice, the
-// second time from L2). -1 (the default): the device's L2 size; 0: wherever the ring can hold the
-// rows; INT64_MAX: never. Applies to launches made after it, in any thread.
+// second time from L2). -1 (the default): the measured rule (past 3/4 of the L2 for rows of 8192
+// values or more, past twice the L2 for shorter ones); 0: wherever the ring can hold the rows;
+// INT64_MAX: never. Applies to launches made after it, in any thread.
 void set_quantize_ring_min_bytes(int64_t bytes);
 
 // How many blocks launch_quantize_s8 gives each of m rows of k 16-bit values when it may split

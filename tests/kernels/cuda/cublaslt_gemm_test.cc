@@ -64,7 +64,8 @@ TEST_F(CublasLtTest, MatchesReferenceForLargeM) {
 // Long rows of 16-bit activations for 17..256 tokens, where the quantize kernel brings each row
 // into shared memory (quantize_rows_bulk_s8), and beside it (300 rows; 200 rows of 28672 values,
 // over its 8 MB: each row in one block's registers, quantize_rows_regs_s8); from 1024 rows and
-// more x than the L2 holds (50 MB on the H100 and H200), the rings of rows in shared memory
+// more x than the ring's rule asks (rows of 8192 values or more past 3/4 of the L2, shorter rows
+// past twice the L2: 37.5 and 100 MB on the H100 and H200), the rings of rows in shared memory
 // (quantize_rows_ring_s8: 4, 3 and 2 slots a warp, each ring of the 528 warps of 132 SMs going
 // round more than once; 2 slots of the longest row, 14520 values, fill the block's shared memory
 // to the byte) and past their longest row the warp form (16384 values): every scheme, both 16-bit
@@ -77,7 +78,7 @@ TEST_F(CublasLtTest, MatchesReferenceOnLongRowsOfManyTokens) {
   };
   const Rows sizes[] = {{17, 28672},   {100, 8208},  {256, 4096},
                         {300, 4096},   {200, 28672}, {64, 4096 + 8 * rng.range(1, 3000)},
-                        {7000, 4096},  {3300, 8192}, {1900 + rng.range(0, 200), 14336},
+                        {13000, 4096}, {2500, 8192}, {1900 + rng.range(0, 200), 14336},
                         {1800, 14520}, {1100, 16384}};
   int combo = 0;
   for (Scheme scheme : kSchemes) {
@@ -141,10 +142,10 @@ TEST_F(CublasLtTest, RejectsNonFiniteRowsLikeTheReference) {
   };
   // 12 rows: a block per row (16-bit x: each row in registers, quantize_rows_regs_s8); 1100 rows
   // of 64 and of 4096: the quantize kernel's warp-per-row form (16-bit x), a block per row (fp32
-  // x); 6600 rows of 4096 (54 MB): its rings of rows in shared memory (16-bit x); 40 rows of 8208
+  // x); 2600 rows of 8192 (43 MB): its rings of rows in shared memory (16-bit x); 40 rows of 8208
   // values: a block per row, each row in shared memory (16-bit x); 300 rows of 4096: a block per
   // row, in registers (16-bit x).
-  const Rows sizes[] = {{12, 64}, {1100, 64}, {1100, 4096}, {6600, 4096}, {40, 8208}, {300, 4096}};
+  const Rows sizes[] = {{12, 64}, {1100, 64}, {1100, 4096}, {2600, 8192}, {40, 8208}, {300, 4096}};
   for (Scheme scheme : kSchemes) {
     for (const Rows& rows : sizes) {
       const int64_t m = rows.m, k = rows.k;
