@@ -310,7 +310,12 @@ case "${healthcheck[0]}" in
 esac
 log "HEALTHCHECK command: ok"
 
-(in_image /usr/local/bin/qlinear-cli --server="127.0.0.1:$port" kernels) || fail "qlinear-cli kernels"
+(in_image /usr/local/bin/qlinear-cli --server="127.0.0.1:$port" kernels) >"$WORK/kernels.txt" ||
+  fail "qlinear-cli kernels"
+cat "$WORK/kernels.txt"
+# The build's commit, from REVISION (the build context has no .git).
+grep -qE "^server: qlinear-server [0-9.]+ \\(commit $revision\\)$" "$WORK/kernels.txt" ||
+  fail "the server does not report the commit $revision it was built from"
 if ! (in_image /usr/local/bin/qlinear-cli --server="127.0.0.1:$port" smoke --n 256 --k 256); then
   tail -n 40 "$WORK/server.log"
   fail "qlinear-cli smoke"

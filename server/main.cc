@@ -17,6 +17,7 @@
 #include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
+#include "common/version.h"
 #include "kernels/cpu/onednn_gemm.h"
 #include "kernels/registry.h"
 #include "server/core/batcher.h"
@@ -142,12 +143,18 @@ int main(int argc, char** argv) {
            "that passes the start-up checks is served from the next connection on; one that "
            "fails them is logged and the port keeps serving what it has (0 = read once, at "
            "start-up)");
+  bool show_version = false;
+  args.add("version", &show_version, "Print the version (and the commit built) and exit");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (args.help_requested()) {
     std::printf("%s", args.help().c_str());
+    return 0;
+  }
+  if (show_version) {
+    std::printf("qlinear-server %s\n", qlinear::version_string().c_str());
     return 0;
   }
   if (!args.positional().empty()) {

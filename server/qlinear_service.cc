@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/steady_clock.h"
+#include "common/version.h"
 #include "kernels/core/status.h"
 #include "server/core/batcher.h"
 #include "server/grpc_status.h"
@@ -461,6 +462,7 @@ grpc::Status QLinearService::ListKernels(grpc::ServerContext*, const v1::ListKer
   }
   response->set_cpu(host.cpu_description());
   response->set_gpu(host.gpu_description());
+  response->set_server_version(version_string());
   return grpc::Status::OK;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/layer_manifest.h"
+#include "common/version.h"
 #include "grpc/health/v1/health.pb.h"
 #include "kernels/core/device_fault.h"
 #include "kernels/core/status.h"
@@ -147,7 +148,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
                                                  absl::Milliseconds(o.upload_idle_timeout_ms));
 
   if (!o.quiet) {
-    log_info(absl::StrCat("host: ", host.cpu_description(), "; ", host.gpu_description()));
+    log_info(absl::StrCat("version ", version_string(), "; host: ", host.cpu_description(), "; ",
+                          host.gpu_description()));
     std::vector<std::string> names;
     for (const Kernel* k : s->registry_.kernels()) {
       absl::Status u = s->registry_.usable(*k, host);

@@ -117,6 +117,9 @@ int cmd_kernels(const CommandArgs& args) {
   auto client = make_client(args);
   auto kernels = client->list_kernels();
   if (!kernels.ok()) return fail(kernels.status());
+  if (!kernels->server_version().empty()) {  // (older servers leave it out)
+    std::printf("server: qlinear-server %s\n", kernels->server_version().c_str());
+  }
   std::printf("host cpu: %s\n", kernels->cpu().c_str());
   std::printf("host gpu: %s\n", kernels->gpu().empty() ? "-" : kernels->gpu().c_str());
   if (!kernels->disabled().empty()) {

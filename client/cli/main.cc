@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "common/args.h"
+#include "common/version.h"
 
 namespace qlinear::cli {
 namespace {
@@ -65,6 +66,7 @@ std::string overview() {
                       "                      ($QLINEAR_TLS_CA, $QLINEAR_TLS_CERT, $QLINEAR_TLS_KEY "
                       "and\n"
                       "                      $QLINEAR_TLS_SERVER_NAME give the --tls-* defaults)\n",
+                      "  --version           Print the version (and the commit built) and exit\n",
                       "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
@@ -84,7 +86,7 @@ int run(int argc, char** argv) {
   if (const char* env = std::getenv("QLINEAR_SERVER"); env != nullptr && *env != '\0') {
     server = env;
   }
-  // Global options come before the command; all but --tls and --help take a value.
+  // Global options come before the command; all but --tls, --version and --help take a value.
   int cmd = 1;
   bool timeout_given = false;
   while (cmd < argc && argv[cmd][0] == '-') {
@@ -121,8 +123,14 @@ int run(int argc, char** argv) {
   globals.add("tls-cert", &tls_files.cert_file, "PEM client certificate (mutual TLS)");
   globals.add("tls-key", &tls_files.key_file, "PEM private key of --tls-cert");
   globals.add("tls-server-name", &tls_server_name, "Name the server's certificate must bear");
+  bool show_version = false;
+  globals.add("version", &show_version, "Print the version and exit");
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
+  }
+  if (show_version) {
+    std::printf("qlinear-cli %s\n", version_string().c_str());
+    return kExitOk;
   }
   if (max_message_mb < 1 || max_message_mb > 2047) {
     return usage_error(absl::StrCat("--max-message-mb must be in 1..2047, got ", max_message_mb));

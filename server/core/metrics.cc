@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "common/version.h"
 #include "prometheus/text_serializer.h"
 
 namespace qlinear {
@@ -88,6 +89,12 @@ Metrics::Metrics(size_t max_layer_labels)
                         .Register(*registry_)) {
   layers_loaded_.Add({}).Set(0);
   device_fault_.Add({}).Set(0);
+  prometheus::BuildGauge()
+      .Name("qlinear_build_info")
+      .Help("1, labelled with the version and the commit of the build serving")
+      .Register(*registry_)
+      .Add({{"version", version()}, {"commit", build_commit()}})
+      .Set(1);
 }
 
 void Metrics::device_fault() { device_fault_.Add({}).Set(1); }

@@ -97,8 +97,16 @@ done
 expect 0 layers
 grep_out 'no layers loaded'  # smoke unloads its layers
 
-# --- kernels, load, layers, describe ------------------------------------------------------------
+# --- versions, kernels, load, layers, describe --------------------------------------------------
+server_version=$("$server_bin" --version) || fail "qlinear-server --version exited $?"
+[[ $server_version =~ ^qlinear-server\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ [A-Za-z0-9._+-]+\)$ ]] ||
+  fail "qlinear-server --version printed '$server_version'"
+expect 0 --version
+grep_out "^qlinear-cli ${server_version#qlinear-server }\$"  # the same build
+grep -qF "version ${server_version#qlinear-server }; host: " "$work/server.log" ||
+  fail "the server's log does not give its version"
 expect 0 kernels
+grep -qxF "server: $server_version" "$work/out" || fail "kernels does not name the server's build"
 grep_out '^host cpu: '
 grep_out 'cpu.reference'
 expect 0 load --name cli-test/random --n 96 --k 136 --scheme dynamic_asymmetric --seed 5

@@ -11,12 +11,21 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/version.h"
 
 namespace qlinear {
 namespace {
 
 bool has(const std::string& text, const std::string& series) {
   return text.find(series) != std::string::npos;
+}
+
+// The build's version and commit, as labels of a constant 1.
+TEST(MetricsTest, NamesTheBuild) {
+  Metrics m;
+  const std::string line = std::string("\nqlinear_build_info{commit=\"") + build_commit() +
+                           "\",version=\"" + version() + "\"} 1\n";
+  EXPECT_NE(m.serialize().find(line), std::string::npos) << m.serialize();
 }
 
 TEST(MetricsTest, AnUnloadedLayersUpdatesDoNotBringItsGaugesBack) {

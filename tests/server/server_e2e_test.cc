@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/qlinear_client.h"
 #include "common/npy.h"
+#include "common/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/core/device_fault.h"
 #include "prometheus/registry.h"
@@ -165,6 +167,12 @@ TEST_F(ServerTest, ListKernelsNamesReferenceAndHost) {
   EXPECT_TRUE(k->kernels(k->kernels_size() - 1).supported());
   EXPECT_FALSE(k->cpu().empty());
   EXPECT_FALSE(k->gpu().empty());
+  // The build serving: "0.1.0 (commit 0123456789ab)", as --version and the log give it.
+  EXPECT_EQ(k->server_version(), version_string());
+  EXPECT_EQ(k->server_version(), absl::StrCat(version(), " (commit ", build_commit(), ")"));
+  EXPECT_FALSE(std::string(build_commit()).empty());
+  EXPECT_EQ(std::count(k->server_version().begin(), k->server_version().end(), '.'), 2)
+      << k->server_version();
 }
 
 TEST_F(ServerTest, DemoLayerIsLoaded) {
