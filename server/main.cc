@@ -5,7 +5,7 @@
 // still served that long), new calls get UNAVAILABLE, queued and running calls finish (up to
 // --drain-timeout-ms), then it exits 0. Received while the
 // layers of --layer-manifest load, they stop the start-up once the layer being loaded is done
-// (exit 0).
+// (exit 0). SIGHUP reads the TLS files again at once (as --tls-reload-interval-s does).
 #include <pthread.h>
 #include <signal.h>
 
@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // SIGHUP too: taken by the same sigwait, it reloads the TLS files instead of ending the process.
+  sigset_t waited_signals = stop_signals;
+  sigaddset(&waited_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited_signals, nullptr);
 
   qlinear::ServerOptions o;
   std::string address = o.address;
@@ -141,8 +145,8 @@ int main(int argc, char** argv) {
   args.add("tls-reload-interval-s", &tls_reload_interval_s,
            "How often the TLS files are read again: a changed certificate, key or client CA set "
            "that passes the start-up checks is served from the next connection on; one that "
-           "fails them is logged and the port keeps serving what it has (0 = read once, at "
-           "start-up)");
+           "fails them is logged and the port keeps serving what it has (0 = at start-up only; "
+           "SIGHUP reads them at once either way)");
   bool show_version = false;
   args.add("version", &show_version, "Print the version (and the commit built) and exit");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
@@ -263,7 +267,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    sigwait(&waited_signals, &sig);
+    if (sig != SIGHUP) break;
+    qlinear::log_info(absl::StrCat("received SIGHUP: ", (*server)->reload_tls()));
+  }
   const char* sig_name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   if (shutdown_delay_ms > 0) {
     qlinear::log_info(absl::StrCat("received ", sig_name,

@@ -229,28 +229,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     if (o.tls_reload_interval.count() > 0) {
       // A rotated certificate (a renewed Secret, say) is served from the next connection on; one
       // that fails the checks is logged and counted, and the port keeps serving the one it has.
-      const bool quiet = o.quiet;
-      s->tls_reloader_->start_polling(
-          absl::FromChrono(o.tls_reload_interval), [self, quiet](const TlsReloadEvent& e) {
-            switch (e.kind) {
-              case TlsReloadEvent::kLoaded:
-                self->metrics_->tls_reload(true);
-                self->metrics_->tls_certificate_expiry(e.certificate_expiry_unix);
-                if (!quiet) log_info(absl::StrCat("TLS files reloaded: now serving ", e.message));
-                break;
-              case TlsReloadEvent::kRejected:
-                self->metrics_->tls_reload(false);
-                if (!quiet) {
-                  log_info(absl::StrCat("TLS files changed but not reloaded (", e.message,
-                                        "); still serving the certificate already loaded"));
-                }
-                break;
-              case TlsReloadEvent::kRestored:
-                self->metrics_->tls_reload_failing(false);
-                if (!quiet) log_info("TLS files hold the served certificate again");
-                break;
-            }
-          });
+      s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval),
+                                      [self](const TlsReloadEvent& e) { self->tls_event(e); });
     }
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
@@ -283,6 +263,41 @@ void QLinearServer::stop_serving_health() {
 }
 
 void QLinearServer::wait() { server_->Wait(); }
+
+void QLinearServer::tls_event(const TlsReloadEvent& e) {
+  switch (e.kind) {
+    case TlsReloadEvent::kLoaded:
+      metrics_->tls_reload(true);
+      metrics_->tls_certificate_expiry(e.certificate_expiry_unix);
+      log_info(absl::StrCat("TLS files reloaded: now serving ", e.message));
+      break;
+    case TlsReloadEvent::kRejected:
+      metrics_->tls_reload(false);
+      log_info(absl::StrCat("TLS files changed but not reloaded (", e.message,
+                            "); still serving the certificate already loaded"));
+      break;
+    case TlsReloadEvent::kRestored:
+      metrics_->tls_reload_failing(false);
+      log_info("TLS files hold the served certificate again");
+      break;
+  }
+}
+
+std::string QLinearServer::reload_tls() {
+  if (tls_reloader_ == nullptr) return "no TLS files to read (plaintext)";
+  std::optional<TlsReloadEvent> e = tls_reloader_->check_now();
+  if (!e.has_value()) return "TLS files unchanged";
+  tls_event(*e);
+  switch (e->kind) {
+    case TlsReloadEvent::kLoaded:
+      return "TLS files reloaded";
+    case TlsReloadEvent::kRejected:
+      return "TLS files not reloaded";
+    case TlsReloadEvent::kRestored:
+      break;
+  }
+  return "TLS files hold the served certificate again";
+}
 
 QLinearServer::~QLinearServer() {
   if (device_fault_listener_ != 0) remove_device_fault_listener(device_fault_listener_);

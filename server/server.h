@@ -80,9 +80,14 @@ class QLinearServer {
   // for good, and fails /healthz, so that the process is restarted.
   void stop_serving_health();
   void wait();
+  // Reads the TLS files again now (as every --tls-reload-interval-s does), logging and counting
+  // what it finds as the polling does; returns a short summary ("TLS files unchanged", "TLS
+  // files reloaded", ...; "no TLS files to read (plaintext)" without TLS). For SIGHUP.
+  std::string reload_tls();
 
  private:
   QLinearServer() = default;
+  void tls_event(const TlsReloadEvent& e);  // logs and counts a reload's event
   Registry registry_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // when --metrics-port is set

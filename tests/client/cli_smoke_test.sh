@@ -86,6 +86,15 @@ export QLINEAR_SERVER=127.0.0.1:$port
 expect 0 health --wait-seconds 20
 grep_out '^SERVING$'
 grep -q "listening on 127.0.0.1:$port" "$work/server.log" || fail "no 'listening on' log line"
+await_log() {  # up to 10 s for the log $1 to hold $2
+  for _ in $(seq 100); do grep -qF -- "$2" "$1" && return 0; sleep 0.1; done
+  fail "$1 lacks '$2'"
+}
+# SIGHUP reads the TLS files again; without TLS it says so and the server goes on.
+kill -HUP "$server_pid"
+await_log "$work/server.log" "received SIGHUP: no TLS files to read (plaintext)"
+expect 0 health
+grep_out '^SERVING$'
 
 # --- smoke: every scheme, streamed, bit-exact ---------------------------------------------------
 expect 0 smoke --n 256 --k 320 --batches 4
@@ -512,7 +521,7 @@ grep -q -- "--tls-key $tls/client.key does not match --tls-cert $tls/server.pem"
   "$work/server3.log" || fail "no 'does not match' on a key that is not the certificate's"
 "$server_bin" --address 127.0.0.1 --port 0 --demo-n 64 --demo-k 128 --enable-echo \
   --tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.pem" \
-  --tls-reload-interval-s 1 2>"$work/server3.log" &
+  --tls-reload-interval-s 0 2>"$work/server3.log" &
 server2_pid=$!
 port3=$(listening_port "$work/server3.log") || fail "the TLS server did not start listening"
 grep -q "(TLS with CN=cli test server (no intermediates; valid until .*); client certificates required, issued by $tls/ca.pem (1 certificate))" \
@@ -553,15 +562,16 @@ expect 2 --tls-ca "$tls/ca.key" layers
 grep_err "^qlinear-cli: INVALID_ARGUMENT: --tls-ca: $tls/ca.key holds no PEM certificate"
 expect 1 --tls-ca "$tls/none.pem" layers
 grep_err "^qlinear-cli: NOT_FOUND: --tls-ca: cannot open $tls/none.pem"
-# A rotation while it serves: a key that fails the checks is logged and the served certificate
-# kept; a renewed certificate (a new key, the same CA) is served from the next connection on.
-await_log() {  # up to 10 s for the TLS server's log to hold $1
-  for _ in $(seq 100); do grep -qF -- "$1" "$work/server3.log" && return 0; sleep 0.1; done
-  fail "the TLS server's log lacks '$1'"
-}
+# A rotation while it serves, read on SIGHUP (the server polls with --tls-reload-interval-s 0
+# never): a key that fails the checks is logged and the served certificate kept; a renewed
+# certificate (a new key, the same CA) is served from the next connection on.
+kill -HUP "$server2_pid"
+await_log "$work/server3.log" "received SIGHUP: TLS files unchanged"
 printf 'not a key\n' >"$tls/bad.key"
 mv "$tls/bad.key" "$tls/server.key"
-await_log "TLS files changed but not reloaded (--tls-key: $tls/server.key holds no unencrypted PEM private key"
+kill -HUP "$server2_pid"
+await_log "$work/server3.log" "TLS files changed but not reloaded (--tls-key: $tls/server.key holds no unencrypted PEM private key"
+await_log "$work/server3.log" "received SIGHUP: TLS files not reloaded"
 expect 0 "${mtls[@]}" layers
 (
   cd "$tls"
@@ -572,7 +582,8 @@ expect 0 "${mtls[@]}" layers
 ) >>"$work/openssl.log" 2>&1 || fail "openssl could not renew the server certificate"
 mv "$tls/renewed.pem" "$tls/server.pem"
 mv "$tls/renewed.key" "$tls/server.key"
-await_log "TLS files reloaded: now serving TLS with CN=cli test server renewed (no intermediates"
+kill -HUP "$server2_pid"
+await_log "$work/server3.log" "TLS files reloaded: now serving TLS with CN=cli test server renewed (no intermediates"
 subject=$(openssl s_client -connect "127.0.0.1:$port3" -alpn h2 -CAfile "$tls/ca.pem" \
   -cert "$tls/client.pem" -key "$tls/client.key" </dev/null 2>/dev/null |
   openssl x509 -noout -subject 2>/dev/null) || true
