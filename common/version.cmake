@@ -6,13 +6,17 @@ execute_process(COMMAND git -C "${SRC}" rev-parse --short=12 HEAD
                 OUTPUT_VARIABLE commit RESULT_VARIABLE rc
                 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 if(rc EQUAL 0 AND NOT commit STREQUAL "")
-  execute_process(COMMAND git -C "${SRC}" status --porcelain --untracked-files=no
+  execute_process(COMMAND git --no-optional-locks -C "${SRC}" status --porcelain
+                          --untracked-files=no
                   OUTPUT_VARIABLE changes ERROR_QUIET)
   if(NOT changes STREQUAL "")
     string(APPEND commit "-dirty")
   endif()
 elseif(NOT "$ENV{QLINEAR_BUILD_COMMIT}" STREQUAL "")
   set(commit "$ENV{QLINEAR_BUILD_COMMIT}")
+  if(commit MATCHES "^[0-9a-f]+$")  # a full hash, shortened as git's
+    string(SUBSTRING "${commit}" 0 12 commit)
+  endif()
 else()
   set(commit "unknown")
 endif()

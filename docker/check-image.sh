@@ -314,7 +314,7 @@ log "HEALTHCHECK command: ok"
   fail "qlinear-cli kernels"
 cat "$WORK/kernels.txt"
 # The build's commit, from REVISION (the build context has no .git).
-grep -qE "^server: qlinear-server [0-9.]+ \\(commit $revision\\)$" "$WORK/kernels.txt" ||
+grep -qE "^server: qlinear-server [0-9.]+ \\(commit ${revision:0:12}\\)$" "$WORK/kernels.txt" ||
   fail "the server does not report the commit $revision it was built from"
 if ! (in_image /usr/local/bin/qlinear-cli --server="127.0.0.1:$port" smoke --n 256 --k 256); then
   tail -n 40 "$WORK/server.log"

@@ -9,6 +9,8 @@
 #   CUDA_ARCHITECTURES  CMAKE_CUDA_ARCHITECTURES when QLINEAR_CUDA=ON (default: CMake's, 90a)
 #   BUILD_TYPE          CMake build type (default RelWithDebInfo, as scripts/build.sh)
 #   JOBS                parallel compile jobs (default 2)
+#   QLINEAR_BUILD_COMMIT  the commit the binaries report (--version), where SRC_DIR has no .git
+#                       (a full hash is shortened to 12 digits)
 #
 # OUT_DIR receives:
 #   usr/local/bin/qlinear-server, usr/local/bin/qlinear-cli   (debug info stripped)

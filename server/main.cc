@@ -32,13 +32,12 @@ int main(int argc, char** argv) {
   // below and is taken by sigwait: the handler never sees it.)
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
-  // Block the stop signals in every thread; this thread waits for them with sigwait.
+  // Block the stop signals, and SIGHUP (which reloads the TLS files instead of ending the
+  // process), in every thread; this thread waits for them with sigwait.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  // SIGHUP too: taken by the same sigwait, it reloads the TLS files instead of ending the process.
   sigset_t waited_signals = stop_signals;
   sigaddset(&waited_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &waited_signals, nullptr);
@@ -136,8 +135,8 @@ int main(int argc, char** argv) {
            "batches are not watched; 0 = never)");
   args.add("tls-cert", &tls_cert,
            "Serve gRPC over TLS with this PEM certificate (and any intermediates after it); "
-           "needs --tls-key. The files are read at start-up and then every "
-           "--tls-reload-interval-s");
+           "needs --tls-key. The files are read at start-up, then every --tls-reload-interval-s "
+           "and on SIGHUP");
   args.add("tls-key", &tls_key, "The PEM private key of --tls-cert (not encrypted)");
   args.add("tls-client-ca", &tls_client_ca,
            "Mutual TLS: require every client to present a certificate issued by one of these PEM "

@@ -226,11 +226,11 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   if (credentials.reloader != nullptr) {
     s->metrics_->tls_certificate_expiry(credentials.certificate_expiry_unix);
     s->tls_reloader_ = credentials.reloader;
+    // A rotated certificate (a renewed Secret, say) is served from the next connection on; one
+    // that fails the checks is logged and counted, and the port keeps serving the one it has.
+    s->tls_reloader_->set_listener([self](const TlsReloadEvent& e) { self->tls_event(e); });
     if (o.tls_reload_interval.count() > 0) {
-      // A rotated certificate (a renewed Secret, say) is served from the next connection on; one
-      // that fails the checks is logged and counted, and the port keeps serving the one it has.
-      s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval),
-                                      [self](const TlsReloadEvent& e) { self->tls_event(e); });
+      s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval));
     }
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
@@ -285,9 +285,12 @@ void QLinearServer::tls_event(const TlsReloadEvent& e) {
 
 std::string QLinearServer::reload_tls() {
   if (tls_reloader_ == nullptr) return "no TLS files to read (plaintext)";
-  std::optional<TlsReloadEvent> e = tls_reloader_->check_now();
-  if (!e.has_value()) return "TLS files unchanged";
-  tls_event(*e);
+  std::optional<TlsReloadEvent> e = tls_reloader_->check_now();  // (logged and counted)
+  if (!e.has_value()) {
+    const std::string why = tls_reloader_->rejection();
+    return why.empty() ? "TLS files unchanged"
+                       : absl::StrCat("TLS files still not reloaded (", why, ")");
+  }
   switch (e->kind) {
     case TlsReloadEvent::kLoaded:
       return "TLS files reloaded";

@@ -89,8 +89,21 @@ void TlsReloader::stop_polling() {
   if (poller_.joinable()) poller_.join();
 }
 
+void TlsReloader::set_listener(Listener listener) { listener_ = std::move(listener); }
+
+std::string TlsReloader::rejection() const {
+  absl::MutexLock lock(&mu_);
+  return rejected_;
+}
+
 std::optional<TlsReloadEvent> TlsReloader::check_now() {
   absl::MutexLock check(&check_mu_);
+  std::optional<TlsReloadEvent> e = check_locked();
+  if (e.has_value() && listener_) listener_(*e);
+  return e;
+}
+
+std::optional<TlsReloadEvent> TlsReloader::check_locked() {
   absl::StatusOr<std::unique_ptr<TlsMaterial>> m = read_material(tls_);
   // The certificate is read before the key: a Secret swapped in between pairs the old
   // certificate with the new key, and the next reading finds them matched.
@@ -119,14 +132,14 @@ std::optional<TlsReloadEvent> TlsReloader::check_now() {
   return e;
 }
 
-void TlsReloader::start_polling(absl::Duration interval, Listener listener) {
-  poller_ = std::thread([this, interval, listener = std::move(listener)] {
+void TlsReloader::start_polling(absl::Duration interval) {
+  poller_ = std::thread([this, interval] {
     for (;;) {
       {
         absl::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval)) return;
       }
-      if (std::optional<TlsReloadEvent> e = check_now()) listener(*e);
+      check_now();
     }
   });
 }

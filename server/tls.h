@@ -60,12 +60,18 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
   // start-up checks, it is served from the next connection on (kLoaded). Where they fail them
   // (twice in a row: a rotation that lands between the reads of the certificate and of the key
   // is read again at once), the served set stays (kRejected, reported once for as long as the
-  // reason stays the same). nullopt: nothing changed. Calls are serialised.
+  // reason stays the same). nullopt: nothing changed. Calls are serialised, and each event is
+  // told to the listener (set_listener) before the next check starts, so events arrive in order.
   std::optional<TlsReloadEvent> check_now();
 
-  // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction,
-  // telling `listener` of each event. Once only.
-  void start_polling(absl::Duration interval, Listener listener);
+  // Whom check_now tells of its events (set before any check: not thread-safe against them).
+  void set_listener(Listener listener);
+  // Why the files on disk are not served, while a rejection stands (empty otherwise).
+  std::string rejection() const;
+
+  // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction.
+  // Once only.
+  void start_polling(absl::Duration interval);
   // Ends the polling thread (joined: no event is told after it returns).
   void stop_polling();
 
@@ -80,12 +86,14 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
 
  private:
   explicit TlsReloader(ServerTlsOptions tls);
+  std::optional<TlsReloadEvent> check_locked();  // check_now's reading, under check_mu_
   // gRPC's certificate-config callback: the served set where gRPC does not have it yet.
   static grpc_ssl_certificate_config_reload_status fetch(
       void* self, grpc_ssl_server_certificate_config** config);
 
   const ServerTlsOptions tls_;
   absl::Mutex check_mu_;  // one check_now at a time, so that an older reading never wins
+  Listener listener_;
   mutable absl::Mutex mu_;
   std::unique_ptr<TlsMaterial> served_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // of served_

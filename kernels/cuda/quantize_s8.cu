@@ -685,7 +685,7 @@ int split_blocks(int64_t k) {
 }  // namespace
 
 namespace {
-// set_quantize_ring_min_bytes's value; -1: the L2's size.
+// set_quantize_ring_min_bytes's value; -1: the rule in launch_typed.
 std::atomic<int64_t> g_ring_min_bytes{-1};
 }  // namespace
 

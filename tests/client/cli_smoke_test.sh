@@ -572,6 +572,8 @@ mv "$tls/bad.key" "$tls/server.key"
 kill -HUP "$server2_pid"
 await_log "$work/server3.log" "TLS files changed but not reloaded (--tls-key: $tls/server.key holds no unencrypted PEM private key"
 await_log "$work/server3.log" "received SIGHUP: TLS files not reloaded"
+kill -HUP "$server2_pid"  # the same bad key: not logged again, but said
+await_log "$work/server3.log" "received SIGHUP: TLS files still not reloaded (--tls-key: $tls/server.key holds no unencrypted PEM private key"
 expect 0 "${mtls[@]}" layers
 (
   cd "$tls"

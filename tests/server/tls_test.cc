@@ -441,6 +441,7 @@ TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
   EXPECT_TRUE(absl::StrContains(e->message, "--tls-cert: " + live.cert_file)) << e->message;
   EXPECT_EQ(e->certificate_expiry_unix, first_expiry);
   EXPECT_FALSE(r.check_now().has_value());  // the same failure is not reported again
+  EXPECT_EQ(r.rejection(), e->message);      // but it stands
   EXPECT_EQ(r.summary(), first);
 
   // A new certificate beside the old key: rejected as a mismatch.
@@ -469,6 +470,7 @@ TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
   e = r.check_now();
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->kind, TlsReloadEvent::kRestored);
+  EXPECT_EQ(r.rejection(), "");
   EXPECT_FALSE(r.check_now().has_value());
 
   // The key, then the certificate: the pair is served, with its end of validity.
