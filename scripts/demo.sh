@@ -15,6 +15,8 @@
 # Environment: everything scripts/build.sh reads (QLINEAR_BUILD_DIR, QLINEAR_SKIP_DEPS,
 # QLINEAR_CUDA, JOBS), plus
 #   PORT  port for the server (default: 50051 when free, else one the system picks)
+#   QLINEAR_DEMO_NO_BUILD=1  run the binaries already in QLINEAR_BUILD_DIR without building
+#                            (the test suite's run of this script, scripts.demo)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,7 +25,7 @@ BUILD="${QLINEAR_BUILD_DIR:-build}"
 SERVER_BIN="$BUILD/server/qlinear-server"
 CLI_BIN="$BUILD/client/qlinear-cli"
 
-scripts/build.sh
+[ "${QLINEAR_DEMO_NO_BUILD:-0}" = "1" ] || scripts/build.sh
 for bin in "$SERVER_BIN" "$CLI_BIN"; do
   if [ ! -x "$bin" ]; then
     echo "demo: $bin was not built" >&2
@@ -82,7 +84,8 @@ if ! grep -q 'listening on ' "$log"; then
   show_log_from 1 >&2
   exit 1
 fi
-port="$(sed -n 's/.*listening on .*:\([0-9][0-9]*\)$/\1/p' "$log" | head -n 1)"
+# "listening on ADDRESS:PORT (how it serves)"
+port="$(sed -n 's/.*listening on [^ ]*:\([0-9][0-9]*\).*/\1/p' "$log" | head -n 1)"
 if [ -z "$port" ]; then
   echo "demo: cannot read the port from the server's log:" >&2
   show_log_from 1 >&2

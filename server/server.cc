@@ -122,9 +122,10 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
       const std::optional<Engine::RunningBatch> b = engine->longest_running_batch();
       if (!b.has_value() || b->running <= limit) return "";
       return absl::StrFormat(
-          "stuck: a batch of layer '%s' has run for %.3f s, over the limit of %.3f s "
+          "stuck: a batch of layer '%s'%s has run for %.3f s, over the limit of %.3f s "
           "(--liveness-batch-timeout-s)",
-          b->layer, std::chrono::duration<double>(b->running).count(),
+          b->layer, b->retired ? " (since replaced or unloaded)" : "",
+          std::chrono::duration<double>(b->running).count(),
           std::chrono::duration<double>(limit).count());
     };
     auto readiness = [self = s.get()]() -> std::string {

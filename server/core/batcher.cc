@@ -115,7 +115,7 @@ void BatchQueue::set_busy(bool busy, absl::string_view forced) {
   const absl::string_view kernel =
       forced.empty() ? absl::string_view(layer_->options().forced_kernel) : forced;
   const bool watched = busy && on_gpu_ && kernel_family(kernel) != "cpu";
-  running_since_ns_.store(watched ? steady_now_ns() : 0, std::memory_order_relaxed);
+  running_since_ns_->store(watched ? steady_now_ns() : 0, std::memory_order_relaxed);
 }
 
 bool BatchQueue::compatible(const Pending& a, const Pending& b) const {

@@ -74,7 +74,10 @@ class BatchQueue {
   // a GPU batch takes milliseconds, so one that has run for a minute is stuck, where a CPU
   // kernel (cpu.reference, forced on a large request) may legitimately take minutes. Read
   // without a lock.
-  int64_t running_since_ns() const { return running_since_ns_.load(std::memory_order_relaxed); }
+  int64_t running_since_ns() const { return running_since_ns_->load(std::memory_order_relaxed); }
+  // The same stamp, shared: it outlives the queue, so that a watchdog may read it without
+  // holding the queue (whose last release would wait for its stuck batch).
+  std::shared_ptr<const std::atomic<int64_t>> running_since() const { return running_since_ns_; }
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }
   // The layer's metric series (null without metrics).
@@ -98,9 +101,11 @@ class BatchQueue {
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;    // a batch is executing (worker or caller thread)
-  std::atomic<int64_t> running_since_ns_{0};  // set and cleared with busy_
-  const bool on_gpu_;                         // the layer's kernels run on a GPU
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
+  // Set and cleared with busy_.
+  const std::shared_ptr<std::atomic<int64_t>> running_since_ns_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  const bool on_gpu_;  // the layer's kernels run on a GPU
   std::thread worker_;
 };
 

@@ -176,6 +176,11 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     // of Metrics' layer labels.)
     served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
+    {
+      absl::MutexLock watched(&watched_mu_);
+      watched_.push_back(
+          Watched{layer->name(), served->queue->running_since(), served, served.get()});
+    }
     if (metrics_ != nullptr) {
       metrics_->layer_loaded(layer.get(), layer->name(), layer->device(), layer->total_bytes());
       // A kernel a request prepared on demand between the store's swap and the line above
@@ -193,14 +198,30 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
 std::optional<Engine::RunningBatch> Engine::longest_running_batch() const {
   const int64_t now = steady_now_ns();
   std::optional<RunningBatch> longest;
-  store_.visit([&](const ServedLayer& l) {
-    const int64_t since = l.queue->running_since_ns();
-    if (since == 0) return;
-    const std::chrono::nanoseconds running(std::max<int64_t>(0, now - since));
-    if (!longest.has_value() || running > longest->running) {
-      longest = RunningBatch{l.name(), running};
+  const ServedLayer* longest_address = nullptr;
+  {
+    absl::MutexLock lock(&watched_mu_);
+    // (Never locks a layer: the watchdog must not end up releasing one, whose queue would wait
+    // for the very batch it watches.)
+    watched_.erase(std::remove_if(watched_.begin(), watched_.end(),
+                                  [](const Watched& w) { return w.served.expired(); }),
+                   watched_.end());
+    for (const Watched& w : watched_) {
+      const int64_t since = w.running_since->load(std::memory_order_relaxed);
+      if (since == 0) continue;
+      const std::chrono::nanoseconds running(std::max<int64_t>(0, now - since));
+      if (!longest.has_value() || running > longest->running) {
+        longest = RunningBatch{w.name, running};
+        longest_address = w.address;
+      }
     }
-  });
+  }
+  if (longest.has_value()) {
+    // Retired unless the store holds that very layer.
+    bool current = false;
+    store_.visit([&](const ServedLayer& l) { current = current || &l == longest_address; });
+    longest->retired = !current;
+  }
   return longest;
 }
 

@@ -137,12 +137,14 @@ class Engine {
   absl::Status execute(const Layer& layer, const InferInput& in, std::string* y,
                        InferOutput* out) const;
 
-  // The watched batch (BatchQueue::running_since_ns: on a GPU) that has been executing longest
-  // among the loaded layers, if one is: its layer and how long it has run. (A watchdog's input:
-  // a kernel that never returns holds its layer's queue for good.)
+  // The watched batch (BatchQueue::running_since_ns: on a GPU) that has been executing longest,
+  // if one is: its layer and how long it has run. The loaded layers' batches count, and so do the
+  // last batches of layers replaced or unloaded since (`retired`). (A watchdog's input: a kernel
+  // that never returns holds its layer's queue, and the GPU, for good.)
   struct RunningBatch {
     std::string layer;
     std::chrono::nanoseconds running{0};
+    bool retired = false;  // the layer was replaced or unloaded since
   };
   std::optional<RunningBatch> longest_running_batch() const;
 
@@ -175,6 +177,17 @@ class Engine {
   absl::Mutex create_mu_;
   // Held while the store and the metrics' per-layer gauges change together (publish, unload).
   absl::Mutex publish_mu_;
+  // Every layer published: its name, its queue's running stamp, and the layer itself unowned
+  // (expired once the last batch of a replaced or unloaded layer is done and it is destroyed),
+  // for longest_running_batch. Pruned as it is read.
+  struct Watched {
+    std::string name;
+    std::shared_ptr<const std::atomic<int64_t>> running_since;
+    std::weak_ptr<const ServedLayer> served;
+    const ServedLayer* address;  // to tell the one the store holds (never dereferenced)
+  };
+  mutable absl::Mutex watched_mu_;
+  mutable std::vector<Watched> watched_ ABSL_GUARDED_BY(watched_mu_);
   // The weight buffers that uploads whose headers were accepted are still allocating (see
   // begin_upload).
   absl::Mutex upload_mu_;

@@ -176,6 +176,51 @@ TEST_F(BatcherTest, LongestRunningBatchIsTheOneHeldOnAGpuLayer) {
   }
 }
 
+// The last batch of a layer replaced or unloaded while it runs stays watched until it ends (a
+// kernel stuck there holds the GPU, whatever the store holds now), named as retired.
+TEST_F(BatcherTest, ARetiredLayersRunningBatchIsStillWatched) {
+  SEED_TRACE();
+  start(BatchOptions{}, /*gated=*/true, "cuda:0");
+  set_gate(false);
+  SplitMix64 rng(test_seed());
+  const std::string x = random_x(rng, 2, 96, DType::kBF16);
+  const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
+  std::thread held([&] {
+    std::string y;
+    InferOutput out;
+    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+  });
+  wait_running(1);
+  std::optional<Engine::RunningBatch> running = engine_->longest_running_batch();
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->layer, "b");
+  EXPECT_FALSE(running->retired);
+
+  LoadRequest r;
+  r.name = "b";
+  r.spec = layer_.spec;
+  r.replace = true;
+  auto replaced = engine_->load(r, layer_.weights);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  running = engine_->longest_running_batch();
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->layer, "b");
+  EXPECT_TRUE(running->retired);
+  EXPECT_GE(running->running, std::chrono::milliseconds(20));
+  ASSERT_TRUE(engine_->unload("b").ok());
+  running = engine_->longest_running_batch();
+  ASSERT_TRUE(running.has_value());
+  EXPECT_TRUE(running->retired);
+
+  set_gate(true);
+  held.join();
+  for (int i = 0; i < 1000 && engine_->longest_running_batch().has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_FALSE(engine_->longest_running_batch().has_value());
+}
+
 TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
   SEED_TRACE();
   BatchOptions b;
