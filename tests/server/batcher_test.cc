@@ -107,6 +107,20 @@ class BatcherTest : public ::testing::Test {
     gate_->mu.Await(absl::Condition(
         +[](GateKernel::Gate* g) { return g->running >= g->want; }, gate_.get()));
   }
+  // With the gate closed: a thread whose request of two rows is held in the kernel once this
+  // returns (it expects success once the gate opens).
+  std::thread hold_one_batch() {
+    std::thread held([this] {
+      SplitMix64 rng(test_seed());
+      const std::string x = random_x(rng, 2, 96, DType::kBF16);
+      const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
+      std::string y;
+      InferOutput out;
+      EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
+    });
+    wait_running(1);
+    return held;
+  }
   int64_t queue_depth() { return (*engine_->store().get("b"))->queue->depth(); }
   // With the gate closed: three threads infer `in`, one running (held at the gate) and two
   // queued, once this returns; each counts its success in *ok. `in` and *ok must outlive them.
@@ -144,15 +158,7 @@ TEST_F(BatcherTest, LongestRunningBatchIsTheOneHeldOnAGpuLayer) {
       start(b, /*gated=*/true, device);
       EXPECT_FALSE(engine_->longest_running_batch().has_value());
       set_gate(false);
-      SplitMix64 rng(test_seed());
-      const std::string x = random_x(rng, 2, 96, DType::kBF16);
-      const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
-      std::thread held([&] {
-        std::string y;
-        InferOutput out;
-        EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
-      });
-      wait_running(1);
+      std::thread held = hold_one_batch();
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
       const std::optional<Engine::RunningBatch> running = engine_->longest_running_batch();
       if (device == "cpu") {
@@ -182,15 +188,7 @@ TEST_F(BatcherTest, ARetiredLayersRunningBatchIsStillWatched) {
   SEED_TRACE();
   start(BatchOptions{}, /*gated=*/true, "cuda:0");
   set_gate(false);
-  SplitMix64 rng(test_seed());
-  const std::string x = random_x(rng, 2, 96, DType::kBF16);
-  const InferInput in = input_for(x, 2, DType::kBF16, DType::kBF16);
-  std::thread held([&] {
-    std::string y;
-    InferOutput out;
-    EXPECT_TRUE(engine_->infer(in, CallContext{}, &y, &out).ok());
-  });
-  wait_running(1);
+  std::thread held = hold_one_batch();
   std::optional<Engine::RunningBatch> running = engine_->longest_running_batch();
   ASSERT_TRUE(running.has_value());
   EXPECT_EQ(running->layer, "b");
