@@ -178,6 +178,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
     {
       absl::MutexLock watched(&watched_mu_);
+      prune_watched();  // (also here: a server without the watchdog never reads the list)
       watched_.push_back(
           Watched{layer->name(), served->queue->running_since(), served, served.get()});
     }
@@ -195,17 +196,26 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   return result;
 }
 
+void Engine::prune_watched() const {
+  // (Never locks a layer: the watchdog must not end up releasing one, whose queue would wait for
+  // the very batch it watches.)
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(),
+                                [](const Watched& w) { return w.served.expired(); }),
+                 watched_.end());
+}
+
+size_t Engine::watched_layers() const {
+  absl::MutexLock lock(&watched_mu_);
+  return watched_.size();
+}
+
 std::optional<Engine::RunningBatch> Engine::longest_running_batch() const {
   const int64_t now = steady_now_ns();
   std::optional<RunningBatch> longest;
   const ServedLayer* longest_address = nullptr;
   {
     absl::MutexLock lock(&watched_mu_);
-    // (Never locks a layer: the watchdog must not end up releasing one, whose queue would wait
-    // for the very batch it watches.)
-    watched_.erase(std::remove_if(watched_.begin(), watched_.end(),
-                                  [](const Watched& w) { return w.served.expired(); }),
-                   watched_.end());
+    prune_watched();
     for (const Watched& w : watched_) {
       const int64_t since = w.running_since->load(std::memory_order_relaxed);
       if (since == 0) continue;

@@ -147,6 +147,9 @@ class Engine {
     bool retired = false;  // the layer was replaced or unloaded since
   };
   std::optional<RunningBatch> longest_running_batch() const;
+  // How many layers that list holds (the loaded ones, and the replaced or unloaded ones not yet
+  // destroyed, give or take those destroyed since it was last pruned): for tests.
+  size_t watched_layers() const;
 
   const LayerStore& store() const { return store_; }
   const Registry& registry() const { return registry_; }
@@ -179,7 +182,7 @@ class Engine {
   absl::Mutex publish_mu_;
   // Every layer published: its name, its queue's running stamp, and the layer itself unowned
   // (expired once the last batch of a replaced or unloaded layer is done and it is destroyed),
-  // for longest_running_batch. Pruned as it is read.
+  // for longest_running_batch. Pruned as it is read and as layers are published.
   struct Watched {
     std::string name;
     std::shared_ptr<const std::atomic<int64_t>> running_since;
@@ -188,6 +191,8 @@ class Engine {
   };
   mutable absl::Mutex watched_mu_;
   mutable std::vector<Watched> watched_ ABSL_GUARDED_BY(watched_mu_);
+  // Drops the destroyed layers' entries.
+  void prune_watched() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(watched_mu_);
   // The weight buffers that uploads whose headers were accepted are still allocating (see
   // begin_upload).
   absl::Mutex upload_mu_;

@@ -198,8 +198,10 @@ TEST_F(BatcherTest, ARetiredLayersRunningBatchIsStillWatched) {
   r.name = "b";
   r.spec = layer_.spec;
   r.replace = true;
-  auto replaced = engine_->load(r, layer_.weights);
-  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  {
+    auto replaced = engine_->load(r, layer_.weights);  // (its result holds the new layer)
+    ASSERT_TRUE(replaced.ok()) << replaced.status();
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   running = engine_->longest_running_batch();
   ASSERT_TRUE(running.has_value());
@@ -217,6 +219,10 @@ TEST_F(BatcherTest, ARetiredLayersRunningBatchIsStillWatched) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_FALSE(engine_->longest_running_batch().has_value());
+  // The watched list lets go of destroyed layers, also where nothing reads it: 50 replaces leave
+  // the layer loaded and at most the one replaced last.
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(engine_->load(r, layer_.weights).ok());
+  EXPECT_LE(engine_->watched_layers(), 2u);
 }
 
 TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
