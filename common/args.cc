@@ -21,6 +21,10 @@ void ArgParser::add(const std::string& name, bool* value, const std::string& hel
   options_.push_back({name, Kind::kBool, value, help, *value ? "true" : "false"});
 }
 
+void ArgParser::add_action(const std::string& name, bool* value, const std::string& help) {
+  options_.push_back({name, Kind::kAction, value, help, ""});
+}
+
 ArgParser::Option* ArgParser::find(const std::string& name) {
   for (Option& o : options_) {
     if (o.name == name) return &o;
@@ -56,6 +60,13 @@ absl::Status ArgParser::parse(int argc, char** argv, int first) {
     }
     if (opt == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown option --", name, " (see --help)"));
+    }
+    if (opt->kind == Kind::kAction) {
+      if (has_value) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+      }
+      *static_cast<bool*>(opt->value) = true;
+      continue;
     }
     if (opt->kind == Kind::kBool) {
       bool v = !negated;
@@ -94,6 +105,7 @@ absl::Status ArgParser::parse(int argc, char** argv, int first) {
         }
         break;
       case Kind::kBool:
+      case Kind::kAction:
         break;
     }
   }
@@ -107,7 +119,7 @@ std::string ArgParser::help() const {
     std::string left = absl::StrCat("  --", o.name);
     if (o.kind == Kind::kBool) {
       left += " | --no-" + o.name;
-    } else {
+    } else if (o.kind != Kind::kAction) {
       left += o.kind == Kind::kString ? "=STR" : o.kind == Kind::kInt ? "=INT" : "=NUM";
     }
     if (left.size() < 30)

@@ -20,6 +20,8 @@ class ArgParser {
   void add(const std::string& name, int64_t* value, const std::string& help);
   void add(const std::string& name, double* value, const std::string& help);
   void add(const std::string& name, bool* value, const std::string& help);
+  // An action flag (`--version`): `--name` sets *value; it takes no value and has no `--no-` form.
+  void add_action(const std::string& name, bool* value, const std::string& help);
 
   // Parses argv[first..argc). Unknown options and bad values are INVALID_ARGUMENT with a message
   // for the user. Sets help_requested() on --help / -h.
@@ -29,7 +31,7 @@ class ArgParser {
   std::string help() const;
 
  private:
-  enum class Kind { kString, kInt, kDouble, kBool };
+  enum class Kind { kString, kInt, kDouble, kBool, kAction };
   struct Option {
     std::string name;
     Kind kind;

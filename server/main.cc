@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
            "fails them is logged and the port keeps serving what it has (0 = at start-up only; "
            "SIGHUP reads them at once either way)");
   bool show_version = false;
-  args.add("version", &show_version, "Print the version (and the commit built) and exit");
+  args.add_action("version", &show_version, "Print the version (and the commit built) and exit");
   if (absl::Status s = args.parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;

@@ -124,7 +124,7 @@ int run(int argc, char** argv) {
   globals.add("tls-key", &tls_files.key_file, "PEM private key of --tls-cert");
   globals.add("tls-server-name", &tls_server_name, "Name the server's certificate must bear");
   bool show_version = false;
-  globals.add("version", &show_version, "Print the version and exit");
+  globals.add_action("version", &show_version, "Print the version and exit");
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
   }
