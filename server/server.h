@@ -52,7 +52,7 @@ struct ServerOptions {
   int64_t upload_idle_timeout_ms = 120000;
   // /healthz fails while a batch on a GPU has been executing for longer than this (a kernel that
   // never returns holds its layer's queue for good, and only a restart frees it); 0: never.
-  // (CPU batches are not watched: BatchQueue::running_since_ns.)
+  // (CPU batches are not watched: BatchQueue::running_since.)
   std::chrono::milliseconds liveness_batch_timeout{std::chrono::seconds(60)};
   // TLS on the gRPC port (the metrics port stays plain HTTP); off unless a certificate is given.
   ServerTlsOptions tls;

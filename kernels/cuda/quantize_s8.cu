@@ -682,11 +682,9 @@ int split_blocks(int64_t k) {
   return blocks <= kSplitMaxBlocks ? static_cast<int>(blocks) : 0;  // 0: too long to split
 }
 
-}  // namespace
-
-namespace {
 // set_quantize_ring_min_bytes's value; -1: the rule in launch_typed.
 std::atomic<int64_t> g_ring_min_bytes{-1};
+
 }  // namespace
 
 void set_quantize_ring_min_bytes(int64_t bytes) { g_ring_min_bytes.store(bytes); }
@@ -758,10 +756,10 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
   }();
   (void)carveout_set;
   if constexpr (sizeof(T) == 2) {
+    static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
     if (m >= kWarpPerRowMinM && lay.chunk == k && lay.row_stride == k && k % 8 == 0 &&
         aligned(x, 16) && aligned(xq, 8)) {
       static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, 132);
-      static const int cc_major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
       // (A device that refuses the shared-memory size keeps the warp form.)
       static const bool ring_ok = [] {
         const bool ok = cudaFuncSetAttribute(quantize_rows_ring_s8<T, S>,
@@ -784,7 +782,7 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
       const int64_t ring_min_bytes = g_ring_min_bytes.load(std::memory_order_relaxed);
       const int64_t rule_bytes = k >= 8192 ? l2_bytes / 4 * 3 : 2 * l2_bytes;
       const int slots = ring_slots(k);
-      if (cc_major >= 9 && ring_ok && slots > 0 &&
+      if (major >= 9 && ring_ok && slots > 0 &&
           m * k * 2 > (ring_min_bytes < 0 ? rule_bytes : ring_min_bytes)) {
         const size_t smem = static_cast<size_t>(kRingMaxWarps) * slots * k * 2;
         const unsigned blocks =
@@ -800,7 +798,6 @@ cudaError_t launch_typed(const void* x, int64_t m, int64_t k, const QuantizePara
           <<<blocks, 32 * kRowsPerWarpBlock, 0, stream>>>(xt, m, k, p, xq, out, zero, zero_count);
       return cudaGetLastError();
     }
-    static const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
     // (A device that refuses the shared-memory size keeps the form below.)
     static const bool bulk_ok = [] {
       const bool ok = cudaFuncSetAttribute(quantize_rows_bulk_s8<T, S>,

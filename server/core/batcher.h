@@ -73,10 +73,8 @@ class BatchQueue {
   // watched where the layer's kernels run on a GPU and the batch does not force a CPU kernel:
   // a GPU batch takes milliseconds, so one that has run for a minute is stuck, where a CPU
   // kernel (cpu.reference, forced on a large request) may legitimately take minutes. Read
-  // without a lock.
-  int64_t running_since_ns() const { return running_since_ns_->load(std::memory_order_relaxed); }
-  // The same stamp, shared: it outlives the queue, so that a watchdog may read it without
-  // holding the queue (whose last release would wait for its stuck batch).
+  // without a lock; shared, so that it outlives the queue and a watchdog reads it without holding
+  // the queue (whose last release would wait for its stuck batch).
   std::shared_ptr<const std::atomic<int64_t>> running_since() const { return running_since_ns_; }
   const BatchOptions& options() const { return options_; }
   const std::shared_ptr<const Layer>& layer() const { return layer_; }

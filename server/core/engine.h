@@ -137,7 +137,7 @@ class Engine {
   absl::Status execute(const Layer& layer, const InferInput& in, std::string* y,
                        InferOutput* out) const;
 
-  // The watched batch (BatchQueue::running_since_ns: on a GPU) that has been executing longest,
+  // The watched batch (BatchQueue::running_since: on a GPU) that has been executing longest,
   // if one is: its layer and how long it has run. The loaded layers' batches count, and so do the
   // last batches of layers replaced or unloaded since (`retired`). (A watchdog's input: a kernel
   // that never returns holds its layer's queue, and the GPU, for good.)
