@@ -318,37 +318,40 @@ class BareGemm {
   }
   // The heuristic's choice as cuBLASLt's algorithm configuration names it (cublasLt.h): the
   // algorithm id, the CTA tile and the cluster in cuBLASLt's M x N (channels x tokens: its M is the
-  // layer's N), the stage and inner-shape ids, split-K and CTA swizzling. Tiles and clusters
-  // outside the short tables are printed by id.
+  // layer's N), the stages (k-tile bytes x count), the inner-shape id, split-K (as cuBLASLt gives
+  // it) and CTA swizzling. Values outside the short tables are printed by id.
   std::string describe() const {
     auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
-      uint32_t v = 0;
+      int32_t v = 0;
       size_t written = 0;
       if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof(v), &written) !=
           CUBLAS_STATUS_SUCCESS) {
-        return uint32_t{0};
+        return int32_t{-2};
       }
       return v;
     };
-    int32_t id = 0;
-    size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algo_, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
-                                         &written);
-    const uint32_t tile = get(CUBLASLT_ALGO_CONFIG_TILE_ID);
-    const uint32_t cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
-    // cublasLtMatmulTile_t 15..25 and cublasLtClusterShape_t 2..8.
+    const int32_t tile = get(CUBLASLT_ALGO_CONFIG_TILE_ID);
+    const int32_t cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+    const int32_t stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID);
+    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..8, cublasLtMatmulStages_t 34..38.
     static constexpr const char* kTiles[] = {"64x64",   "128x32",  "64x128", "128x64",
                                              "64x256",  "128x128", "256x64", "64x512",
                                              "128x256", "256x128", "512x64"};
-    static constexpr const char* kClusters[] = {"1x1", "2x1", "4x1", "1x2", "2x2", "4x2", "1x4"};
+    static constexpr const char* kClusters[] = {"auto", "#1",  "1x1", "2x1", "4x1",
+                                                "1x2",  "2x2", "4x2", "1x4"};
+    static constexpr const char* kStages[] = {"32xauto", "64xauto", "128xauto", "256xauto",
+                                              "768xauto"};
     const std::string tile_name =
         tile >= 15 && tile <= 25 ? kTiles[tile - 15] : absl::StrCat("#", tile);
     const std::string cluster_name =
-        cluster >= 2 && cluster <= 8 ? kClusters[cluster - 2] : absl::StrCat("#", cluster);
+        cluster >= 0 && cluster <= 8 ? kClusters[cluster] : absl::StrCat("#", cluster);
+    const std::string stages_name =
+        stages >= 34 && stages <= 38 ? kStages[stages - 34] : absl::StrCat("#", stages);
     return absl::StrFormat(
-        "algo %d tile %s cluster %s stages #%u inner #%u splitk %u swizzle %u", id, tile_name,
-        cluster_name, get(CUBLASLT_ALGO_CONFIG_STAGES_ID), get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
-        get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+        "cuBLASLt algo %d, tile %s, cluster %s, stages %s, inner #%d, splitk %d, swizzle %d",
+        get(CUBLASLT_ALGO_CONFIG_ID), tile_name, cluster_name, stages_name,
+        get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+        get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
   }
   absl::Status enqueue(const int8_t* w, const int8_t* xq, int32_t* acc, void* workspace,
                        cudaStream_t s) const {

@@ -241,11 +241,18 @@ __device__ __forceinline__ uint32_t pack4_sat_s8(int32_t q0, int32_t q1, int32_t
 // 127 / absmax overflows) takes no conversion instruction (quantize_rne.h): |v| <= absmax, so
 // |v * mul| <= 127 * (1 + 2^-24)^2 rounds to at most 127 and needs no saturation, and the low
 // byte of rne_bits is what sat32 then sat8 give.
+//
+// Built with QLINEAR_QUANTIZE_RNE=0 (CMAKE_CUDA_FLAGS), every row takes the conversion instead: the
+// form before the add, kept for measuring the add against it (qlinear_gpu_bench --setup_quant and
+// --prefill, one binary of each build).
+#ifndef QLINEAR_QUANTIZE_RNE
+#define QLINEAR_QUANTIZE_RNE 1
+#endif
 template <typename T, QuantScheme S>
 __device__ __forceinline__ uint2 quantize8(const uint4& u, const RowParams& rp) {
   float v[8];
   widen8<T>(u, v);
-  if constexpr (S == QuantScheme::kDynamicSymmetric) {
+  if constexpr (QLINEAR_QUANTIZE_RNE && S == QuantScheme::kDynamicSymmetric) {
     if (rp.mul <= FLT_MAX) {
       uint32_t b[8];
 #pragma unroll
