@@ -83,6 +83,7 @@
 #include "absl/debugging/symbolize.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -316,42 +317,47 @@ class BareGemm {
     algo_ = r.algo;
     return absl::OkStatus();
   }
-  // The heuristic's choice as cuBLASLt's algorithm configuration names it (cublasLt.h): the
-  // algorithm id, the CTA tile and the cluster in cuBLASLt's M x N (channels x tokens: its M is the
-  // layer's N), the stages (k-tile bytes x count), the inner-shape id, split-K (as cuBLASLt gives
-  // it) and CTA swizzling. Values outside the short tables are printed by id.
+  // The heuristic's choice as cuBLASLt's algorithm configuration names it (cublasLt.h, each
+  // attribute read at its own width): the algorithm id, the CTA tile and the cluster in cuBLASLt's
+  // M x N (channels x tokens: its M is the layer's N), the stages (k-tile bytes x count), the
+  // inner-shape id, split-K as cuBLASLt gives it, the reduction scheme and CTA swizzling. Values
+  // outside the short tables are printed by id; an attribute cuBLASLt does not answer, as "?".
   std::string describe() const {
-    auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
-      int32_t v = 0;
+    auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto type) -> std::string {
+      decltype(type) v{};
       size_t written = 0;
       if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof(v), &written) !=
           CUBLAS_STATUS_SUCCESS) {
-        return int32_t{-2};
+        return "?";
       }
-      return v;
+      return absl::StrCat(v);
     };
-    const int32_t tile = get(CUBLASLT_ALGO_CONFIG_TILE_ID);
-    const int32_t cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
-    const int32_t stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID);
-    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..8, cublasLtMatmulStages_t 34..38.
-    static constexpr const char* kTiles[] = {"64x64",   "128x32",  "64x128", "128x64",
-                                             "64x256",  "128x128", "256x64", "64x512",
-                                             "128x256", "256x128", "512x64"};
-    static constexpr const char* kClusters[] = {"auto", "#1",  "1x1", "2x1", "4x1",
-                                                "1x2",  "2x2", "4x2", "1x4"};
-    static constexpr const char* kStages[] = {"32xauto", "64xauto", "128xauto", "256xauto",
-                                              "768xauto"};
-    const std::string tile_name =
-        tile >= 15 && tile <= 25 ? kTiles[tile - 15] : absl::StrCat("#", tile);
-    const std::string cluster_name =
-        cluster >= 0 && cluster <= 8 ? kClusters[cluster] : absl::StrCat("#", cluster);
-    const std::string stages_name =
-        stages >= 34 && stages <= 38 ? kStages[stages - 34] : absl::StrCat("#", stages);
-    return absl::StrFormat(
-        "cuBLASLt algo %d, tile %s, cluster %s, stages %s, inner #%d, splitk %d, swizzle %d",
-        get(CUBLASLT_ALGO_CONFIG_ID), tile_name, cluster_name, stages_name,
-        get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-        get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+    auto named = [](const std::string& id, int first, const std::vector<const char*>& names) {
+      int v = 0;
+      if (!absl::SimpleAtoi(id, &v) || v < first || v >= first + static_cast<int>(names.size())) {
+        return id == "?" ? id : absl::StrCat("#", id);
+      }
+      return std::string(names[v - first]);
+    };
+    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..8, cublasLtMatmulStages_t 20..24
+    // and 34..38.
+    const std::string tile = named(get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{}), 15,
+                                   {"64x64", "128x32", "64x128", "128x64", "64x256", "128x128",
+                                    "256x64", "64x512", "128x256", "256x128", "512x64"});
+    const std::string cluster =
+        named(get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{}), 0,
+              {"auto", "#1", "1x1", "2x1", "4x1", "1x2", "2x2", "4x2", "1x4"});
+    const std::string stages_id = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{});
+    std::string stages = named(stages_id, 20, {"128x2", "128x3", "128x4", "128x5", "128x6"});
+    if (absl::StartsWith(stages, "#")) {
+      stages = named(stages_id, 34, {"32xauto", "64xauto", "128xauto", "256xauto", "768xauto"});
+    }
+    return absl::StrCat("cuBLASLt algo ", get(CUBLASLT_ALGO_CONFIG_ID, int32_t{}), ", tile ", tile,
+                        ", cluster ", cluster, ", stages ", stages, ", inner #",
+                        get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t{}), ", splitk ",
+                        get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{}), ", reduction ",
+                        get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t{}), ", swizzle ",
+                        get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{}));
   }
   absl::Status enqueue(const int8_t* w, const int8_t* xq, int32_t* acc, void* workspace,
                        cudaStream_t s) const {
