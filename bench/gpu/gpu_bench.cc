@@ -339,14 +339,18 @@ class BareGemm {
       }
       return std::string(names[v - first]);
     };
-    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..8, cublasLtMatmulStages_t 20..24
+    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..50, cublasLtMatmulStages_t 20..24
     // and 34..38.
     const std::string tile = named(get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{}), 15,
                                    {"64x64", "128x32", "64x128", "128x64", "64x256", "128x128",
                                     "256x64", "64x512", "128x256", "256x128", "512x64"});
     const std::string cluster =
         named(get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{}), 0,
-              {"auto", "#1", "1x1", "2x1", "4x1", "1x2", "2x2", "4x2", "1x4"});
+              {"auto", "#1",   "1x1",  "2x1",  "4x1",  "1x2",  "2x2", "4x2", "1x4", "2x4", "4x4",
+               "8x1",  "1x8",  "8x2",  "2x8",  "16x1", "1x16", "3x1", "5x1", "6x1", "7x1", "9x1",
+               "10x1", "11x1", "12x1", "13x1", "14x1", "15x1", "3x2", "5x2", "6x2", "7x2", "1x3",
+               "2x3",  "3x3",  "4x3",  "5x3",  "3x4",  "1x5",  "2x5", "3x5", "1x6", "2x6", "1x7",
+               "2x7",  "1x9",  "1x10", "1x11", "1x12", "1x13", "1x14"});
     const std::string stages_id = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{});
     std::string stages = named(stages_id, 20, {"128x2", "128x3", "128x4", "128x5", "128x6"});
     if (absl::StartsWith(stages, "#")) {
@@ -2610,9 +2614,12 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 // CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA), and
 // as that issuing its first stages' weights into shared memory before it waits too ("ahead"),
 // and from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
-// M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
-// 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
-// after the quantize kernel writing another xq buffer than the GEMM reads ("quant'+").
+// M = 128 also the 128 x 256 tile on CUTLASS's stream-K scheduler ("sk0": its heuristic, "sk1":
+// stream-K shares, "sk2" and "sk4": split-K; the barriers' memset included), alone and after the
+// quantize kernel. From M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile
+// after a read of 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM
+// after it) and after the quantize kernel writing another xq buffer than the GEMM reads
+// ("quant'+").
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2667,6 +2674,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       int64_t prefetch = 0;     // ... prefetching this many bytes of weights per CTA first
       int before = 0;           // 1: the L2 flush read first; 2: the quantize kernel, other xq
       bool ahead = false;       // ... issuing the first stages' weights before the wait too
+      int splits = 0;           // the stream-K tile: CutlassSm90Args::streamk_splits
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
@@ -2695,6 +2703,18 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         variants.push_back({c2, -1, true, true});
       }
     }
+    if (m >= 128) {
+      // The 128 x 256 tile on CUTLASS's stream-K scheduler: its heuristic, stream-K shares, and
+      // split-K in 2 and 4 slices; the GEMM alone (the barriers' memset included) and the op.
+      const int sk = static_cast<int>(CutlassSm90Tile::k128x256x128CoopStreamK);
+      for (int splits : {0, 1, 2, 4}) {
+        Variant v{sk};
+        v.splits = splits;
+        variants.push_back(v);
+        v.with_quant = true;
+        if (splits != 4) variants.push_back(v);
+      }
+    }
     if (m >= 1024) {
       // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary
       // warps' work (one stage fewer, the programmatic launch, the scheduler along N).
@@ -2716,6 +2736,7 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       g.pdl = v.pdl;
       g.weight_prefetch_bytes = v.prefetch;
       g.weights_ahead = v.ahead;
+      g.streamk_splits = v.splits;
       if (quantizes) {
         g.x = b.x.get();
         g.x_type = ElemType::kBF16;
@@ -2726,8 +2747,11 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
-      if (!ops->can_implement(g)) {
-        absl::StrAppendFormat(&line, " tile%d%s -- |", t, quantizes ? " op" : "");
+      const bool streamk = t == static_cast<int>(CutlassSm90Tile::k128x256x128CoopStreamK);
+      const std::string splits = streamk ? absl::StrFormat(" sk%d", v.splits) : "";
+      if (!ops->can_implement(g) || ops->workspace_bytes(g) > kWorkspaceBytes) {
+        absl::StrAppendFormat(&line, " %stile%d%s%s -- |", v.with_quant ? "quant+" : "", t, splits,
+                              quantizes ? " op" : "");
         continue;
       }
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
@@ -2739,12 +2763,12 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
                             v.with_quant ? "quant+" : "",
                             v.before == 1   ? "flush+"
                             : v.before == 2 ? "quant'+"
                                             : "",
-                            t, v.pdl ? " pdl" : "", v.ahead ? " ahead" : "",
+                            t, splits, v.pdl ? " pdl" : "", v.ahead ? " ahead" : "",
                             v.prefetch > 0 ? absl::StrFormat(" pf%lldK", v.prefetch >> 10) : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);

@@ -459,6 +459,92 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
   }
 }
 
+// The 128 x 256 tile on CUTLASS's stream-K scheduler (k128x256x128CoopStreamK), on the
+// reference's own xq, sa and azp: y bit-exact for every scheme with and without bias, with
+// CUTLASS's heuristic, stream-K shares and split-K in 2 and 3 slices, on the whole GPU and on a
+// grid of 6 CTAs (each CTA then shares several tiles), in bf16 and fp32. Shapes with tails in M,
+// N and K, one of a single token block with K long enough for uneven shares. The workspace is
+// filled with 0x7F before the first call and never cleared by the test: the tile zeroes its own
+// barriers, call after call.
+TEST_F(CutlassSm90Test, StreamKTileMatchesTheReference) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int sms = host_info().gpus[0].sm_count;
+  const cutlass_sm90::TileOps* ops =
+      cutlass_sm90::tile_ops(CutlassSm90Tile::k128x256x128CoopStreamK, ElemType::kBF16);
+  ASSERT_NE(ops, nullptr);
+  ASSERT_EQ(ops->prepare(), cudaSuccess);
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case& cs : {Case{300, 400, 1040}, Case{128, 1024, 8320}, Case{200, 272, 528}}) {
+    const int64_t m = cs.m, n = cs.n, k = cs.k;
+    for (Scheme scheme : kSchemes) {
+      for (bool bias : {false, true}) {
+        const auto w = make_layer(rng, scheme, n, k, bias);
+        ASSERT_NE(w, nullptr);
+        const std::vector<uint8_t> x = make_x(rng, m, k, DType::kF32);
+        TileBuffers d;
+        ASSERT_TRUE(d.init(*w, m).ok());
+        DeviceBuffer ws;
+        size_t ws_bytes = 0;
+        for (DType yt : {DType::kBF16, DType::kF32}) {
+          const Expected want = reference_run(*w, x.data(), DType::kF32, m, yt);
+          ASSERT_TRUE(want.status.ok());
+          std::vector<int32_t> azp = want.azp;
+          if (scheme == Scheme::kStaticAsymmetric) azp.assign(m, w->config.input_zero_point);
+          ASSERT_TRUE(d.upload_bias(*w, yt).ok());
+          ASSERT_EQ(cudaMemcpy(d.xq.get(), want.xq.data(), m * k, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(d.sa.get(), want.sa.data(), m * 4, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
+                    cudaSuccess);
+          const cutlass_sm90::TileOps* yops =
+              cutlass_sm90::tile_ops(CutlassSm90Tile::k128x256x128CoopStreamK, d.args(yt).y_type);
+          ASSERT_EQ(yops->prepare(), cudaSuccess);
+          for (const int grid : {sms, 6}) {
+            for (const int splits : {0, 1, 2, 3}) {
+              CutlassSm90Args g = d.args(yt);
+              g.sm_count = grid;
+              g.streamk_splits = splits;
+              ASSERT_TRUE(yops->can_implement(g));
+              const size_t need = yops->workspace_bytes(g);
+              if (need > ws_bytes) {
+                ws_bytes = need;
+                ASSERT_TRUE(ws.allocate(ws_bytes, "workspace").ok());
+                ASSERT_EQ(cudaMemset(ws.get(), 0x7F, ws_bytes), cudaSuccess);
+              }
+              ASSERT_EQ(cudaMemset(d.y.get(), 0xA5, m * n * 4), cudaSuccess);
+              ASSERT_EQ(yops->launch(g, ws.get(), nullptr), cudaSuccess);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              std::vector<uint8_t> y(m * n * dtype_size(yt));
+              ASSERT_EQ(cudaMemcpy(y.data(), d.y.get(), y.size(), cudaMemcpyDeviceToHost),
+                        cudaSuccess);
+              const int64_t i = first_y_mismatch(want.y, y, yt);
+              EXPECT_EQ(i, -1) << scheme_name(scheme) << (bias ? " bias" : " no-bias") << " y "
+                               << dtype_name(yt) << " M " << m << " N " << n << " K " << k << ", "
+                               << grid << " CTAs, streamk_splits " << splits << ": row " << i / n
+                               << " col " << i % n << " want " << load_as_f32(want.y.data(), yt, i)
+                               << " got " << load_as_f32(y.data(), yt, i);
+              if (HasFailure()) return;
+            }
+          }
+        }
+      }
+    }
+  }
+  // Without a workspace where it needs one, the launch declines.
+  const auto w = make_layer(rng, Scheme::kDynamicSymmetric, 1024, 8320, false);
+  ASSERT_NE(w, nullptr);
+  TileBuffers d;
+  ASSERT_TRUE(d.init(*w, 128).ok());
+  CutlassSm90Args g = d.args(DType::kBF16);
+  g.streamk_splits = 2;
+  ASSERT_GT(ops->workspace_bytes(g), 0u);
+  EXPECT_EQ(ops->launch(g, nullptr, nullptr), cudaErrorInvalidValue);
+}
+
 // Every plain tile launched as the quantize kernel's programmatic dependent, as served (up to
 // M = 64, and up to 128 for the tiles with a cluster), prefetching weights before it waits, with
 // and without its first stages' weights issued before the wait: the GEMM must read the xq, sa
