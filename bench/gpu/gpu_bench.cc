@@ -2614,12 +2614,9 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 // CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA), and
 // as that issuing its first stages' weights into shared memory before it waits too ("ahead"),
 // and from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
-// M = 128 also the 128 x 256 tile on CUTLASS's stream-K scheduler ("sk0": its heuristic, "sk1":
-// stream-K shares, "sk2" and "sk4": split-K; the barriers' memset included), alone and after the
-// quantize kernel. From M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile
-// after a read of 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM
-// after it) and after the quantize kernel writing another xq buffer than the GEMM reads
-// ("quant'+").
+// M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
+// 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
+// after the quantize kernel writing another xq buffer than the GEMM reads ("quant'+").
 absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vector<int64_t>& ms,
                            const Options& o, cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -2674,7 +2671,6 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       int64_t prefetch = 0;     // ... prefetching this many bytes of weights per CTA first
       int before = 0;           // 1: the L2 flush read first; 2: the quantize kernel, other xq
       bool ahead = false;       // ... issuing the first stages' weights before the wait too
-      int splits = 0;           // the stream-K tile: CutlassSm90Args::streamk_splits
     };
     std::vector<Variant> variants;
     for (int t = 0; t < kCutlassSm90Tiles; ++t) {
@@ -2703,18 +2699,6 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         variants.push_back({c2, -1, true, true});
       }
     }
-    if (m >= 128) {
-      // The 128 x 256 tile on CUTLASS's stream-K scheduler: its heuristic, stream-K shares, and
-      // split-K in 2 and 4 slices; the GEMM alone (the barriers' memset included) and the op.
-      const int sk = static_cast<int>(CutlassSm90Tile::k128x256x128CoopStreamK);
-      for (int splits : {0, 1, 2, 4}) {
-        Variant v{sk};
-        v.splits = splits;
-        variants.push_back(v);
-        v.with_quant = true;
-        if (splits != 4) variants.push_back(v);
-      }
-    }
     if (m >= 1024) {
       // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary
       // warps' work (one stage fewer, the programmatic launch, the scheduler along N).
@@ -2736,7 +2720,6 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       g.pdl = v.pdl;
       g.weight_prefetch_bytes = v.prefetch;
       g.weights_ahead = v.ahead;
-      g.streamk_splits = v.splits;
       if (quantizes) {
         g.x = b.x.get();
         g.x_type = ElemType::kBF16;
@@ -2747,11 +2730,8 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       const cutlass_sm90::TileOps* ops =
           cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
-      const bool streamk = t == static_cast<int>(CutlassSm90Tile::k128x256x128CoopStreamK);
-      const std::string splits = streamk ? absl::StrFormat(" sk%d", v.splits) : "";
-      if (!ops->can_implement(g) || ops->workspace_bytes(g) > kWorkspaceBytes) {
-        absl::StrAppendFormat(&line, " %stile%d%s%s -- |", v.with_quant ? "quant+" : "", t, splits,
-                              quantizes ? " op" : "");
+      if (!ops->can_implement(g)) {
+        absl::StrAppendFormat(&line, " tile%d%s -- |", t, quantizes ? " op" : "");
         continue;
       }
       ASSIGN_OR_RETURN(const double us, median_us(stream, slots, so, [&](int s) -> absl::Status {
@@ -2763,12 +2743,12 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
                          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
                          return absl::OkStatus();
                        }));
-      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
+      absl::StrAppendFormat(&line, " %s%stile%d%s%s%s%s%s %8.1f us %6.0f TOPS x%.2f |",
                             v.with_quant ? "quant+" : "",
                             v.before == 1   ? "flush+"
                             : v.before == 2 ? "quant'+"
                                             : "",
-                            t, splits, v.pdl ? " pdl" : "", v.ahead ? " ahead" : "",
+                            t, v.pdl ? " pdl" : "", v.ahead ? " ahead" : "",
                             v.prefetch > 0 ? absl::StrFormat(" pf%lldK", v.prefetch >> 10) : "",
                             quantizes ? " op" : "", v.prefix == m ? " all-before" : "", us,
                             2.0 * m * sc.n * sc.k / (us * 1e-6) / 1e12, gemm_us / us);

@@ -62,13 +62,6 @@ enum class CutlassSm90Tile : int {
   // in device memory (not to a small served call whose x the quantize kernel reads from pinned host
   // memory once, see cutlass_sm90_gemm.cc).
   k16x64x256WholeSwapQ = 15,
-  // Tile 2 (128 x 256, cooperative, 2 x 1 cluster) on CUTLASS's stream-K tile scheduler: the
-  // (tile, k-tile) work dealt to every CTA of the persistent grid, or each tile's K cut into
-  // CutlassSm90Args::streamk_splits slices; the partial sums of a shared tile meet in the
-  // workspace (int32, exact in any order) and its last CTA applies the epilogue. For calls with
-  // fewer 128 x 256 tiles than SMs (M = 128-256 on the long layers). Not among the tiles a layer
-  // times: it needs a workspace whose barriers each call zeroes first (a memset before the GEMM).
-  k128x256x128CoopStreamK = 16,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
 inline constexpr int kCutlassSm90Tiles = 11;
@@ -231,10 +224,6 @@ struct CutlassSm90Args {
   // Tests: with the set-up's quantization, how many units the CTAs quantize as their own (< 0:
   // one each); the others are left to the auxiliary warps' fallback.
   int64_t prologue_owned_units = -1;
-  // The stream-K tile (k128x256x128CoopStreamK): 0 lets CUTLASS's heuristic choose between whole
-  // tiles and stream-K shares, 1 deals stream-K shares, 2 or more cuts every tile's K into that
-  // many slices (split-K).
-  int streamk_splits = 0;
 };
 
 namespace cutlass_sm90 {
@@ -247,8 +236,7 @@ struct TileOps {
   cudaError_t (*prepare)();
   // Bytes of workspace for this problem (256-byte aligned pointer); 0 for the data-parallel
   // persistent scheduler of the CUTLASS tiles. The stream-K tile and the claiming tiles need one of
-  // zeros, which each call leaves zeroed; the tile on CUTLASS's stream-K scheduler zeroes its
-  // barriers itself, with a memset before each call.
+  // zeros, which each call leaves zeroed.
   size_t (*workspace_bytes)(const CutlassSm90Args&);
   // Whether CUTLASS accepts the problem (alignment, sizes), and for a quantizing tile whether
   // it takes the activations (see CutlassSm90Args).
@@ -290,7 +278,6 @@ const TileOps* tile_16x64x256_claim_swap(ElemType y);
 const TileOps* tile_16x64x512_claim_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap_q(ElemType y);
-const TileOps* tile_128x256x128_coop_streamk(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -362,8 +349,6 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x256_whole_swap(y);
     case CutlassSm90Tile::k16x64x256WholeSwapQ:
       return tile_16x64x256_whole_swap_q(y);
-    case CutlassSm90Tile::k128x256x128CoopStreamK:
-      return tile_128x256x128_coop_streamk(y);
   }
   return nullptr;
 }

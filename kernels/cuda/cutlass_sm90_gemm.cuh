@@ -121,11 +121,8 @@ struct FmaRn<cutlass::Array<float, N>> {
 //
 // With kClaim the CTAs claim their tiles at run time from a counter instead of taking a static
 // share (cutlass_sm90_claiming_scheduler.cuh; tiles without a cluster on the ping-pong schedule).
-// With kStreamK the cooperative kernel runs on CUTLASS's stream-K tile scheduler
-// (CutlassSm90Args::streamk_splits).
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,
-          bool kQuantize_ = false, bool kSwapAB_ = false, bool kClaim_ = false,
-          bool kStreamK_ = false>
+          bool kQuantize_ = false, bool kSwapAB_ = false, bool kClaim_ = false>
 struct TileConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
@@ -135,13 +132,7 @@ struct TileConfig {
   static constexpr bool kQuantize = kQuantize_;
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr bool kClaim = kClaim_;
-  static constexpr bool kStreamK = kStreamK_;
   static_assert(!(kQuantize && kSwapAB), "a quantizing tile keeps the activations as A");
-  static_assert(
-      !kStreamK ||
-          (std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative> &&
-           !kQuantize && !kClaim),
-      "CUTLASS's stream-K scheduler takes cooperative tiles");
   static_assert(
       !kClaim || (cute::size(ClusterShape{}) == 1 &&
                   std::is_same_v<KernelSchedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong> &&
@@ -203,9 +194,7 @@ struct FusedGemm {
                          DependentMainloop<StockMainloop, Config::kSwapAB, Config::kClaim>>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<
       cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
-      std::conditional_t<Config::kClaim, ClaimingScheduler,
-                         std::conditional_t<Config::kStreamK, cutlass::gemm::StreamKScheduler,
-                                            cutlass::gemm::PersistentScheduler>>>;
+      std::conditional_t<Config::kClaim, ClaimingScheduler, cutlass::gemm::PersistentScheduler>>;
   static_assert(Kernel::SharedStorageSize <= kSm90MaxSmem, "the kernel's shared memory");
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
@@ -247,13 +236,6 @@ struct FusedGemm {
                              : a.raster == 1                    ? Raster::AlongM
                                                                 : Raster::Heuristic;
     if constexpr (Config::kClaim) scheduler.lead = a.claim_lead;
-    if constexpr (Config::kStreamK) {
-      using Mode = typename Kernel::TileScheduler::DecompositionMode;
-      scheduler.splits = a.streamk_splits >= 2 ? a.streamk_splits : 1;
-      scheduler.decomposition_mode = a.streamk_splits >= 2   ? Mode::SplitK
-                                     : a.streamk_splits == 1 ? Mode::StreamK
-                                                             : Mode::Heuristic;
-    }
     return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGemm,
         {gm, gn, k, 1},
@@ -445,16 +427,6 @@ struct FusedGemm {
     // launcher: no per-call attribute setting, no workspace initialisation kernel (the
     // persistent data-parallel scheduler needs none).
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    if constexpr (Config::kStreamK) {
-      // The scheduler's barriers start at zero on every call (CUTLASS zeroes them with a memset),
-      // so the GEMM follows that memset in stream order.
-      if (workspace == nullptr && Gemm::get_workspace_size(args) > 0) return cudaErrorInvalidValue;
-      if (Kernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) {
-        e = cudaGetLastError();
-        return e != cudaSuccess ? e : cudaErrorLaunchFailure;
-      }
-      pdl = false;
-    }
     if constexpr (Config::kQuantize) {
       static_assert(Kernel::MaxThreadsPerBlock == kPrologueThreads, "the set-up's threads");
       // Every row in the GEMM's set-up where a.prefix is 0, after a kernel that only zeroes the
@@ -510,7 +482,6 @@ const char* tile_name() {
     if (Config::kQuantize) s += " quantizing";
     if (Config::kSwapAB) s += ", operands swapped";
     if (Config::kClaim) s += ", tiles claimed at run time";
-    if (Config::kStreamK) s += ", stream-K";
     if (cute::size(C{}) > 1) {
       s += ", " + std::to_string(cute::size<Config::kTokenDim>(C{})) + "x" +
            std::to_string(cute::size<Config::kChannelDim>(C{})) + " cluster";
