@@ -31,7 +31,6 @@
 //
 // Usage: qlinear_gpu_bench [--quick] [--small_m] [--diagnose] [--reps=N] [--warmup=N]
 //                          [--sweep=true|false] [--share_tuning=true|false] [--scheduler]
-//                          [--tune_heat_ms=N]
 //                          [--stream_prefetch]
 //                          [--weights_hint] [--pad_rows] [--swap] [--tail] [--streamk]
 //                          [--claim] [--prefill] [--energy] [--reads] [--sm_rate]
@@ -100,7 +99,6 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_device.h"
-#include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/gemv_s8_device.h"
 #include "kernels/cuda/l2_flush.h"
@@ -137,7 +135,6 @@ struct Options {
   bool cuda_graphs = true;
   bool share_tuning = true;
   int64_t direct_output_kb = -1;  // -1: the serving path's default
-  int64_t tune_heat_ms = -1;      // -1: the load's built-in heat (set_cutlass_sm90_tune_heat_ms)
   bool sweep = true;
   bool scheduler = false;
   bool stream_prefetch = false;
@@ -4126,10 +4123,6 @@ int bench_main(int argc, char** argv) {
            "The largest y (KB) the serving path lets a kernel write straight into mapped pinned "
            "memory instead of copying it back (set_direct_output_bytes; 0: never; default: the "
            "serving path's)");
-  args.add("tune_heat_ms", &o.tune_heat_ms,
-           "How long a layer's load keeps the GPU busy before it times cuda.cutlass_sm90's tiles "
-           "at M >= 2048 (set_cutlass_sm90_tune_heat_ms; 0: timed on a GPU not yet at its power "
-           "cap; default: the load's own)");
   args.add("sweep", &o.sweep, "Sweep cuda.gemv_s8's plans and cuda.cutlass_sm90's tiles first");
   args.add("scheduler", &o.scheduler,
            "Only cuda.cutlass_sm90's large-M tiles with each tile-scheduler walk (raster order, "
@@ -4212,7 +4205,6 @@ int bench_main(int argc, char** argv) {
   enable_cuda_graphs(o.cuda_graphs);
   if (o.direct_output_kb >= 0)
     set_direct_output_bytes(static_cast<size_t>(o.direct_output_kb) << 10);
-  if (o.tune_heat_ms >= 0) set_cutlass_sm90_tune_heat_ms(static_cast<int>(o.tune_heat_ms));
 
   const HostInfo& host = host_info();
   if (absl::Status s = cuda_device_usable(host); !s.ok()) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -434,16 +433,6 @@ constexpr int64_t kTuneMs[] = {1, 16, 64, 128, 256, 1024, 2048, 4096, 8192};
 // From this M on, a call whose own M was not timed (its operands over kTuneBytes, or the GPU short
 // of memory at load) takes the choice at the largest M timed (tuned_index).
 constexpr int64_t kTuneLargestTimedFromM = 2048;
-
-// From this M on the load first keeps the GPU busy for kHeatMs with back-to-back calls of the
-// ladder's tile (tile_for) before it times the tiles, and keeps it busy as it times them: a
-// stream of such calls holds the GPU at its power cap (700 W on the H100 and H200), and the tile
-// ranking under the cap can differ from the ranking of single calls on a GPU at its boost clock
-// (docs/kernels.md, "The power cap at large M"). From an idle GPU the clock took 117-252 ms of
-// back-to-back calls to settle at the cap on the H200.
-constexpr int64_t kHeatMinM = 2048;
-constexpr int kHeatMs = 250;
-std::atomic<int> g_tune_heat_ms{-1};  // set_cutlass_sm90_tune_heat_ms; < 0: kHeatMs
 
 // After every tile's first timing (the median of 5 calls), the fastest kTuneFinalists are timed
 // again in kTuneRounds rounds of one call each, in turns, and the fastest median wins: the GPU's
@@ -1138,23 +1127,6 @@ absl::Status CutlassSm90Prepared::tune_tiles(bool copies_wanted, bool* every_m) 
       }
       return median_of(us);
     };
-    const int heat_ms = g_tune_heat_ms.load(std::memory_order_relaxed) < 0
-                            ? kHeatMs
-                            : g_tune_heat_ms.load(std::memory_order_relaxed);
-    if (g.m >= kHeatMinM && heat_ms > 0) {
-      Candidate heater{static_cast<int>(tile_for(g.m, g.n)), g, nullptr, 0};
-      heater.ops =
-          cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(heater.tile), ElemType::kBF16);
-      if (heater.ops != nullptr && heater.ops->can_implement(g) &&
-          heater.ops->workspace_bytes(g) == 0) {
-        const auto heat = call_of(heater);
-        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(heat_ms);
-        while (std::chrono::steady_clock::now() < until) {
-          for (int i = 0; i < 4; ++i) RETURN_IF_ERROR(heat(timer->stream()));
-          RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(timer->stream()));
-        }
-      }
-    }
     for (const CutlassSm90Tile t : kTimedTiles) {
       // (The quantizing tile 15 is timed wherever its whole op is, see kTimedTiles.)
       if (tile_quantizes(t) && !((kTuneQuantizingTiles || t == kFusedTile) && whole_ops)) continue;
@@ -1375,8 +1347,6 @@ class CutlassSm90Kernel final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_cutlass_sm90_kernel() { return std::make_unique<CutlassSm90Kernel>(); }
-
-void set_cutlass_sm90_tune_heat_ms(int ms) { g_tune_heat_ms.store(ms, std::memory_order_relaxed); }
 
 void set_cutlass_sm90_forced_tile(int tile) {
   g_forced_tile.store(tile, std::memory_order_relaxed);

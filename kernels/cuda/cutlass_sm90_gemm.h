@@ -62,12 +62,6 @@ bool cutlass_sm90_compiled_in();
 // with.
 void set_cutlass_sm90_forced_tile(int tile);
 
-// How long a layer's load keeps the GPU busy with the ladder's tile before it times the tiles at
-// each M from kHeatMinM on (cutlass_sm90_gemm.cc), in milliseconds; < 0 (the default) restores
-// the built-in kHeatMs, 0 times them on a GPU not yet at its power cap. Process-wide, for the
-// benchmark's comparison of the two rankings.
-void set_cutlass_sm90_tune_heat_ms(int ms);
-
 // How many of this process's tile timings (a layer's load, up to kRotateMaxM) ran over copies of
 // the layer's weights rather than cold; for tests of when the copies are made.
 int64_t cutlass_sm90_timings_over_copies();
