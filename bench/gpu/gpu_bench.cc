@@ -339,18 +339,18 @@ class BareGemm {
       }
       return std::string(names[v - first]);
     };
-    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..50, cublasLtMatmulStages_t 20..24
+    // cublasLtMatmulTile_t 15..25, cublasLtClusterShape_t 0..51, cublasLtMatmulStages_t 20..24
     // and 34..38.
     const std::string tile = named(get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{}), 15,
                                    {"64x64", "128x32", "64x128", "128x64", "64x256", "128x128",
                                     "256x64", "64x512", "128x256", "256x128", "512x64"});
     const std::string cluster =
         named(get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{}), 0,
-              {"auto", "#1",   "1x1",  "2x1",  "4x1",  "1x2",  "2x2", "4x2", "1x4", "2x4", "4x4",
-               "8x1",  "1x8",  "8x2",  "2x8",  "16x1", "1x16", "3x1", "5x1", "6x1", "7x1", "9x1",
-               "10x1", "11x1", "12x1", "13x1", "14x1", "15x1", "3x2", "5x2", "6x2", "7x2", "1x3",
-               "2x3",  "3x3",  "4x3",  "5x3",  "3x4",  "1x5",  "2x5", "3x5", "1x6", "2x6", "1x7",
-               "2x7",  "1x9",  "1x10", "1x11", "1x12", "1x13", "1x14"});
+              {"auto", "#1",   "1x1",  "2x1",  "4x1",  "1x2",  "2x2",  "4x2", "1x4", "2x4", "4x4",
+               "8x1",  "1x8",  "8x2",  "2x8",  "16x1", "1x16", "3x1",  "5x1", "6x1", "7x1", "9x1",
+               "10x1", "11x1", "12x1", "13x1", "14x1", "15x1", "3x2",  "5x2", "6x2", "7x2", "1x3",
+               "2x3",  "3x3",  "4x3",  "5x3",  "3x4",  "1x5",  "2x5",  "3x5", "1x6", "2x6", "1x7",
+               "2x7",  "1x9",  "1x10", "1x11", "1x12", "1x13", "1x14", "1x15"});
     const std::string stages_id = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{});
     std::string stages = named(stages_id, 20, {"128x2", "128x3", "128x4", "128x5", "128x6"});
     if (absl::StartsWith(stages, "#")) {
