@@ -2698,6 +2698,21 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         variants.push_back({c2, -1, true, false});
         variants.push_back({c2, -1, true, true});
       }
+      // Tiles 3 and 7 with k-tiles of 256 bytes (bench only): alone, and as tiles 3 and 7 are
+      // served (the dependent with the 64 KB prefetch and every stage's weights ahead; the
+      // clustered one in stream order and as the dependent).
+      if (m > 16) {
+        const int k3 = static_cast<int>(CutlassSm90Tile::k64x64x256Pingpong);
+        variants.push_back({k3});
+        variants.push_back({k3, -1, true, true, 64 << 10});
+        variants.push_back({k3, -1, true, true, 64 << 10, 0, true});
+      }
+      if (m >= 128) {
+        const int k7 = static_cast<int>(CutlassSm90Tile::k64x128x256PingpongC2);
+        variants.push_back({k7});
+        variants.push_back({k7, -1, true, false});
+        variants.push_back({k7, -1, true, true});
+      }
     }
     if (m >= 1024) {
       // All rows quantized before the GEMM: the quantizing tile's cost without its auxiliary

@@ -62,6 +62,10 @@ enum class CutlassSm90Tile : int {
   // in device memory (not to a small served call whose x the quantize kernel reads from pinned host
   // memory once, see cutlass_sm90_gemm.cc).
   k16x64x256WholeSwapQ = 15,
+  // The 64 x 64 and clustered 64 x 128 tiles with k-tiles of 256 bytes (tiles 3 and 7 take 128):
+  // fewer, larger loads per stage, as the swapped tiles' 256 and 512. Bench only.
+  k64x64x256Pingpong = 16,
+  k64x128x256PingpongC2 = 17,
 };
 // The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
 inline constexpr int kCutlassSm90Tiles = 11;
@@ -278,6 +282,8 @@ const TileOps* tile_16x64x256_claim_swap(ElemType y);
 const TileOps* tile_16x64x512_claim_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap_q(ElemType y);
+const TileOps* tile_64x64x256_pingpong(ElemType y);
+const TileOps* tile_64x128x256_pingpong_c2(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -349,6 +355,10 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x256_whole_swap(y);
     case CutlassSm90Tile::k16x64x256WholeSwapQ:
       return tile_16x64x256_whole_swap_q(y);
+    case CutlassSm90Tile::k64x64x256Pingpong:
+      return tile_64x64x256_pingpong(y);
+    case CutlassSm90Tile::k64x128x256PingpongC2:
+      return tile_64x128x256_pingpong_c2(y);
   }
   return nullptr;
 }
