@@ -3059,7 +3059,12 @@ absl::Status compare_ring_switch(const Options& o, cudaStream_t stream) {
 // quantized first ("all-before"). Measured on the H200 with the quantize kernel's xq stores
 // carrying an evict-first L2 policy or st.global.cs: the quantize kernel alone 17.7 -> 14.5 / 14.1
 // us on 4096 x 4096 at M = 4096, but the op no faster on any large-M layer (within +-1% with the
-// 128 x 128 tile), so its stores carry no hint.
+// 128 x 128 tile), so its stores carry no hint. Then whether the quantize kernel can run beside
+// the GEMM rather than before it: the 128 x 128 and 128 x 256 tiles' GEMM alone on a grid of
+// sms - 12 and sms - 24 CTAs ("smN"), and each of those (and the whole grid) with the quantize
+// kernel of the same M launched beside it on a second stream into other buffers ("|| q'"), both
+// forked from and joined back into the timed stream: at the power cap, fewer SMs may cost the
+// GEMM little while the freed ones quantize the next call's rows.
 absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                              cudaStream_t stream, cublasLtHandle_t lt) {
 #if QLINEAR_HAVE_CUTLASS
@@ -3068,6 +3073,25 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
   RETURN_IF_ERROR(flush.init());
   DeviceBuffer counters;
   RETURN_IF_ERROR(allocate_quantizing_counters(sc, &counters));
+  // The overlapped quantize kernel's own outputs and stream, and the fork and join events.
+  const int64_t max_m = *std::max_element(sc.large_ms.begin(), sc.large_ms.end());
+  DeviceBuffer side_xq, side_sa, side_azp;
+  RETURN_IF_ERROR(side_xq.allocate(static_cast<size_t>(max_m * sc.k), "second xq"));
+  RETURN_IF_ERROR(side_sa.allocate(static_cast<size_t>(max_m) * 4, "second sa"));
+  RETURN_IF_ERROR(side_azp.allocate(static_cast<size_t>(max_m) * 4, "second azp"));
+  struct SideStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    ~SideStream() {
+      if (fork) cudaEventDestroy(fork);
+      if (join) cudaEventDestroy(join);
+      if (stream) cudaStreamDestroy(stream);
+    }
+  } side;
+  RETURN_IF_CUDA_ERROR(cudaStreamCreateWithFlags(&side.stream, cudaStreamNonBlocking));
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&side.fork, cudaEventDisableTiming));
+  RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&side.join, cudaEventDisableTiming));
+  const int sms = host_info().gpus[0].sm_count;
   for (int64_t m : sc.large_ms) {
     auto quantize = [&] { return quantize_x(sc, b, m, b.xq.as<int8_t>(), stream); };
     BareGemm bare;
@@ -3099,6 +3123,24 @@ absl::Status compare_prefill(const ShapeCase& sc, ShapeBuffers& b, const Options
                   RETURN_IF_ERROR(quantize());
                   return flush.enqueue(stream);
                 }));
+      if (t == CutlassSm90Tile::k64x256x128Pingpong) continue;
+      for (const int grid : {sms, sms - 12, sms - 24}) {
+        CutlassSm90Args gs = g;
+        gs.sm_count = grid;
+        const std::string gn = grid == sms ? tn : absl::StrCat(tn, " sm", grid);
+        if (grid != sms) cands.add(gn, tile_call(ops, gs, b, stream));
+        cands.add(absl::StrCat(gn, " || q'"), [&, ops, gs, m](int) -> absl::Status {
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(side.fork, stream));
+          RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
+          RETURN_IF_CUDA_ERROR(ops->launch(gs, b.workspace.get(), stream));
+          RETURN_IF_CUDA_ERROR(launch_quantize_s8(
+              b.x.get(), ElemType::kBF16, m, sc.k, QuantizeParams{}, side_xq.as<int8_t>(),
+              side_sa.as<float>(), side_azp.as<int32_t>(), side.stream));
+          RETURN_IF_CUDA_ERROR(cudaEventRecord(side.join, side.stream));
+          RETURN_IF_CUDA_ERROR(cudaStreamWaitEvent(stream, side.join, 0));
+          return absl::OkStatus();
+        });
+      }
     }
     for (CutlassSm90Tile t :
          {CutlassSm90Tile::k128x128x128PingpongQ, CutlassSm90Tile::k64x256x128PingpongQ}) {
