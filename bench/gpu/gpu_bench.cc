@@ -2613,7 +2613,6 @@ absl::Status diagnose_cutlass(const ShapeCase& sc, ShapeBuffers& b, const Option
 // tiles without a cluster: in stream order, as the programmatic dependent, and as that with each
 // CTA prefetching its first weights into L2 before it waits ("pf" and the bytes per CTA), and
 // as that issuing its first stages' weights into shared memory before it waits too ("ahead"),
-// tile 16 (64 x 64 x 256) at M = 17-64 as the dependent with the 64 KB prefetch and with "ahead",
 // and from M = 128 the 64 x 128 tile with a cluster in stream order and as the dependent. From
 // M = 1024, what a GEMM loses after another kernel: the plain 128 x 128 tile after a read of
 // 256 MB ("flush+", the read alone is "flush"; "flush+bare" the bare cuBLASLt GEMM after it) and
@@ -2674,10 +2673,11 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
       bool ahead = false;       // ... issuing the first stages' weights before the wait too
     };
     std::vector<Variant> variants;
-    for (const CutlassSm90Tile tile : kPlainTiles) {
+    for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+      const auto tile = static_cast<CutlassSm90Tile>(t);
       // 16 tokens per tile: small M only.
       if (cutlass_sm90::tile_ops(tile, ElemType::kBF16)->swaps_operands && m > 64) continue;
-      if (large || !tile_quantizes(tile)) variants.push_back({static_cast<int>(tile)});
+      if (large || !tile_quantizes(tile)) variants.push_back({t});
     }
     if (m <= 256) {
       for (CutlassSm90Tile t :
@@ -2697,13 +2697,6 @@ absl::Status sweep_cutlass(const ShapeCase& sc, ShapeBuffers& b, const std::vect
         const int c2 = static_cast<int>(CutlassSm90Tile::k64x128x128PingpongC2);
         variants.push_back({c2, -1, true, false});
         variants.push_back({c2, -1, true, true});
-      }
-      // Tile 16 (tile 3 with k-tiles of 256 bytes) as tile 3 is served up to M = 64: the
-      // dependent with the 64 KB prefetch, and with every stage's weights ahead too.
-      if (m > 16 && m <= 64) {
-        const int k3 = static_cast<int>(CutlassSm90Tile::k64x64x256Pingpong);
-        variants.push_back({k3, -1, true, true, 64 << 10});
-        variants.push_back({k3, -1, true, true, 64 << 10, 0, true});
       }
     }
     if (m >= 1024) {
@@ -3324,9 +3317,9 @@ absl::StatusOr<EnergyRun> replay_for_energy(const GpuPower& power, cudaStream_t 
 absl::Status profile_tile(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                           cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
-  if (std::none_of(std::begin(kPlainTiles), std::end(kPlainTiles),
-                   [&](CutlassSm90Tile t) { return static_cast<int>(t) == o.profile_tile; })) {
-    return absl::InvalidArgumentError("--profile_tile must be 0..10 or 16");
+  if (o.profile_tile < 0 || o.profile_tile >= kCutlassSm90Tiles) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--profile_tile must be 0..%d", kCutlassSm90Tiles - 1));
   }
   if (o.profile_m < 1 || o.profile_m > 256) {
     return absl::InvalidArgumentError("--profile_m must be 1..256");

@@ -36,12 +36,12 @@ enum class CutlassSm90Tile : int {
   k16x128x256PingpongSwap = 10,
   // 16 x 64 x 256 with the operands swapped on a stream-K schedule (a kernel of our own: every CTA
   // an equal share of the (tile, k-tile) pairs, shared tiles summed in a workspace). Not among the
-  // kPlainTiles that a layer times and serves: it measured slower as served (the table is in
+  // kCutlassSm90Tiles that a layer times and serves: it measured slower as served (the table is in
   // cutlass_sm90_tile_16x64x256_streamk.cu), and it needs a workspace of zeros.
   k16x64x256StreamKSwap = 11,
   // The 16 x 64 x 256 and 16 x 64 x 512 swapped tiles whose CTAs claim their tiles at run time
   // from a counter (cutlass_sm90_claiming_scheduler.cuh; CutlassSm90Args::claim_lead). A layer
-  // times and serves them after the kPlainTiles (kClaimingTiles); they need a workspace of
+  // times and serves them after the kCutlassSm90Tiles (kClaimingTiles); they need a workspace of
   // claim_workspace_bytes zeros, which each call leaves zeroed (a null workspace runs them on the
   // static deal).
   k16x64x256ClaimSwap = 12,
@@ -62,18 +62,9 @@ enum class CutlassSm90Tile : int {
   // in device memory (not to a small served call whose x the quantize kernel reads from pinned host
   // memory once, see cutlass_sm90_gemm.cc).
   k16x64x256WholeSwapQ = 15,
-  // The 64 x 64 tile with k-tiles of 256 bytes (tile 3 takes 128): half as many loads per stage,
-  // of twice the size, as the swapped tiles' 256 and 512.
-  k64x64x256Pingpong = 16,
 };
-// The tiles without a workspace: 0 .. 10 and 16 (the quantizing tiles 5 and 6 among them).
-inline constexpr CutlassSm90Tile kPlainTiles[] = {
-    CutlassSm90Tile::k64x128x128Pingpong,     CutlassSm90Tile::k128x128x128Pingpong,
-    CutlassSm90Tile::k128x256x128Coop,        CutlassSm90Tile::k64x64x128Pingpong,
-    CutlassSm90Tile::k64x256x128Pingpong,     CutlassSm90Tile::k128x128x128PingpongQ,
-    CutlassSm90Tile::k64x256x128PingpongQ,    CutlassSm90Tile::k64x128x128PingpongC2,
-    CutlassSm90Tile::k16x64x256PingpongSwap,  CutlassSm90Tile::k16x64x512PingpongSwap,
-    CutlassSm90Tile::k16x128x256PingpongSwap, CutlassSm90Tile::k64x64x256Pingpong};
+// The tiles 0 .. kCutlassSm90Tiles - 1 need no workspace.
+inline constexpr int kCutlassSm90Tiles = 11;
 inline constexpr CutlassSm90Tile kClaimingTiles[] = {CutlassSm90Tile::k16x64x256ClaimSwap,
                                                      CutlassSm90Tile::k16x64x512ClaimSwap};
 inline constexpr bool tile_claims(CutlassSm90Tile t) {
@@ -287,7 +278,6 @@ const TileOps* tile_16x64x256_claim_swap(ElemType y);
 const TileOps* tile_16x64x512_claim_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap(ElemType y);
 const TileOps* tile_16x64x256_whole_swap_q(ElemType y);
-const TileOps* tile_64x64x256_pingpong(ElemType y);
 
 // Rows of activations that a buffer for m tokens holds so that every tile's token blocks lie
 // inside it (CutlassSm90Args::xq_rows): m rounded up to 128, the largest tile's token block.
@@ -359,8 +349,6 @@ inline const TileOps* tile_ops(CutlassSm90Tile tile, ElemType y) {
       return tile_16x64x256_whole_swap(y);
     case CutlassSm90Tile::k16x64x256WholeSwapQ:
       return tile_16x64x256_whole_swap_q(y);
-    case CutlassSm90Tile::k64x64x256Pingpong:
-      return tile_64x64x256_pingpong(y);
   }
   return nullptr;
 }

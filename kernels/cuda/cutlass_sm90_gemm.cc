@@ -631,10 +631,10 @@ std::atomic<int64_t> g_timings_over_copies{0};
 // The tiles a layer times at load: those without a workspace, the claiming tiles, then tile 15
 // (timed as the whole op it is, at the M it takes).
 constexpr auto kTimedTiles = [] {
-  std::array<CutlassSm90Tile, std::size(kPlainTiles) + std::size(kClaimingTiles) + 1> t{};
-  for (size_t i = 0; i < std::size(kPlainTiles); ++i) t[i] = kPlainTiles[i];
+  std::array<CutlassSm90Tile, kCutlassSm90Tiles + std::size(kClaimingTiles) + 1> t{};
+  for (int i = 0; i < kCutlassSm90Tiles; ++i) t[i] = static_cast<CutlassSm90Tile>(i);
   for (size_t i = 0; i < std::size(kClaimingTiles); ++i)
-    t[std::size(kPlainTiles) + i] = kClaimingTiles[i];
+    t[kCutlassSm90Tiles + i] = kClaimingTiles[i];
   t.back() = kFusedTile;
   return t;
 }();

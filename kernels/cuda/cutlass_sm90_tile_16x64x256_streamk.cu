@@ -17,7 +17,7 @@
 // both operands from shared memory), then applying the fused epilogue of CutlassSm90Args to the
 // channels and tokens it owns.
 //
-// Not served: it is not among the kPlainTiles that a layer times at load. Measured on the
+// Not served: it is not among the kCutlassSm90Tiles that a layer times at load. Measured on the
 // H200 (bench --swap, in turns, three rounds, us; the GEMM alone / the op as the quantize kernel's
 // dependent with 4 k-tiles of weights ahead; this kernel, then the fastest CUTLASS swapped tile):
 //   M = 1          stream-K                 CUTLASS

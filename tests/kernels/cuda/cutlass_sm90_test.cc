@@ -427,8 +427,8 @@ TEST_F(CutlassSm90Test, EveryTileAndOutputTypeMatchesTheReference) {
                     cudaSuccess);
           ASSERT_EQ(cudaMemcpy(d.azp.get(), azp.data(), m * 4, cudaMemcpyHostToDevice),
                     cudaSuccess);
-          for (int run = 0; run < 4 * static_cast<int>(std::size(kPlainTiles)); ++run) {
-            const int t = static_cast<int>(kPlainTiles[run / 4]);
+          for (int run = 0; run < 4 * kCutlassSm90Tiles; ++run) {
+            const int t = run / 4;
             if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;  // takes x: below
             CutlassSm90Args g = d.args(yt);
             g.weights_evict_first = run % 2 == 1;
@@ -488,8 +488,8 @@ TEST_F(CutlassSm90Test, EveryTileAsTheQuantizeKernelsDependentMatchesTheReferenc
       DependentCall call;
       ASSERT_TRUE(call.init(rng, *w, m).ok());
       TileBuffers& d = call.d;
-      for (int run = 0; run < 8 * static_cast<int>(std::size(kPlainTiles)); ++run) {
-        const int t = static_cast<int>(kPlainTiles[run / 8]);
+      for (int run = 0; run < 8 * kCutlassSm90Tiles; ++run) {
+        const int t = run / 8;
         const bool ahead = run % 2 == 1, few_ctas = run % 4 >= 2, evict_first = run % 8 >= 4;
         if (tile_quantizes(static_cast<CutlassSm90Tile>(t))) continue;
         SCOPED_TRACE(absl::StrCat(scheme_name(scheme), " M ", m, " K ", k, " tile ", t,
@@ -542,8 +542,9 @@ TEST_F(CutlassSm90Test, SwappedTilesOnAWideLayerMatchTheReference) {
       DependentCall call;
       ASSERT_TRUE(call.init(rng, *w, m).ok());
       TileBuffers& d = call.d;
-      for (const CutlassSm90Tile t : kPlainTiles) {
-        const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(t, ElemType::kBF16);
+      for (int t = 0; t < kCutlassSm90Tiles; ++t) {
+        const cutlass_sm90::TileOps* ops =
+            cutlass_sm90::tile_ops(static_cast<CutlassSm90Tile>(t), ElemType::kBF16);
         ASSERT_NE(ops, nullptr);
         if (!ops->swaps_operands) continue;
         ASSERT_EQ(ops->prepare(), cudaSuccess);
