@@ -750,7 +750,7 @@ int main(int argc, char** argv) {
         "last-level cache, so that small M reads the weights from memory; 1: one copy, which "
         "stays in the caches where it fits)");
   p.add("tune-check", &opt.tune_check,
-        "after each row, time every kernel as autotune does at load (and in two other forms) "
+        "after each row, time every kernel as autotune does at load (and in three other forms) "
         "and compare autotune's pick with the row's fastest kernel");
   p.add("vnni-variants", &opt.vnni_variants,
         "extra cpu.avx512_vnni columns with other tuning, as LABEL=KEY:VALUE/KEY:VALUE,... with "
