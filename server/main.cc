@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
            "Ask clients to reconnect after this long, so load balancers can rebalance (0 = never)");
   args.add("max-connection-age-grace-ms", &max_connection_age_grace_ms,
            "Time calls get to finish on a connection past its maximum age (0 = default)");
-  args.add("upload-idle-timeout-ms", &upload_idle_timeout_ms,
-           "Cancel an upload that receives no message for this long, freeing its weight buffer "
-           "and thread (0 = never)");
+  args.add(
+      "upload-idle-timeout-ms", &upload_idle_timeout_ms,
+      "Cancel an upload that receives no weight bytes for this long (its header awaited, or only "
+      "empty chunks), freeing its weight buffer and thread (0 = never)");
   args.add("liveness-batch-timeout-s", &liveness_batch_timeout_s,
            "With --metrics-port, /healthz fails while a batch on a GPU has been executing longer "
            "than this, in seconds (a GPU kernel that never returns holds its layer for good; CPU "

@@ -20,6 +20,19 @@ namespace {
 
 int64_t now_us() { return steady_now_ns() / 1000; }
 
+// A request id is echoed in its response, within the kResponseMetadataBytes the engine keeps free
+// beside y. One longer than kMaxRequestIdBytes is INVALID_ARGUMENT, answered with its first
+// kEchoedBadIdBytes, so that no answer can outgrow the message limit (on a stream a failed send
+// would end the stream).
+constexpr size_t kMaxRequestIdBytes = 4096;
+constexpr size_t kEchoedBadIdBytes = 128;
+static_assert(kMaxRequestIdBytes <= kResponseMetadataBytes / 8);
+
+std::string echoed_request_id(const v1::InferRequest& request) {
+  const std::string& id = request.request_id();
+  return id.size() <= kMaxRequestIdBytes ? id : id.substr(0, kEchoedBadIdBytes);
+}
+
 absl::StatusOr<DType> dtype_from_proto(v1::DType t, absl::string_view field) {
   switch (t) {
     case v1::DTYPE_FP32:
@@ -220,7 +233,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
   auto idle_status = [&] {
     return grpc::Status(grpc::StatusCode::CANCELLED,
-                        absl::StrCat("upload received no message for ",
+                        absl::StrCat("upload received no weight bytes for ",
                                      absl::FormatDuration(upload_watchdog_.idle_limit()),
                                      " (qlinear-server --upload-idle-timeout-ms); nothing kept"));
   };
@@ -243,11 +256,12 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   if (!upload.ok()) return to_grpc_status(upload.status());
   watch = upload_watchdog_.watch(ctx);
   while (reader->Read(&msg)) {
-    watch->touch();
     if (msg.part_case() != v1::LoadLayerRequest::kWeightChunk) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "only weight_chunk messages may follow the header");
     }
+    // Only bytes count as activity: empty chunks would keep an upload that never ends alive.
+    if (!msg.weight_chunk().empty()) watch->touch();
     if (absl::Status s = (*upload)->append(msg.weight_chunk()); !s.ok()) return to_grpc_status(s);
   }
   const bool idle = watch->finish();  // building the layer may take long; the client waits now
@@ -306,9 +320,14 @@ grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
 absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
                                        v1::InferResponse* response) {
   const int64_t t0 = now_us();
-  response->set_request_id(request.request_id());
+  response->set_request_id(echoed_request_id(request));
   InferInput in;
   absl::Status parsed = [&]() -> absl::Status {
+    if (request.request_id().size() > kMaxRequestIdBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request_id is ", request.request_id().size(), " bytes, above the limit of ",
+                       kMaxRequestIdBytes, " (answered with its first ", kEchoedBadIdBytes, ")"));
+    }
     RETURN_IF_ERROR(validate_layer_name(request.layer()));
     in.layer = request.layer();
     ASSIGN_OR_RETURN(in.x_dtype, dtype_from_proto(request.x_dtype(), "x_dtype"));
@@ -366,19 +385,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
   t->set_gemm_us(out.timings.gemm_ns / 1000);
   t->set_copy_us(out.timings.copy_ns / 1000);
   t->set_total_us(now_us() - t0);
-  // Engine::validate keeps kResponseMetadataBytes of the limit for the metadata: the selection
-  // explanation (a few KB) and the request id echoed back. Only a request id longer than half of
-  // it can make the response not fit, so only then is the response measured here (the send sizes
-  // every response once more): one that would not fit is this request's error rather than a
-  // failed send, which would end a stream.
-  if (static_cast<int64_t>(request.request_id().size()) > kResponseMetadataBytes / 2) {
-    const int64_t limit = engine_->options().max_output_bytes;
-    if (const int64_t bytes = static_cast<int64_t>(response->ByteSizeLong()); bytes > limit) {
-      return absl::ResourceExhaustedError(absl::StrCat("response would be ", bytes,
-                                                       " bytes, above the limit of ", limit,
-                                                       "; send fewer rows per request"));
-    }
-  }
+  // (Engine::validate keeps kResponseMetadataBytes of the limit for the metadata: the selection
+  // explanation, a few KB, and the request id, at most kMaxRequestIdBytes.)
   return absl::OkStatus();
 }
 
@@ -401,10 +409,11 @@ grpc::Status QLinearService::InferStream(
     // Once the server drains, a stream ends at its next message, which is not run: the client
     // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
     if (auto s = unavailable_if_draining(); !s.ok()) {
-      return grpc::Status(s.error_code(),
-                          absl::StrCat(s.error_message(), "; request '",
-                                       absl::string_view(request.request_id()).substr(0, 128),
-                                       "' and any after it on this stream were not run"));
+      return grpc::Status(
+          s.error_code(),
+          absl::StrCat(s.error_message(), "; request '",
+                       absl::string_view(request.request_id()).substr(0, kEchoedBadIdBytes),
+                       "' and any after it on this stream were not run"));
     }
     // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
     // and the kernel overwrites all of it. A failed request's response is cleared below, so no
@@ -417,7 +426,7 @@ grpc::Status QLinearService::InferStream(
     if (s.ok()) first = false;
     if (!s.ok()) {
       response.Clear();
-      response.set_request_id(request.request_id());
+      response.set_request_id(echoed_request_id(request));
       response.set_status_code(static_cast<int>(s.code()));
       response.set_status_message(std::string(s.message()));
     }

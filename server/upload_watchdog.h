@@ -1,8 +1,8 @@
 // Ends uploads whose client stopped sending: an upload holds its N*K weight buffer and a server
 // thread from its header to its last chunk, so a client that sends a header and then nothing
 // would hold both for as long as its connection lives. The watchdog cancels (ServerContext::
-// TryCancel) every upload that has received no message for the idle limit; its handler then
-// returns CANCELLED and the buffer is freed.
+// TryCancel) every upload that has not been touched for the idle limit (its handler touches it
+// for each chunk that carries bytes); its handler then returns CANCELLED and the buffer is freed.
 #pragma once
 
 #include <atomic>

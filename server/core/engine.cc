@@ -150,6 +150,13 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   {
     std::optional<absl::MutexLock> lock;
     if (times) lock.emplace(&create_mu_);
+    // An upload whose client cancelled it (or whose deadline passed) while it waited for another
+    // layer's load is not built: building copies, packs and times, and would hold up the loads
+    // waiting behind it.
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(
+          "upload cancelled before its layer was built; nothing was loaded or replaced");
+    }
     created = Layer::create(std::move(opts), std::move(lw), registry_, host_);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, std::move(created));

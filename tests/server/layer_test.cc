@@ -1043,6 +1043,64 @@ TEST_F(LayerTest, AnUploadCancelledBeforePublishingLeavesTheStoreAsItWas) {
   EXPECT_EQ(refused.status().message(), "unknown forced_kernel 'cpu.magic'");
 }
 
+// Loads that time take turns. An upload whose client gives up while it waits for another load's
+// turn is not built (neither prepared nor timed) and is told it was cancelled; the load it waited
+// for is published.
+TEST_F(LayerTest, AnUploadCancelledWhileWaitingForAnotherLoadIsNotBuilt) {
+  auto timing = std::make_shared<absl::Notification>();
+  auto release = std::make_shared<absl::Notification>();
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  add({"cuda.cutlass_sm90",
+       [timing, release, first](const ProblemShape& s) -> absl::StatusOr<double> {
+         if (s.n == kN && first->exchange(false)) {  // (not FakeKernel::measurable's probe)
+           timing->Notify();
+           release->WaitForNotification();
+         }
+         return 20.0;
+       }});
+  add({"cuda.cublaslt", fixed_us(10.0)});  // (a load times where it has two candidates)
+  add({"cpu.reference"});
+  EngineOptions eo;
+  eo.share_tuning = false;  // else the second load would take the first's times and time nothing
+  Engine engine(registry_, host_, eo);
+  const LoadRequest req = load_request();
+  absl::Status loaded;
+  std::thread loading([&] { loaded = engine.load(req, std::vector<int8_t>(kN * kK, 1)).status(); });
+  // The first load now holds the turn.
+  if (!timing->WaitForNotificationWithTimeout(absl::Seconds(30))) {
+    release->Notify();
+    loading.join();
+    FAIL() << "the first load never timed cuda.cutlass_sm90: " << loaded;
+  }
+  const int prepared = log_->prepare_count("cuda.cutlass_sm90");
+
+  LoadRequest up = req;
+  up.name = "second";
+  const std::vector<int8_t> w(kN * kK, 2);
+  up.weight_sha256 = sha256_hex(w.data(), w.size());
+  auto u = engine.begin_upload(up);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ASSERT_TRUE(
+      (*u)->append(absl::string_view(reinterpret_cast<const char*>(w.data()), w.size())).ok());
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<LoadResult> r;
+  std::thread committing([&] { r = (*u)->commit([&cancel] { return cancel.load(); }); });
+  absl::SleepFor(absl::Milliseconds(50));  // (the commit waits for the first load's turn)
+  cancel = true;
+  release->Notify();
+  loading.join();
+  committing.join();
+
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(r.status().message(),
+            "upload cancelled before its layer was built; nothing was loaded or replaced");
+  EXPECT_EQ(log_->prepare_count("cuda.cutlass_sm90"), prepared);
+  EXPECT_EQ(engine.store().get("second").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.store().get(req.name).ok());
+}
+
 // An engine creates one layer at a time, so that no load's timing runs beside another's: loads of
 // one shape started at once measure once (the first; the others take its times), and with shared
 // tuning off each measures, never two at the same time.

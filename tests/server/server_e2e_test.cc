@@ -282,6 +282,60 @@ TEST_F(ServerTest, StreamMixesGoodAndBadMessagesInOrder) {
   EXPECT_TRUE(stream->finish().ok());
 }
 
+// A request id is echoed whole up to 4096 bytes. A longer one is INVALID_ARGUMENT, answered with
+// its first 128 bytes, so that no answer can outgrow the message limit (the error's answer to a
+// message of the limit's size echoed its whole id: too large to send, it ended the stream); the
+// stream goes on.
+TEST_F(ServerTest, OverlongRequestIdsAreRefusedAndTheStreamGoesOn) {
+  SEED_TRACE();
+  TestLayer t = load("rid", 16, 32, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(seed_ + 5);
+  const std::string x = random_x(rng, 1, 32, DType::kBF16);
+  const std::string longest(4096, 'a');
+  const std::string over(4097, 'b');
+  // A message of exactly the test server's 8 MiB limit, on an unknown layer and without x: every
+  // answer to it that echoes the whole id is larger than the limit.
+  v1::InferRequest at_limit = make_request("nope", "", DType::kBF16, 1, DType::kBF16);
+  const int64_t rest = static_cast<int64_t>(at_limit.ByteSizeLong());
+  // (The id's field: its tag, a 4-byte length and its bytes.)
+  at_limit.set_request_id(std::string((int64_t{8} << 20) - rest - 5, 'c'));
+  ASSERT_EQ(at_limit.ByteSizeLong(), size_t{8} << 20);
+  const std::string near_limit = at_limit.request_id();
+  auto stream = client_->open_stream();
+  ASSERT_TRUE(stream->write(make_request("rid", x, DType::kBF16, 1, DType::kBF16, longest)));
+  ASSERT_TRUE(stream->write(make_request("rid", x, DType::kBF16, 1, DType::kBF16, over)));
+  ASSERT_TRUE(stream->write(at_limit));
+  ASSERT_TRUE(stream->write(make_request("rid", x, DType::kBF16, 1, DType::kBF16, "after")));
+  stream->writes_done();
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.request_id(), longest);
+  EXPECT_EQ(resp.y(), reference_y(t, x, DType::kBF16, 1, DType::kBF16));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(resp.status_message(),
+            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128)");
+  EXPECT_EQ(resp.request_id(), over.substr(0, 128));
+  EXPECT_TRUE(resp.y().empty());
+  ASSERT_TRUE(stream->read(&resp)) << "the stream ended at the id near the message limit";
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
+      << resp.status_message();
+  EXPECT_EQ(resp.request_id(), near_limit.substr(0, 128));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.request_id(), "after");
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+
+  // Unary: the same status.
+  auto r = client_->infer(make_request("rid", x, DType::kBF16, 1, DType::kBF16, over));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128)");
+}
+
 // A stream whose first message fails gives the selection explanation with its first answer that
 // succeeds, and only there.
 TEST_F(ServerTest, StreamExplainsOnItsFirstSuccessfulAnswer) {
@@ -460,6 +514,32 @@ TEST_F(ServerTest, AnUploadThatStopsSendingIsCancelled) {
   EXPECT_EQ(client_->describe_layer("stalled").status().code(), absl::StatusCode::kNotFound);
   auto r = client_->load_layer(t.header, t.weights);
   EXPECT_TRUE(r.ok()) << r.status();
+}
+
+// Empty chunks are not progress: an upload that sends only those after its header is cancelled
+// as one that sends nothing.
+TEST_F(ServerTest, AnUploadSendingOnlyEmptyChunksIsCancelled) {
+  TestLayer t = make_test_layer("empty-chunks", 64, 1024, Scheme::kDynamicSymmetric, false, 6);
+  grpc::ClientContext ctx;
+  v1::LoadLayerResponse resp;
+  auto writer = start_upload(t, &ctx, &resp);
+  ASSERT_NE(writer, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  v1::LoadLayerRequest empty;
+  empty.set_weight_chunk("");
+  // Every 250 ms until the server ends the call (at most 4x the idle limit).
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(4 * kUploadIdleMs) &&
+         writer->Write(empty)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  grpc::Status s = writer->Finish();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  EXPECT_GE(waited, kUploadIdleMs - 100);
+  EXPECT_LT(waited, kUploadIdleMs + 5000);
+  EXPECT_EQ(client_->describe_layer("empty-chunks").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ServerTest, DuplicateNameAndReplace) {
