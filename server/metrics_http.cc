@@ -17,10 +17,21 @@
 namespace qlinear {
 namespace {
 
-bool write_all(int fd, const std::string& data) {
+// How long an answer may take to send, in all. SO_SNDTIMEO bounds each send() alone, so a client
+// that reads a few bytes now and then would otherwise hold this thread, and /healthz behind it, for
+// as long as a large /metrics body takes it.
+constexpr std::chrono::seconds kWriteLimit{5};
+
+// Sends data by the deadline; false where it could not (the client is then dropped).
+bool write_all(int fd, const std::string& data, std::chrono::steady_clock::time_point end) {
   size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLOUT, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
@@ -81,9 +92,8 @@ void MetricsHttpServer::serve() {
     if (::poll(&p, 1, 200) <= 0) continue;  // wake up regularly to notice stop_
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    timeval tv{2, 0};  // a slow or silent client cannot hold the thread
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    // A slow or silent client cannot hold the thread: the request head is read within 2 s and
+    // the answer sent within kWriteLimit, however the client trickles or reads.
     answer(fd);
     ::close(fd);
   }
@@ -134,9 +144,10 @@ void MetricsHttpServer::answer(int fd) {
     type = "text/plain";
     body = "only GET is supported\n";
   }
-  write_all(
-      fd, absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
-                       "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body));
+  write_all(fd,
+            absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ",
+                         body.size(), "\r\nConnection: close\r\n\r\n", body),
+            std::chrono::steady_clock::now() + kWriteLimit);
 }
 
 }  // namespace qlinear

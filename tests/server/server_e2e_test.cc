@@ -22,6 +22,7 @@
 #include "common/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/core/device_fault.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "server/metrics_http.h"
 #include "server/server.h"
@@ -988,6 +989,68 @@ TEST(LivenessTest, TheLivenessCheckFailsHealthzWithItsReason) {
   EXPECT_NE(failing.find("\r\n\r\nstuck: a batch of layer 'x'\n"), std::string::npos) << failing;
   stuck = false;
   EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos);
+}
+
+// A client that asks for a large /metrics body and then reads it a little at a time is dropped
+// once the answer has taken 5 s to send, so that /healthz, answered on the same thread, still
+// answers.
+TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& family = prometheus::BuildGauge().Name("qlinear_test_series").Register(*registry);
+  // About 6 MB of text: more than the loopback socket buffers hold.
+  for (int i = 0; i < 60000; ++i) {
+    family.Add({{"series", absl::StrCat("a-long-label-value-to-make-the-body-large-", i)}}).Set(i);
+  }
+  auto http = MetricsHttpServer::start("127.0.0.1", 0, registry);
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> received{0};
+  std::thread slow([&] {
+    // 16 KB/s: each of the server's sends makes some progress within a second or so.
+    char buf[4096];
+    while (!stop.load()) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      received += n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  // /healthz, with a limit of its own on the wait (without one a held thread would hang the test).
+  const auto t0 = std::chrono::steady_clock::now();
+  int h = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{20, 0};
+  setsockopt(h, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ASSERT_EQ(connect(h, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string get = "GET /healthz HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(h, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+  std::string live;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(h, buf, sizeof(buf))) > 0) live.append(buf, n);
+  close(h);
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  shutdown(fd, SHUT_RDWR);
+  slow.join();
+  close(fd);
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  EXPECT_LT(took_s, 9.0) << "the slow reader held the thread";
+  EXPECT_LT(received.load(), 5 << 20) << "the slow reader was sent the whole body";
 }
 
 // A server's watchdog watches GPU batches only: a long batch on the CPU (the reference kernel at
