@@ -99,6 +99,14 @@ class Kernel {
   // it at load where higher-priority kernels cover every shape it could be chosen for. The
   // default, true, is the safe answer for a kernel that does not say.
   virtual bool measurable() const { return true; }
+  // About how many bytes of host memory prepare takes for a layer of configuration `config` (a
+  // packed copy of its weights), so that a load can be refused RESOURCE_EXHAUSTED where the host
+  // lacks them, rather than the process be killed for memory as the copy's pages are touched. 0,
+  // the default: none, or device memory only.
+  virtual int64_t host_bytes_to_prepare(const LayerConfig& config) const {
+    (void)config;
+    return 0;
+  }
   // `weights` outlives the returned object.
   virtual absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const = 0;

@@ -148,6 +148,10 @@ class Avx2Kernel final : public Kernel {
   }
   // Every M bucket: on the hosts it serves, the only other candidate is the scalar reference.
   MRange preferred_m() const override { return MRange{}; }
+  // Its packed copy of the weights: about N x K bytes (padded).
+  int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
+    return config.n * config.k;
+  }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX2

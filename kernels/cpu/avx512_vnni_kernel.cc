@@ -178,6 +178,10 @@ class Avx512VnniKernel final : public Kernel {
   // so there neither is the better choice at every M: autotune measures both on each layer and
   // host (docs/kernels.md, "CPU kernels"), and the order decides only with --autotune=false.
   MRange preferred_m() const override { return MRange{}; }
+  // Its packed copy of the weights: about N x K bytes (padded).
+  int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
+    return config.n * config.k;
+  }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX512_VNNI

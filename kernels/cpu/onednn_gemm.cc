@@ -257,6 +257,10 @@ class OneDnnKernel final : public Kernel {
   // cpu.avx512_vnni (first in the priority order) measured as fast or faster in every bucket (see
   // its preferred_m).
   MRange preferred_m() const override { return MRange{}; }
+  // Its reordered copy of the weights: about N x K bytes (padded).
+  int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
+    return config.n * config.k;
+  }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare(
       const LayerWeights& weights) const override {
     RETURN_IF_ERROR(onednn_supported(host_info()));

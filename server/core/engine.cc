@@ -136,6 +136,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   opts.tuning = tuning_;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
+  opts.available_memory = [] { return available_memory_bytes(); };
   // One layer created at a time where a load may time anything: where a usable GPU kernel
   // measures itself, or two usable CPU kernels do (a host that runs more than one of them).
   // Elsewhere loads only pack, and go on side by side.

@@ -556,6 +556,17 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool at_load,
   absl::MutexLock lock(&slot.mu);
   // Another request may have prepared it while this one waited.
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
+  if (options_.available_memory) {
+    if (const int64_t need = slot.kernel->host_bytes_to_prepare(config()); need > 0) {
+      if (const int64_t avail = options_.available_memory(); avail >= 0 && need > avail) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            slot.kernel->name(), " needs about ", need, " bytes of host memory for layer '", name(),
+            "' (its copy of the weights); only ", avail,
+            " are available (the host's MemAvailable, or a container's memory limit less its "
+            "use)"));
+      }
+    }
+  }
   absl::StatusOr<std::unique_ptr<PreparedKernel>> state =
       slot.kernel->prepare_with_tuning(*weights_, PrepareContext{options_.tuning.get(), !at_load});
   if (!state.ok()) return state.status();  // not cached: the next request tries again

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +71,10 @@ class Layer {
     // measurements, and what its kernels time for themselves) and stores what it times (see
     // TuningCache); null: the layer times everything itself.
     std::shared_ptr<TuningCache> tuning;
+    // The host memory left, in bytes (negative: unknown), read before each kernel that takes host
+    // memory is prepared (Kernel::host_bytes_to_prepare), at load and on demand: one that needs
+    // more is RESOURCE_EXHAUSTED rather than the process killed for memory. Null: not checked.
+    std::function<int64_t()> available_memory;
   };
 
   // Prepares the kernels the layer can choose without forcing (see may_choose in layer.cc) and

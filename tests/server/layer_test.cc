@@ -146,6 +146,10 @@ class FakeKernel final : public Kernel {
     return can_ ? can_(s) : absl::OkStatus();
   }
   MRange preferred_m() const override { return m_; }
+  // As the real kernels: a CPU kernel's extra bytes are host memory, a GPU kernel's device memory.
+  int64_t host_bytes_to_prepare(const LayerConfig&) const override {
+    return kernel_family(name_) == "cpu" ? extra_bytes_ : 0;
+  }
   // As the real kernels: measurable exactly when its measurement is not UNIMPLEMENTED.
   bool measurable() const override {
     return !absl::IsUnimplemented(
@@ -1152,6 +1156,54 @@ TEST_F(LayerTest, EngineLoadsStartedAtOnceNeverTimeTogether) {
       EXPECT_EQ((*served)->layer->buckets()[0].kernel, "cuda.cublaslt");
     }
   }
+}
+
+// A kernel that takes host memory (a CPU kernel's copy of the weights) is prepared only where the
+// host has what it says it needs: a load that lacks it fails RESOURCE_EXHAUSTED rather than the
+// process being killed for memory, and so does a request that would prepare one on demand, while
+// the layer serves on with what it has. A GPU kernel's bytes are not the host's.
+TEST_F(LayerTest, AKernelNeedingMoreHostMemoryThanIsLeftIsNotPrepared) {
+  add({"cuda.cutlass_sm90", unmeasurable(), declines_x(DType::kF32, "no f32 here"), MRange{},
+       int64_t{1} << 30});
+  add({"cpu.avx512_vnni", fixed_us(10.0), nullptr, MRange{}, 1 << 20});
+  add({"cpu.avx2", fixed_us(20.0), nullptr, MRange{}, 1 << 20});
+  add({"cpu.reference"});
+  auto avail = std::make_shared<std::atomic<int64_t>>(1 << 19);
+  auto make = [&](bool autotune) {
+    Layer::Options o;
+    o.name = "l";
+    o.autotune = autotune;
+    o.available_memory = [avail] { return avail->load(); };
+    return Layer::create(std::move(o), weights(), registry_, host_);
+  };
+  auto refused = make(true);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "cpu.avx512_vnni needs about 1048576 bytes of host memory for layer 'l' (its copy of "
+            "the weights); only 524288 are available (the host's MemAvailable, or a container's "
+            "memory limit less its use)");
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 0);
+
+  // Each kernel is checked against the memory left as it is prepared.
+  *avail = 3 << 19;
+  auto layer = make(false);  // the priority order: cpu.avx2, covered, is left for on demand
+  ASSERT_TRUE(layer.ok()) << layer.status();
+  EXPECT_EQ(log_->prepare_count("cuda.cutlass_sm90"), 2);  // one for each load
+  EXPECT_EQ(log_->prepare_count("cpu.avx512_vnni"), 1);
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 0);
+  *avail = 1 << 19;
+  auto forced = (*layer)->choose(shape(8), "cpu.avx2", false);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_EQ(forced.status().code(), absl::StatusCode::kResourceExhausted) << forced.status();
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 0);
+  EXPECT_EQ(chosen(**layer, shape(8)), "cuda.cutlass_sm90");
+  EXPECT_EQ(chosen(**layer, shape(8, DType::kF32)), "cpu.avx512_vnni");
+  // Unknown (no MemAvailable, no limit): prepared.
+  *avail = -1;
+  forced = (*layer)->choose(shape(8), "cpu.avx2", false);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_TRUE(forced->prepared_now);
 }
 
 TEST_F(LayerTest, CoveredLowerPriorityKernelsAreNotPreparedAtLoad) {
