@@ -496,51 +496,39 @@ TEST_F(ServerTest, CancelledUploadLeavesNothing) {
 
 // A client that stops sending in the middle of an upload is cancelled once the server has heard
 // nothing from it for --upload-idle-timeout-ms: its buffer and thread are freed, nothing is kept,
-// and the name is free.
+// and the name is free. Empty chunks are not progress: an upload that sends only those after its
+// header is cancelled the same.
 TEST_F(ServerTest, AnUploadThatStopsSendingIsCancelled) {
-  TestLayer t = make_test_layer("stalled", 64, 1024, Scheme::kDynamicSymmetric, false, 5);
-  grpc::ClientContext ctx;
-  v1::LoadLayerResponse resp;
-  auto writer = start_upload(t, &ctx, &resp);
-  ASSERT_NE(writer, nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  // Nothing more is sent; the server ends the call.
-  grpc::Status s = writer->Finish();
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
-  EXPECT_GE(waited, kUploadIdleMs - 100);
-  EXPECT_LT(waited, kUploadIdleMs + 5000);
-  EXPECT_EQ(client_->describe_layer("stalled").status().code(), absl::StatusCode::kNotFound);
-  auto r = client_->load_layer(t.header, t.weights);
-  EXPECT_TRUE(r.ok()) << r.status();
-}
-
-// Empty chunks are not progress: an upload that sends only those after its header is cancelled
-// as one that sends nothing.
-TEST_F(ServerTest, AnUploadSendingOnlyEmptyChunksIsCancelled) {
-  TestLayer t = make_test_layer("empty-chunks", 64, 1024, Scheme::kDynamicSymmetric, false, 6);
-  grpc::ClientContext ctx;
-  v1::LoadLayerResponse resp;
-  auto writer = start_upload(t, &ctx, &resp);
-  ASSERT_NE(writer, nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  v1::LoadLayerRequest empty;
-  empty.set_weight_chunk("");
-  // Every 250 ms until the server ends the call (at most 4x the idle limit).
-  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(4 * kUploadIdleMs) &&
-         writer->Write(empty)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  for (const bool empty_chunks : {false, true}) {
+    SCOPED_TRACE(empty_chunks ? "empty chunks every 250 ms" : "nothing sent");
+    const std::string name = empty_chunks ? "empty-chunks" : "stalled";
+    TestLayer t = make_test_layer(name, 64, 1024, Scheme::kDynamicSymmetric, false, 5);
+    grpc::ClientContext ctx;
+    v1::LoadLayerResponse resp;
+    auto writer = start_upload(t, &ctx, &resp);
+    ASSERT_NE(writer, nullptr);
+    const auto start = std::chrono::steady_clock::now();
+    if (empty_chunks) {
+      v1::LoadLayerRequest empty;
+      empty.set_weight_chunk("");
+      // Until the server ends the call (at most 4x the idle limit).
+      while (std::chrono::steady_clock::now() - start <
+                 std::chrono::milliseconds(4 * kUploadIdleMs) &&
+             writer->Write(empty)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    }
+    grpc::Status s = writer->Finish();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+    EXPECT_GE(waited, kUploadIdleMs - 100);
+    EXPECT_LT(waited, kUploadIdleMs + 5000);
+    EXPECT_EQ(client_->describe_layer(name).status().code(), absl::StatusCode::kNotFound);
+    auto r = client_->load_layer(t.header, t.weights);
+    EXPECT_TRUE(r.ok()) << r.status();
   }
-  grpc::Status s = writer->Finish();
-  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
-  EXPECT_GE(waited, kUploadIdleMs - 100);
-  EXPECT_LT(waited, kUploadIdleMs + 5000);
-  EXPECT_EQ(client_->describe_layer("empty-chunks").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(ServerTest, DuplicateNameAndReplace) {
