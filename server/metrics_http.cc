@@ -22,14 +22,19 @@ namespace {
 // as long as a large /metrics body takes it.
 constexpr std::chrono::seconds kWriteLimit{5};
 
+// Whether fd is ready for `events` (POLLIN, POLLOUT) before `end`.
+bool ready_by(int fd, short events, std::chrono::steady_clock::time_point end) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+  pollfd p{fd, events, 0};
+  return left.count() > 0 && ::poll(&p, 1, static_cast<int>(left.count())) > 0;
+}
+
 // Sends data by the deadline; false where it could not (the client is then dropped).
 bool write_all(int fd, const std::string& data, std::chrono::steady_clock::time_point end) {
   size_t off = 0;
   while (off < data.size()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLOUT, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    if (!ready_by(fd, POLLOUT, end)) return false;
     const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (n <= 0) return false;
@@ -107,10 +112,7 @@ void MetricsHttpServer::answer(int fd) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos &&
          head.find("\n\n") == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    if (!ready_by(fd, POLLIN, end)) break;
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) break;
     head.append(buf, static_cast<size_t>(n));

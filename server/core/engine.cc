@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
           absl::StrCat("layer needs ", bytes, " bytes of host memory; only ",
                        std::max<int64_t>(0, avail - allocating_upload_bytes_), " are available",
                        allocating_upload_bytes_ > 0 ? " beside other uploads" : "",
-                       " (the host's MemAvailable, or a container's memory limit less its use)"));
+                       " (", kAvailableMemorySource, ")"));
     }
     allocating_upload_bytes_ += bytes;
   }

@@ -15,4 +15,8 @@ namespace qlinear {
 // path (tests give a directory laid out as /proc and /sys/fs/cgroup are).
 int64_t available_memory_bytes(const std::string& root = "");
 
+// What available_memory_bytes reads, as an error that quotes its figure says it.
+inline constexpr char kAvailableMemorySource[] =
+    "the host's MemAvailable, or a container's memory limit less its use";
+
 }  // namespace qlinear

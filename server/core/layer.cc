@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
+#include "server/core/host_memory.h"
 
 namespace qlinear {
 namespace {
@@ -561,9 +562,8 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool at_load,
       if (const int64_t avail = options_.available_memory(); avail >= 0 && need > avail) {
         return absl::ResourceExhaustedError(absl::StrCat(
             slot.kernel->name(), " needs about ", need, " bytes of host memory for layer '", name(),
-            "' (its copy of the weights); only ", avail,
-            " are available (the host's MemAvailable, or a container's memory limit less its "
-            "use)"));
+            "' (its copy of the weights); only ", avail, " are available (",
+            kAvailableMemorySource, ")"));
       }
     }
   }

@@ -51,17 +51,29 @@ uint64_t test_seed() {
   return seed;
 }
 
-// GET http://127.0.0.1:port/path with a plain socket; returns the whole response.
-std::string http_get(int port, const std::string& path) {
+// A TCP socket connected to 127.0.0.1:port, its receive buffer set to `rcvbuf` bytes first where
+// that is positive; -1 where it cannot connect.
+int connect_loopback(int port, int rcvbuf = 0) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     close(fd);
-    return "connect failed";
+    return -1;
   }
+  return fd;
+}
+
+// GET http://127.0.0.1:port/path with a plain socket; returns the whole response, or what came
+// within 20 s of silence (so that a server that never answers cannot hang a test).
+std::string http_get(int port, const std::string& path) {
+  const int fd = connect_loopback(port);
+  if (fd < 0) return "connect failed";
+  timeval tv{20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
@@ -891,12 +903,8 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
 // A client trickling its request in one byte at a time holds the metrics port's thread for 2 s at
 // most: /healthz still answers within the probe's timeout.
 TEST_F(ServerTest, ASlowMetricsClientDoesNotHoldUpLiveness) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(server_->metrics_port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = connect_loopback(server_->metrics_port());
+  ASSERT_GE(fd, 0);
   std::atomic<bool> stop{false};
   std::thread trickle([&] {
     for (int i = 0; i < 40 && !stop.load(); ++i) {
@@ -993,14 +1001,8 @@ TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
   ASSERT_TRUE(http.ok()) << http.status();
   const int port = (*http)->port();
 
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  const int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = connect_loopback(port, 4096);
+  ASSERT_GE(fd, 0);
   const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
   ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
   std::atomic<bool> stop{false};
@@ -1017,19 +1019,8 @@ TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
-  // /healthz, with a limit of its own on the wait (without one a held thread would hang the test).
   const auto t0 = std::chrono::steady_clock::now();
-  int h = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{20, 0};
-  setsockopt(h, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ASSERT_EQ(connect(h, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const std::string get = "GET /healthz HTTP/1.0\r\n\r\n";
-  ASSERT_EQ(write(h, get.data(), get.size()), static_cast<ssize_t>(get.size()));
-  std::string live;
-  char buf[1024];
-  ssize_t n;
-  while ((n = read(h, buf, sizeof(buf))) > 0) live.append(buf, n);
-  close(h);
+  const std::string live = http_get(port, "/healthz");
   const double took_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stop = true;
