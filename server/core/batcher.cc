@@ -31,6 +31,13 @@ int64_t deadline_ns(const CallContext& call) {
   return duration_cast<nanoseconds>(call.deadline.time_since_epoch()).count();
 }
 
+constexpr char kCancelledMessage[] = "request cancelled while queued";
+
+std::string expired_message(int64_t queue_ns) {
+  return absl::StrCat("deadline expired after ", queue_ns / 1000,
+                      " us in the queue, before compute");
+}
+
 }  // namespace
 
 struct BatchQueue::Pending {
@@ -106,8 +113,44 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     absl::MutexLock lock(&mu_);
     set_busy(false);  // lets the worker take what queued meanwhile
   }
+  if (p.queued) return wait_queued(&p);
   p.done.WaitForNotification();
   return p.status;
+}
+
+absl::Status BatchQueue::wait_queued(Pending* p) {
+  const CallContext& call = *p->call;
+  for (;;) {
+    absl::Duration wait = kQueuedPollInterval;
+    if (call.deadline != std::chrono::steady_clock::time_point::max()) {
+      wait = std::min(wait, absl::FromChrono(call.deadline - std::chrono::steady_clock::now()));
+    }
+    if (p->done.WaitForNotificationWithTimeout(std::max(wait, absl::ZeroDuration()))) break;
+    const bool expired = std::chrono::steady_clock::now() >= call.deadline;
+    if (!expired && !(call.is_cancelled && call.is_cancelled())) continue;
+    bool left = false;
+    {
+      absl::MutexLock lock(&mu_);
+      const auto it = std::find(queue_.begin(), queue_.end(), p);
+      if (it != queue_.end()) {
+        queue_.erase(it);
+        if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
+        left = true;
+      }
+    }
+    if (!left) {
+      // Taken into a batch meanwhile: the batch answers it (dropping it if it is still expired or
+      // cancelled when the batch starts) and holds it until then.
+      p->done.WaitForNotification();
+      break;
+    }
+    p->out->queue_ns = steady_now_ns() - p->enqueued_ns;
+    if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
+    return expired ? status_with(absl::StatusCode::kDeadlineExceeded,
+                                 [&] { return expired_message(p->out->queue_ns); })
+                   : status_with(absl::StatusCode::kCancelled, [] { return kCancelledMessage; });
+  }
+  return p->status;
 }
 
 void BatchQueue::set_busy(bool busy, absl::string_view forced) {
@@ -136,42 +179,49 @@ void BatchQueue::worker() {
           },
           this));
       if (queue_.empty()) return;  // closed and drained
-      Pending* head = queue_.front();
-      const int64_t x_row =
-          layer_->config().k * static_cast<int64_t>(dtype_size(head->in->x_dtype));
       // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
       // is already queued or the queue is closing; and never past a queued request's deadline,
-      // which is then answered at once.
+      // which is then answered at once. A request may leave the queue meanwhile (wait_queued),
+      // the head too: the head is read again after every wait.
+      Pending* head = queue_.front();
+      auto x_row = [this](const Pending* h) {
+        return layer_->config().k * static_cast<int64_t>(dtype_size(h->in->x_dtype));
+      };
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
-        const int64_t until_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
-        auto full = [this, head, x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto full = [this, &head, &x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           int64_t rows = 0;
           for (Pending* q : queue_) {
             if (compatible(*head, *q)) rows += q->in->m;
           }
-          return closed_ || rows >= options_.max_batch_rows || rows * x_row >= kMaxBatchXBytes;
+          return closed_ || rows >= options_.max_batch_rows ||
+                 rows * x_row(head) >= kMaxBatchXBytes;
         };
-        // Each arrival wakes the wait, since it may bring an earlier deadline.
+        // Each arrival or departure wakes the wait: it may bring an earlier deadline, or take the
+        // head away.
         size_t seen = queue_.size();
-        auto full_or_arrival = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return full() || queue_.size() != seen;
+        auto full_or_change = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return queue_.size() != seen || full();
         };
         while (!full()) {
-          int64_t end_ns = until_ns;
+          int64_t end_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
           for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call));
           const int64_t left = end_ns - steady_now_ns();
           if (left <= 0) break;
           seen = queue_.size();
-          mu_.AwaitWithTimeout(absl::Condition(&full_or_arrival), absl::Nanoseconds(left));
+          mu_.AwaitWithTimeout(absl::Condition(&full_or_change), absl::Nanoseconds(left));
+          if (queue_.empty()) break;
+          head = queue_.front();
         }
+        if (queue_.empty()) continue;  // every queued request left while it waited
       }
       // Take the head and every compatible request after it, in order, up to the row budget and
       // kMaxBatchXBytes of x.
       int64_t rows = 0;
       for (auto it = queue_.begin(); it != queue_.end();) {
         Pending* q = *it;
-        if (!compatible(*head, *q) || (rows > 0 && (rows + q->in->m > options_.max_batch_rows ||
-                                                    (rows + q->in->m) * x_row > kMaxBatchXBytes))) {
+        if (!compatible(*head, *q) ||
+            (rows > 0 && (rows + q->in->m > options_.max_batch_rows ||
+                          (rows + q->in->m) * x_row(head) > kMaxBatchXBytes))) {
           ++it;
           continue;
         }
@@ -216,14 +266,11 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
     p->out->queue_ns = start - p->enqueued_ns;
     if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
     if (std::chrono::steady_clock::now() >= p->call->deadline) {
-      p->status = status_with(absl::StatusCode::kDeadlineExceeded, [&] {
-        return absl::StrCat("deadline expired after ", p->out->queue_ns / 1000,
-                            " us in the queue, before compute");
-      });
+      p->status = status_with(absl::StatusCode::kDeadlineExceeded,
+                              [&] { return expired_message(p->out->queue_ns); });
       p->done.Notify();
     } else if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
-      p->status = status_with(absl::StatusCode::kCancelled,
-                              [] { return "request cancelled while queued"; });
+      p->status = status_with(absl::StatusCode::kCancelled, [] { return kCancelledMessage; });
       p->done.Notify();
     } else {
       live.push_back(p);

@@ -8,7 +8,8 @@
 //
 // Thread safety: `run` may be called from any number of threads. The queue is bounded: when it
 // holds `max_queue_requests`, `run` fails at once with RESOURCE_EXHAUSTED. Expired or cancelled
-// requests are answered before compute and never reach a kernel.
+// requests are answered before compute and never reach a kernel; a queued one leaves the queue at
+// its deadline, or within kQueuedPollInterval of its call's cancellation.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/core/layer.h"
 #include "server/core/metrics.h"
@@ -83,6 +85,13 @@ class BatchQueue {
 
  private:
   struct Pending;
+  // How often a queued request's caller asks whether its call was cancelled (the probe's cost, see
+  // CallContext, is paid once per interval per queued request).
+  static constexpr absl::Duration kQueuedPollInterval = absl::Milliseconds(100);
+  // Waits for a queued request's answer; a request whose deadline passes or whose call is
+  // cancelled while it is still queued leaves the queue and is answered then, not when the
+  // batches ahead of it end (its thread, and a server's drain, are not held for them).
+  absl::Status wait_queued(Pending* p);
   void worker();
   // `forced`: the batch's forced kernel (empty: none), which decides whether it is watched.
   void set_busy(bool busy, absl::string_view forced = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -341,6 +341,100 @@ TEST_F(BatcherTest, ExpiredAndCancelledRequestsNeverReachTheKernel) {
   EXPECT_EQ(gate_->batch_rows.size(), 1u) << "a dropped request reached the kernel";
 }
 
+// A queued request leaves the queue at its deadline, or when its call is cancelled, while the batch
+// ahead of it still runs: neither its thread nor a server's drain waits for that batch.
+TEST_F(BatcherTest, AQueuedRequestLeavesAtItsDeadlineOrCancellation) {
+  BatchOptions b;
+  b.max_batch_rows = 1;
+  start(b, /*gated=*/true);
+  set_gate(false);
+  std::thread held = hold_one_batch();
+  SplitMix64 rng(9);
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
+  CallContext expiring;
+  expiring.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  CallContext cancelled;
+  std::atomic<bool> cancel{false};
+  cancelled.is_cancelled = [&] { return cancel.load(); };
+  absl::Status s1, s2;
+  std::atomic<bool> done1{false}, done2{false};
+  InferOutput out1;
+  std::thread t1([&] {
+    std::string y;
+    s1 = engine_->infer(in, expiring, &y, &out1);
+    done1 = true;
+  });
+  std::thread t2([&] {
+    std::string y;
+    InferOutput out;
+    s2 = engine_->infer(in, cancelled, &y, &out);
+    done2 = true;
+  });
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cancel = true;
+  auto answered_within = [](const std::atomic<bool>& done, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!done && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return done.load();
+  };
+  const bool cancelled_left = answered_within(done2, 3.0);
+  const bool expired_left = answered_within(done1, 3.0);
+  const int64_t depth = queue_depth();
+  set_gate(true);  // the batch ahead ends only now
+  held.join();
+  t1.join();
+  t2.join();
+  EXPECT_TRUE(cancelled_left) << "the cancelled request waited for the batch ahead of it";
+  EXPECT_TRUE(expired_left) << "the expired request waited for the batch ahead of it";
+  EXPECT_EQ(depth, 0);
+  EXPECT_EQ(s1.code(), absl::StatusCode::kDeadlineExceeded) << s1;
+  EXPECT_NE(s1.message().find("in the queue, before compute"), absl::string_view::npos) << s1;
+  EXPECT_GE(out1.queue_ns, 250'000'000) << "left before its deadline";
+  EXPECT_EQ(s2.code(), absl::StatusCode::kCancelled) << s2;
+  EXPECT_EQ(s2.message(), "request cancelled while queued");
+  absl::MutexLock lock(&gate_->mu);
+  EXPECT_EQ(gate_->batch_rows.size(), 1u) << "a request that left reached the kernel";
+}
+
+// The request the worker waits for company with may leave the queue meanwhile; the worker then
+// waits with the next one, which is answered.
+TEST_F(BatcherTest, TheHeadLeavingWhileTheWorkerWaitsForCompany) {
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  b.max_queue_delay_us = 300'000;
+  start(b);
+  SEED_TRACE();
+  SplitMix64 rng(test_seed());
+  const std::string x = random_x(rng, 1, 96, DType::kF32);
+  const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
+  CallContext cancelled;
+  std::atomic<bool> cancel{false};
+  cancelled.is_cancelled = [&] { return cancel.load(); };
+  absl::Status head_status;
+  std::thread head([&] {
+    std::string y;
+    InferOutput out;
+    head_status = engine_->infer(in, cancelled, &y, &out);
+  });
+  while (queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::string y;
+  InferOutput out;
+  absl::Status second_status;
+  std::thread second([&] { second_status = engine_->infer(in, CallContext{}, &y, &out); });
+  while (queue_depth() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cancel = true;
+  head.join();
+  second.join();
+  EXPECT_EQ(head_status.code(), absl::StatusCode::kCancelled) << head_status;
+  ASSERT_TRUE(second_status.ok()) << second_status;
+  EXPECT_EQ(out.batch_requests, 1);
+  EXPECT_EQ(y, reference_y(layer_, x, DType::kF32, 1, DType::kF32))
+      << "the second request's answer";
+}
+
 // Waiting for company stops at a queued request's deadline: it is answered then, not when the
 // queue delay (here 5 s) ends.
 TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
