@@ -3,13 +3,46 @@
 
 #include <grpcpp/support/status.h>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace qlinear {
 
+// The most bytes a status message takes as gRPC sends it. Messages quote what the client sent (a
+// kernel name, a shape), and one over gRPC's metadata limit (8 KiB by default; grpc-message
+// travels in the trailers, percent-encoded: a byte outside printable ASCII, or '%', takes three)
+// would reach the client as a RESOURCE_EXHAUSTED of the transport instead of its own code, or, as
+// a stream's answer, could end the stream.
+inline constexpr size_t kMaxStatusMessageBytes = 4096;
+
+// The bytes `c` takes in grpc-message.
+inline size_t grpc_message_bytes(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return u >= 0x20 && u <= 0x7e && u != '%' ? 1 : 3;
+}
+
+// `message`, cut to kMaxStatusMessageBytes as sent, at a UTF-8 character boundary (the stream's
+// answers carry it in a protobuf string), and saying how long it was.
+inline std::string bounded_status_message(absl::string_view message) {
+  size_t sent = 0;
+  for (char c : message) sent += grpc_message_bytes(c);
+  if (sent <= kMaxStatusMessageBytes) return std::string(message);
+  const std::string tail = absl::StrCat("... (", message.size(), " bytes in all)");
+  size_t cut = 0;
+  for (size_t used = 0; cut < message.size(); ++cut) {
+    used += grpc_message_bytes(message[cut]);
+    if (used > kMaxStatusMessageBytes - tail.size()) break;
+  }
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(message.substr(0, cut), tail);
+}
+
 inline grpc::Status to_grpc_status(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), bounded_status_message(s.message()));
 }
 
 }  // namespace qlinear

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
 #include "common/version.h"
+#include "kernels/core/layer.h"
 #include "kernels/cpu/onednn_gemm.h"
 #include "kernels/registry.h"
 #include "server/core/batcher.h"
@@ -175,7 +177,9 @@ int main(int argc, char** argv) {
   } ranges[] = {
       {port < 0 || port > 65535, "port", port, "0-65535"},
       {metrics_port < 0 || metrics_port > 65535, "metrics-port", metrics_port, "0-65535"},
-      {threads < 1, "threads", threads, ">= 1"},
+      {threads < 1 || threads > 65536, "threads", threads, "1-65536"},
+      {demo_n < 1 || demo_n > qlinear::kMaxDemoN, "demo-n", demo_n, "1-1048576"},
+      {demo_k < 1 || demo_k > qlinear::kMaxK, "demo-k", demo_k, "1-131071"},
       {max_message_mb < 1 || max_message_mb > 2047, "max-message-mb", max_message_mb, "1-2047"},
       {max_batch_rows < 1 || max_batch_rows > qlinear::kMaxBatchRows, "max-batch-rows",
        max_batch_rows, "1-65536"},
@@ -190,6 +194,15 @@ int main(int argc, char** argv) {
        liveness_batch_timeout_s, "0-86400"},
       {tls_reload_interval_s < 0 || tls_reload_interval_s > 86400, "tls-reload-interval-s",
        tls_reload_interval_s, "0-86400"},
+      // gRPC takes these as int.
+      {keepalive_time_ms < 0 || keepalive_time_ms > INT32_MAX, "keepalive-time-ms",
+       keepalive_time_ms, "0-2147483647"},
+      {keepalive_timeout_ms < 0 || keepalive_timeout_ms > INT32_MAX, "keepalive-timeout-ms",
+       keepalive_timeout_ms, "0-2147483647"},
+      {max_connection_age_ms < 0 || max_connection_age_ms > INT32_MAX, "max-connection-age-ms",
+       max_connection_age_ms, "0-2147483647"},
+      {max_connection_age_grace_ms < 0 || max_connection_age_grace_ms > INT32_MAX,
+       "max-connection-age-grace-ms", max_connection_age_grace_ms, "0-2147483647"},
   };
   for (const auto& r : ranges) {
     if (r.bad) {

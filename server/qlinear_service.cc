@@ -149,7 +149,9 @@ absl::StatusOr<LoadRequest> load_request_from_header(const v1::LayerHeader& h) {
   ASSIGN_OR_RETURN(r.spec.weight_scale, floats_from_tensor(h.weight_scale(), "weight_scale",
                                                            &r.spec.weight_scale_shape));
   r.spec.logical_widths.assign(h.logical_widths().begin(), h.logical_widths().end());
-  if (h.has_bias() && !h.bias().data().empty()) {
+  // A bias message with neither data nor shape is no bias; one whose shape asks for values it
+  // does not hold is an error, not a layer silently served without its bias.
+  if (h.has_bias() && (!h.bias().data().empty() || h.bias().shape_size() > 0)) {
     std::vector<int64_t> bias_shape;
     ASSIGN_OR_RETURN(r.spec.bias, floats_from_tensor(h.bias(), "bias", &bias_shape));
     if (bias_shape.size() > 1) {
@@ -428,7 +430,7 @@ grpc::Status QLinearService::InferStream(
       response.Clear();
       response.set_request_id(echoed_request_id(request));
       response.set_status_code(static_cast<int>(s.code()));
-      response.set_status_message(std::string(s.message()));
+      response.set_status_message(bounded_status_message(s.message()));
     }
     // A client that went away or cancelled fails this Write or the next Read. (IsCancelled would
     // poll the call's completion queue, tens of microseconds per message.)
@@ -438,6 +440,9 @@ grpc::Status QLinearService::InferStream(
   return grpc::Status::OK;
 }
 
+// An EchoResponse's bytes besides its payload: the field's tag and length.
+constexpr int64_t kEchoFramingBytes = 16;
+
 grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
                                   v1::EchoResponse* response) {
   if (!enable_echo_) {
@@ -445,8 +450,13 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
                         "Echo is off; start qlinear-server with --enable-echo");
   }
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  if (request->response_bytes() < 0 || request->response_bytes() > (int64_t{1} << 30)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "response_bytes must be in 0..2^30");
+  // A payload over the send limit could not be sent: it is refused before it is allocated.
+  const int64_t most = engine_->options().max_output_bytes - kEchoFramingBytes;
+  if (request->response_bytes() < 0 || request->response_bytes() > most) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("response_bytes must be in 0..", most,
+                                     " (the message limit less the response's framing), got ",
+                                     request->response_bytes()));
   }
   response->mutable_payload()->assign(static_cast<size_t>(request->response_bytes()), '\0');
   return grpc::Status::OK;

@@ -13,6 +13,7 @@
 #include "kernels/core/device_fault.h"
 #include "kernels/core/status.h"
 #include "server/core/demo_layer.h"
+#include "server/core/host_memory.h"
 #include "server/log.h"
 #include "server/metrics_http.h"
 
@@ -168,6 +169,19 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   }
 
   if (o.demo_layer) {
+    // The demo's weights are drawn before the engine checks the layer, as an upload's are not: the
+    // memory they take is checked here.
+    if (o.demo_n < 1 || o.demo_n > kMaxDemoN || o.demo_k < 1 || o.demo_k > kMaxK) {
+      return absl::InvalidArgumentError(absl::StrCat("the demo layer's n must be 1-", kMaxDemoN,
+                                                     " and its k 1-", kMaxK, ", got ", o.demo_n,
+                                                     "x", o.demo_k));
+    }
+    const int64_t bytes = o.demo_n * o.demo_k;
+    if (const int64_t avail = available_memory_bytes(); avail >= 0 && bytes > avail) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the demo layer ", o.demo_n, "x", o.demo_k, " needs ", bytes,
+          " bytes of host memory; only ", avail, " are available (", kAvailableMemorySource, ")"));
+    }
     std::vector<int8_t> w;
     LoadRequest req = make_demo_layer_request("demo", o.demo_n, o.demo_k, kDemoSeed, &w);
     auto r = s->engine_->load(std::move(req), std::move(w));

@@ -21,14 +21,17 @@
 
 namespace qlinear {
 
+// The widest demo layer (--demo-n); its K is at most kMaxK.
+inline constexpr int64_t kMaxDemoN = 1 << 20;
+
 struct ServerOptions {
   std::string address = "0.0.0.0";
   int port = 50051;         // 0 picks a free port
   int max_threads = 256;    // gRPC worker threads (each open stream holds one)
   int max_message_mb = 64;  // largest request or response message
   bool demo_layer = true;   // load the deterministic layer "demo" at start-up
-  int64_t demo_n = 4096;
-  int64_t demo_k = 4096;
+  int64_t demo_n = 4096;    // 1-kMaxDemoN
+  int64_t demo_k = 4096;    // 1-kMaxK
   // A layer manifest (common/layer_manifest.h) whose layers are loaded at start-up, after the
   // demo layer and before the server listens; empty: none. The first layer that fails to load
   // fails the start-up with its reason.

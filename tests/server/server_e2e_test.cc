@@ -24,6 +24,7 @@
 #include "kernels/core/device_fault.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "server/grpc_status.h"
 #include "server/metrics_http.h"
 #include "server/server.h"
 #include "tests/server/test_util.h"
@@ -347,6 +348,56 @@ TEST_F(ServerTest, OverlongRequestIdsAreRefusedAndTheStreamGoesOn) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
             "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128)");
+}
+
+// An error that quotes what the client sent (here a forced kernel's name) is cut to
+// kMaxStatusMessageBytes at a character boundary, keeping its code: whole, it was over gRPC's
+// metadata limit (the unary call failed RESOURCE_EXHAUSTED, a transport error) or, on a stream,
+// over the message limit (the stream ended).
+TEST_F(ServerTest, ErrorsQuotingTheClientAreBoundedAndTheStreamGoesOn) {
+  SEED_TRACE();
+  TestLayer t = load("quote", 16, 32, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(seed_ + 11);
+  const std::string x = random_x(rng, 1, 32, DType::kBF16);
+  std::string name;
+  while (name.size() < 20000) name += "\xc3\xa9";  // U+00E9, two bytes
+  auto check = [&](absl::StatusCode code, absl::string_view message) {
+    EXPECT_EQ(code, absl::StatusCode::kInvalidArgument) << message.substr(0, 200);
+    EXPECT_LE(message.size(), kMaxStatusMessageBytes);
+    EXPECT_TRUE(absl::StartsWith(message, "unknown kernel '\xc3\xa9")) << message.substr(0, 200);
+    EXPECT_TRUE(absl::EndsWith(message, " bytes in all)"))
+        << message.substr(message.size() - std::min<size_t>(message.size(), 200));
+    // Cut between characters: what precedes the tail is whole two-byte characters after the
+    // opening quote.
+    const size_t quote = message.find('\'') + 1;
+    const size_t tail = message.rfind("... (");
+    ASSERT_NE(tail, absl::string_view::npos);
+    EXPECT_EQ((tail - quote) % 2, 0u) << "cut inside a character";
+  };
+  v1::InferRequest req = make_request("quote", x, DType::kBF16, 1, DType::kBF16);
+  req.set_forced_kernel(name);
+  auto r = client_->infer(req);
+  ASSERT_FALSE(r.ok());
+  check(r.status().code(), r.status().message());
+
+  // On a stream, a name that fills most of the test server's 8 MiB message limit.
+  std::string huge;
+  while (huge.size() < (size_t{7} << 20)) huge += "\xc3\xa9";
+  v1::InferRequest big = make_request("quote", x, DType::kBF16, 1, DType::kBF16, "big");
+  big.set_forced_kernel(huge);
+  auto stream = client_->open_stream();
+  ASSERT_TRUE(stream->write(big));
+  ASSERT_TRUE(stream->write(make_request("quote", x, DType::kBF16, 1, DType::kBF16, "after")));
+  stream->writes_done();
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp)) << "the stream ended at the long name";
+  EXPECT_EQ(resp.request_id(), "big");
+  check(static_cast<absl::StatusCode>(resp.status_code()), resp.status_message());
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.y(), reference_y(t, x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
 }
 
 // A stream whose first message fails gives the selection explanation with its first answer that
@@ -764,6 +815,21 @@ TEST_F(ServerTest, LoadErrors) {
          h->add_logical_widths(3);
        },
        absl::StatusCode::kInvalidArgument, "sum to 6, not n=8"},
+      {"bias shape without data",
+       [](v1::LayerHeader* h) {
+         h->mutable_bias()->set_dtype(v1::DTYPE_FP32);
+         h->mutable_bias()->add_shape(8);
+       },
+       absl::StatusCode::kInvalidArgument, "bias has 0 values but shape [8] says 8"},
+      // Quoted in the message, 10000 dimensions would overflow gRPC's metadata: the message is
+      // cut, the code kept.
+      {"scale shape of 10000 dimensions",
+       [](v1::LayerHeader* h) {
+         h->mutable_weight_scale()->clear_shape();
+         for (int i = 0; i < 10000; ++i) h->mutable_weight_scale()->add_shape(1);
+         h->mutable_weight_scale()->set_data(std::string(4, '\0'));
+       },
+       absl::StatusCode::kInvalidArgument, "bytes in all)"},
   };
   for (const BadHeader& c : cases) {
     SCOPED_TRACE(c.what);
@@ -773,6 +839,7 @@ TEST_F(ServerTest, LoadErrors) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), c.code) << r.status();
     EXPECT_NE(r.status().message().find(c.message), absl::string_view::npos) << r.status();
+    EXPECT_LE(r.status().message().size(), kMaxStatusMessageBytes);
   }
   // A header-less upload and a chunk-before-header upload.
   {
@@ -1149,6 +1216,16 @@ TEST_F(ServerTest, EchoReturnsTheRequestedBytes) {
   v1::EchoResponse resp;
   ASSERT_TRUE(client_->stub().Echo(&ctx, req, &resp).ok());
   EXPECT_EQ(resp.payload().size(), 4096u);
+
+  // A payload the send limit (the test server's 8 MiB) could not carry is refused before it is
+  // allocated.
+  grpc::ClientContext over_ctx;
+  req.set_response_bytes(int64_t{8} << 20);
+  const grpc::Status over = client_->stub().Echo(&over_ctx, req, &resp);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << over.error_message();
+  EXPECT_EQ(over.error_message(),
+            "response_bytes must be in 0..8388592 (the message limit less the response's framing), "
+            "got 8388608");
 }
 
 TEST_F(ServerTest, BatchMetadataAndPerLayerBatchSettings) {
