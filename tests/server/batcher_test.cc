@@ -86,7 +86,7 @@ class BatcherTest : public ::testing::Test {
     if (gated) {
       (void)registry_.add(std::make_unique<GateKernel>(gate_));
     }
-    register_builtin_kernels(&registry_);
+    ASSERT_EQ(register_builtin_kernels(&registry_), absl::OkStatus());
     EngineOptions eo;
     eo.batching = batching;
     engine_ = std::make_unique<Engine>(registry_, host_info(), eo, &metrics_);

@@ -491,8 +491,8 @@ TEST(CpuKernels, MeasurementBufferIsFreedAfterTheLastMeasurement) {
 
 TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
   Registry r;
-  register_cpu_kernels(&r);
-  register_cpu_kernels(&r);  // idempotent
+  ASSERT_EQ(register_cpu_kernels(&r), absl::OkStatus());
+  ASSERT_EQ(register_cpu_kernels(&r), absl::OkStatus());  // idempotent
   ASSERT_TRUE(r.add(reference::make_reference_kernel()).ok());
   std::vector<std::string> names;
   for (const Kernel* k : r.kernels()) names.emplace_back(k->name());
