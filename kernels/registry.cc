@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/reference/reference_w8a8.h"
 #if QLINEAR_HAVE_CUDA
@@ -164,13 +165,13 @@ absl::StatusOr<Selection> Registry::select(const HostInfo& host, const LayerConf
   return sel;
 }
 
-void register_builtin_kernels(Registry* registry) {
+absl::Status register_builtin_kernels(Registry* registry) {
   // Order of these calls does not matter: the priority order decides.
 #if QLINEAR_HAVE_CUDA
-  register_cuda_kernels(registry);
+  RETURN_IF_ERROR(register_cuda_kernels(registry));
 #endif
-  register_cpu_kernels(registry);
-  (void)registry->add(reference::make_reference_kernel());
+  RETURN_IF_ERROR(register_cpu_kernels(registry));
+  return registry->add(reference::make_reference_kernel());
 }
 
 void enable_cuda_graphs(bool enabled) {

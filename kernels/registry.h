@@ -76,8 +76,9 @@ class Registry {
   absl::flat_hash_set<std::string> disabled_;
 };
 
-// Registers every kernel compiled into this binary.
-void register_builtin_kernels(Registry* registry);
+// Registers every kernel compiled into this binary. An error (a kernel whose name is missing from
+// kernel_priority_order()) is a bug in this build, never a property of the host.
+absl::Status register_builtin_kernels(Registry* registry);
 
 // Whether the CUDA kernels replay small calls from CUDA graphs (on by default; see
 // kernels/cuda/cuda_host_call.h). A no-op in a binary built without CUDA.

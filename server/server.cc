@@ -84,7 +84,7 @@ absl::Status load_manifest(Engine& engine, const ServerOptions& o,
 absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const ServerOptions& o) {
   std::unique_ptr<QLinearServer> s(new QLinearServer);
   set_logging(!o.quiet);
-  register_builtin_kernels(&s->registry_);
+  RETURN_IF_ERROR(register_builtin_kernels(&s->registry_));
   RETURN_IF_ERROR(s->registry_.set_disabled(o.disabled_kernels));
   // The TLS files are checked before any layer loads, so that a wrong one fails the start at once.
   ASSIGN_OR_RETURN(ServerCredentials credentials, make_server_credentials(o.tls));

@@ -462,8 +462,12 @@ int run(const Options& opt) {
   // The CPU kernels and the reference only: in a CUDA build on a GPU host the registry would
   // dispatch to a GPU kernel, which this benchmark does not time.
   Registry registry;
-  register_cpu_kernels(&registry);
-  (void)registry.add(reference::make_reference_kernel());
+  absl::Status registered = register_cpu_kernels(&registry);
+  if (registered.ok()) registered = registry.add(reference::make_reference_kernel());
+  if (!registered.ok()) {
+    std::fprintf(stderr, "qlinear_cpu_bench: %s\n", std::string(registered.message()).c_str());
+    return 1;
+  }
   const std::unique_ptr<Kernel> ref_kernel = reference::make_reference_kernel();
 
   // The optimized kernels this host runs, in priority order, and the anchor last.

@@ -4254,7 +4254,10 @@ int bench_main(int argc, char** argv) {
     return 0;
   }
   Registry registry;
-  register_builtin_kernels(&registry);
+  if (absl::Status s = register_builtin_kernels(&registry); !s.ok()) {
+    std::fprintf(stderr, "qlinear_gpu_bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||

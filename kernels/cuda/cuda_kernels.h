@@ -4,14 +4,16 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace qlinear {
 
 class Registry;
 
-// Registers every CUDA kernel compiled into this binary.
-void register_cuda_kernels(Registry* registry);
+// Registers every CUDA kernel compiled into this binary. An error (a name missing from
+// kernel_priority_order()) is a bug in this build.
+absl::Status register_cuda_kernels(Registry* registry);
 
 // Whether `run` replays calls of up to 64 rows from CUDA graphs (gpu::CallGraphs; on by default).
 // Off, every call queues its copies and kernels one by one and is timed stage by stage.

@@ -17,6 +17,7 @@
 #include "kernels/core/dtype.h"
 #include "kernels/core/layer.h"
 #include "kernels/reference/reference_w8a8.h"
+#include "tests/kernels/test_seed.h"
 
 namespace qlinear {
 namespace {
@@ -34,7 +35,8 @@ TEST(QuantizeRne, RoundsHalfToEvenBelow2To22) {
         -0.49999997f, 1e-30f, -1e-30f, 4194303.5f, -4194303.5f, 4194302.5f}) {
     EXPECT_EQ(low_bits_value(rne_bits(x)), static_cast<int32_t>(reference::rne(x))) << "x = " << x;
   }
-  std::mt19937 rng(20261205);
+  SCOPED_TRACE(testing::seed_trace());
+  std::mt19937_64 rng(testing::test_seed());
   std::uniform_real_distribution<float> u(-4194303.f, 4194303.f);
   std::uniform_real_distribution<float> small(-200.f, 200.f);
   for (int i = 0; i < 1000000; ++i) {

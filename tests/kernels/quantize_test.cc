@@ -16,6 +16,7 @@
 #include "kernels/core/layer.h"
 #include "kernels/core/weights.h"
 #include "kernels/reference/reference_w8a8.h"
+#include "tests/kernels/test_seed.h"
 
 namespace qlinear {
 namespace {
@@ -137,7 +138,8 @@ TEST(DynamicSymmetric, NeverProducesMinus128) {
   // -3 is the absmax: fl(127/3) = 42.33333206; -3 * that = -126.9999962 -> fl -127 -> -127;
   // 1 * that = 42.33 -> 42.
   EXPECT_EQ(dyn_sym({-3.f, 1.f}).xq, (std::vector<int>{-127, 42}));
-  std::mt19937 rng(12345);
+  SCOPED_TRACE(testing::seed_trace());
+  std::mt19937_64 rng(testing::test_seed());
   std::uniform_real_distribution<float> mag(-30.f, 30.f);
   std::normal_distribution<float> nd;
   for (int trial = 0; trial < 2000; ++trial) {

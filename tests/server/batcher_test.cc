@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -86,7 +87,7 @@ class BatcherTest : public ::testing::Test {
     if (gated) {
       (void)registry_.add(std::make_unique<GateKernel>(gate_));
     }
-    register_builtin_kernels(&registry_);
+    ASSERT_EQ(register_builtin_kernels(&registry_), absl::OkStatus());
     EngineOptions eo;
     eo.batching = batching;
     engine_ = std::make_unique<Engine>(registry_, host_info(), eo, &metrics_);
@@ -232,7 +233,7 @@ TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
   b.max_queue_delay_us = 2000;
   start(b);
   const DType dtypes[] = {DType::kF32, DType::kBF16};
-  std::atomic<int> mismatches{0}, failures{0}, batched{0};
+  std::atomic<int> mismatches{0}, sa_mismatches{0}, azp_mismatches{0}, failures{0}, batched{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
@@ -252,13 +253,30 @@ TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
         }
         if (y != reference_y(layer_, x, xd, m, yd)) ++mismatches;
         if (out.batch_requests > 1) ++batched;
-        if (static_cast<int64_t>(out.sa.size()) != m) ++mismatches;
+        // Each request's own rows of the batch's sa and azp (the layer is dynamic asymmetric),
+        // bit for bit.
+        std::vector<int8_t> xq(static_cast<size_t>(m * 96));
+        std::vector<float> sa(static_cast<size_t>(m));
+        std::vector<int32_t> azp(static_cast<size_t>(m));
+        if (!reference::quantize_activations(layer_config_of(layer_.spec), x.data(), xd, m,
+                                             xq.data(), sa.data(), azp.data())
+                 .ok()) {
+          ++failures;
+          continue;
+        }
+        if (out.sa.size() != sa.size() ||
+            std::memcmp(out.sa.data(), sa.data(), sa.size() * sizeof(float)) != 0) {
+          ++sa_mismatches;
+        }
+        if (out.azp != azp) ++azp_mismatches;
       }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(sa_mismatches.load(), 0);
+  EXPECT_EQ(azp_mismatches.load(), 0);
   EXPECT_GT(batched.load(), 0) << "no request was ever coalesced";
 }
 

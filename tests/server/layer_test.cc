@@ -128,7 +128,8 @@ class FakeKernel final : public Kernel {
  public:
   FakeKernel(std::string name, Measure measure, CanImplement can, MRange m, int64_t extra_bytes,
              PrepareResult prepare_result, absl::Duration prepare_time, std::string variant,
-             int64_t max_measured_m, double margin, std::shared_ptr<Log> log)
+             int64_t max_measured_m, double margin, absl::Status supported,
+             std::shared_ptr<Log> log)
       : name_(std::move(name)),
         measure_(std::move(measure)),
         can_(std::move(can)),
@@ -139,9 +140,10 @@ class FakeKernel final : public Kernel {
         variant_(std::move(variant)),
         max_measured_m_(max_measured_m),
         margin_(margin),
+        supported_(std::move(supported)),
         log_(std::move(log)) {}
   absl::string_view name() const override { return name_; }
-  absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
+  absl::Status is_supported(const HostInfo&) const override { return supported_; }
   absl::Status can_implement(const LayerConfig&, const ProblemShape& s) const override {
     return can_ ? can_(s) : absl::OkStatus();
   }
@@ -187,6 +189,7 @@ class FakeKernel final : public Kernel {
   std::string variant_;
   int64_t max_measured_m_;
   double margin_;
+  absl::Status supported_;
   std::shared_ptr<Log> log_;
 };
 
@@ -200,7 +203,8 @@ struct Fake {
   absl::Duration prepare_time = absl::ZeroDuration();
   std::string variant{};  // PreparedKernel::variant's text, before " for M=<m>"
   int64_t max_measured_m = std::numeric_limits<int64_t>::max();
-  double margin = 0;  // PreparedKernel::measure_margin
+  double margin = 0;                          // PreparedKernel::measure_margin
+  absl::Status supported = absl::OkStatus();  // Kernel::is_supported's answer on every host
 };
 
 CanImplement declines_x(DType x, std::string reason) {
@@ -228,10 +232,11 @@ class LayerTest : public ::testing::Test {
  protected:
   void add(Fake f) {
     ASSERT_TRUE(registry_
-                    .add(std::make_unique<FakeKernel>(
-                        std::move(f.name), std::move(f.measure), std::move(f.can), f.m,
-                        f.extra_bytes, std::move(f.prepare_result), f.prepare_time,
-                        std::move(f.variant), f.max_measured_m, f.margin, log_))
+                    .add(std::make_unique<FakeKernel>(std::move(f.name), std::move(f.measure),
+                                                      std::move(f.can), f.m, f.extra_bytes,
+                                                      std::move(f.prepare_result), f.prepare_time,
+                                                      std::move(f.variant), f.max_measured_m,
+                                                      f.margin, std::move(f.supported), log_))
                     .ok());
   }
   // Three GPU kernels whose times depend on M, as on the H200, and two CPU kernels.
@@ -1045,6 +1050,63 @@ TEST_F(LayerTest, AnUploadCancelledBeforePublishingLeavesTheStoreAsItWas) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(), "unknown forced_kernel 'cpu.magic'");
+}
+
+// A forced kernel that is registered but cannot run the layer (not supported on this host, or
+// declining every shape of it) is FAILED_PRECONDITION with the kernel's reason: at Layer::create,
+// at an upload's header and at Engine::load; and a request forcing it on a layer loaded without
+// it is refused the same way, before it is queued.
+TEST_F(LayerTest, AForcedKernelThatCannotRunTheLayerIsAFailedPreconditionWithTheReason) {
+  Fake unsupported{"cuda.cublaslt"};
+  unsupported.supported = absl::FailedPreconditionError("fake cublaslt: no usable GPU");
+  add(std::move(unsupported));
+  add({"cpu.avx512_vnni", unmeasurable(), [](const ProblemShape&) {
+         return absl::FailedPreconditionError("fake vnni: K must be a multiple of 128");
+       }});
+  add({"cpu.reference"});
+  Engine engine(registry_, host_);
+  const std::vector<int8_t> w(kN * kK, 1);
+  LoadRequest plain = load_request();
+  plain.weight_sha256 = sha256_hex(w.data(), w.size());
+  ASSERT_TRUE(engine.load(plain, w).ok());
+
+  for (const auto& [forced, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"cuda.cublaslt", "fake cublaslt: no usable GPU"},
+           {"cpu.avx512_vnni", "fake vnni: K must be a multiple of 128"}}) {
+    SCOPED_TRACE(forced);
+    const std::string want =
+        absl::StrCat("forced kernel ", forced, " cannot run this layer: ", reason);
+    auto layer = create(/*autotune=*/true, forced);
+    ASSERT_FALSE(layer.ok());
+    EXPECT_EQ(layer.status().code(), absl::StatusCode::kFailedPrecondition) << layer.status();
+    EXPECT_EQ(layer.status().message(), want);
+
+    LoadRequest req = plain;
+    req.name = "forced";
+    req.forced_kernel = forced;
+    auto upload = engine.begin_upload(req);
+    ASSERT_FALSE(upload.ok());
+    EXPECT_EQ(upload.status().code(), absl::StatusCode::kFailedPrecondition) << upload.status();
+    EXPECT_EQ(upload.status().message(), want);
+    auto loaded = engine.load(req, w);
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+    EXPECT_EQ(loaded.status().message(), want);
+    EXPECT_EQ(engine.store().get("forced").status().code(), absl::StatusCode::kNotFound);
+
+    const std::string x(static_cast<size_t>(kK) * 2, '\0');
+    InferInput in;
+    in.layer = "l";
+    in.m = 1;
+    in.x = x;
+    in.forced_kernel = forced;
+    std::string y;
+    InferOutput out;
+    const absl::Status s = engine.infer(in, CallContext{}, &y, &out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("forced kernel ", forced, " cannot run this request: ", reason));
+  }
 }
 
 // Loads that time take turns. An upload whose client gives up while it waits for another load's

@@ -431,7 +431,7 @@ TEST_F(CublasLtTest, ConcurrentRequestsGetTheirOwnResults) {
 // Unaligned shapes: the kernel declines with the reason and the registry picks a CPU kernel.
 TEST_F(CublasLtTest, RegistryFallsBackToCpuOnUnalignedShapes) {
   Registry registry;
-  register_builtin_kernels(&registry);
+  ASSERT_EQ(register_builtin_kernels(&registry), absl::OkStatus());
   struct Shape {
     int64_t n, k;
     const char* reason;

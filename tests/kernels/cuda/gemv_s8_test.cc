@@ -245,7 +245,7 @@ TEST_P(FusedKernelTest, ConcurrentRequestsGetTheirOwnResults) {
 // layer to cuda.cublaslt (K, N % 4 == 0) or to a CPU kernel.
 TEST_P(FusedKernelTest, UnalignedShapesGoToAnotherKernel) {
   Registry registry;
-  register_builtin_kernels(&registry);
+  ASSERT_EQ(register_builtin_kernels(&registry), absl::OkStatus());
   struct Case {
     int64_t n, k;
     const char* reason;
