@@ -20,6 +20,10 @@
 namespace qlinear::cli {
 namespace {
 
+// A LoadLayerRequest's bytes besides its weight chunk: the field's tag and length, with room to
+// spare.
+constexpr int64_t kChunkFramingBytes = 64;
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
@@ -215,7 +219,9 @@ int cmd_load(const CommandArgs& raw_args) {
   p.add("weight-scale", &scale_path, "Weight scale .npy file (float32 or float16)");
   p.add("replace", &replace, "Replace a layer of the same name atomically");
   p.add("forced-kernel", &forced_kernel, "Run every request of this layer on this kernel");
-  p.add("chunk-mb", &chunk_mb, "Upload chunk size in MiB");
+  p.add("chunk-mb", &chunk_mb,
+        "Upload chunk size in MiB, at most --max-message-mb (a chunk of the whole limit is sent "
+        "64 bytes short of it, for the message's framing)");
   p.add("max-batch-rows", &max_batch_rows,
         "Dynamic batching: most rows per GEMM for this layer (1: off; -1: the server's default)");
   p.add("max-queue-delay-us", &max_queue_delay_us,
@@ -224,14 +230,17 @@ int cmd_load(const CommandArgs& raw_args) {
         "Upload every layer of this layer manifest (with --replace and --chunk-mb only)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
 
-  // A chunk travels in one message, which the client keeps under its --max-message-mb.
-  if (!(chunk_mb > 0 && chunk_mb <= args.max_message_mb - 1)) {
-    return usage_error(absl::StrCat("--chunk-mb must be in (0, ", args.max_message_mb - 1,
+  // A chunk travels in one message, which the client keeps under its --max-message-mb: a chunk
+  // of the whole limit is sent short of it by the message's framing.
+  if (!(chunk_mb > 0 && chunk_mb <= args.max_message_mb)) {
+    return usage_error(absl::StrCat("--chunk-mb must be in (0, ", args.max_message_mb,
                                     "]: a chunk is one message of at most --max-message-mb ",
                                     args.max_message_mb, " MiB"));
   }
   ClientOptions options;
-  options.upload_chunk_bytes = std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)));
+  options.upload_chunk_bytes =
+      std::clamp<int64_t>(static_cast<int64_t>(chunk_mb * (1 << 20)), 1,
+                          (int64_t{args.max_message_mb} << 20) - kChunkFramingBytes);
   if (!manifest_path.empty()) {
     if (!name.empty() || n != 0 || k != 0 || scheme_arg != "dynamic_symmetric" ||
         !bias_arg.empty() || seed != 1 || !input_scale_arg.empty() || !zero_point_arg.empty() ||

@@ -452,6 +452,10 @@ expect 2 bench --n 256 --k 256 --m 99999999
 grep_err '--m and --m-max must be at most 16777216'
 expect 2 load --name cli-test/big-chunks --n 8 --k 16 --chunk-mb 100
 grep_err 'a chunk is one message of at most --max-message-mb 64 MiB'
+# The smallest message limit still uploads (1.5 MiB of weights in chunks just under 1 MiB).
+expect 0 --max-message-mb 1 load --name cli-test/one-mib --n 1024 --k 1536
+grep_out 'N=1024 K=1536'
+expect 0 unload cli-test/one-mib
 expect 2 --max-message-mb 0 health
 grep_err '--max-message-mb must be in 1..2047, got 0'
 expect 2 health --wait-seconds 99999999999
