@@ -2,6 +2,7 @@
 
 #include <grpc/support/time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -226,10 +227,33 @@ grpc::Status QLinearService::unavailable_if_draining() const {
   return grpc::Status::OK;
 }
 
+CallSlots call_slots_for(int threads) {
+  const int kept = std::clamp(threads / 8, kMinThreadsKept, 16);
+  return CallSlots{std::max(1, threads - kept), threads};
+}
+
+grpc::Status QLinearService::take_slot(std::optional<SlotGuard>* guard) {
+  if (slots_.max_calls <= 0) return grpc::Status::OK;
+  if (slots_used_.fetch_add(1, std::memory_order_relaxed) >= slots_.max_calls) {
+    slots_used_.fetch_sub(1, std::memory_order_relaxed);
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("server busy: all ", slots_.max_calls,
+                     " slots for inference calls, streams and uploads are taken (qlinear-server "
+                     "--threads=",
+                     slots_.threads, " keeps ", slots_.threads - slots_.max_calls,
+                     " threads for health checks and layer management); retry later"));
+  }
+  guard->emplace(&slots_used_);
+  return grpc::Status::OK;
+}
+
 grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  std::optional<SlotGuard> slot;
+  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
   // Watched until its last message: a client that stops sending is cancelled (it would hold this
   // thread, and after the header the layer's N*K buffer).
   std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
@@ -395,6 +419,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  std::optional<SlotGuard> slot;
+  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
@@ -404,6 +430,8 @@ grpc::Status QLinearService::InferStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  std::optional<SlotGuard> slot;
+  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
   v1::InferRequest request;
   v1::InferResponse response;
   bool first = true;

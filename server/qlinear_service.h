@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
+#include <utility>
 
 #include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
@@ -12,13 +14,38 @@
 
 namespace qlinear {
 
+// The calls that may hold a gRPC thread for long: Infer (while it waits in its layer's queue),
+// InferStream (while the stream is open) and LoadLayer (while the client uploads). Together they
+// take at most `max_calls` of the server's `threads`, so that the rest stay free for health
+// checks, listings and layer management: were every thread held, gRPC would answer those, and
+// every other client, with its own RESOURCE_EXHAUSTED. One beyond them is RESOURCE_EXHAUSTED at
+// once, saying so.
+struct CallSlots {
+  int max_calls = 0;  // 0: no limit
+  int threads = 0;    // what the server has, for the message
+};
+
+// The threads kept back at least: gRPC's synchronous server keeps one polling for new calls
+// (a poller that would leave none answers the call it took with its own RESOURCE_EXHAUSTED), and
+// one more runs a health check or a listing.
+inline constexpr int kMinThreadsKept = 2;
+// The fewest threads a server may have: one call slot, beside the threads kept back.
+inline constexpr int kMinServerThreads = kMinThreadsKept + 1;
+
+// The call slots a server of `threads` (>= kMinServerThreads) gRPC threads gives: all but an
+// eighth of them, at least kMinThreadsKept and at most 16 kept back.
+CallSlots call_slots_for(int threads);
+
 class QLinearService final : public v1::QLinear::Service {
  public:
   // `upload_idle_limit`: an upload that receives no message for this long is cancelled (zero or
   // less: never; see UploadWatchdog).
   QLinearService(Engine* engine, bool enable_echo,
-                 absl::Duration upload_idle_limit = absl::ZeroDuration())
-      : engine_(engine), enable_echo_(enable_echo), upload_watchdog_(upload_idle_limit) {}
+                 absl::Duration upload_idle_limit = absl::ZeroDuration(), CallSlots slots = {})
+      : engine_(engine),
+        enable_echo_(enable_echo),
+        upload_watchdog_(upload_idle_limit),
+        slots_(slots) {}
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
@@ -46,11 +73,30 @@ class QLinearService final : public v1::QLinear::Service {
   absl::Status infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
                          v1::InferResponse* response);
   grpc::Status unavailable_if_draining() const;
+  // Takes one of the call slots for as long as the returned guard lives; RESOURCE_EXHAUSTED (and
+  // no guard) when all are taken.
+  class SlotGuard {
+   public:
+    explicit SlotGuard(std::atomic<int>* used) : used_(used) {}
+    ~SlotGuard() {
+      if (used_ != nullptr) used_->fetch_sub(1, std::memory_order_relaxed);
+    }
+    SlotGuard(SlotGuard&& o) noexcept : used_(std::exchange(o.used_, nullptr)) {}
+    SlotGuard(const SlotGuard&) = delete;
+    SlotGuard& operator=(const SlotGuard&) = delete;
+    SlotGuard& operator=(SlotGuard&&) = delete;
+
+   private:
+    std::atomic<int>* used_;
+  };
+  grpc::Status take_slot(std::optional<SlotGuard>* guard);
 
   Engine* engine_;
   const bool enable_echo_;
   std::atomic<bool> draining_{false};
   UploadWatchdog upload_watchdog_;
+  const CallSlots slots_;
+  std::atomic<int> slots_used_{0};
 };
 
 // Proto <-> core conversions, shared with tests.

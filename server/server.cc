@@ -147,7 +147,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     s->metrics_port_ = s->metrics_http_->port();
   }
   s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo,
-                                                 absl::Milliseconds(o.upload_idle_timeout_ms));
+                                                 absl::Milliseconds(o.upload_idle_timeout_ms),
+                                                 call_slots_for(o.max_threads));
 
   if (!o.quiet) {
     log_info(absl::StrCat("version ", version_string(), "; host: ", host.cpu_description(), "; ",

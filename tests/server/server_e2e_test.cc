@@ -1099,6 +1099,72 @@ TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
   EXPECT_LT(received.load(), 5 << 20) << "the slow reader was sent the whole body";
 }
 
+// Inference calls, streams and uploads take at most the server's call slots (with 8 threads, 6):
+// one more is RESOURCE_EXHAUSTED, saying so, while health checks and listings, which found every
+// thread held when streams could take them all, are still answered; a slot freed serves again.
+TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
+  ServerOptions o;
+  o.address = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.demo_n = 48;
+  o.demo_k = 64;
+  o.max_threads = 8;
+  const int slots = call_slots_for(o.max_threads).max_calls;
+  ASSERT_EQ(slots, 6);
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  SplitMix64 rng(4);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  std::vector<std::unique_ptr<InferStream>> streams;
+  for (int i = 0; i < slots; ++i) {
+    streams.push_back(client.open_stream());
+    ASSERT_TRUE(streams.back()->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16)));
+    v1::InferResponse resp;
+    ASSERT_TRUE(streams.back()->read(&resp)) << "stream " << i;
+    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  }
+  const std::string busy = absl::StrCat("server busy: all ", slots,
+                                        " slots for inference calls, streams and uploads are taken "
+                                        "(qlinear-server --threads=8 keeps 2 threads for health "
+                                        "checks and layer management); retry later");
+  {
+    auto extra = client.open_stream();
+    extra->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+    v1::InferResponse resp;
+    EXPECT_FALSE(extra->read(&resp)) << "a stream beyond the slots was served";
+    extra->writes_done();
+    while (extra->read(&resp)) {
+    }
+    const absl::Status s = extra->finish();
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_EQ(s.message(), busy);
+  }
+  auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_EQ(unary.status().code(), absl::StatusCode::kResourceExhausted) << unary.status();
+  EXPECT_EQ(unary.status().message(), busy);
+  auto health = client.health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_TRUE(*health);
+  auto layers = client.list_layers();
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  EXPECT_EQ(layers->layers_size(), 1);
+
+  streams.back()->writes_done();
+  v1::InferResponse resp;
+  EXPECT_FALSE(streams.back()->read(&resp));
+  EXPECT_TRUE(streams.back()->finish().ok());
+  streams.pop_back();
+  auto again = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_TRUE(again.ok()) << again.status();
+  for (auto& st : streams) {
+    st->writes_done();
+    EXPECT_FALSE(st->read(&resp));
+    EXPECT_TRUE(st->finish().ok());
+  }
+}
+
 // A server's watchdog watches GPU batches only: a long batch on the CPU (the reference kernel at
 // M = 512, forced: on a CPU layer here, on a GPU layer on a GPU host) keeps /healthz at 200 even
 // under a limit of 1 ms. (BatcherTest covers the GPU side.)

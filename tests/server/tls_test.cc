@@ -441,7 +441,7 @@ TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
   EXPECT_TRUE(absl::StrContains(e->message, "--tls-cert: " + live.cert_file)) << e->message;
   EXPECT_EQ(e->certificate_expiry_unix, first_expiry);
   EXPECT_FALSE(r.check_now().has_value());  // the same failure is not reported again
-  EXPECT_EQ(r.rejection(), e->message);      // but it stands
+  EXPECT_EQ(r.rejection(), e->message);     // but it stands
   EXPECT_EQ(r.summary(), first);
 
   // A new certificate beside the old key: rejected as a mismatch.
