@@ -1328,6 +1328,37 @@ TEST_F(ServerTest, BatchMetadataAndPerLayerBatchSettings) {
   EXPECT_EQ(bad.status().message(), "max_batch_rows must be in 1..65536, got 65537");
 }
 
+// A response's timings (SPEC section 7) on a GEMM of 64 x 1024 x 1024, which takes well over a
+// microsecond: the GEMM's time is there, and the total, from the request's receipt to its answer,
+// holds the queue, the quantization, the GEMM and the copies. Unary and on a stream.
+TEST_F(ServerTest, TimingsAddUpWithinTheTotal) {
+  load("timed", 1024, 1024, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(14);
+  const std::string x = random_x(rng, 64, 1024, DType::kBF16);
+  const v1::InferRequest req = make_request("timed", x, DType::kBF16, 64, DType::kBF16);
+  auto check = [](const v1::InferResponse& r) {
+    const v1::Timings& t = r.metadata().timings();
+    SCOPED_TRACE(r.metadata().kernel() + ": " + t.ShortDebugString());
+    EXPECT_GT(t.gemm_us(), 0);
+    EXPECT_GE(t.quantize_us(), 0);
+    EXPECT_GE(t.queue_us(), 0);
+    EXPECT_GE(t.copy_us(), 0);
+    EXPECT_GE(t.total_us(), t.queue_us() + t.quantize_us() + t.gemm_us() + t.copy_us());
+  };
+  auto r = client_->infer(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  check(*r);
+  auto stream = client_->open_stream();
+  ASSERT_TRUE(stream->write(req));
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  ASSERT_EQ(resp.status_code(), 0) << resp.status_message();
+  check(resp);
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
 // A server started with a layer manifest (--layer-manifest) holds its layers when it listens, as
 // an upload of the same files would have made them, and answers them bit for bit as the
 // reference does; a manifest whose layer cannot load fails the start-up, naming the manifest, the
