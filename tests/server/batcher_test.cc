@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "server/core/engine.h"
 #include "tests/server/test_util.h"
 
@@ -278,6 +279,99 @@ TEST_F(BatcherTest, BatchedResultsAreBitIdenticalToUnbatched) {
   EXPECT_EQ(sa_mismatches.load(), 0);
   EXPECT_EQ(azp_mismatches.load(), 0);
   EXPECT_GT(batched.load(), 0) << "no request was ever coalesced";
+}
+
+// Requests queued behind a running batch are coalesced into batches of at most max_batch_rows
+// rows: the head and every later request that still fits, in queue order. Each request's
+// batch_requests and batch_rows are those of the batch it ran in, whose rows the kernel ran as one
+// call. A layer loaded with max_batch_rows = 1 (its own setting, under the server's 8) never
+// coalesces.
+TEST_F(BatcherTest, BatchesStayWithinMaxBatchRows) {
+  SEED_TRACE();
+  BatchOptions b;
+  b.max_batch_rows = 8;
+  start(b, /*gated=*/true);
+  LoadRequest one;
+  one.name = "one";
+  one.spec = layer_.spec;
+  one.max_batch_rows = 1;
+  ASSERT_TRUE(engine_->load(one, layer_.weights).ok());
+  SplitMix64 rng(test_seed());
+  // Holds a request of one row of `layer` in the kernel, queues requests of ms[i] rows behind it
+  // in that order, then opens the gate. Returns the rows of each call the kernel ran after the
+  // held one; request i's output in (*outs)[i].
+  auto run_queued = [&](const std::string& layer, const std::vector<int64_t>& ms,
+                        std::vector<InferOutput>* outs) {
+    std::vector<int64_t> rows = {1};
+    rows.insert(rows.end(), ms.begin(), ms.end());
+    std::vector<std::string> xs;
+    for (int64_t m : rows) xs.push_back(random_x(rng, m, 96, DType::kBF16));
+    std::vector<InferInput> ins;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ins.push_back(input_for(xs[i], rows[i], DType::kBF16, DType::kBF16));
+      ins.back().layer = layer;
+      ins.back().forced_kernel = "cpu.avx512_vnni";  // the gate, whatever the load ranked first
+    }
+    std::vector<std::string> ys(rows.size());
+    std::vector<InferOutput> all(rows.size());
+    std::vector<absl::Status> statuses(rows.size());
+    {
+      absl::MutexLock lock(&gate_->mu);
+      gate_->batch_rows.clear();
+    }
+    set_gate(false);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      threads.emplace_back(
+          [&, i] { statuses[i] = engine_->infer(ins[i], CallContext{}, &ys[i], &all[i]); });
+      if (i == 0) wait_running(1);
+      while ((*engine_->store().get(layer))->queue->depth() < static_cast<int64_t>(i)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    set_gate(true);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
+      EXPECT_EQ(ys[i], reference_y(layer_, xs[i], DType::kBF16, rows[i], DType::kBF16)) << i;
+    }
+    outs->assign(all.begin() + 1, all.end());
+    absl::MutexLock lock(&gate_->mu);
+    if (gate_->batch_rows.empty() || gate_->batch_rows.front() != 1) {
+      ADD_FAILURE() << "the held request did not run first in the kernel";
+      return std::vector<int64_t>();
+    }
+    return std::vector<int64_t>(gate_->batch_rows.begin() + 1, gate_->batch_rows.end());
+  };
+
+  // 3 + 4 + 1 (the 2 would make 9), 2 + 5 (the 3 would make 10), 3 + 2, then the 6 alone.
+  const std::vector<int64_t> ms = {3, 4, 2, 1, 5, 3, 2, 6};
+  const std::vector<int> batch_of = {0, 0, 1, 0, 1, 2, 2, 3};
+  std::vector<int64_t> batch_rows(4, 0), batch_requests(4, 0);
+  for (size_t i = 0; i < ms.size(); ++i) {
+    batch_rows[batch_of[i]] += ms[i];
+    batch_requests[batch_of[i]] += 1;
+  }
+  std::vector<InferOutput> outs;
+  const std::vector<int64_t> ran = run_queued("b", ms, &outs);
+  EXPECT_EQ(ran, batch_rows);
+  for (int64_t r : ran) EXPECT_LE(r, 8);
+  bool coalesced = false;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " of ", ms[i], " rows"));
+    EXPECT_EQ(outs[i].batch_requests, batch_requests[batch_of[i]]);
+    EXPECT_EQ(outs[i].batch_rows, batch_rows[batch_of[i]]);
+    EXPECT_LE(outs[i].batch_rows, 8);
+    coalesced = coalesced || outs[i].batch_requests > 1;
+  }
+  EXPECT_TRUE(coalesced);
+
+  const std::vector<int64_t> alone = {2, 1, 3};
+  EXPECT_EQ(run_queued("one", alone, &outs), alone);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_EQ(outs[i].batch_requests, 1) << i;
+    EXPECT_EQ(outs[i].batch_rows, alone[i]) << i;
+  }
 }
 
 TEST_F(BatcherTest, QueueFullIsResourceExhausted) {

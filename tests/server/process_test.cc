@@ -143,9 +143,11 @@ std::string libgomp_spincount(const std::string& log) {
 
 // Runs qlinear-server with `args` until it exits, its stdout and stderr in *out, its wait status in
 // *status. (Under `timeout 60`: a server that starts serving after all fails the test rather than
-// hanging it.)
-void run_server_to_exit(const std::string& args, int* status, std::string* out) {
-  const std::string cmd = "timeout 60 " + std::string(QLINEAR_SERVER_BIN) + " " + args + " 2>&1";
+// hanging it.) `env`: NAME=VALUE assignments for its environment.
+void run_server_to_exit(const std::string& args, int* status, std::string* out,
+                        const std::string& env = "") {
+  const std::string cmd =
+      env + " timeout 60 " + std::string(QLINEAR_SERVER_BIN) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char buf[512];
@@ -193,6 +195,61 @@ TEST(ProcessTest, RequireGpuStopsAServerWithoutAUsableCudaKernel) {
   EXPECT_EQ(WEXITSTATUS(status), 1) << out;
   EXPECT_NE(out.find("--require-gpu: no CUDA kernel can serve on this host"), std::string::npos)
       << out;
+}
+
+// QLINEAR_DISABLED_KERNELS turns kernels off as --disabled-kernels does, and the two lists add
+// up: a server whose environment alone, or the environment and the flag together, name every
+// kernel but cpu.reference lists them disabled and serves every bucket of its demo layer with the
+// reference.
+TEST(ProcessTest, DisabledKernelsComeFromTheEnvironmentAndTheFlag) {
+  const std::string gpu = "cuda.gemv_s8,cuda.stream_s8,cuda.cutlass_sm90,cuda.cublaslt";
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{}, "QLINEAR_DISABLED_KERNELS=" + gpu + ",cpu.avx512_vnni,cpu.onednn,cpu.avx2"},
+      {{"--disabled-kernels=" + gpu + ",cpu.onednn"},
+       "QLINEAR_DISABLED_KERNELS=cpu.avx2, cpu.avx512_vnni"},
+  };
+  for (const auto& [flags, env] : cases) {
+    SCOPED_TRACE(env);
+    ServerProcess server(flags, {env});
+    auto kernels = server.client().list_kernels();
+    ASSERT_TRUE(kernels.ok()) << kernels.status();
+    std::vector<std::string> disabled;
+    for (const v1::KernelInfo& k : kernels->kernels()) {
+      EXPECT_EQ(k.disabled(), k.name() != "cpu.reference") << k.name();
+      if (k.disabled()) {
+        disabled.push_back(k.name());
+        EXPECT_EQ(k.reason(), "disabled by the operator") << k.name();
+      }
+    }
+    for (const char* cpu : {"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
+      EXPECT_EQ(std::count(disabled.begin(), disabled.end(), cpu), 1) << cpu;
+    }
+    auto info = server.client().describe_layer("demo");
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_GT(info->buckets_size(), 0);
+    for (const auto& b : info->buckets()) EXPECT_EQ(b.kernel(), "cpu.reference") << b.m_min();
+  }
+}
+
+// A kernel name that is not one, in --disabled-kernels or in QLINEAR_DISABLED_KERNELS, stops the
+// server at start-up (exit 1) naming it, rather than leaving the kernel meant on.
+TEST(ProcessTest, AnUnknownDisabledKernelStopsTheServer) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--disabled-kernels=cpu.avx2,cpu.avx3", ""},
+      {"", "QLINEAR_DISABLED_KERNELS=cpu.avx2,cpu.avx3"},
+  };
+  for (const auto& [flag, env] : cases) {
+    SCOPED_TRACE(flag + env);
+    int status = -1;
+    std::string out;
+    run_server_to_exit("--port=0 --address=127.0.0.1 " + flag, &status, &out, env);
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+    EXPECT_NE(out.find("qlinear-server: INVALID_ARGUMENT: cannot disable unknown kernel "
+                       "'cpu.avx3'; known kernels: cuda.gemv_s8,"),
+              std::string::npos)
+        << out;
+  }
 }
 
 // libgomp reads its spin setting once, when it loads: a server built with cpu.onednn re-executes

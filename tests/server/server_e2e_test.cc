@@ -22,6 +22,7 @@
 #include "common/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/core/device_fault.h"
+#include "kernels/registry.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "server/grpc_status.h"
@@ -765,6 +766,74 @@ TEST_F(ServerTest, ForcedKernelPerRequestAndLayer) {
   EXPECT_NE(l.status().message().find("unknown forced_kernel"), absl::string_view::npos);
 }
 
+// Kernels turned off by the operator (ServerOptions.disabled_kernels: --disabled-kernels and
+// QLINEAR_DISABLED_KERNELS), here every kernel but cpu.reference: the listing marks exactly those
+// disabled, with the reason; every bucket of a layer and every unforced request takes the
+// reference; forcing one, per request or per layer, is FAILED_PRECONDITION saying it is disabled.
+TEST(DisabledKernelsTest, DisabledKernelsAreListedNeverChosenAndCannotBeForced) {
+  ServerOptions o;
+  o.address = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.demo_n = 48;
+  o.demo_k = 64;
+  // (Names of GPU kernels are accepted without them compiled in: on a GPU host they go too.)
+  for (const std::string& name : kernel_priority_order()) {
+    if (name != "cpu.reference") o.disabled_kernels.push_back(name);
+  }
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  auto kernels = client.list_kernels();
+  ASSERT_TRUE(kernels.ok()) << kernels.status();
+  std::vector<std::string> disabled;
+  for (const v1::KernelInfo& k : kernels->kernels()) {
+    SCOPED_TRACE(k.name());
+    if (k.name() == "cpu.reference") {
+      EXPECT_FALSE(k.disabled());
+      EXPECT_TRUE(k.supported());
+      EXPECT_EQ(k.reason(), "");
+      continue;
+    }
+    disabled.push_back(k.name());
+    EXPECT_TRUE(k.disabled());
+    EXPECT_FALSE(k.supported());
+    EXPECT_EQ(k.reason(), "disabled by the operator");
+  }
+  EXPECT_EQ(std::vector<std::string>(kernels->disabled().begin(), kernels->disabled().end()),
+            disabled);
+  for (const char* cpu : {"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
+    EXPECT_EQ(std::count(disabled.begin(), disabled.end(), cpu), 1) << cpu;
+  }
+
+  auto info = client.describe_layer("demo");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->buckets_size(), static_cast<int>(m_buckets().size()));
+  for (const auto& b : info->buckets()) EXPECT_EQ(b.kernel(), "cpu.reference") << b.m_min();
+  EXPECT_EQ(info->device(), "cpu");
+  SplitMix64 rng(13);
+  const std::string x = random_x(rng, 5, 64, DType::kBF16);
+  v1::InferRequest req = make_request("demo", x, DType::kBF16, 5, DType::kBF16);
+  auto r = client.infer(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->metadata().kernel(), "cpu.reference");
+
+  TestLayer t = make_test_layer("forced", 16, 64, Scheme::kDynamicSymmetric, false, 5);
+  for (const std::string& name : disabled) {
+    SCOPED_TRACE(name);
+    req.set_forced_kernel(name);
+    r = client.infer(req);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_EQ(r.status().message(),
+              "forced kernel " + name + " cannot run this request: disabled by the operator");
+    t.header.set_forced_kernel(name);
+    auto l = client.load_layer(t.header, t.weights);
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition) << l.status();
+    EXPECT_EQ(l.status().message(),
+              "forced kernel " + name + " cannot run this layer: disabled by the operator");
+  }
+}
+
 struct BadHeader {
   std::string what;
   std::function<void(v1::LayerHeader*)> mutate;
@@ -1323,6 +1392,37 @@ TEST_F(ServerTest, BatchMetadataAndPerLayerBatchSettings) {
   bad = client_->load_layer(t.header, t.weights);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message(), "max_batch_rows must be in 1..65536, got 65537");
+}
+
+// A response's timings (SPEC section 7) on a GEMM of 64 x 1024 x 1024, which takes well over a
+// microsecond: the GEMM's time is there, and the total, from the request's receipt to its answer,
+// holds the queue, the quantization, the GEMM and the copies. Unary and on a stream.
+TEST_F(ServerTest, TimingsAddUpWithinTheTotal) {
+  load("timed", 1024, 1024, Scheme::kDynamicSymmetric);
+  SplitMix64 rng(14);
+  const std::string x = random_x(rng, 64, 1024, DType::kBF16);
+  const v1::InferRequest req = make_request("timed", x, DType::kBF16, 64, DType::kBF16);
+  auto check = [](const v1::InferResponse& r) {
+    const v1::Timings& t = r.metadata().timings();
+    SCOPED_TRACE(r.metadata().kernel() + ": " + t.ShortDebugString());
+    EXPECT_GT(t.gemm_us(), 0);
+    EXPECT_GE(t.quantize_us(), 0);
+    EXPECT_GE(t.queue_us(), 0);
+    EXPECT_GE(t.copy_us(), 0);
+    EXPECT_GE(t.total_us(), t.queue_us() + t.quantize_us() + t.gemm_us() + t.copy_us());
+  };
+  auto r = client_->infer(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  check(*r);
+  auto stream = client_->open_stream();
+  ASSERT_TRUE(stream->write(req));
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  ASSERT_EQ(resp.status_code(), 0) << resp.status_message();
+  check(resp);
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
 }
 
 // A server started with a layer manifest (--layer-manifest) holds its layers when it listens, as
