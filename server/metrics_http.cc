@@ -6,10 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
@@ -17,30 +19,18 @@
 namespace qlinear {
 namespace {
 
-// How long an answer may take to send, in all. SO_SNDTIMEO bounds each send() alone, so a client
-// that reads a few bytes now and then would otherwise hold this thread, and /healthz behind it, for
-// as long as a large /metrics body takes it.
+// How long a client may take to send its request head, and to take the answer: past either it is
+// dropped (a head cut short is answered as it stands).
+constexpr std::chrono::seconds kReadLimit{2};
 constexpr std::chrono::seconds kWriteLimit{5};
+// The most clients served at once; more wait in the listen backlog.
+constexpr size_t kMaxClients = 64;
+// The longest request head read; only its request line matters.
+constexpr size_t kMaxHeadBytes = 8192;
 
-// Whether fd is ready for `events` (POLLIN, POLLOUT) before `end`.
-bool ready_by(int fd, short events, std::chrono::steady_clock::time_point end) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-  pollfd p{fd, events, 0};
-  return left.count() > 0 && ::poll(&p, 1, static_cast<int>(left.count())) > 0;
-}
-
-// Sends data by the deadline; false where it could not (the client is then dropped).
-bool write_all(int fd, const std::string& data, std::chrono::steady_clock::time_point end) {
-  size_t off = 0;
-  while (off < data.size()) {
-    if (!ready_by(fd, POLLOUT, end)) return false;
-    const ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
+bool head_complete(const std::string& head) {
+  return head.size() >= kMaxHeadBytes || head.find("\r\n\r\n") != std::string::npos ||
+         head.find("\n\n") != std::string::npos;
 }
 
 }  // namespace
@@ -92,31 +82,78 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 void MetricsHttpServer::serve() {
+  // One thread serves every client at once, each with a deadline of its own, so that a client that
+  // sends nothing, trickles its request or reads its answer a few bytes at a time holds up no one
+  // else (a /healthz probe behind three silent connections waited 2 s for each).
+  using Clock = std::chrono::steady_clock;
+  struct Client {
+    int fd;
+    std::string in, out;
+    size_t sent = 0;
+    bool writing = false;
+    Clock::time_point end;
+  };
+  std::vector<Client> clients;
+  std::vector<pollfd> fds;
+  auto respond = [this](Client& c) {
+    c.out = response_to(c.in);
+    c.writing = true;
+    c.end = Clock::now() + kWriteLimit;
+  };
   while (!stop_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;  // wake up regularly to notice stop_
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // A slow or silent client cannot hold the thread: the request head is read within 2 s and
-    // the answer sent within kWriteLimit, however the client trickles or reads.
-    answer(fd);
-    ::close(fd);
+    fds.clear();
+    fds.push_back({listen_fd_, static_cast<short>(clients.size() < kMaxClients ? POLLIN : 0), 0});
+    // Wake up regularly to notice stop_, and at the nearest deadline.
+    auto now = Clock::now();
+    auto wake = now + std::chrono::milliseconds(200);
+    for (const Client& c : clients) {
+      fds.push_back({c.fd, static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+      wake = std::min(wake, c.end);
+    }
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(0, wait))) < 0) continue;
+    now = Clock::now();
+    for (size_t i = 0; i < clients.size(); ++i) {
+      Client& c = clients[i];
+      if (fds[i + 1].revents == 0) continue;
+      if (!c.writing) {
+        char buf[1024];
+        const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) c.in.append(buf, static_cast<size_t>(n));
+        const bool retry = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+        if (n == 0 || (n < 0 && !retry) || head_complete(c.in)) respond(c);
+      } else {
+        const ssize_t n =
+            ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          c.sent += static_cast<size_t>(n);
+        } else if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+          c.end = now;  // the client went away
+        }
+      }
+    }
+    // A head not complete by its deadline is answered as it stands; an answer not taken by its
+    // deadline, or taken whole, ends the connection.
+    for (size_t i = 0; i < clients.size();) {
+      Client& c = clients[i];
+      if (!c.writing && now >= c.end) respond(c);
+      if (c.writing && (c.sent == c.out.size() || now >= c.end)) {
+        ::close(c.fd);
+        clients[i] = std::move(clients.back());
+        clients.pop_back();
+        continue;
+      }
+      ++i;
+    }
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) clients.push_back(Client{fd, {}, {}, 0, false, now + kReadLimit});
+    }
   }
+  for (const Client& c : clients) ::close(c.fd);
 }
 
-void MetricsHttpServer::answer(int fd) {
-  // Read the request head (up to 8 KiB) within 2 s in all, however the client trickles it in (a
-  // client that held this thread would hold up /healthz); only the request line matters.
-  std::string head;
-  char buf[1024];
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos &&
-         head.find("\n\n") == std::string::npos) {
-    if (!ready_by(fd, POLLIN, end)) break;
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    head.append(buf, static_cast<size_t>(n));
-  }
+std::string MetricsHttpServer::response_to(const std::string& head) const {
   const size_t eol = head.find_first_of("\r\n");
   const std::string line = head.substr(0, eol);
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
@@ -146,10 +183,8 @@ void MetricsHttpServer::answer(int fd) {
     type = "text/plain";
     body = "only GET is supported\n";
   }
-  write_all(fd,
-            absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type, "\r\nContent-Length: ",
-                         body.size(), "\r\nConnection: close\r\n\r\n", body),
-            std::chrono::steady_clock::now() + kWriteLimit);
+  return absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
 
 }  // namespace qlinear

@@ -4,7 +4,9 @@
 // answered while streams hold every one of them, and readiness where probes cannot speak gRPC over
 // TLS.
 //
-// A deliberately small HTTP/1.0 responder on one thread: scrapes are rare and tiny, and
+// A deliberately small HTTP/1.0 responder on one thread, which serves up to 64 clients at once
+// (each with 2 s to send its request head and 5 s to take the answer): scrapes are rare and tiny,
+// and
 // prometheus-cpp's civetweb exposer starts its threads with a fixed 100 KiB stack, which is less
 // than the static TLS of a process that links cuBLASLt, so its threads fail to start there.
 #pragma once
@@ -36,7 +38,8 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer() = default;
   void serve();
-  void answer(int fd);
+  // The whole HTTP answer to a request head.
+  std::string response_to(const std::string& head) const;
 
   std::shared_ptr<prometheus::Registry> registry_;
   Check liveness_;

@@ -1060,6 +1060,36 @@ TEST_F(ServerTest, ASlowMetricsClientDoesNotHoldUpLiveness) {
   EXPECT_LT(took_s, 4.0) << "the trickling client held the thread";
 }
 
+// Clients that connect to the metrics port and send nothing hold up no one: /healthz is answered
+// at once beside three of them (it waited 2 s behind each), and each is answered as it stands
+// (405: it asked for nothing) and dropped after its own 2 s.
+TEST_F(ServerTest, SilentMetricsClientsDoNotHoldUpLiveness) {
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    silent.push_back(connect_loopback(server_->metrics_port()));
+    ASSERT_GE(silent.back(), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string live = http_get(server_->metrics_port(), "/healthz");
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  EXPECT_LT(took_s, 1.0) << "/healthz waited behind the silent clients";
+  for (int fd : silent) {
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::string answer;
+    char buf[1024];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, static_cast<size_t>(n));
+    close(fd);
+    EXPECT_NE(answer.find("405 Method Not Allowed"), std::string::npos) << answer;
+  }
+  const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(all_s, 5.0) << "the silent clients were not dropped at their own deadlines";
+}
+
 // /readyz follows the gRPC health status: 200 while serving, 503 once the server stops serving
 // (the delay before a drain), while /healthz stays 200.
 TEST_F(ServerTest, ReadinessOnTheMetricsPortFollowsTheHealthStatus) {
