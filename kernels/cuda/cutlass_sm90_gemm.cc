@@ -1300,12 +1300,7 @@ class CutlassSm90Kernel final : public Kernel {
           "not compiled in (the build found no CUTLASS 3.x headers or did not target sm_90a)");
     }
     RETURN_IF_ERROR(cuda_device_usable(host));
-    const GpuInfo& g = host.gpus[0];
-    if (g.cc_major != 9 || g.cc_minor != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "needs compute capability 9.0 (sm_90a wgmma), device is sm_", g.cc_major, g.cc_minor));
-    }
-    return absl::OkStatus();
+    return cutlass_sm90_device_gate(host.gpus[0]);
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
     RETURN_IF_ERROR(
@@ -1345,6 +1340,14 @@ class CutlassSm90Kernel final : public Kernel {
 };
 
 }  // namespace
+
+absl::Status cutlass_sm90_device_gate(const GpuInfo& g) {
+  if (g.cc_major != 9 || g.cc_minor != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "needs compute capability 9.0 (sm_90a wgmma), device is sm_", g.cc_major, g.cc_minor));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Kernel> make_cutlass_sm90_kernel() { return std::make_unique<CutlassSm90Kernel>(); }
 

@@ -51,6 +51,11 @@ inline constexpr char kCutlassSm90KernelName[] = "cuda.cutlass_sm90";
 // is_supported says so. The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
 std::unique_ptr<Kernel> make_cutlass_sm90_kernel();
 
+// The kernel's own gate on the device, after the build's architecture check (which, in a build
+// for "native" or "all" architectures, lets any device through): compute capability 9.0 only, as
+// wgmma is sm_90a's (a Blackwell device, sm_100, is refused).
+absl::Status cutlass_sm90_device_gate(const GpuInfo& gpu);
+
 // Whether this binary holds the CUTLASS kernels.
 bool cutlass_sm90_compiled_in();
 

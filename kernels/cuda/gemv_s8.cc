@@ -145,14 +145,7 @@ class GemvS8Kernel final : public Kernel {
   absl::string_view name() const override { return kGemvS8KernelName; }
   absl::Status is_supported(const HostInfo& host) const override {
     RETURN_IF_ERROR(cuda_device_usable(host));
-    const GpuInfo& g = host.gpus[0];
-    if (g.cc_major < 9) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("needs compute capability 9.0 or newer (thread block clusters), device is "
-                       "sm_",
-                       g.cc_major, g.cc_minor));
-    }
-    return absl::OkStatus();
+    return gemv_s8_device_gate(host.gpus[0]);
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
     RETURN_IF_ERROR(check_rows_of_16_bytes(config, "16-byte weight loads", "16-row mma tiles"));
@@ -192,6 +185,15 @@ class GemvS8Kernel final : public Kernel {
 };
 
 }  // namespace
+
+absl::Status gemv_s8_device_gate(const GpuInfo& g) {
+  if (g.cc_major < 9) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("needs compute capability 9.0 or newer (thread block clusters), device is sm_",
+                     g.cc_major, g.cc_minor));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Kernel> make_gemv_s8_kernel() { return std::make_unique<GemvS8Kernel>(); }
 

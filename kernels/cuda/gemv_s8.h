@@ -45,4 +45,8 @@ inline constexpr char kGemvS8KernelName[] = "cuda.gemv_s8";
 // The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
 std::unique_ptr<Kernel> make_gemv_s8_kernel();
 
+// The kernel's own gate on the device, after the build's architecture check: compute capability
+// 9.0 or newer (thread block clusters).
+absl::Status gemv_s8_device_gate(const GpuInfo& gpu);
+
 }  // namespace qlinear::gpu

@@ -384,14 +384,7 @@ class StreamS8Kernel final : public Kernel {
   absl::string_view name() const override { return kStreamS8KernelName; }
   absl::Status is_supported(const HostInfo& host) const override {
     RETURN_IF_ERROR(cuda_device_usable(host));
-    const GpuInfo& g = host.gpus[0];
-    if (g.cc_major < 9) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("needs compute capability 9.0 or newer (bulk copies, programmatic "
-                       "launches), device is sm_",
-                       g.cc_major, g.cc_minor));
-    }
-    return absl::OkStatus();
+    return stream_s8_device_gate(host.gpus[0]);
   }
   absl::Status can_implement(const LayerConfig& config, const ProblemShape& shape) const override {
     RETURN_IF_ERROR(check_rows_of_16_bytes(config, "16-byte bulk copies", "16-row mma tiles"));
@@ -445,6 +438,16 @@ class StreamS8Kernel final : public Kernel {
 };
 
 }  // namespace
+
+absl::Status stream_s8_device_gate(const GpuInfo& g) {
+  if (g.cc_major < 9) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("needs compute capability 9.0 or newer (bulk copies, programmatic launches), "
+                     "device is sm_",
+                     g.cc_major, g.cc_minor));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<Kernel> make_stream_s8_kernel() { return std::make_unique<StreamS8Kernel>(); }
 

@@ -62,4 +62,8 @@ inline constexpr char kStreamS8KernelName[] = "cuda.stream_s8";
 // The prepared object is a gpu::CudaPreparedKernel (cuda_context.h).
 std::unique_ptr<Kernel> make_stream_s8_kernel();
 
+// The kernel's own gate on the device, after the build's architecture check: compute capability
+// 9.0 or newer (bulk copies, programmatic launches).
+absl::Status stream_s8_device_gate(const GpuInfo& gpu);
+
 }  // namespace qlinear::gpu

@@ -8,7 +8,10 @@
 #include "kernels/core/device_fault.h"
 #include "kernels/core/host_info.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cutlass_sm90_gemm.h"
+#include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/mapped_copy.h"
+#include "kernels/cuda/stream_s8.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace qlinear::gpu {
@@ -84,6 +87,34 @@ TEST(CudaArch, MachineCodeRunsOnItsMajorVersionAndArchSpecificOnlyOnItsOwn) {
   EXPECT_TRUE(check_cuda_arch("80-real", 8, 9).ok());
   EXPECT_FALSE(check_cuda_arch("80-real", 9, 0).ok());
   EXPECT_FALSE(check_cuda_arch("89-real", 8, 0).ok());
+}
+
+// A build for "native" or "all" architectures lets any device past the build's check: each
+// kernel's own gate then decides. The sm_90a kernel takes compute capability 9.0 only (a Blackwell
+// device, sm_100, has no wgmma); the small-M kernels take 9.0 and newer.
+TEST(CudaArch, CMakesOwnListsPassEveryDeviceToTheKernelsOwnGates) {
+  EXPECT_TRUE(check_cuda_arch("native", 10, 0).ok());
+  EXPECT_TRUE(check_cuda_arch("all", 8, 0).ok());
+  auto gpu = [](int major, int minor) {
+    return GpuInfo{0, "Fake", major, minor, int64_t{80} << 30, 132};
+  };
+  EXPECT_TRUE(cutlass_sm90_device_gate(gpu(9, 0)).ok());
+  EXPECT_EQ(cutlass_sm90_device_gate(gpu(10, 0)).message(),
+            "needs compute capability 9.0 (sm_90a wgmma), device is sm_100");
+  EXPECT_EQ(cutlass_sm90_device_gate(gpu(9, 1)).message(),
+            "needs compute capability 9.0 (sm_90a wgmma), device is sm_91");
+  EXPECT_EQ(cutlass_sm90_device_gate(gpu(8, 9)).message(),
+            "needs compute capability 9.0 (sm_90a wgmma), device is sm_89");
+  for (const auto& gate : {gemv_s8_device_gate, stream_s8_device_gate}) {
+    EXPECT_TRUE(gate(gpu(9, 0)).ok());
+    EXPECT_TRUE(gate(gpu(10, 0)).ok());
+    EXPECT_EQ(gate(gpu(8, 0)).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(gemv_s8_device_gate(gpu(8, 0)).message(),
+            "needs compute capability 9.0 or newer (thread block clusters), device is sm_80");
+  EXPECT_EQ(stream_s8_device_gate(gpu(8, 6)).message(),
+            "needs compute capability 9.0 or newer (bulk copies, programmatic launches), device "
+            "is sm_86");
 }
 
 TEST(CudaArch, PtxIsCompiledByTheDriverForNewerDevices) {

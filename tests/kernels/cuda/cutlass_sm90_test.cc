@@ -1199,14 +1199,13 @@ TEST(CutlassSm90Kernel, SaysWhetherItIsCompiledIn) {
   h.gpus.push_back(GpuInfo{0, "Fake H100", 9, 0, int64_t{80} << 30, 132});
   const absl::Status s = k->is_supported(h);
   if (cutlass_sm90_compiled_in()) {
-    // Compiled in: the remaining reasons are the device's (the fake one has no sm_90a code
-    // problem, so only the arch gate of this build may speak).
-    EXPECT_FALSE(absl::StrContains(s.message(), "not compiled in")) << s.message();
+    // Compiled in: a build whose architectures run on sm_90 takes the fake H100.
+    EXPECT_EQ(s.ok(), check_cuda_arch(compiled_cuda_archs(), 9, 0).ok()) << s.message();
   } else {
     EXPECT_TRUE(absl::StartsWith(s.message(), "not compiled in")) << s.message();
   }
   h.gpus[0].cc_major = 10;
-  EXPECT_FALSE(k->is_supported(h).ok());
+  EXPECT_EQ(k->is_supported(h).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CutlassSm90Kernel, DeclinesUnalignedShapes) {
