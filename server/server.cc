@@ -20,6 +20,23 @@
 namespace qlinear {
 namespace {
 
+// An address as given ("0.0.0.0", "::", "[::1]", "localhost") without the brackets of an IPv6
+// literal, as the metrics socket resolves it.
+std::string bare_host(const std::string& address) {
+  if (address.size() >= 2 && address.front() == '[' && address.back() == ']') {
+    return address.substr(1, address.size() - 2);
+  }
+  return address;
+}
+
+// "host:port" as gRPC listens on it, and as logs and errors name it: an IPv6 literal in brackets
+// ("[::]:50051"; "::" and a port joined bare would be ":::50051", which gRPC cannot split).
+std::string host_port(const std::string& address, int port) {
+  const std::string host = bare_host(address);
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]:", port)
+                                             : absl::StrCat(host, ":", port);
+}
+
 // The manifest at o.layer_manifest, checked before any layer loads: its JSON, every entry, and
 // that each tensor it names is there (so that a mistake in the last entry is not found after the
 // others have loaded).
@@ -141,9 +158,10 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
       }
       return "";
     };
-    ASSIGN_OR_RETURN(s->metrics_http_,
-                     MetricsHttpServer::start(o.address, o.metrics_port, s->metrics_->registry(),
-                                              std::move(liveness), std::move(readiness)));
+    ASSIGN_OR_RETURN(
+        s->metrics_http_,
+        MetricsHttpServer::start(bare_host(o.address), o.metrics_port, s->metrics_->registry(),
+                                 std::move(liveness), std::move(readiness)));
     s->metrics_port_ = s->metrics_http_->port();
   }
   s->service_ = std::make_unique<QLinearService>(s->engine_.get(), o.enable_echo,
@@ -210,8 +228,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(o.address, ":", o.port), credentials.credentials,
-                           &s->port_);
+  builder.AddListeningPort(host_port(o.address, o.port), credentials.credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
   builder.SetMaxSendMessageSize(o.max_message_mb << 20);
@@ -231,8 +248,8 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   builder.SetResourceQuota(quota);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", o.address, ":", o.port, " (address in use?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host_port(o.address, o.port),
+                                               " (address in use, or not one of this host's?)"));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
   s->readiness_ = Readiness::kServing;
@@ -257,10 +274,11 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     self->server_->GetHealthCheckService()->SetServingStatus(false);
   });
   if (!o.quiet) {
-    log_info(absl::StrCat("listening on ", o.address, ":", s->port_, " (", credentials.summary, ")",
-                          s->metrics_port_ > 0 ? absl::StrCat("; metrics on http://", o.address,
-                                                              ":", s->metrics_port_, "/metrics")
-                                               : ""));
+    log_info(absl::StrCat(
+        "listening on ", host_port(o.address, s->port_), " (", credentials.summary, ")",
+        s->metrics_port_ > 0 ? absl::StrCat("; metrics on http://",
+                                            host_port(o.address, s->metrics_port_), "/metrics")
+                             : ""));
   }
   return s;
 }

@@ -1198,6 +1198,52 @@ TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
   EXPECT_LT(received.load(), 5 << 20) << "the slow reader was sent the whole body";
 }
 
+// An IPv6 address, bare or in brackets, serves gRPC and the metrics port (":::50051" could not be
+// split by gRPC, and the metrics socket could not resolve "[::1]").
+TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {
+  {
+    const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    const bool ipv6 = probe >= 0 && bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    if (probe >= 0) close(probe);
+    if (!ipv6) GTEST_SKIP() << "this host has no IPv6 loopback";
+  }
+  for (const std::string address : {"::1", "[::1]"}) {
+    SCOPED_TRACE(address);
+    ServerOptions o;
+    o.address = address;
+    o.port = 0;
+    o.quiet = true;
+    o.demo_n = 48;
+    o.demo_k = 64;
+    o.metrics_port = testing::free_port();
+    auto server = QLinearServer::start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    Client client("[::1]:" + std::to_string((*server)->port()));
+    auto health = client.health();
+    ASSERT_TRUE(health.ok()) << health.status();
+    EXPECT_TRUE(*health);
+    const int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    sockaddr_in6 m{};
+    m.sin6_family = AF_INET6;
+    m.sin6_addr = in6addr_loopback;
+    m.sin6_port = htons((*server)->metrics_port());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&m), sizeof(m)), 0) << std::strerror(errno);
+    timeval tv{20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const std::string req = "GET /healthz HTTP/1.0\r\n\r\n";
+    ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    std::string answer;
+    char buf[1024];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, static_cast<size_t>(n));
+    close(fd);
+    EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+  }
+}
+
 // Inference calls, streams and uploads take at most the server's call slots (with 8 threads, 6):
 // one more is RESOURCE_EXHAUSTED, saying so, while health checks and listings, which found every
 // thread held when streams could take them all, are still answered; a slot freed serves again.
