@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "kernels/cuda/cutlass_sm90_gemm.h"
+#include "kernels/cuda/stream_s8.h"
 #include "kernels/registry.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
@@ -464,6 +466,39 @@ TEST_F(CublasLtTest, RegistryFallsBackToCpuOnUnalignedShapes) {
 }
 
 // --- What runs without a GPU --------------------------------------------------------------
+
+// The fallback chain a shape takes on an H100 (a fake one: selection reads the host's description
+// and the shape only): the small-M and CUTLASS kernels need 16-byte rows, cuBLASLt rows of 4
+// bytes, and a CPU kernel takes the rest; each decline names its reason.
+TEST(CudaSelection, UnalignedShapesFallBackThroughTheChain) {
+  Registry registry;
+  ASSERT_EQ(register_builtin_kernels(&registry), absl::OkStatus());
+  HostInfo h = host_info();
+  h.cuda_compiled = true;
+  h.gpus = {GpuInfo{0, "Fake H100", 9, 0, int64_t{80} << 30, 132}};
+  struct Case {
+    int64_t m, n, k;
+    const char* taker;  // a name, or "cpu." for any CPU kernel
+  };
+  for (const Case& c :
+       {Case{1, 64, 128, kStreamS8KernelName}, Case{256, 64, 128, kCutlassSm90KernelName},
+        Case{1, 64, 104, kCublasLtKernelName}, Case{256, 72, 128, kCublasLtKernelName},
+        Case{1, 64, 102, "cpu."}, Case{1, 50, 128, "cpu."}}) {
+    SCOPED_TRACE(absl::StrCat("M=", c.m, " N=", c.n, " K=", c.k));
+    LayerConfig config;
+    config.n = c.n;
+    config.k = c.k;
+    auto sel = registry.select(h, config, ProblemShape{c.m, c.n, c.k, DType::kBF16, DType::kBF16},
+                               "", c.m, c.m);
+    ASSERT_TRUE(sel.ok()) << sel.status();
+    EXPECT_TRUE(absl::StartsWith(sel->kernel->name(), c.taker)) << sel->kernel->name();
+    for (const CandidateVerdict& v : sel->explanation) {
+      if (!v.selected && absl::StartsWith(v.kernel, "cuda.")) {
+        EXPECT_FALSE(v.reason.empty()) << v.kernel;
+      }
+    }
+  }
+}
 
 TEST(CublasLtKernel, DeclinesShapesItCannotRun) {
   auto k = make_cublaslt_kernel();
