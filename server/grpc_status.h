@@ -28,7 +28,9 @@ inline size_t grpc_message_bytes(char c) {
 // answers carry it in a protobuf string), and saying how long it was.
 inline std::string bounded_status_message(absl::string_view message) {
   size_t sent = 0;
-  for (char c : message) sent += grpc_message_bytes(c);
+  for (size_t i = 0; i < message.size() && sent <= kMaxStatusMessageBytes; ++i) {
+    sent += grpc_message_bytes(message[i]);
+  }
   if (sent <= kMaxStatusMessageBytes) return std::string(message);
   const std::string tail = absl::StrCat("... (", message.size(), " bytes in all)");
   size_t cut = 0;

@@ -23,7 +23,8 @@ namespace {
 // dropped (a head cut short is answered as it stands).
 constexpr std::chrono::seconds kReadLimit{2};
 constexpr std::chrono::seconds kWriteLimit{5};
-// The most clients served at once; more wait in the listen backlog.
+// The most clients served at once: a new one beyond them ends the one nearest its deadline, so
+// that clients holding every place (connected, silent) cannot keep a probe waiting.
 constexpr size_t kMaxClients = 64;
 // The longest request head read; only its request line matters.
 constexpr size_t kMaxHeadBytes = 8192;
@@ -102,7 +103,7 @@ void MetricsHttpServer::serve() {
   };
   while (!stop_.load()) {
     fds.clear();
-    fds.push_back({listen_fd_, static_cast<short>(clients.size() < kMaxClients ? POLLIN : 0), 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
     // Wake up regularly to notice stop_, and at the nearest deadline.
     auto now = Clock::now();
     auto wake = now + std::chrono::milliseconds(200);
@@ -147,6 +148,14 @@ void MetricsHttpServer::serve() {
     }
     if (fds[0].revents & POLLIN) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0 && clients.size() >= kMaxClients) {
+        auto nearest =
+            std::min_element(clients.begin(), clients.end(),
+                             [](const Client& a, const Client& b) { return a.end < b.end; });
+        ::close(nearest->fd);
+        *nearest = std::move(clients.back());
+        clients.pop_back();
+      }
       if (fd >= 0) clients.push_back(Client{fd, {}, {}, 0, false, now + kReadLimit});
     }
   }

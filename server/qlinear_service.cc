@@ -479,11 +479,13 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
   }
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   // A payload over the send limit could not be sent: it is refused before it is allocated.
-  const int64_t most = engine_->options().max_output_bytes - kEchoFramingBytes;
+  const int64_t most =
+      std::min(engine_->options().max_output_bytes - kEchoFramingBytes, int64_t{1} << 30);
   if (request->response_bytes() < 0 || request->response_bytes() > most) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("response_bytes must be in 0..", most,
-                                     " (the message limit less the response's framing), got ",
+                                     " (the message limit less the response's framing, at most "
+                                     "2^30), got ",
                                      request->response_bytes()));
   }
   response->mutable_payload()->assign(static_cast<size_t>(request->response_bytes()), '\0');

@@ -104,6 +104,7 @@ absl::Status BatchQueue::run(const InferInput& in, const CallContext& call, std:
     } else {
       p.queued = true;
       queue_.push_back(&p);
+      ++queue_changes_;
       if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
     }
   }
@@ -134,6 +135,7 @@ absl::Status BatchQueue::wait_queued(Pending* p) {
       const auto it = std::find(queue_.begin(), queue_.end(), p);
       if (it != queue_.end()) {
         queue_.erase(it);
+        ++queue_changes_;
         if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());
         left = true;
       }
@@ -182,38 +184,37 @@ void BatchQueue::worker() {
       // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
       // is already queued or the queue is closing; and never past a queued request's deadline,
       // which is then answered at once. A request may leave the queue meanwhile (wait_queued),
-      // the head too: the head is read again after every wait.
-      Pending* head = queue_.front();
+      // the head too: the head is only ever read as the queue's front, under the lock.
       auto x_row = [this](const Pending* h) {
         return layer_->config().k * static_cast<int64_t>(dtype_size(h->in->x_dtype));
       };
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
-        auto full = [this, &head, &x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto full = [this, &x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          if (closed_ || queue_.empty()) return true;
+          const Pending* head = queue_.front();
           int64_t rows = 0;
           for (Pending* q : queue_) {
             if (compatible(*head, *q)) rows += q->in->m;
           }
-          return closed_ || rows >= options_.max_batch_rows ||
-                 rows * x_row(head) >= kMaxBatchXBytes;
+          return rows >= options_.max_batch_rows || rows * x_row(head) >= kMaxBatchXBytes;
         };
         // Each arrival or departure wakes the wait: it may bring an earlier deadline, or take the
         // head away.
-        size_t seen = queue_.size();
+        uint64_t seen = queue_changes_;
         auto full_or_change = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return queue_.size() != seen || full();
+          return queue_changes_ != seen || full();
         };
         while (!full()) {
-          int64_t end_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
+          int64_t end_ns = queue_.front()->enqueued_ns + options_.max_queue_delay_us * 1000;
           for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call));
           const int64_t left = end_ns - steady_now_ns();
           if (left <= 0) break;
-          seen = queue_.size();
+          seen = queue_changes_;
           mu_.AwaitWithTimeout(absl::Condition(&full_or_change), absl::Nanoseconds(left));
-          if (queue_.empty()) break;
-          head = queue_.front();
         }
         if (queue_.empty()) continue;  // every queued request left while it waited
       }
+      Pending* head = queue_.front();
       // Take the head and every compatible request after it, in order, up to the row budget and
       // kMaxBatchXBytes of x.
       int64_t rows = 0;
@@ -232,6 +233,7 @@ void BatchQueue::worker() {
         }
         rows += q->in->m;
         it = queue_.erase(it);
+        ++queue_changes_;
         if (rows >= options_.max_batch_rows) break;
       }
       if (metrics_ != nullptr) metrics_->queue_depth(layer_.get(), layer_->name(), queue_.size());

@@ -107,6 +107,9 @@ class BatchQueue {
 
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);
+  // Counts every push to and removal from queue_, so that a wait can tell any change (a size can
+  // come back to what it was: one request leaving, another arriving).
+  uint64_t queue_changes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
   // Set and cleared with busy_.

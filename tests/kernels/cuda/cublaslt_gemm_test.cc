@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/stream_s8.h"
 #include "kernels/registry.h"
@@ -471,6 +472,9 @@ TEST_F(CublasLtTest, RegistryFallsBackToCpuOnUnalignedShapes) {
 // and the shape only): the small-M and CUTLASS kernels need 16-byte rows, cuBLASLt rows of 4
 // bytes, and a CPU kernel takes the rest; each decline names its reason.
 TEST(CudaSelection, UnalignedShapesFallBackThroughTheChain) {
+  if (!cutlass_sm90_compiled_in() || !check_cuda_arch(compiled_cuda_archs(), 9, 0).ok()) {
+    GTEST_SKIP() << "this build has no sm_90a CUTLASS kernel";
+  }
   Registry registry;
   ASSERT_EQ(register_builtin_kernels(&registry), absl::OkStatus());
   HostInfo h = host_info();
