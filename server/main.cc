@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   } ranges[] = {
       {port < 0 || port > 65535, "port", port, "0-65535"},
       {metrics_port < 0 || metrics_port > 65535, "metrics-port", metrics_port, "0-65535"},
-      {threads < qlinear::kMinServerThreads || threads > 65536, "threads", threads, "3-65536"},
+      {threads < qlinear::kMinServerThreads || threads > 65536, "threads", threads, "5-65536"},
       {demo_n < 1 || demo_n > qlinear::kMaxDemoN, "demo-n", demo_n, "1-1048576"},
       {demo_k < 1 || demo_k > qlinear::kMaxK, "demo-k", demo_k, "1-131071"},
       {max_message_mb < 1 || max_message_mb > 2047, "max-message-mb", max_message_mb, "1-2047"},

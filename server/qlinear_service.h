@@ -25,10 +25,11 @@ struct CallSlots {
   int threads = 0;    // what the server has, for the message
 };
 
-// The threads kept back at least: gRPC's synchronous server keeps one polling for new calls
-// (a poller that would leave none answers the call it took with its own RESOURCE_EXHAUSTED), and
-// one more runs a health check or a listing.
-inline constexpr int kMinThreadsKept = 2;
+// The threads kept back at least: gRPC's synchronous server keeps up to two polling for new calls
+// (a poller that would leave none answers the call it took with its own RESOURCE_EXHAUSTED, and a
+// thread back from a call polls until it finds two others polling), and the rest run health
+// checks and listings.
+inline constexpr int kMinThreadsKept = 4;
 // The fewest threads a server may have: one call slot, beside the threads kept back.
 inline constexpr int kMinServerThreads = kMinThreadsKept + 1;
 

@@ -23,20 +23,12 @@
 #include "kernels/core/layer.h"
 #include "kernels/core/weights.h"
 #include "kernels/reference/reference_w8a8.h"
+#include "tests/kernels/test_seed.h"
 
 namespace qlinear {
 namespace {
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    if (const char* env = std::getenv("QLINEAR_TEST_SEED"); env != nullptr && *env != '\0') {
-      return static_cast<uint64_t>(std::strtoull(env, nullptr, 0));
-    }
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
+uint64_t base_seed() { return testing::test_seed(); }
 
 std::string seed_trace() {
   return absl::StrCat("QLINEAR_TEST_SEED=", base_seed(), " reproduces this run");

@@ -89,6 +89,17 @@ std::string http_get(int port, const std::string& path) {
   return out;
 }
 
+// A server on a free loopback port, quiet, with a small demo layer.
+ServerOptions loopback_server_options(int64_t demo_n = 48, int64_t demo_k = 64) {
+  ServerOptions o;
+  o.address = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.demo_n = demo_n;
+  o.demo_k = demo_k;
+  return o;
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   static constexpr int64_t kUploadIdleMs = 3000;
@@ -771,12 +782,7 @@ TEST_F(ServerTest, ForcedKernelPerRequestAndLayer) {
 // disabled, with the reason; every bucket of a layer and every unforced request takes the
 // reference; forcing one, per request or per layer, is FAILED_PRECONDITION saying it is disabled.
 TEST(DisabledKernelsTest, DisabledKernelsAreListedNeverChosenAndCannotBeForced) {
-  ServerOptions o;
-  o.address = "127.0.0.1";
-  o.port = 0;
-  o.quiet = true;
-  o.demo_n = 48;
-  o.demo_k = 64;
+  ServerOptions o = loopback_server_options();
   // (Names of GPU kernels are accepted without them compiled in: on a GPU host they go too.)
   for (const std::string& name : kernel_priority_order()) {
     if (name != "cpu.reference") o.disabled_kernels.push_back(name);
@@ -1076,7 +1082,8 @@ TEST_F(ServerTest, SilentMetricsClientsDoNotHoldUpLiveness) {
   const double took_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
-  EXPECT_LT(took_s, 2.5) << "/healthz waited behind the silent clients";
+  // (Served one after another, it waited 2 s behind each: over two minutes.)
+  EXPECT_LT(took_s, 5.0) << "/healthz waited behind the silent clients";
   int answered = 0;
   for (int fd : silent) {
     timeval tv{10, 0};
@@ -1090,7 +1097,7 @@ TEST_F(ServerTest, SilentMetricsClientsDoNotHoldUpLiveness) {
   }
   EXPECT_EQ(answered, 63) << "one silent client makes way for /healthz, the others are answered";
   const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(all_s, 5.0) << "the silent clients were not dropped at their own deadlines";
+  EXPECT_LT(all_s, 15.0) << "the silent clients were not dropped at their own deadlines";
 }
 
 // /readyz follows the gRPC health status: 200 while serving, 503 once the server stops serving
@@ -1215,12 +1222,8 @@ TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {
   }
   for (const std::string address : {"::1", "[::1]"}) {
     SCOPED_TRACE(address);
-    ServerOptions o;
+    ServerOptions o = loopback_server_options();
     o.address = address;
-    o.port = 0;
-    o.quiet = true;
-    o.demo_n = 48;
-    o.demo_k = 64;
     o.metrics_port = testing::free_port();
     auto server = QLinearServer::start(o);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -1247,19 +1250,14 @@ TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {
   }
 }
 
-// Inference calls, streams and uploads take at most the server's call slots (with 8 threads, 6):
+// Inference calls, streams and uploads take at most the server's call slots (with 8 threads, 4):
 // one more is RESOURCE_EXHAUSTED, saying so, while health checks and listings, which found every
 // thread held when streams could take them all, are still answered; a slot freed serves again.
 TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
-  ServerOptions o;
-  o.address = "127.0.0.1";
-  o.port = 0;
-  o.quiet = true;
-  o.demo_n = 48;
-  o.demo_k = 64;
+  ServerOptions o = loopback_server_options();
   o.max_threads = 8;
   const int slots = call_slots_for(o.max_threads).max_calls;
-  ASSERT_EQ(slots, 6);
+  ASSERT_EQ(slots, 4);
   auto server = QLinearServer::start(o);
   ASSERT_TRUE(server.ok()) << server.status();
   Client client("127.0.0.1:" + std::to_string((*server)->port()));
@@ -1275,7 +1273,7 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   }
   const std::string busy = absl::StrCat("server busy: all ", slots,
                                         " slots for inference calls, streams and uploads are taken "
-                                        "(qlinear-server --threads=8 keeps 2 threads for health "
+                                        "(qlinear-server --threads=8 keeps 4 threads for health "
                                         "checks and layer management); retry later");
   {
     auto extra = client.open_stream();
@@ -1317,13 +1315,8 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
 // M = 512, forced: on a CPU layer here, on a GPU layer on a GPU host) keeps /healthz at 200 even
 // under a limit of 1 ms. (BatcherTest covers the GPU side.)
 TEST(LivenessTest, ACpuBatchDoesNotFailLiveness) {
-  ServerOptions o;
-  o.address = "127.0.0.1";
-  o.port = 0;
-  o.quiet = true;
+  ServerOptions o = loopback_server_options(512, 512);
   o.metrics_port = testing::free_port();
-  o.demo_n = 512;
-  o.demo_k = 512;
   o.liveness_batch_timeout = std::chrono::milliseconds(1);
   auto server = QLinearServer::start(o);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -1554,12 +1547,7 @@ class ManifestServerTest : public ::testing::Test {
     return files_.back();
   }
   static ServerOptions options(const std::string& manifest) {
-    ServerOptions o;
-    o.address = "127.0.0.1";
-    o.port = 0;
-    o.quiet = true;
-    o.demo_n = 48;
-    o.demo_k = 64;
+    ServerOptions o = loopback_server_options();
     o.layer_manifest = manifest;
     return o;
   }

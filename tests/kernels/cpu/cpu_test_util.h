@@ -21,20 +21,12 @@
 #include "kernels/core/layer.h"
 #include "kernels/core/weights.h"
 #include "kernels/cpu/cpu_support.h"
+#include "tests/kernels/test_seed.h"
 
 namespace qlinear::cpu::testing {
 
 // The run's base seed: QLINEAR_TEST_SEED if set, else fresh.
-inline uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("QLINEAR_TEST_SEED"); s != nullptr && *s != '\0') {
-      return static_cast<uint64_t>(std::strtoull(s, nullptr, 0));
-    }
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
+inline uint64_t base_seed() { return qlinear::testing::test_seed(); }
 
 // A generator for one test, derived from the base seed and the test's name, with the replay
 // instruction attached to every failure in scope.

@@ -24,20 +24,12 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_host_call.h"
 #include "kernels/reference/reference_w8a8.h"
+#include "tests/kernels/test_seed.h"
 
 namespace qlinear::gpu::testing {
 
 // The run's seed: QLINEAR_TEST_SEED when set (to replay a failure), otherwise fresh.
-inline uint64_t run_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("QLINEAR_TEST_SEED"); s != nullptr && *s != '\0') {
-      return static_cast<uint64_t>(std::strtoull(s, nullptr, 0));
-    }
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
+inline uint64_t run_seed() { return qlinear::testing::test_seed(); }
 
 inline std::string seed_note() {
   return absl::StrCat("random data from QLINEAR_TEST_SEED=", run_seed(), " (set it to replay)");
