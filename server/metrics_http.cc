@@ -51,10 +51,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
   }
-  int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+  int fd =
+      ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (fd < 0 || ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+  if (fd < 0 || ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
     const int err = errno;
     freeaddrinfo(res);
     if (fd >= 0) ::close(fd);
@@ -146,9 +147,12 @@ void MetricsHttpServer::serve() {
       }
       ++i;
     }
-    if (fds[0].revents & POLLIN) {
+    // Every connection waiting is taken now, in order (one a turn would leave the later ones,
+    // a probe among them, waiting behind the earlier ones' turns).
+    for (int taken = 0; (fds[0].revents & POLLIN) != 0 && taken < 256; ++taken) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0 && clients.size() >= kMaxClients) {
+      if (fd < 0) break;  // none left (the listening socket does not block)
+      if (clients.size() >= kMaxClients) {
         auto nearest =
             std::min_element(clients.begin(), clients.end(),
                              [](const Client& a, const Client& b) { return a.end < b.end; });
@@ -156,7 +160,7 @@ void MetricsHttpServer::serve() {
         *nearest = std::move(clients.back());
         clients.pop_back();
       }
-      if (fd >= 0) clients.push_back(Client{fd, {}, {}, 0, false, now + kReadLimit});
+      clients.push_back(Client{fd, {}, {}, 0, false, now + kReadLimit});
     }
   }
   for (const Client& c : clients) ::close(c.fd);

@@ -1072,12 +1072,16 @@ TEST_F(ServerTest, ASlowMetricsClientDoesNotHoldUpLiveness) {
 // after their own 2 s.
 TEST_F(ServerTest, SilentMetricsClientsDoNotHoldUpLiveness) {
   std::vector<int> silent;
+  const auto first = std::chrono::steady_clock::now();
   for (int i = 0; i < 64; ++i) {
     silent.push_back(connect_loopback(server_->metrics_port()));
     ASSERT_GE(silent.back(), 0);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto t0 = std::chrono::steady_clock::now();
+  // Whether every silent client still held its place when /healthz came (their 2 s run from when
+  // the server took them, after `first`).
+  const bool all_waiting = t0 - first < std::chrono::milliseconds(1500);
   const std::string live = http_get(server_->metrics_port(), "/healthz");
   const double took_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1095,7 +1099,11 @@ TEST_F(ServerTest, SilentMetricsClientsDoNotHoldUpLiveness) {
     close(fd);
     if (answer.find("405 Method Not Allowed") != std::string::npos) ++answered;
   }
-  EXPECT_EQ(answered, 63) << "one silent client makes way for /healthz, the others are answered";
+  if (all_waiting) {
+    EXPECT_EQ(answered, 63) << "one silent client makes way for /healthz, the others are answered";
+  } else {
+    EXPECT_GE(answered, 63);
+  }
   const double all_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(all_s, 15.0) << "the silent clients were not dropped at their own deadlines";
 }
