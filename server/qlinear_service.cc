@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/steady_clock.h"
@@ -232,10 +233,10 @@ CallSlots call_slots_for(int threads) {
   return CallSlots{std::max(1, threads - kept), threads};
 }
 
-grpc::Status QLinearService::take_slot(std::optional<SlotGuard>* guard) {
-  if (slots_.max_calls <= 0) return grpc::Status::OK;
-  if (slots_used_.fetch_add(1, std::memory_order_relaxed) >= slots_.max_calls) {
-    slots_used_.fetch_sub(1, std::memory_order_relaxed);
+grpc::Status QLinearService::take_slot() {
+  if (slots_used_.fetch_add(1, std::memory_order_relaxed) >= slots_.max_calls &&
+      slots_.max_calls > 0) {
+    release_slot();
     return grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("server busy: all ", slots_.max_calls,
@@ -244,7 +245,6 @@ grpc::Status QLinearService::take_slot(std::optional<SlotGuard>* guard) {
                      slots_.threads, " keeps ", slots_.threads - slots_.max_calls,
                      " threads for health checks and layer management); retry later"));
   }
-  guard->emplace(&slots_used_);
   return grpc::Status::OK;
 }
 
@@ -252,8 +252,8 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  std::optional<SlotGuard> slot;
-  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
+  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  absl::Cleanup slot = [this] { release_slot(); };
   // Watched until its last message: a client that stops sending is cancelled (it would hold this
   // thread, and after the header the layer's N*K buffer).
   std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
@@ -419,8 +419,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  std::optional<SlotGuard> slot;
-  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
+  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  absl::Cleanup slot = [this] { release_slot(); };
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
@@ -430,8 +430,8 @@ grpc::Status QLinearService::InferStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  std::optional<SlotGuard> slot;
-  if (grpc::Status s = take_slot(&slot); !s.ok()) return s;
+  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  absl::Cleanup slot = [this] { release_slot(); };
   v1::InferRequest request;
   v1::InferResponse response;
   bool first = true;

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <atomic>
-#include <optional>
-#include <utility>
 
 #include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
@@ -74,23 +72,10 @@ class QLinearService final : public v1::QLinear::Service {
   absl::Status infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
                          v1::InferResponse* response);
   grpc::Status unavailable_if_draining() const;
-  // Takes one of the call slots for as long as the returned guard lives; RESOURCE_EXHAUSTED (and
-  // no guard) when all are taken.
-  class SlotGuard {
-   public:
-    explicit SlotGuard(std::atomic<int>* used) : used_(used) {}
-    ~SlotGuard() {
-      if (used_ != nullptr) used_->fetch_sub(1, std::memory_order_relaxed);
-    }
-    SlotGuard(SlotGuard&& o) noexcept : used_(std::exchange(o.used_, nullptr)) {}
-    SlotGuard(const SlotGuard&) = delete;
-    SlotGuard& operator=(const SlotGuard&) = delete;
-    SlotGuard& operator=(SlotGuard&&) = delete;
-
-   private:
-    std::atomic<int>* used_;
-  };
-  grpc::Status take_slot(std::optional<SlotGuard>* guard);
+  // Takes one of the call slots, which release_slot() gives back; RESOURCE_EXHAUSTED (nothing
+  // taken) when all are taken.
+  grpc::Status take_slot();
+  void release_slot() { slots_used_.fetch_sub(1, std::memory_order_relaxed); }
 
   Engine* engine_;
   const bool enable_echo_;
