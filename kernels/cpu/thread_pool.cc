@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 namespace qlinear::cpu {
 namespace {
@@ -71,7 +72,16 @@ int usable_cpus(const std::string& root) {
 ThreadPool::ThreadPool(int threads) {
   // Workers start from generation 0, whenever their threads get to run: one that starts late
   // still sees every job (or the stop) published after this constructor.
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  // A host at its limit of threads gets a narrower pool (the caller alone, at worst) rather than
+  // an exception from a request's first use of the pool.
+  workers_.reserve(std::max(threads - 1, 0));
+  for (int i = 1; i < threads; ++i) {
+    try {
+      workers_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

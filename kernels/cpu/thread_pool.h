@@ -34,7 +34,8 @@ int usable_cpus(const std::string& root = "");
 
 class ThreadPool {
  public:
-  // `threads` counts the caller: threads = 2 starts one worker. threads <= 1 runs inline.
+  // `threads` counts the caller: threads = 2 starts one worker. threads <= 1 runs inline. On a
+  // host at its limit of threads the pool starts what workers it can (threads() tells).
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <system_error>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
@@ -61,8 +62,8 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
       return absl::ResourceExhaustedError(
           absl::StrCat("layer needs ", bytes, " bytes of host memory; only ",
                        std::max<int64_t>(0, avail - allocating_upload_bytes_), " are available",
-                       allocating_upload_bytes_ > 0 ? " beside other uploads" : "",
-                       " (", kAvailableMemorySource, ")"));
+                       allocating_upload_bytes_ > 0 ? " beside other uploads" : "", " (",
+                       kAvailableMemorySource, ")"));
     }
     allocating_upload_bytes_ += bytes;
   }
@@ -182,7 +183,15 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     }
     // (Made here, after the last check but the store's own: the queue's metric series take one
     // of Metrics' layer labels.)
-    served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
+    // A host at its limit of threads (or of memory for a thread's stack) fails the load here,
+    // before the store changes: a layer it would replace stays served.
+    try {
+      served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
+    } catch (const std::system_error& e) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer '", layer->name(), "': its batching thread could not be started (",
+                       e.what(), "); nothing was loaded or replaced"));
+    }
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
     {
       absl::MutexLock watched(&watched_mu_);

@@ -1,8 +1,11 @@
 // Dynamic batching, back-pressure, deadlines and cancellation in the serving core, driven
 // directly through Engine (no transport), plus the metrics those paths record.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -10,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/engine.h"
 #include "tests/server/test_util.h"
+#include "tests/thread_limit.h"
 
 namespace qlinear {
 namespace {
@@ -675,6 +679,49 @@ TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
   set_gate(true);
   for (auto& t : th) t.join();
   EXPECT_EQ(ok.load(), 3);
+}
+
+// A host at its limit of threads: a load whose batching thread cannot start fails with
+// RESOURCE_EXHAUSTED and a clear message, and the layer it would have replaced stays served. Run
+// in a child process that may start no further thread.
+TEST_F(BatcherTest, ALoadWhoseBatchingThreadCannotStartLeavesTheServedLayer) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  start(BatchOptions{});
+  SEED_TRACE();
+  // (A lambda: the statement holds commas, which EXPECT_EXIT would take as its arguments.)
+  const auto give_up_threads_and_replace = [this] {
+    if (const std::string why = testing::forbid_new_threads(); !why.empty()) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      _exit(2);
+    }
+    LoadRequest r;
+    r.name = "b";
+    r.spec = layer_.spec;
+    r.replace = true;
+    const absl::StatusOr<LoadResult> replaced = engine_->load(r, layer_.weights);
+    const std::string message(replaced.status().message());
+    if (replaced.status().code() != absl::StatusCode::kResourceExhausted ||
+        message.find("layer 'b': its batching thread could not be started") != 0 ||
+        message.find("nothing was loaded or replaced") == std::string::npos) {
+      std::fprintf(stderr, "load answered %s\n", replaced.status().ToString().c_str());
+      _exit(1);
+    }
+    // The layer loaded before still answers, on the thread it already had.
+    SplitMix64 rng(test_seed());
+    const std::string x = random_x(rng, 3, 96, DType::kBF16);
+    std::string y;
+    InferOutput out;
+    const absl::Status served =
+        engine_->infer(input_for(x, 3, DType::kBF16, DType::kBF16), CallContext{}, &y, &out);
+    if (!served.ok() || y != reference_y(layer_, x, DType::kBF16, 3, DType::kBF16)) {
+      std::fprintf(stderr, "the served layer answered %s\n", served.ToString().c_str());
+      _exit(1);
+    }
+    std::fprintf(stderr, "load failed as expected: %s\n", message.c_str());
+    _exit(0);
+  };
+  EXPECT_EXIT(give_up_threads_and_replace(), ::testing::ExitedWithCode(0),
+              "load failed as expected: layer 'b': its batching thread");
 }
 
 // The queue-depth gauge goes with the layer the engine serves: a queue's depth shows through the

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/thread_limit.h"
 
 namespace qlinear::cpu {
 namespace {
@@ -28,6 +31,33 @@ TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
     EXPECT_EQ(pool.threads(), std::max(threads, 1));
     for (int64_t tasks : {0, 1, 2, 7, 64, 1000}) expect_each_task_once(pool, tasks);
   }
+}
+
+// A host at its limit of threads: the pool starts the workers it can (none here) and still runs
+// every task, on the caller.
+TEST(ThreadPool, AHostOutOfThreadsGetsANarrowerPool) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto without_threads = [] {
+    if (const std::string why = testing::forbid_new_threads(); !why.empty()) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      _exit(2);
+    }
+    ThreadPool pool(4);
+    if (pool.threads() != 1) {
+      std::fprintf(stderr, "the pool has %d threads\n", pool.threads());
+      _exit(1);
+    }
+    std::vector<int> hits(100, 0);
+    pool.parallel_for(100, [&](int64_t t) { ++hits[t]; });
+    if (std::count(hits.begin(), hits.end(), 1) != 100) {
+      std::fprintf(stderr, "not every task ran once\n");
+      _exit(1);
+    }
+    std::fprintf(stderr, "the pool ran every task on its caller\n");
+    _exit(0);
+  };
+  EXPECT_EXIT(without_threads(), ::testing::ExitedWithCode(0),
+              "the pool ran every task on its caller");
 }
 
 TEST(ThreadPool, ConcurrentAndNestedCallers) {
