@@ -185,18 +185,21 @@ void BatchQueue::worker() {
       // is already queued or the queue is closing; and never past a queued request's deadline,
       // which is then answered at once. A request may leave the queue meanwhile (wait_queued),
       // the head too: the head is only ever read as the queue's front, under the lock.
-      auto x_row = [this](const Pending* h) {
-        return layer_->config().k * static_cast<int64_t>(dtype_size(h->in->x_dtype));
+      // A row's bytes of x and y (a batch's requests share both dtypes).
+      auto row_bytes = [this](const Pending* h) {
+        return layer_->config().k * static_cast<int64_t>(dtype_size(h->in->x_dtype)) +
+               layer_->config().n * static_cast<int64_t>(dtype_size(h->in->y_dtype));
       };
       if (options_.max_queue_delay_us > 0 && options_.max_batch_rows > 1) {
-        auto full = [this, &x_row]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto full = [this, &row_bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           if (closed_ || queue_.empty()) return true;
           const Pending* head = queue_.front();
           int64_t rows = 0;
           for (Pending* q : queue_) {
             if (compatible(*head, *q)) rows += q->in->m;
           }
-          return rows >= options_.max_batch_rows || rows * x_row(head) >= kMaxBatchXBytes;
+          return rows >= options_.max_batch_rows ||
+                 rows * row_bytes(head) >= options_.max_batch_bytes;
         };
         // Each arrival or departure wakes the wait: it may bring an earlier deadline, or take the
         // head away.
@@ -216,13 +219,13 @@ void BatchQueue::worker() {
       }
       Pending* head = queue_.front();
       // Take the head and every compatible request after it, in order, up to the row budget and
-      // kMaxBatchXBytes of x.
+      // max_batch_bytes of x and y.
       int64_t rows = 0;
       for (auto it = queue_.begin(); it != queue_.end();) {
         Pending* q = *it;
         if (!compatible(*head, *q) ||
             (rows > 0 && (rows + q->in->m > options_.max_batch_rows ||
-                          (rows + q->in->m) * x_row(head) > kMaxBatchXBytes))) {
+                          (rows + q->in->m) * row_bytes(head) > options_.max_batch_bytes))) {
           ++it;
           continue;
         }

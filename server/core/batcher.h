@@ -1,10 +1,9 @@
 // Dynamic batching: one queue per served layer, one batch executing at a time. A request that
 // finds the layer idle runs at once on its caller's thread; otherwise callers block in `run`
 // while a worker thread coalesces compatible queued requests (same x dtype, output dtype and forced
-// kernel) into one GEMM of up to `max_batch_rows` rows (and kMaxBatchXBytes of x), then splits the
-// result back. Per-token
-// quantization makes every row independent, so a batched request gets exactly the bits it would get
-// alone.
+// kernel) into one GEMM of up to `max_batch_rows` rows (and `max_batch_bytes` of x and y), then
+// splits the result back. Per-token quantization makes every row independent, so a batched request
+// gets exactly the bits it would get alone.
 //
 // Thread safety: `run` may be called from any number of threads. The queue is bounded: when it
 // holds `max_queue_requests`, `run` fails at once with RESOURCE_EXHAUSTED. Expired or cancelled
@@ -35,15 +34,18 @@ struct InferInput;
 struct InferOutput;
 
 // The largest max_batch_rows and max_queue_delay_us a server or a layer may ask for, and the most
-// bytes of x one batch concatenates (a request of more still runs, alone).
+// bytes of x and y together one batch concatenates by default (a request of more still runs,
+// alone): a wide layer's rows of y, and the kernels' scratch that grows with them, stay bounded
+// however many small requests join.
 inline constexpr int64_t kMaxBatchRows = 65536;
 inline constexpr int64_t kMaxQueueDelayUs = 10'000'000;
-inline constexpr int64_t kMaxBatchXBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxBatchBytes = int64_t{256} << 20;
 
 struct BatchOptions {
-  int64_t max_batch_rows = 256;       // 1 turns batching off
-  int64_t max_queue_delay_us = 0;     // 0: batch only what is already queued
-  int64_t max_queue_requests = 1024;  // per layer
+  int64_t max_batch_rows = 256;              // 1 turns batching off
+  int64_t max_queue_delay_us = 0;            // 0: batch only what is already queued
+  int64_t max_queue_requests = 1024;         // per layer
+  int64_t max_batch_bytes = kMaxBatchBytes;  // of x and y, the requests' rows together
 };
 
 // What the transport knows about a call: its deadline and whether it was cancelled.

@@ -127,6 +127,53 @@ class BatcherTest : public ::testing::Test {
     wait_running(1);
     return held;
   }
+  // Holds a request of one row of `layer` in the kernel, queues requests of ms[i] rows behind it
+  // in that order, then opens the gate. Returns the rows of each call the kernel ran after the
+  // held one; request i's output in (*outs)[i].
+  std::vector<int64_t> run_queued(const std::string& layer, const std::vector<int64_t>& ms,
+                                  std::vector<InferOutput>* outs) {
+    SplitMix64 rng(test_seed() + ms.size());
+    std::vector<int64_t> rows = {1};
+    rows.insert(rows.end(), ms.begin(), ms.end());
+    std::vector<std::string> xs;
+    for (int64_t m : rows) xs.push_back(random_x(rng, m, 96, DType::kBF16));
+    std::vector<InferInput> ins;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ins.push_back(input_for(xs[i], rows[i], DType::kBF16, DType::kBF16));
+      ins.back().layer = layer;
+      ins.back().forced_kernel = "cpu.avx512_vnni";  // the gate, whatever the load ranked first
+    }
+    std::vector<std::string> ys(rows.size());
+    std::vector<InferOutput> all(rows.size());
+    std::vector<absl::Status> statuses(rows.size());
+    {
+      absl::MutexLock lock(&gate_->mu);
+      gate_->batch_rows.clear();
+    }
+    set_gate(false);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      threads.emplace_back(
+          [&, i] { statuses[i] = engine_->infer(ins[i], CallContext{}, &ys[i], &all[i]); });
+      if (i == 0) wait_running(1);
+      while ((*engine_->store().get(layer))->queue->depth() < static_cast<int64_t>(i)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    set_gate(true);
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
+      EXPECT_EQ(ys[i], reference_y(layer_, xs[i], DType::kBF16, rows[i], DType::kBF16)) << i;
+    }
+    outs->assign(all.begin() + 1, all.end());
+    absl::MutexLock lock(&gate_->mu);
+    if (gate_->batch_rows.empty() || gate_->batch_rows.front() != 1) {
+      ADD_FAILURE() << "the held request did not run first in the kernel";
+      return std::vector<int64_t>();
+    }
+    return std::vector<int64_t>(gate_->batch_rows.begin() + 1, gate_->batch_rows.end());
+  }
   int64_t queue_depth() { return (*engine_->store().get("b"))->queue->depth(); }
   // Waits up to 10 s for the layer's queue to hold `n` requests; false if it never did.
   bool queue_reaches(int64_t n) {
@@ -309,54 +356,6 @@ TEST_F(BatcherTest, BatchesStayWithinMaxBatchRows) {
   one.spec = layer_.spec;
   one.max_batch_rows = 1;
   ASSERT_TRUE(engine_->load(one, layer_.weights).ok());
-  SplitMix64 rng(test_seed());
-  // Holds a request of one row of `layer` in the kernel, queues requests of ms[i] rows behind it
-  // in that order, then opens the gate. Returns the rows of each call the kernel ran after the
-  // held one; request i's output in (*outs)[i].
-  auto run_queued = [&](const std::string& layer, const std::vector<int64_t>& ms,
-                        std::vector<InferOutput>* outs) {
-    std::vector<int64_t> rows = {1};
-    rows.insert(rows.end(), ms.begin(), ms.end());
-    std::vector<std::string> xs;
-    for (int64_t m : rows) xs.push_back(random_x(rng, m, 96, DType::kBF16));
-    std::vector<InferInput> ins;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      ins.push_back(input_for(xs[i], rows[i], DType::kBF16, DType::kBF16));
-      ins.back().layer = layer;
-      ins.back().forced_kernel = "cpu.avx512_vnni";  // the gate, whatever the load ranked first
-    }
-    std::vector<std::string> ys(rows.size());
-    std::vector<InferOutput> all(rows.size());
-    std::vector<absl::Status> statuses(rows.size());
-    {
-      absl::MutexLock lock(&gate_->mu);
-      gate_->batch_rows.clear();
-    }
-    set_gate(false);
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      threads.emplace_back(
-          [&, i] { statuses[i] = engine_->infer(ins[i], CallContext{}, &ys[i], &all[i]); });
-      if (i == 0) wait_running(1);
-      while ((*engine_->store().get(layer))->queue->depth() < static_cast<int64_t>(i)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
-    set_gate(true);
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < rows.size(); ++i) {
-      EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
-      EXPECT_EQ(ys[i], reference_y(layer_, xs[i], DType::kBF16, rows[i], DType::kBF16)) << i;
-    }
-    outs->assign(all.begin() + 1, all.end());
-    absl::MutexLock lock(&gate_->mu);
-    if (gate_->batch_rows.empty() || gate_->batch_rows.front() != 1) {
-      ADD_FAILURE() << "the held request did not run first in the kernel";
-      return std::vector<int64_t>();
-    }
-    return std::vector<int64_t>(gate_->batch_rows.begin() + 1, gate_->batch_rows.end());
-  };
-
   // 3 + 4 + 1 (the 2 would make 9), 2 + 5 (the 3 would make 10), 3 + 2, then the 6 alone.
   const std::vector<int64_t> ms = {3, 4, 2, 1, 5, 3, 2, 6};
   const std::vector<int> batch_of = {0, 0, 1, 0, 1, 2, 2, 3};
@@ -385,6 +384,23 @@ TEST_F(BatcherTest, BatchesStayWithinMaxBatchRows) {
     EXPECT_EQ(outs[i].batch_requests, 1) << i;
     EXPECT_EQ(outs[i].batch_rows, alone[i]) << i;
   }
+}
+
+// Batches also stay within max_batch_bytes of x and y together (a layer's rows of 96 bf16 values
+// in and 40 out: 272 bytes; five fit here), taking what fits in queue order; a request over the
+// budget runs alone.
+TEST_F(BatcherTest, BatchesStayWithinMaxBatchBytes) {
+  SEED_TRACE();
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  b.max_batch_bytes = 5 * (96 + 40) * 2 + 100;
+  start(b, /*gated=*/true);
+  // 3 + 2 (the 4 would make 9 rows, the 1 then 6), 4 + 1, then the 6 alone.
+  std::vector<InferOutput> outs;
+  EXPECT_EQ(run_queued("b", {3, 2, 4, 1, 6}, &outs), (std::vector<int64_t>{5, 5, 6}));
+  const std::vector<int64_t> batch_rows = {5, 5, 5, 5, 6};
+  ASSERT_EQ(outs.size(), batch_rows.size());
+  for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(outs[i].batch_rows, batch_rows[i]) << i;
 }
 
 TEST_F(BatcherTest, QueueFullIsResourceExhausted) {
