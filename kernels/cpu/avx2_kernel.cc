@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/cpu_support.h"
@@ -77,6 +78,7 @@ class Avx2Prepared final : public MeasuredCpuKernel {
 
     // Per-thread scratch: x16 [M, ldx] int16, sa [M], azp [M].
     thread_local ScratchBuffer scratch;
+    absl::Cleanup trim = [] { scratch.release_if_larger(kKeepScratchBytes); };
     const size_t x16_bytes = static_cast<size_t>(round_up(2 * m * ldx_, 64));
     uint8_t* buf = scratch.get(x16_bytes + static_cast<size_t>(8 * m));
     if (buf == nullptr) {
@@ -115,7 +117,6 @@ class Avx2Prepared final : public MeasuredCpuKernel {
     const int64_t t2 = now_ns();
 
     finish_call(c, args, sa, azp, t0, t1, t2, timings);
-    scratch.release_if_larger(kKeepScratchBytes);
     return absl::OkStatus();
   }
 

@@ -1,5 +1,6 @@
 #include "kernels/cpu/avx512_vnni_kernel.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/cpu_support.h"
@@ -84,6 +85,7 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
 
     // Per-thread scratch: xu [M, ldx], sa [M], azp [M].
     thread_local ScratchBuffer scratch;
+    absl::Cleanup trim = [] { scratch.release_if_larger(kKeepScratchBytes); };
     const size_t xu_bytes = static_cast<size_t>(round_up(m * ldx_, 64));
     uint8_t* buf = scratch.get(xu_bytes + static_cast<size_t>(8 * m));
     if (buf == nullptr) {
@@ -130,7 +132,6 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     const int64_t t2 = now_ns();
 
     finish_call(c, args, sa, azp, t0, t1, t2, timings);
-    scratch.release_if_larger(kKeepScratchBytes);
     return absl::OkStatus();
   }
 

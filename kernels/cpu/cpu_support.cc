@@ -47,15 +47,35 @@ std::unique_ptr<uint8_t[], FreeDeleter> allocate_buffer(size_t bytes, size_t ali
   return std::unique_ptr<uint8_t[], FreeDeleter>(static_cast<uint8_t*>(p));
 }
 
+namespace {
+// What this thread's ScratchBuffers hold (each buffer is used by one thread only).
+thread_local size_t t_scratch_bytes = 0;
+}  // namespace
+
+ScratchBuffer::~ScratchBuffer() { t_scratch_bytes -= size_; }
+
 uint8_t* ScratchBuffer::get(size_t bytes) {
   if (bytes > size_ || data_ == nullptr) {
     // Grow geometrically so that a slowly rising M does not reallocate every call.
     const size_t want = bytes > 2 * size_ ? bytes : 2 * size_;
+    data_.reset();
+    t_scratch_bytes -= size_;
     data_ = allocate_buffer(want);
     size_ = data_ == nullptr ? 0 : want;
+    t_scratch_bytes += size_;
   }
   return data_.get();
 }
+
+void ScratchBuffer::release_if_larger(size_t bytes) {
+  if (size_ > bytes) {
+    data_.reset();
+    t_scratch_bytes -= size_;
+    size_ = 0;
+  }
+}
+
+size_t thread_scratch_bytes_for_testing() { return t_scratch_bytes; }
 
 absl::Status avx512_vnni_isa_status(const HostInfo& host) {
 #if !QLINEAR_HAVE_AVX512_VNNI

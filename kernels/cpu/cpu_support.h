@@ -35,17 +35,17 @@ std::unique_ptr<uint8_t[], FreeDeleter> allocate_buffer(size_t bytes, size_t ali
 // A buffer that grows on demand and is reused across calls by one thread (per-call scratch).
 class ScratchBuffer {
  public:
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer();
   // Returns at least `bytes` bytes aligned to 64, or null when memory is exhausted. Invalidates
   // earlier pointers.
   uint8_t* get(size_t bytes);
   // Frees the buffer if it holds more than `bytes`, so that one very large call does not pin its
-  // scratch in every thread that served it.
-  void release_if_larger(size_t bytes) {
-    if (size_ > bytes) {
-      data_.reset();
-      size_ = 0;
-    }
-  }
+  // scratch in every thread that served it. A kernel calls it on every way out of a call, failed
+  // ones included (an absl::Cleanup beside the buffer).
+  void release_if_larger(size_t bytes);
 
  private:
   std::unique_ptr<uint8_t[], FreeDeleter> data_;
@@ -158,6 +158,9 @@ inline constexpr int64_t kMeasureAsleepWaitUs = 5000;
 // Whether the process holds the buffer of measure_call_us's emptying pass (for tests): the
 // measurements share it, and it is freed about 2 s after the last one ends.
 bool measurement_buffer_held_for_testing();
+
+// The bytes the calling thread's ScratchBuffers hold now (tests: what a call leaves behind).
+size_t thread_scratch_bytes_for_testing();
 
 // A CPU kernel's prepared state, as autotune measures it (measure_call_us, kMeasureMaxM,
 // kMeasureMargin): each CPU family's PreparedKernel derives from it.

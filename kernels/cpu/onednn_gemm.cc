@@ -18,6 +18,7 @@
 #include <mutex>
 #include <new>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
@@ -134,6 +135,10 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
 
     // Per-thread scratch: xu [M, K] | acc [M, N] | sa [M] | azp [M], and oneDNN's scratchpad.
     thread_local ScratchBuffer scratch, pad;
+    absl::Cleanup trim = [] {
+      scratch.release_if_larger(kKeepScratchBytes);
+      pad.release_if_larger(kKeepScratchBytes);
+    };
     const size_t xu_bytes = static_cast<size_t>((m * c.k + 63) / 64 * 64);
     const size_t acc_bytes = static_cast<size_t>(4 * m * c.n);
     uint8_t* buf = scratch.get(xu_bytes + acc_bytes + static_cast<size_t>(8 * m));
@@ -193,7 +198,6 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
     const int64_t t2 = now_ns();
 
     finish_call(c, args, sa, azp, t0, t1, t2, timings);
-    scratch.release_if_larger(kKeepScratchBytes);
     return absl::OkStatus();
   }
 

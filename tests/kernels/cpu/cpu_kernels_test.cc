@@ -322,6 +322,28 @@ TEST_P(CpuKernelTest, NonFiniteRowsAreRejectedAsTheReferenceDoes) {
   }
 }
 
+// A call that fails (a non-finite row in its last row) gives back its scratch as a good call
+// does: the thread that served a large call keeps at most kKeepScratchBytes of it.
+TEST_P(CpuKernelTest, ALargeCallLeavesNoScratchBehindFailedOrNot) {
+  QL_SEEDED_RNG(rng);
+  // x of 2048 x 33000: 67.6 MB as int8, the kernels' scratch above kKeepScratchBytes (64 MiB).
+  const int64_t m = 2048, k = 33000;
+  auto w = testing::random_layer(
+      rng, {16, k, Scheme::kDynamicAsymmetric, false, ScaleMode::kPerChannel});
+  ASSERT_NE(w, nullptr);
+  auto p = kernel_->prepare(*w);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<uint8_t> x = testing::random_x(rng, m, k, DType::kBF16);
+  const Output good = run_one(**p, x, DType::kBF16, m, w->config.n, DType::kBF16);
+  ASSERT_TRUE(good.status.ok()) << good.status;
+  EXPECT_LE(thread_scratch_bytes_for_testing(), kKeepScratchBytes) << "after a good call";
+  store_from_f32(x.data(), DType::kBF16, (m - 1) * k + rng.range(0, k - 1),
+                 std::numeric_limits<float>::quiet_NaN());
+  const Output bad = run_one(**p, x, DType::kBF16, m, w->config.n, DType::kBF16);
+  ASSERT_EQ(bad.status.code(), absl::StatusCode::kInvalidArgument) << bad.status;
+  EXPECT_LE(thread_scratch_bytes_for_testing(), kKeepScratchBytes) << "after a failed call";
+}
+
 TEST_P(CpuKernelTest, ManyThreadsOnOnePreparedKernel) {
   QL_SEEDED_RNG(rng);
   auto w = testing::random_layer(
