@@ -125,9 +125,9 @@ absl::StatusOr<LoadResult> Engine::load(LoadRequest request, std::vector<int8_t>
   return publish(request, std::move(weights), start);
 }
 
-absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vector<int8_t> weights,
-                                           int64_t start_ns,
-                                           const std::function<bool()>& cancelled) {
+absl::StatusOr<std::shared_ptr<const Layer>> Engine::build_layer(
+    const LoadRequest& request, std::vector<int8_t> weights,
+    const std::function<bool()>& cancelled) {
   ASSIGN_OR_RETURN(std::shared_ptr<const LayerWeights> lw,
                    build_layer_weights(request.spec, std::move(weights)));
   Layer::Options opts;
@@ -161,7 +161,24 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     }
     created = Layer::create(std::move(opts), std::move(lw), registry_, host_);
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, std::move(created));
+  return created;
+}
+
+absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vector<int8_t> weights,
+                                           int64_t start_ns,
+                                           const std::function<bool()>& cancelled) {
+  // Building copies the weights and packs them for each kernel: the host's memory running out
+  // there (an allocation that throws) fails this load alone, before the store changes.
+  absl::StatusOr<std::shared_ptr<const Layer>> built;
+  try {
+    built = build_layer(request, std::move(weights), cancelled);
+  } catch (const std::bad_alloc&) {
+    built = absl::ResourceExhaustedError(
+        absl::StrCat("layer '", request.name,
+                     "': out of host memory while it was being built; nothing was loaded or "
+                     "replaced"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Layer> layer, std::move(built));
   BatchOptions batching = options_.batching;
   if (request.max_batch_rows >= 0)
     batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);
@@ -187,6 +204,11 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
     // before the store changes: a layer it would replace stays served.
     try {
       served->queue = std::make_unique<BatchQueue>(layer, this, batching, metrics_);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer '", layer->name(),
+                       "': out of host memory for its queue; nothing was loaded or "
+                       "replaced"));
     } catch (const std::system_error& e) {
       return absl::ResourceExhaustedError(
           absl::StrCat("layer '", layer->name(), "': its batching thread could not be started (",

@@ -167,6 +167,10 @@ class Engine {
   absl::StatusOr<LoadResult> publish(const LoadRequest& request, std::vector<int8_t> weights,
                                      int64_t start_ns,
                                      const std::function<bool()>& cancelled = nullptr);
+  // publish's first step: the layer's weights and prepared kernels, not yet served.
+  absl::StatusOr<std::shared_ptr<const Layer>> build_layer(const LoadRequest& request,
+                                                           std::vector<int8_t> weights,
+                                                           const std::function<bool()>& cancelled);
 
   const Registry& registry_;
   const HostInfo& host_;

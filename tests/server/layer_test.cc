@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1050,6 +1051,34 @@ TEST_F(LayerTest, AnUploadCancelledBeforePublishingLeavesTheStoreAsItWas) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(), "unknown forced_kernel 'cpu.magic'");
+}
+
+// The host's memory running out while a layer is built (here a kernel's prepare that throws
+// std::bad_alloc on the second load) fails that load with RESOURCE_EXHAUSTED and the reason (it
+// reached the client as UNKNOWN); the layer it would replace stays served, and a later load works.
+TEST_F(LayerTest, ALoadOutOfMemoryWhileBuiltLeavesTheServedLayer) {
+  Fake f{"cpu.reference"};
+  f.prepare_result = [](int before) -> absl::Status {
+    if (before == 1) throw std::bad_alloc();
+    return absl::OkStatus();
+  };
+  add(std::move(f));
+  Engine engine(registry_, host_);
+  LoadRequest req = load_request();
+  const std::vector<int8_t> first(kN * kK, 1), second(kN * kK, 2);
+  ASSERT_TRUE(engine.load(req, first).ok());
+  req.replace = true;
+  const auto failed = engine.load(req, second);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted) << failed.status();
+  EXPECT_EQ(failed.status().message(),
+            "layer 'l': out of host memory while it was being built; nothing was loaded or "
+            "replaced");
+  auto kept = engine.store().get("l");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)->layer->options().weight_sha256, sha256_hex(first.data(), first.size()));
+  const auto replaced = engine.load(req, second);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_TRUE(replaced->replaced);
 }
 
 // A forced kernel that is registered but cannot run the layer (not supported on this host, or
