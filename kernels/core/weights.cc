@@ -45,21 +45,29 @@ absl::Status validate_layer_spec(const LayerSpec& spec) {
   // Weight scale.
   const int64_t count = static_cast<int64_t>(spec.weight_scale.size());
   if (count == 0) return absl::InvalidArgumentError("weight_scale is required");
-  if (!spec.weight_scale_shape.empty() && product(spec.weight_scale_shape) != count) {
-    return absl::InvalidArgumentError(absl::StrCat("weight_scale has ", count, " values but shape ",
-                                                   shape_str(spec.weight_scale_shape), " says ",
-                                                   product(spec.weight_scale_shape)));
-  }
-  for (int64_t d : spec.weight_scale_shape) {
+  // A shape, where given, is [c], [c, 1] or [1, c] (SPEC section 1): its dimensions checked before
+  // they are multiplied, and a 2-D one with no dimension of 1 (a block-wise scale whose count
+  // happens to match) refused rather than read as per-channel.
+  const std::vector<int64_t>& shape = spec.weight_scale_shape;
+  for (int64_t d : shape) {
     if (d <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("weight_scale shape ",
-                                                     shape_str(spec.weight_scale_shape),
-                                                     " has a non-positive dimension"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("weight_scale shape ", shape_str(shape), " has a non-positive dimension"));
     }
   }
-  if (spec.weight_scale_shape.size() > 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight_scale shape ", shape_str(spec.weight_scale_shape), " has more than 2 dimensions"));
+  if (shape.size() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_scale shape ", shape_str(shape), " has more than 2 dimensions"));
+  }
+  if (shape.size() == 2 && shape[0] != 1 && shape[1] != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_scale shape ", shape_str(shape),
+                     " is not one of [c], [c, 1] or [1, c] (c = 1 per tensor, n per channel, or "
+                     "one per logical width)"));
+  }
+  if (!shape.empty() && product(shape) != count) {
+    return absl::InvalidArgumentError(absl::StrCat("weight_scale has ", count, " values but shape ",
+                                                   shape_str(shape), " says ", product(shape)));
   }
   if (!spec.logical_widths.empty()) {
     int64_t sum = 0;

@@ -119,8 +119,18 @@ TEST(ValidateLayerSpec, WeightScaleCount) {
 
 TEST(ValidateLayerSpec, WeightScaleShapeMustMatchCount) {
   LayerSpec s = valid_spec(4);
-  s.weight_scale_shape = {2, 3};  // 6 != 4 values
-  expect_invalid(s, {"weight_scale has 4 values but shape [2, 3] says 6"});
+  s.weight_scale_shape = {1, 3};  // 3 != 4 values
+  expect_invalid(s, {"weight_scale has 4 values but shape [1, 3] says 3"});
+  // Two dimensions neither of which is 1: a block-wise scale, refused even where its count is n
+  // (it would be read as per-channel), and where its product overflows.
+  s.weight_scale_shape = {2, 2};
+  expect_invalid(s, {"weight_scale shape [2, 2] is not one of [c], [c, 1] or [1, c]"});
+  s.weight_scale_shape = {2, 3};
+  expect_invalid(s, {"weight_scale shape [2, 3] is not one of"});
+  s.weight_scale_shape = {7, 0x6DB6DB6DB6DB6DB7};  // 7 times that wraps to 1 in 64 bits
+  s.weight_scale = {1.f};
+  expect_invalid(s, {"is not one of [c], [c, 1] or [1, c]"});
+  s = valid_spec(4);
   s.weight_scale_shape = {4, 1, 1};
   expect_invalid(s, {"[4, 1, 1]", "more than 2 dimensions"});
   s.weight_scale_shape = {-4, -1};
