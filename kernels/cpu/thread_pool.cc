@@ -8,6 +8,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "kernels/core/cgroup.h"
+
 namespace qlinear::cpu {
 namespace {
 
@@ -46,19 +48,33 @@ int quota_cpus(const std::string& quota, const std::string& period) {
   return cpus > 1 << 20 ? 0 : static_cast<int>(cpus);
 }
 
+// The smallest CPU quota set on the process's cgroup or an ancestor, or 0 without one.
 int cgroup_cpus(const std::string& root) {
-  const std::string cg = root + "/sys/fs/cgroup";
-  {
-    std::ifstream in(cg + "/cpu.max");
+  int cpus = 0;
+  auto take = [&cpus](int quota) {
+    if (quota > 0) cpus = cpus == 0 ? quota : std::min(cpus, quota);
+  };
+  bool v2 = false;
+  for (const std::string& d : cgroup_v2_dirs(root)) {
+    std::ifstream in(d + "/cpu.max");
     std::string quota, period;
-    if (in >> quota >> period) return quota_cpus(quota, period);
+    if (in >> quota >> period) {
+      v2 = true;
+      take(quota_cpus(quota, period));
+    }
   }
-  for (const char* dir : {"/cpu", "/cpu,cpuacct"}) {
-    std::ifstream q(cg + dir + "/cpu.cfs_quota_us"), p(cg + dir + "/cpu.cfs_period_us");
-    std::string quota, period;
-    if (q >> quota && p >> period) return quota_cpus(quota, period);
+  // cgroup v1 only where there is no v2 cpu controller: its cpu controller, mounted as "cpu" or
+  // "cpu,cpuacct".
+  if (v2) return cpus;
+  for (const char* mount : {"cpu", "cpu,cpuacct"}) {
+    for (const std::string& d : cgroup_v1_dirs("cpu", root, mount)) {
+      std::ifstream q(d + "/cpu.cfs_quota_us"), p(d + "/cpu.cfs_period_us");
+      std::string quota, period;
+      if (q >> quota && p >> period) take(quota_cpus(quota, period));
+    }
+    if (cpus > 0) return cpus;
   }
-  return 0;
+  return cpus;
 }
 
 }  // namespace

@@ -27,9 +27,11 @@ namespace qlinear::cpu {
 
 // The CPUs this process may use: its affinity mask, and inside a cgroup with a CPU quota (a
 // container or a Kubernetes pod with a CPU limit) no more than the quota rounded up, at least 1.
-// cgroup v2 (cpu.max) and v1 (cpu/cpu.cfs_quota_us over cpu.cfs_period_us) are read; `root`
-// prefixes their paths (tests give a directory laid out as /sys/fs/cgroup is). A pool wider than
-// the quota would spend it on its workers' polling and be throttled.
+// cgroup v2 (cpu.max) and v1 (cpu/cpu.cfs_quota_us over cpu.cfs_period_us) are read, in the
+// process's own cgroup and each of its ancestors (kernels/core/cgroup.h: a systemd service's
+// CPUQuota= is found too), the smallest quota applying; `root` prefixes their paths (tests give a
+// directory laid out as /proc and /sys/fs/cgroup are). A pool wider than the quota would spend it
+// on its workers' polling and be throttled.
 int usable_cpus(const std::string& root = "");
 
 class ThreadPool {

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/core/cgroup.h"
+
 namespace qlinear {
 namespace {
 
@@ -52,13 +54,17 @@ int64_t cgroup_headroom(const std::string& limit_file, const std::string& usage_
 
 int64_t available_memory_bytes(const std::string& root) {
   int64_t avail = read_keyed(root + "/proc/meminfo", "MemAvailable:", 1024);
-  const std::string cg = root + "/sys/fs/cgroup";
-  for (int64_t headroom :
-       {cgroup_headroom(cg + "/memory.max", cg + "/memory.current", cg + "/memory.stat",
-                        "inactive_file"),
-        cgroup_headroom(cg + "/memory/memory.limit_in_bytes", cg + "/memory/memory.usage_in_bytes",
-                        cg + "/memory/memory.stat", "total_inactive_file")}) {
+  auto cap = [&avail](int64_t headroom) {
     if (headroom >= 0) avail = avail < 0 ? headroom : std::min(avail, headroom);
+  };
+  // The process's cgroup and each ancestor: a limit on any of them applies.
+  for (const std::string& d : cgroup_v2_dirs(root)) {
+    cap(cgroup_headroom(d + "/memory.max", d + "/memory.current", d + "/memory.stat",
+                        "inactive_file"));
+  }
+  for (const std::string& d : cgroup_v1_dirs("memory", root)) {
+    cap(cgroup_headroom(d + "/memory.limit_in_bytes", d + "/memory.usage_in_bytes",
+                        d + "/memory.stat", "total_inactive_file"));
   }
   return avail;
 }

@@ -75,6 +75,29 @@ TEST_F(HostMemoryTest, CgroupV1LimitAndAHugeUnsetLimit) {
   EXPECT_EQ(available(), 64 * kGiB);
 }
 
+// A process that sees the whole cgroup tree (a systemd service with MemoryMax=, no cgroup
+// namespace of its own): its own cgroup's limit, and a tighter one on an ancestor, apply; the
+// mount's root, which holds no limit, is not all there is.
+TEST_F(HostMemoryTest, AServicesOwnCgroupAndItsAncestorsLimits) {
+  write("proc/meminfo", "MemAvailable:   67108864 kB\n");
+  write("proc/self/cgroup", "0::/system.slice/qlinear.service\n");
+  write("sys/fs/cgroup/memory.current", std::to_string(40 * kGiB) + "\n");  // the root: no max
+  write("sys/fs/cgroup/system.slice/qlinear.service/memory.max", std::to_string(8 * kGiB) + "\n");
+  write("sys/fs/cgroup/system.slice/qlinear.service/memory.current",
+        std::to_string(5 * kGiB) + "\n");
+  EXPECT_EQ(available(), 3 * kGiB);
+  write("sys/fs/cgroup/system.slice/memory.max", std::to_string(12 * kGiB) + "\n");
+  write("sys/fs/cgroup/system.slice/memory.current", std::to_string(11 * kGiB) + "\n");
+  EXPECT_EQ(available(), kGiB);
+  // cgroup v1: the memory hierarchy's path.
+  write("proc/self/cgroup", "7:memory:/system.slice/qlinear.service\n");
+  write("sys/fs/cgroup/memory/system.slice/qlinear.service/memory.limit_in_bytes",
+        std::to_string(2 * kGiB) + "\n");
+  write("sys/fs/cgroup/memory/system.slice/qlinear.service/memory.usage_in_bytes",
+        std::to_string(kGiB / 2) + "\n");
+  EXPECT_EQ(available(), kGiB + kGiB / 2);
+}
+
 TEST_F(HostMemoryTest, UsageAboveTheLimitLeavesNothingAndACgroupAloneIsEnough) {
   write("sys/fs/cgroup/memory.max", std::to_string(kGiB) + "\n");
   write("sys/fs/cgroup/memory.current", std::to_string(2 * kGiB) + "\n");

@@ -132,6 +132,14 @@ TEST(UsableCpus, FollowsTheCgroupCpuQuota) {
   EXPECT_EQ(usable_cpus(root), all) << "a quota past the CPUs there are";
   write(cg + "/cpu.max", "garbage 100000\n");
   EXPECT_EQ(usable_cpus(root), all);
+  // A systemd service with CPUQuota=150%, seeing the whole tree: its own cgroup's quota.
+  std::filesystem::create_directories(root + "/proc/self");
+  std::filesystem::create_directories(cg + "/system.slice/q.service");
+  write(root + "/proc/self/cgroup", "0::/system.slice/q.service\n");
+  write(cg + "/system.slice/q.service/cpu.max", "150000 100000\n");
+  EXPECT_EQ(usable_cpus(root), std::min(all, 2)) << "the service's 1.5 CPUs";
+  write(cg + "/system.slice/cpu.max", "50000 100000\n");
+  EXPECT_EQ(usable_cpus(root), 1) << "its slice's half CPU";
   std::filesystem::remove_all(root);
 }
 
