@@ -101,7 +101,17 @@ inline std::shared_ptr<const LayerWeights> random_layer(SplitMix64& rng, const L
 }
 
 // Kinds of activation rows; kRandom most of the time, the others reach the corners.
-enum class RowKind { kRandom, kZero, kConstant, kOutlier, kOffset, kTiny, kIntegers, kCount };
+enum class RowKind {
+  kRandom,
+  kZero,
+  kConstant,
+  kOutlier,
+  kOffset,
+  kTiny,
+  kIntegers,
+  kHuge,
+  kCount
+};
 
 // Fills one row of K values (as fp32, before rounding to the wire dtype `dtype`).
 inline void fill_row(SplitMix64& rng, RowKind kind, DType dtype, float* row, int64_t k) {
@@ -137,6 +147,15 @@ inline void fill_row(SplitMix64& rng, RowKind kind, DType dtype, float* row, int
     case RowKind::kIntegers:  // exact under a scale of 1
       for (int64_t i = 0; i < k; ++i) row[i] = static_cast<float>(rng.range(-128, 127));
       break;
+    case RowKind::kHuge: {
+      // Near the dtype's largest value, of both signs: in fp32 and bf16 the asymmetric range
+      // max - min overflows to Inf (numerics.md, "Range past fp32").
+      const float top = dtype == DType::kF16 ? 60000.f : 3.0e38f;
+      for (int64_t i = 0; i < k; ++i) row[i] = top * rng.uniform(-1.f, 1.f);
+      row[0] = top;
+      row[k - 1] = k > 1 ? -top : top;
+      break;
+    }
   }
 }
 
