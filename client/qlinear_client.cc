@@ -1,12 +1,16 @@
 #include "client/qlinear_client.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/pem.h"
 #include "common/sha256.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "kernels/core/status.h"
 
 namespace qlinear {
 
@@ -15,7 +19,24 @@ absl::Status from_grpc_status(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+int64_t max_send_bytes(int64_t max_message_mb) {
+  // (Clamped before the shift: 4096 MiB is past INT_MAX already.)
+  return std::min<int64_t>(std::clamp<int64_t>(max_message_mb, 0, 4096) << 20, INT_MAX);
+}
+
+absl::Status check_message_size(absl::string_view what, size_t bytes, int64_t limit,
+                                absl::string_view remedy) {
+  if (bytes <= static_cast<uint64_t>(std::max<int64_t>(limit, 0))) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " is ", bytes, " bytes, over the ", limit, " bytes a message may have",
+                   limit >= INT_MAX ? " (protobuf's bound)" : "", "; ", remedy));
+}
+
 namespace {
+
+// What to do about a request too large to send.
+constexpr absl::string_view kFewerRows =
+    "send fewer rows per request, or raise --max-message-mb (on the server too)";
 
 // Sets the call's deadline `timeout` from now (0: none).
 void set_timeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
@@ -34,10 +55,23 @@ absl::Status call_status(const grpc::Status& s, std::chrono::milliseconds deadli
 
 }  // namespace
 
-bool InferStream::write(const v1::InferRequest& request) { return rw_->Write(request); }
+bool InferStream::write(const v1::InferRequest& request) {
+  if (!refused_.ok()) return false;
+  refused_ =
+      check_message_size(absl::StrCat("request '", request.request_id(), "' (M=", request.m(), ")"),
+                         request.ByteSizeLong(), max_send_bytes_, kFewerRows);
+  if (!refused_.ok()) {
+    ctx_.TryCancel();
+    return false;
+  }
+  return rw_->Write(request);
+}
 bool InferStream::read(v1::InferResponse* response) { return rw_->Read(response); }
 bool InferStream::writes_done() { return rw_->WritesDone(); }
-absl::Status InferStream::finish() { return call_status(rw_->Finish(), timeout_); }
+absl::Status InferStream::finish() {
+  const grpc::Status s = rw_->Finish();
+  return refused_.ok() ? call_status(s, timeout_) : refused_;
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls_channel_credentials(
     const ClientTlsFiles& files) {
@@ -64,8 +98,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> tls_channel_credential
 
 std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const ClientOptions& options,
                                             grpc::ChannelArguments args) {
-  args.SetMaxReceiveMessageSize(options.max_message_mb << 20);
-  args.SetMaxSendMessageSize(options.max_message_mb << 20);
+  const int limit = static_cast<int>(max_send_bytes(options.max_message_mb));
+  args.SetMaxReceiveMessageSize(limit);
+  args.SetMaxSendMessageSize(limit);
   if (options.credentials != nullptr && !options.tls_server_name.empty()) {
     args.SetSslTargetNameOverride(options.tls_server_name);
   }
@@ -82,9 +117,16 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
 
 void Client::prepare(grpc::ClientContext* ctx) const { set_timeout(ctx, options_.call_timeout); }
 
+absl::Status Client::check_size(const google::protobuf::Message& msg, absl::string_view what,
+                                absl::string_view remedy) const {
+  return check_message_size(what, msg.ByteSizeLong(), max_send_bytes(options_.max_message_mb),
+                            remedy);
+}
+
 absl::StatusOr<bool> Client::health(const std::string& service) {
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(service);
+  RETURN_IF_ERROR(check_size(req, "the health check request", "name a shorter service"));
   grpc::health::v1::HealthCheckResponse resp;
   grpc::ClientContext ctx;
   prepare(&ctx);
@@ -117,6 +159,7 @@ absl::StatusOr<v1::LayerInfo> Client::describe_layer(const std::string& name) {
   prepare(&ctx);
   v1::DescribeLayerRequest req;
   req.set_name(name);
+  RETURN_IF_ERROR(check_size(req, "the DescribeLayer request", "name a shorter layer"));
   v1::LayerInfo resp;
   grpc::Status s = stub_->DescribeLayer(&ctx, req, &resp);
   if (!s.ok()) return call_status(s, options_.call_timeout);
@@ -128,6 +171,7 @@ absl::Status Client::unload_layer(const std::string& name) {
   prepare(&ctx);
   v1::UnloadLayerRequest req;
   req.set_name(name);
+  RETURN_IF_ERROR(check_size(req, "the UnloadLayer request", "name a shorter layer"));
   v1::UnloadLayerResponse resp;
   return call_status(stub_->UnloadLayer(&ctx, req, &resp), options_.call_timeout);
 }
@@ -138,15 +182,28 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
   if (header.weight_sha256().empty()) {
     header.set_weight_sha256(sha256_hex(weights.data(), weights.size()));
   }
+  // Both kinds of message are checked before the upload starts: the header carries the weight
+  // scale and the bias ([N] each), a chunk its bytes.
+  v1::LoadLayerRequest msg;
+  *msg.mutable_header() = std::move(header);
+  RETURN_IF_ERROR(check_size(
+      msg, "the LoadLayer header (the layer's settings, weight scale and bias)",
+      "raise --max-message-mb (on the server too), or load a layer of fewer output features"));
+  const int64_t total = static_cast<int64_t>(weights.size());
+  const int64_t chunk = std::max<int64_t>(1, options_.upload_chunk_bytes);
+  if (total > 0) {
+    // A chunk's message: the field's tag (one byte), its length and its bytes.
+    const uint64_t len = static_cast<uint64_t>(std::min(chunk, total));
+    RETURN_IF_ERROR(check_message_size(
+        "a LoadLayer weight chunk",
+        1 + google::protobuf::io::CodedOutputStream::VarintSize64(len) + len,
+        max_send_bytes(options_.max_message_mb), "upload in smaller chunks (--chunk-mb)"));
+  }
   grpc::ClientContext ctx;
   set_timeout(&ctx, options_.upload_timeout);
   v1::LoadLayerResponse resp;
   auto writer = stub_->LoadLayer(&ctx, &resp);
-  v1::LoadLayerRequest msg;
-  *msg.mutable_header() = std::move(header);
   bool ok = writer->Write(msg);
-  const int64_t total = static_cast<int64_t>(weights.size());
-  const int64_t chunk = std::max<int64_t>(1, options_.upload_chunk_bytes);
   for (int64_t off = 0; ok && off < total; off += chunk) {
     const int64_t len = std::min(chunk, total - off);
     msg.set_weight_chunk(reinterpret_cast<const char*>(weights.data()) + off,
@@ -162,6 +219,8 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
 
 absl::StatusOr<v1::InferResponse> Client::infer(const v1::InferRequest& request,
                                                 std::chrono::milliseconds timeout) {
+  RETURN_IF_ERROR(
+      check_size(request, absl::StrCat("the request (M=", request.m(), ")"), kFewerRows));
   grpc::ClientContext ctx;
   if (timeout.count() == 0) timeout = options_.call_timeout;
   set_timeout(&ctx, timeout);
@@ -175,6 +234,7 @@ std::unique_ptr<InferStream> Client::open_stream(std::chrono::milliseconds timeo
   std::unique_ptr<InferStream> st(new InferStream);
   set_timeout(&st->ctx_, timeout);
   st->timeout_ = timeout;
+  st->max_send_bytes_ = max_send_bytes(options_.max_message_mb);
   st->rw_ = stub_->InferStream(&st->ctx_);
   return st;
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
 
@@ -21,14 +22,30 @@ namespace qlinear {
 // grpc::Status -> absl::Status (the codes are the same).
 absl::Status from_grpc_status(const grpc::Status& s);
 
+// A weight_chunk message's bytes besides its chunk: the field's tag and length, with room to
+// spare. A chunk of a whole message limit is sent this much short of it.
+inline constexpr int64_t kChunkFramingBytes = 64;
+
+// The largest message, in bytes, that a client of `max_message_mb` MiB sends: that limit, and
+// never more than protobuf serializes (INT_MAX bytes; a larger message aborts gRPC's serializer).
+int64_t max_send_bytes(int64_t max_message_mb);
+
+// OK when `what`, a message of `bytes` (its ByteSizeLong()), fits `limit` bytes; else
+// RESOURCE_EXHAUSTED naming it, its size and the limit, and `remedy` (what to do instead).
+absl::Status check_message_size(absl::string_view what, size_t bytes, int64_t limit,
+                                absl::string_view remedy);
+
 struct ClientOptions {
+  // The largest message sent or taken, in MiB. Every message is checked before it is sent: one
+  // larger fails its call with RESOURCE_EXHAUSTED (and protobuf's own 2 GiB bound holds too).
   int max_message_mb = 64;
   // Deadline of every unary call, Infer included (0 = none).
   std::chrono::milliseconds call_timeout{0};
   // Deadline of a whole LoadLayer upload (0 = none).
   std::chrono::milliseconds upload_timeout{0};
-  // Size of each weight_chunk message in an upload.
-  int64_t upload_chunk_bytes = int64_t{1} << 20;
+  // Size of each weight_chunk in an upload: by default 1 MiB less its message's framing, so that
+  // a chunk fits a server whose --max-message-mb is 1.
+  int64_t upload_chunk_bytes = (int64_t{1} << 20) - kChunkFramingBytes;
   // How the channel is secured: null for plaintext, or tls_channel_credentials()'s.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Over TLS, the name the server's certificate must bear where it is not the target's host (a
@@ -59,7 +76,9 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& target, const Cli
 
 class InferStream {
  public:
-  // Sends one request; false once the stream is broken (then call finish()).
+  // Sends one request; false once the stream is broken (then call finish()). A request larger
+  // than the client's message limit is not sent: the stream is cancelled and finish() returns
+  // RESOURCE_EXHAUSTED.
   bool write(const v1::InferRequest& request);
   // Receives the next response in request order; false at the end of the stream.
   bool read(v1::InferResponse* response);
@@ -74,6 +93,8 @@ class InferStream {
   friend class Client;
   grpc::ClientContext ctx_;
   std::chrono::milliseconds timeout_{0};  // the stream's deadline (0: none)
+  int64_t max_send_bytes_ = 0;
+  absl::Status refused_;  // a request write() did not send, for finish()
   std::unique_ptr<grpc::ClientReaderWriter<v1::InferRequest, v1::InferResponse>> rw_;
 };
 
@@ -95,7 +116,8 @@ class Client {
       v1::LayerHeader header, absl::Span<const int8_t> weights,
       const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
-  // `timeout` 0: the options' call_timeout.
+  // `timeout` 0: the options' call_timeout. A request larger than the message limit is
+  // RESOURCE_EXHAUSTED, unsent.
   absl::StatusOr<v1::InferResponse> infer(const v1::InferRequest& request,
                                           std::chrono::milliseconds timeout = {});
   // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0: none).
@@ -106,6 +128,9 @@ class Client {
 
  private:
   void prepare(grpc::ClientContext* ctx) const;
+  // check_message_size() against this client's limit.
+  absl::Status check_size(const google::protobuf::Message& msg, absl::string_view what,
+                          absl::string_view remedy) const;
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::QLinear::Stub> stub_;

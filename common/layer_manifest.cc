@@ -197,16 +197,12 @@ absl::StatusOr<ManifestLayer> parse_entry(const Json& e, int index, absl::string
           at, ": \"input_scale\" must be a number or {\"file\": ..., \"tensor\": ...}, got ",
           type_name(*it)));
     }
-    // A float32 on the wire: a value beyond its range, or lost in it, would reach the server as
-    // another value (inf, 0) than the file's.
-    const double d = it->get<double>();
-    const bool fits = std::fabs(d) <= std::numeric_limits<float>::max();
-    const float f = fits ? static_cast<float>(d) : 0.f;
-    if (!fits || (d != 0 && f == 0)) {
+    const std::optional<float> f = exact_float32(it->get<double>());
+    if (!f.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, ": \"input_scale\" ", it->dump(), " is out of the range of a float32"));
     }
-    out.header.set_input_scale(f);
+    out.header.set_input_scale(*f);
   }
   int64_t v = 0;
   bool present = false;
@@ -382,6 +378,18 @@ absl::StatusOr<std::vector<ManifestLayer>> read_layer_manifest(const std::string
                         absl::StrCat(path, ": ", layers.status().message()));
   }
   return layers;
+}
+
+std::optional<float> exact_float32(double value) {
+  if (!(std::fabs(value) <= std::numeric_limits<float>::max())) return std::nullopt;
+  const float f = static_cast<float>(value);
+  if (value != 0 && f == 0) return std::nullopt;
+  return f;
+}
+
+absl::Status check_bias_not_empty(const v1::Tensor& bias, absl::string_view source, int64_t n) {
+  if (!bias.data().empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(source, ": bias has 0 values, expected n=", n));
 }
 
 absl::StatusOr<v1::Tensor> read_float_tensor_npy(const std::string& path, absl::string_view what) {
@@ -768,13 +776,10 @@ absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHead
   if (layer.bias.given()) {
     ASSIGN_OR_RETURN(*header->mutable_bias(),
                      read_float_tensor(cache, layer.bias, "bias", part_rows, false));
-    // (An upload whose bias holds no bytes has no bias: a file with none is a mistake here.)
-    if (header->bias().data().empty()) {
-      const std::string source =
-          layer.bias.parts.empty() ? layer.bias.describe() : std::string("the bias parts");
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": bias has 0 values, expected n=", shape[0]));
-    }
+    RETURN_IF_ERROR(check_bias_not_empty(
+        header->bias(),
+        layer.bias.parts.empty() ? layer.bias.describe() : std::string("the bias parts"),
+        shape[0]));
   }
   if (layer.input_scale.given()) {
     // A fused module's parts: the largest of their scales (a calibrated checkpoint gives its

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,16 @@ absl::Status check_manifest_tensors(const std::vector<ManifestLayer>& layers,
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights,
                                  SafetensorsHeaderCache* headers = nullptr);
+
+// `value` as the float32 a header carries; nullopt where it is beyond a float32's range or lost
+// in it (a nonzero value that rounds to 0), which would reach the server as another value (inf,
+// 0) than the one given.
+std::optional<float> exact_float32(double value);
+
+// OK unless `bias`, read from `source`, holds no values: an upload whose bias has no bytes has no
+// bias, so a file with none is a mistake (INVALID_ARGUMENT "<source>: bias has 0 values,
+// expected n=<n>").
+absl::Status check_bias_not_empty(const v1::Tensor& bias, absl::string_view source, int64_t n);
 
 // A float tensor (a weight scale, a bias) from a .npy file of float32 or float16, its shape kept;
 // `what` names it in the message of a file of another dtype.

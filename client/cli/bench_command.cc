@@ -5,9 +5,9 @@
 // server's own timing breakdown and batch sizes from the response metadata, and the kernels that
 // ran. --echo runs the same loop on the Echo RPC (same bytes each way, no compute): the
 // transport floor. --compare-echo runs both and prints the difference.
+#include <google/protobuf/io/coded_stream.h>
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,14 +15,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <map>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "client/cli/cli.h"
 
 namespace qlinear::cli {
@@ -30,14 +31,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Set by SIGINT: stop issuing requests, report what was measured, unload the layer.
-volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_sigint(int) { g_interrupted = 1; }
-
 // Error "code" of a response that came back OK but with the wrong shape or size.
 constexpr int kBadResponse = -1;
-// Upper bound on the bytes of pre-generated inputs; fewer distinct buffers per M above it.
+// Upper bound on the bytes of pre-generated inputs; fewer distinct inputs per M above it (but
+// always the rows of the largest M).
 constexpr int64_t kPayloadBudget = int64_t{256} << 20;
+// How long after the measured time ends calls still in flight are cancelled (and counted as
+// failed): a server that stopped answering does not hold the report.
+constexpr auto kInFlightGrace = std::chrono::seconds(5);
 // The largest message the workers' channels send or take, in MiB.
 constexpr int kMaxMessageMb = 1024;
 
@@ -69,51 +70,56 @@ struct Config {
   double warmup_s = 1, duration_s = 10;
   int64_t requests = 0;  // > 0: a request count instead of a duration
   int64_t deadline_ms = 0;
+  // --timeout-s: a unary call's deadline (unless deadline_ms), and on a stream the longest wait
+  // for each answer (0: none).
+  std::chrono::milliseconds timeout{0};
   int64_t variants = 4;  // distinct inputs per M
   uint64_t seed = 1;
 };
 
-// Requests built before the clock starts: `variants` per M in [m_min, m_max].
-struct Payloads {
+// Activations made before the clock starts (and before a random layer is uploaded): one buffer
+// of m_max + variants - 1 rows, whose rows [v, v + M) are the v-th input of M. Its size is that
+// of the largest request, plus a row per further variant within kPayloadBudget; each worker
+// copies a request's rows into its own message as it sends it.
+struct Inputs {
+  std::string x;
   int64_t variants = 1;
-  std::vector<std::vector<v1::InferRequest>> infer;  // [m - m_min][variant]
-  std::vector<std::vector<v1::EchoRequest>> echo;
+  size_t row_bytes = 0;
+
+  absl::string_view rows(int64_t m, int64_t variant) const {
+    return absl::string_view(x).substr(static_cast<size_t>(variant) * row_bytes,
+                                       static_cast<size_t>(m) * row_bytes);
+  }
 };
 
-Payloads make_payloads(const Config& c, Rpc rpc) {
-  const size_t xs = dtype_size(core_dtype(c.x_dtype));
-  const size_t ys = dtype_size(core_dtype(c.y_dtype));
-  int64_t rows = 0;
-  for (int64_t m = c.m_min; m <= c.m_max; ++m) rows += m;
-  const int64_t bytes_per_variant = std::max<int64_t>(1, rows * c.k * static_cast<int64_t>(xs));
-  Payloads p;
-  p.variants = std::clamp<int64_t>(kPayloadBudget / bytes_per_variant, 1, c.variants);
+Inputs make_inputs(const Config& c) {
+  Inputs in;
+  in.row_bytes = static_cast<size_t>(c.k) * dtype_size(core_dtype(c.x_dtype));
+  const int64_t budget_rows = kPayloadBudget / static_cast<int64_t>(in.row_bytes);
+  in.variants = std::clamp<int64_t>(budget_rows - c.m_max + 1, 1, c.variants);
   SplitMix64 rng(c.seed ^ 0x5bd1e9955bd1e995ull);
-  for (int64_t m = c.m_min; m <= c.m_max; ++m) {
-    if (rpc == Rpc::kEcho) {
-      p.echo.emplace_back();
-    } else {
-      p.infer.emplace_back();
-    }
-    for (int64_t v = 0; v < p.variants; ++v) {
-      std::string x = random_activations(rng, m * c.k, core_dtype(c.x_dtype));
-      if (rpc == Rpc::kEcho) {
-        v1::EchoRequest e;
-        e.set_payload(std::move(x));
-        e.set_response_bytes(m * c.n * static_cast<int64_t>(ys));
-        p.echo.back().push_back(std::move(e));
-      } else {
-        v1::InferRequest r;
-        r.set_layer(c.layer);
-        r.set_x_dtype(c.x_dtype);
-        r.set_output_dtype(c.y_dtype);
-        r.set_m(m);
-        r.set_x(std::move(x));
-        p.infer.back().push_back(std::move(r));
-      }
-    }
+  in.x = random_activations(rng, (c.m_max + in.variants - 1) * c.k, core_dtype(c.x_dtype));
+  return in;
+}
+
+// The size of the largest request a pass of `rpc` sends (M = m_max), without building it.
+size_t largest_request_bytes(const Config& c, Rpc rpc) {
+  const uint64_t x_bytes = static_cast<uint64_t>(c.m_max * c.k) * dtype_size(core_dtype(c.x_dtype));
+  size_t rest = 0;  // the message without its x: the other fields
+  if (rpc == Rpc::kEcho) {
+    v1::EchoRequest e;
+    e.set_response_bytes(c.m_max * c.n * static_cast<int64_t>(dtype_size(core_dtype(c.y_dtype))));
+    rest = e.ByteSizeLong();
+  } else {
+    v1::InferRequest r;
+    r.set_layer(c.layer);
+    r.set_x_dtype(c.x_dtype);
+    r.set_output_dtype(c.y_dtype);
+    r.set_m(c.m_max);
+    rest = r.ByteSizeLong();
   }
-  return p;
+  // x's tag (one byte), its length and its bytes.
+  return rest + 1 + google::protobuf::io::CodedOutputStream::VarintSize64(x_bytes) + x_bytes;
 }
 
 struct ErrorTally {
@@ -144,17 +150,26 @@ struct Shared {
   std::atomic<int64_t> finished{0};  // workers that have returned
 };
 
+std::string deadline_message(std::chrono::milliseconds deadline, absl::string_view flag) {
+  return absl::StrCat("no answer within the call's deadline of ",
+                      absl::FormatDuration(absl::FromChrono(deadline)), " (", flag, ")");
+}
+
 class Worker {
  public:
-  Worker(int index, const Config& c, const Payloads& p, v1::QLinear::Stub* stub, Rpc rpc,
-         Shared* sh, WorkerResult* r)
+  Worker(int index, const Config& c, const Inputs& in, v1::QLinear::Stub* stub, Rpc rpc, Shared* sh,
+         WorkerResult* r)
       : c_(c),
-        p_(p),
+        in_(in),
         stub_(stub),
         rpc_(rpc),
         sh_(sh),
         r_(r),
-        rng_(c.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(index) + 1) {}
+        rng_(c.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(index) + 1) {
+    infer_.set_layer(c.layer);
+    infer_.set_x_dtype(c.x_dtype);
+    infer_.set_output_dtype(c.y_dtype);
+  }
 
   void run() {
     switch (rpc_) {
@@ -172,17 +187,51 @@ class Worker {
   }
 
   // Cancels the call in flight, if any (from another thread): a stopped run does not wait for a
-  // server that has stopped answering.
-  void cancel() {
+  // server that has stopped answering. The request in flight is counted as `code` with `why`,
+  // not as the CANCELLED its call ends with.
+  void cancel(grpc::StatusCode code, const std::string& why) {
     absl::MutexLock lock(&live_mu_);
-    if (live_ != nullptr) live_->TryCancel();
+    if (live_ == nullptr) return;
+    if (cut_code_ == grpc::StatusCode::OK) {
+      cut_code_ = code;
+      cut_why_ = why;
+    }
+    live_->TryCancel();
+  }
+
+  // When the request in flight was sent; Clock::time_point{} when none is.
+  Clock::time_point in_flight_since() const {
+    return Clock::time_point(Clock::duration(in_flight_since_.load(std::memory_order_relaxed)));
   }
 
  private:
-  // The call this worker has in flight, for cancel().
+  // The call this worker has in flight, for cancel(); a new call is not cut off yet.
   void set_live(grpc::ClientContext* ctx) {
     absl::MutexLock lock(&live_mu_);
     live_ = ctx;
+    if (ctx != nullptr) cut_code_ = grpc::StatusCode::OK;
+  }
+
+  void set_in_flight(Clock::time_point since) {
+    in_flight_since_.store(since.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
+  // What a call that ended with `s` counts as: the reason cancel() gave, where it cut it off.
+  std::pair<int, std::string> failure(const grpc::Status& s) {
+    absl::MutexLock lock(&live_mu_);
+    if (cut_code_ != grpc::StatusCode::OK) {
+      const int code = cut_code_;
+      cut_code_ = grpc::StatusCode::OK;
+      return {code, cut_why_};
+    }
+    if (s.ok()) return {grpc::StatusCode::UNKNOWN, "the stream ended without a response"};
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && rpc_ != Rpc::kStream) {
+      return {s.error_code(),
+              c_.deadline_ms > 0
+                  ? deadline_message(std::chrono::milliseconds(c_.deadline_ms), "--deadline-ms")
+                  : deadline_message(c_.timeout, "--timeout-s")};
+    }
+    return {s.error_code(), s.error_message()};
   }
 
   // Whether to issue another request; sets the send time and whether it is measured.
@@ -195,10 +244,25 @@ class Worker {
     return *t0 < sh_->measure_until;
   }
 
-  std::pair<size_t, size_t> pick() {
+  // The next request's M and variant.
+  std::pair<int64_t, int64_t> pick() {
     const int64_t m = c_.m_min == c_.m_max ? c_.m_min : rng_.range(c_.m_min, c_.m_max);
-    const int64_t v = p_.variants == 1 ? 0 : rng_.range(0, p_.variants - 1);
-    return {static_cast<size_t>(m - c_.m_min), static_cast<size_t>(v)};
+    const int64_t v = in_.variants == 1 ? 0 : rng_.range(0, in_.variants - 1);
+    return {m, v};
+  }
+
+  // This worker's request of M rows, variant v (its x copied in before the send time is taken).
+  const v1::InferRequest& infer_request(int64_t m, int64_t v) {
+    const absl::string_view x = in_.rows(m, v);
+    infer_.set_m(m);
+    infer_.set_x(x.data(), x.size());
+    return infer_;
+  }
+
+  // The deadline of a unary call: --deadline-ms, else --timeout-s.
+  void set_deadline(grpc::ClientContext* ctx) const {
+    const auto d = c_.deadline_ms > 0 ? std::chrono::milliseconds(c_.deadline_ms) : c_.timeout;
+    if (d.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + d);
   }
 
   void error(bool measured, int code, const std::string& message, Clock::time_point t1) {
@@ -266,21 +330,23 @@ class Worker {
     v1::InferResponse resp;
     Clock::time_point t0;
     bool measured = false;
-    while (next(&t0, &measured)) {
-      auto [mi, vi] = pick();
-      const v1::InferRequest& req = p_.infer[mi][vi];
+    for (;;) {
+      auto [m, v] = pick();
+      const v1::InferRequest& req = infer_request(m, v);
+      if (!next(&t0, &measured)) break;
+      set_in_flight(t0);
       const bool good = rw->Write(req) && rw->Read(&resp);
+      set_in_flight({});
       const auto t1 = Clock::now();
       if (good) {
         ++ok_on_stream;
         infer_done(measured, req, resp, t0, t1);
         continue;
       }
-      // The stream broke: count the request in flight, then open a new stream (after a pause
-      // when this one never worked, so that a dead server is not hammered).
-      const grpc::Status s = rw->Finish();
-      error(measured, s.ok() ? static_cast<int>(grpc::StatusCode::UNKNOWN) : s.error_code(),
-            s.ok() ? "the stream ended without a response" : s.error_message(), t1);
+      // The stream broke (or was cut off): count the request in flight, then open a new stream
+      // (after a pause when this one never worked, so that a dead server is not hammered).
+      const auto [code, why] = failure(rw->Finish());
+      error(measured, code, why, t1);
       if (sh_->stop.load(std::memory_order_relaxed)) {
         set_live(nullptr);
         return;  // stopped (perhaps by cancelling this stream): no new stream
@@ -290,65 +356,78 @@ class Worker {
       ok_on_stream = 0;
       open();
     }
+    // Closing the stream waits for the server too: as long as a request would.
+    set_in_flight(Clock::now());
     rw->WritesDone();
     while (rw->Read(&resp)) {
     }
     rw->Finish();
+    set_in_flight({});
     set_live(nullptr);
   }
 
-  void set_deadline(grpc::ClientContext* ctx) const {
-    if (c_.deadline_ms > 0) {
-      ctx->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(c_.deadline_ms));
-    }
+  // A unary call of `rpc` on `ctx`, timed for the watchdog and cancel().
+  template <typename Call>
+  grpc::Status unary_call(grpc::ClientContext* ctx, Clock::time_point t0, Call call) {
+    set_deadline(ctx);
+    set_live(ctx);
+    set_in_flight(t0);
+    const grpc::Status s = call();
+    set_in_flight({});
+    return s;
   }
 
   void run_unary() {
     v1::InferResponse resp;
     Clock::time_point t0;
     bool measured = false;
-    while (next(&t0, &measured)) {
-      auto [mi, vi] = pick();
-      const v1::InferRequest& req = p_.infer[mi][vi];
+    for (;;) {
+      auto [m, v] = pick();
+      const v1::InferRequest& req = infer_request(m, v);
+      if (!next(&t0, &measured)) break;
       grpc::ClientContext ctx;
-      set_deadline(&ctx);
       resp.Clear();
-      set_live(&ctx);
-      const grpc::Status s = stub_->Infer(&ctx, req, &resp);
-      set_live(nullptr);
+      const grpc::Status s = unary_call(&ctx, t0, [&] { return stub_->Infer(&ctx, req, &resp); });
       const auto t1 = Clock::now();
       if (!s.ok()) {
-        error(measured, s.error_code(), s.error_message(), t1);
+        const auto [code, why] = failure(s);
+        set_live(nullptr);
+        error(measured, code, why, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         continue;
       }
+      set_live(nullptr);
       infer_done(measured, req, resp, t0, t1);
     }
   }
 
   void run_echo() {
+    v1::EchoRequest req;
     v1::EchoResponse resp;
     Clock::time_point t0;
     bool measured = false;
-    while (next(&t0, &measured)) {
-      auto [mi, vi] = pick();
-      const v1::EchoRequest& req = p_.echo[mi][vi];
+    const int64_t y_row_bytes = c_.n * static_cast<int64_t>(dtype_size(core_dtype(c_.y_dtype)));
+    for (;;) {
+      auto [m, v] = pick();
+      const absl::string_view x = in_.rows(m, v);
+      req.set_payload(x.data(), x.size());
+      req.set_response_bytes(m * y_row_bytes);
+      if (!next(&t0, &measured)) break;
       grpc::ClientContext ctx;
-      set_deadline(&ctx);
-      set_live(&ctx);
-      const grpc::Status s = stub_->Echo(&ctx, req, &resp);
-      set_live(nullptr);
+      const grpc::Status s = unary_call(&ctx, t0, [&] { return stub_->Echo(&ctx, req, &resp); });
       const auto t1 = Clock::now();
       if (!s.ok()) {
-        error(measured, s.error_code(), s.error_message(), t1);
+        const auto [code, why] = failure(s);
+        set_live(nullptr);
+        error(measured, code, why, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         continue;
       }
+      set_live(nullptr);
       if (static_cast<int64_t>(resp.payload().size()) != req.response_bytes()) {
         error(measured, kBadResponse,
               absl::StrCat("echo returned ", resp.payload().size(), " bytes, asked for ",
@@ -356,21 +435,26 @@ class Worker {
               t1);
         continue;
       }
-      success(measured, (req.payload().size() / dtype_size(core_dtype(c_.x_dtype))) / c_.k, t0, t1);
+      success(measured, m, t0, t1);
     }
   }
 
   const Config& c_;
-  const Payloads& p_;
+  const Inputs& in_;
   v1::QLinear::Stub* stub_;
   Rpc rpc_;
   Shared* sh_;
   WorkerResult* r_;
   SplitMix64 rng_;
+  v1::InferRequest infer_;  // the request being sent, refilled for each
   std::string last_kernel_;
   int64_t* kernel_count_ = nullptr;
+  std::atomic<Clock::rep> in_flight_since_{0};
   absl::Mutex live_mu_;
   grpc::ClientContext* live_ ABSL_GUARDED_BY(live_mu_) = nullptr;
+  // Why cancel() cut off the call in flight (OK: it did not).
+  grpc::StatusCode cut_code_ ABSL_GUARDED_BY(live_mu_) = grpc::StatusCode::OK;
+  std::string cut_why_ ABSL_GUARDED_BY(live_mu_);
 };
 
 std::shared_ptr<grpc::Channel> bench_channel(const Config& c, int index) {
@@ -433,8 +517,7 @@ std::string progress_line(const Shared& sh, Clock::time_point since, Clock::time
 }
 
 // Runs one pass: builds the inputs, opens the channels, runs the workers with a progress line.
-absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
-  const Payloads payloads = make_payloads(c, rpc);
+absl::StatusOr<PassResult> run_pass(const Config& c, const Inputs& inputs, Rpc rpc) {
   const int workers = static_cast<int>(c.workers);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < (c.shared_channel ? 1 : workers); ++i) {
@@ -460,8 +543,8 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
   std::vector<std::thread> threads;
   std::vector<std::unique_ptr<Worker>> ws;
   for (int i = 0; i < workers; ++i) {
-    ws.push_back(std::make_unique<Worker>(i, c, payloads, stubs[c.shared_channel ? 0 : i].get(),
-                                          rpc, &sh, &results[static_cast<size_t>(i)]));
+    ws.push_back(std::make_unique<Worker>(i, c, inputs, stubs[c.shared_channel ? 0 : i].get(), rpc,
+                                          &sh, &results[static_cast<size_t>(i)]));
   }
   for (auto& w : ws) threads.emplace_back([&w] { w->run(); });
 
@@ -473,23 +556,39 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
   auto last_tick = sh.start;
   Clock::time_point interrupted_at{};
   bool told_waiting = false, cancelled = false;
+  const std::string timed_out = deadline_message(c.timeout, "--timeout-s");
+  const std::string overran =
+      absl::StrCat("still in flight ", absl::FormatDuration(absl::FromChrono(kInFlightGrace)),
+                   " after the measured time ended");
   while (sh.finished.load() < workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (g_interrupted && !sh.stop.exchange(true)) interrupted_at = Clock::now();
+    const bool interrupted = sigint_received();
+    if (interrupted && !sh.stop.exchange(true)) interrupted_at = Clock::now();
     // A second after the stop, calls still in flight are cancelled: a server that stopped
     // answering does not hold the run (nor the report of what was measured).
-    if (g_interrupted && !cancelled && Clock::now() - interrupted_at > std::chrono::seconds(1)) {
+    if (interrupted && !cancelled && Clock::now() - interrupted_at > std::chrono::seconds(1)) {
       cancelled = true;
-      for (auto& w : ws) w->cancel();
+      for (auto& w : ws) w->cancel(grpc::StatusCode::CANCELLED, "cancelled by Ctrl-C");
     }
-    if (g_interrupted && !told_waiting && Clock::now() - interrupted_at > std::chrono::seconds(2)) {
+    // The same for a stream's answer later than --timeout-s (a unary call has it as its
+    // deadline), and for any call still in flight a while after the measured time.
+    const auto now = Clock::now();
+    for (auto& w : ws) {
+      const Clock::time_point since = w->in_flight_since();
+      if (since == Clock::time_point{}) continue;
+      if (rpc == Rpc::kStream && c.timeout.count() > 0 && now - since > c.timeout) {
+        w->cancel(grpc::StatusCode::DEADLINE_EXCEEDED, timed_out);
+      } else if (c.requests == 0 && now > sh.measure_until + kInFlightGrace) {
+        w->cancel(grpc::StatusCode::CANCELLED, overran);
+      }
+    }
+    if (interrupted && !told_waiting && Clock::now() - interrupted_at > std::chrono::seconds(2)) {
       told_waiting = true;
       std::fprintf(stderr,
                    "%swaiting for %d worker(s) whose requests are still in flight; "
                    "Ctrl-C again to quit at once\n",
                    tty ? "\n" : "", static_cast<int>(workers - sh.finished.load()));
     }
-    const auto now = Clock::now();
     if (now < next_tick) continue;
     const int64_t done = sh.done.load();
     const double dt = std::chrono::duration<double>(now - last_tick).count();
@@ -512,8 +611,8 @@ absl::StatusOr<PassResult> run_pass(const Config& c, Rpc rpc) {
 
   PassResult pr;
   pr.rpc = rpc;
-  pr.variants = payloads.variants;
-  pr.interrupted = g_interrupted != 0;
+  pr.variants = inputs.variants;
+  pr.interrupted = sigint_received();
   pr.wall_s = std::chrono::duration<double>(Clock::now() - sh.start).count();
   pr.cpu_s = cpu_seconds() - cpu0;
   Clock::time_point last = sh.measure_from;
@@ -729,6 +828,11 @@ int cmd_bench(const CommandArgs& args) {
       "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
       "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"
       "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports.\n"
+      "--timeout-s (default 60 s) bounds each request: a unary call's deadline unless\n"
+      "--deadline-ms, and on a stream the wait for each answer (a later one cancels the stream,\n"
+      "counts DEADLINE_EXCEEDED and opens a new stream); requests still in flight 5 s after the\n"
+      "measured time are cancelled and counted as failed. The random layer's upload has a\n"
+      "deadline only where --timeout-s is given.\n"
       "Exit 1 when no request succeeded or the server cannot be reached.");
   p.add("layer", &layer, "Existing layer to run (instead of --n/--k)");
   p.add("n", &n, "Output features of the random layer");
@@ -749,7 +853,7 @@ int cmd_bench(const CommandArgs& args) {
   p.add("duration", &duration, "Measured seconds (0: 10, unless --requests)");
   p.add("requests", &requests, "Measured requests in all, instead of --duration");
   p.add("warmup", &warmup, "Seconds of unmeasured requests first");
-  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call (0: none)");
+  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call (0: --timeout-s)");
   p.add("inputs", &inputs, "Distinct inputs per M");
   p.add("seed", &seed, "Seed of the layer, the inputs and the M sequence");
   p.add("echo", &echo, "Only the echo pass (transport floor)");
@@ -805,6 +909,10 @@ int cmd_bench(const CommandArgs& args) {
     return usage_error("--deadline-ms applies to unary calls (--unary, --echo, --compare-echo)");
   }
   if (inputs < 1) return usage_error("--inputs must be >= 1");
+  if (max_batch_rows < -1 || max_queue_delay_us < -1) {
+    return usage_error(
+        "--max-batch-rows and --max-queue-delay-us must be >= -1 (-1: the server's default)");
+  }
   if (!layer.empty() && (max_batch_rows >= 0 || max_queue_delay_us >= 0)) {
     return usage_error("--max-batch-rows/--max-queue-delay-us apply to the random layer only");
   }
@@ -818,6 +926,7 @@ int cmd_bench(const CommandArgs& args) {
   c.requests = requests;
   c.duration_s = requests > 0 ? 0 : (duration > 0 ? duration : 10);
   c.deadline_ms = deadline_ms;
+  c.timeout = args.timeout;
   c.variants = inputs;
   c.seed = static_cast<uint64_t>(seed);
 
@@ -827,7 +936,9 @@ int cmd_bench(const CommandArgs& args) {
                                            std::chrono::seconds(10))) {
     return fail(absl::UnavailableError(absl::StrCat("cannot connect to ", c.server)));
   }
-  bool uploaded = false;
+  std::vector<Rpc> plan;
+  if (!echo) plan.push_back(unary ? Rpc::kUnary : Rpc::kStream);
+  if (echo || compare_echo) plan.push_back(Rpc::kEcho);
   if (!layer.empty()) {
     auto info = client->describe_layer(layer);
     if (!info.ok()) return fail(info.status());
@@ -840,12 +951,35 @@ int cmd_bench(const CommandArgs& args) {
     c.n = n;
     c.k = k;
     c.layer = absl::StrCat("bench-", getpid());
-    if (!echo) {
-      auto info = upload_random_layer(*client, c, *scheme, max_batch_rows, max_queue_delay_us);
-      if (!info.ok()) return fail(info.status());
-      uploaded = true;
-      c.layer_note = absl::StrCat("random, ", scheme_cli_name(*scheme), ", ", batching_note(*info));
+  }
+  // Every request must fit a message (protobuf's serializer aborts on one over 2 GiB): checked
+  // before anything is made or uploaded.
+  for (Rpc rpc : plan) {
+    if (absl::Status s =
+            check_message_size(absl::StrCat("an ", rpc_name(rpc), " request of M=", c.m_max,
+                                            " (K=", c.k, ", ", dtype_cli_name(c.x_dtype), ")"),
+                               largest_request_bytes(c, rpc), max_send_bytes(kMaxMessageMb),
+                               "lower --m or --m-max (bench's messages are at most 1 GiB)");
+        !s.ok()) {
+      return fail(s);
     }
+  }
+  // The inputs before the layer: a failure to make them leaves nothing on the server.
+  const Inputs activations = make_inputs(c);
+  bool uploaded = false;
+  // The random layer is unloaded however the command ends (unless --keep): below before the
+  // exit status is decided, or on the way out of an exception (out of memory).
+  absl::Cleanup unload = [&] {
+    if (!uploaded || keep) return;
+    if (absl::Status s = client->unload_layer(c.layer); !s.ok()) {
+      std::fprintf(stderr, "qlinear-cli: unload %s: %s\n", c.layer.c_str(), s.ToString().c_str());
+    }
+  };
+  if (layer.empty() && !echo) {
+    auto info = upload_random_layer(*client, c, *scheme, max_batch_rows, max_queue_delay_us);
+    if (!info.ok()) return fail(info.status());
+    uploaded = true;
+    c.layer_note = absl::StrCat("random, ", scheme_cli_name(*scheme), ", ", batching_note(*info));
   }
   if (echo || compare_echo) {
     // One small call first, so that a server without --enable-echo gets a clear message.
@@ -854,48 +988,34 @@ int cmd_bench(const CommandArgs& args) {
     v1::EchoRequest req;
     v1::EchoResponse resp;
     if (grpc::Status s = client->stub().Echo(&ctx, req, &resp); !s.ok()) {
-      if (uploaded && !keep) client->unload_layer(c.layer).IgnoreError();
       return fail(from_grpc_status(s));
     }
   }
 
   // --- the passes ------------------------------------------------------------------------------
-  g_interrupted = 0;
-  struct sigaction sa {
-  }, old_sa{};
-  sa.sa_handler = on_sigint;
-  // The first Ctrl-C stops the run and reports it; requests still in flight are waited for, and a
-  // second Ctrl-C (the default action again) ends the program at once.
-  sa.sa_flags = SA_RESETHAND;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_sa);
   std::vector<PassResult> passes;
   absl::Status pass_error;
-  std::vector<Rpc> plan;
-  if (!echo) plan.push_back(unary ? Rpc::kUnary : Rpc::kStream);
-  if (echo || compare_echo) plan.push_back(Rpc::kEcho);
-  for (size_t i = 0; i < plan.size() && !g_interrupted; ++i) {
-    auto r = run_pass(c, plan[i]);
-    if (!r.ok()) {
-      pass_error = r.status();
-      break;
+  {
+    // The first Ctrl-C stops the run and reports it; requests still in flight are waited for,
+    // and a second Ctrl-C ends the program at once.
+    const CatchSigint sigint;
+    for (size_t i = 0; i < plan.size() && !sigint_received(); ++i) {
+      auto r = run_pass(c, activations, plan[i]);
+      if (!r.ok()) {
+        pass_error = r.status();
+        break;
+      }
+      if (!passes.empty()) std::printf("\n");
+      print_pass(c, *r);
+      passes.push_back(*std::move(r));
     }
-    if (!passes.empty()) std::printf("\n");
-    print_pass(c, *r);
-    passes.push_back(*std::move(r));
   }
-  sigaction(SIGINT, &old_sa, nullptr);
   if (passes.size() == 2) {
     std::printf("\n");
     print_overhead(passes[0], passes[1]);
   }
   std::fflush(stdout);
-
-  if (uploaded && !keep) {
-    if (absl::Status s = client->unload_layer(c.layer); !s.ok()) {
-      std::fprintf(stderr, "qlinear-cli: unload %s: %s\n", c.layer.c_str(), s.ToString().c_str());
-    }
-  }
+  std::move(unload).Invoke();
   if (!pass_error.ok()) return fail(pass_error);
   for (const PassResult& r : passes) {
     if (r.ok > 0) continue;

@@ -1,6 +1,7 @@
 #include "client/cli/cli.h"
 
 #include <algorithm>
+#include <csignal>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -65,6 +66,24 @@ std::string transport_hint(const absl::Status& status) {
   return "";
 }
 }  // namespace
+
+namespace {
+volatile std::sig_atomic_t g_sigint = 0;
+extern "C" void on_sigint(int) { g_sigint = 1; }
+}  // namespace
+
+CatchSigint::CatchSigint() {
+  g_sigint = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_);
+}
+
+CatchSigint::~CatchSigint() { sigaction(SIGINT, &old_, nullptr); }
+
+bool sigint_received() { return g_sigint != 0; }
 
 void set_transport(bool tls, bool client_certificate) {
   g_tls = tls;

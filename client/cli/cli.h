@@ -2,6 +2,8 @@
 // conversions between the wire enums and their command-line names, and plain-text tables.
 #pragma once
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -85,6 +87,22 @@ int parse_command_line(ArgParser& parser, const CommandArgs& args,
 ClientOptions client_options(const CommandArgs& args, ClientOptions options = {});
 // A client of --server with client_options(args, options).
 std::unique_ptr<Client> make_client(const CommandArgs& args, ClientOptions options = {});
+
+// While alive, the first SIGINT (Ctrl-C) sets sigint_received() instead of ending the program,
+// and a second one ends it (the default action again): for commands that stop early, clean up
+// what they made on the server and report. One at a time.
+class CatchSigint {
+ public:
+  CatchSigint();   // clears sigint_received()
+  ~CatchSigint();  // the previous action again
+  CatchSigint(const CatchSigint&) = delete;
+  CatchSigint& operator=(const CatchSigint&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+// Whether a SIGINT came while a CatchSigint was alive (async-signal-safe to read).
+bool sigint_received();
 
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...
 std::string scheme_cli_name(v1::Scheme s);

@@ -1,8 +1,11 @@
 // infer: one request, unary or on a stream, with a readable summary of the output and metadata.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +48,12 @@ absl::Status make_input(const std::string& path, const std::string& dtype_arg, i
   }
   if (path.empty()) {
     in->m = m_arg > 0 ? m_arg : 1;
+    int64_t count = 0, bytes = 0;
+    if (__builtin_mul_overflow(in->m, k, &count) ||
+        __builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(in->dtype)), &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--m ", in->m, " rows of K=", k, " values are too many for one request"));
+    }
     SplitMix64 rng(seed);
     in->x = random_activations(rng, in->m * k, in->dtype);
     in->source = absl::StrCat("random uniform [-1, 1), seed ", seed);
@@ -92,6 +101,23 @@ absl::Status make_input(const std::string& path, const std::string& dtype_arg, i
   in->m = size / row_bytes;
   in->x = std::move(*bytes);
   in->source = absl::StrCat(path, " (raw ", dtype_name(in->dtype), ")");
+  return absl::OkStatus();
+}
+
+// Whether y could be written to `path`: not a folder, in a folder that exists and can be written.
+// Checked before the request is sent, so that a bad path costs no request.
+absl::Status check_output_path(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--output ", path, " is a folder"));
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (access(dir.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--output ", path, ": cannot write in ", dir,
+                                                   " (", std::strerror(errno), ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -179,6 +205,9 @@ int cmd_infer(const CommandArgs& args) {
   }
   if (!dtype_arg.empty()) {
     if (auto t = parse_dtype(dtype_arg); !t.ok()) return usage_error(t.status().message());
+  }
+  if (!output_path.empty()) {
+    if (absl::Status s = check_output_path(output_path); !s.ok()) return usage_error(s.message());
   }
 
   auto client = make_client(args);

@@ -20,10 +20,6 @@
 namespace qlinear::cli {
 namespace {
 
-// A LoadLayerRequest's bytes besides its weight chunk: the field's tag and length, with room to
-// spare.
-constexpr int64_t kChunkFramingBytes = 64;
-
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
@@ -220,8 +216,8 @@ int cmd_load(const CommandArgs& raw_args) {
   p.add("replace", &replace, "Replace a layer of the same name atomically");
   p.add("forced-kernel", &forced_kernel, "Run every request of this layer on this kernel");
   p.add("chunk-mb", &chunk_mb,
-        "Upload chunk size in MiB, at most --max-message-mb (a chunk of the whole limit is sent "
-        "64 bytes short of it, for the message's framing)");
+        "Upload chunk size in MiB, at most --max-message-mb; each chunk is sent 64 bytes short "
+        "of it, for its message's framing (the default fits a server's --max-message-mb 1)");
   p.add("max-batch-rows", &max_batch_rows,
         "Dynamic batching: most rows per GEMM for this layer (1: off; -1: the server's default)");
   p.add("max-queue-delay-us", &max_queue_delay_us,
@@ -230,8 +226,8 @@ int cmd_load(const CommandArgs& raw_args) {
         "Upload every layer of this layer manifest (with --replace and --chunk-mb only)");
   if (int rc = parse_command_line(p, args); rc >= 0) return rc;
 
-  // A chunk travels in one message, which the client keeps under its --max-message-mb: a chunk
-  // of the whole limit is sent short of it by the message's framing.
+  // A chunk travels in one message, which the client keeps under its --max-message-mb (and the
+  // server under its own): a chunk is sent short of --chunk-mb by the message's framing.
   if (!(chunk_mb > 0 && chunk_mb <= args.max_message_mb)) {
     return usage_error(absl::StrCat("--chunk-mb must be in (0, ", args.max_message_mb,
                                     "]: a chunk is one message of at most --max-message-mb ",
@@ -239,8 +235,7 @@ int cmd_load(const CommandArgs& raw_args) {
   }
   ClientOptions options;
   options.upload_chunk_bytes =
-      std::clamp<int64_t>(static_cast<int64_t>(chunk_mb * (1 << 20)), 1,
-                          (int64_t{args.max_message_mb} << 20) - kChunkFramingBytes);
+      std::max<int64_t>(1, static_cast<int64_t>(chunk_mb * (1 << 20)) - kChunkFramingBytes);
   if (!manifest_path.empty()) {
     if (!name.empty() || n != 0 || k != 0 || scheme_arg != "dynamic_symmetric" ||
         !bias_arg.empty() || seed != 1 || !input_scale_arg.empty() || !zero_point_arg.empty() ||
@@ -257,6 +252,10 @@ int cmd_load(const CommandArgs& raw_args) {
   auto scheme = parse_scheme(scheme_arg);
   if (!scheme.ok()) return usage_error(scheme.status().message());
   if (n < 0 || k < 0) return usage_error("--n and --k must be positive");
+  if (max_batch_rows < -1 || max_queue_delay_us < -1) {
+    return usage_error(
+        "--max-batch-rows and --max-queue-delay-us must be >= -1 (-1: the server's default)");
+  }
   std::vector<int64_t> widths;
   for (absl::string_view w : absl::StrSplit(widths_arg, ',', absl::SkipWhitespace())) {
     int64_t v = 0;
@@ -280,11 +279,16 @@ int cmd_load(const CommandArgs& raw_args) {
   if (max_queue_delay_us >= 0) h.set_max_queue_delay_us(max_queue_delay_us);
   for (int64_t w : widths) h.add_logical_widths(w);
   if (!input_scale_arg.empty()) {
-    float v = 0;
-    if (!absl::SimpleAtof(input_scale_arg, &v)) {
+    double v = 0;
+    if (!absl::SimpleAtod(input_scale_arg, &v)) {
       return usage_error(absl::StrCat("--input-scale takes a number, got '", input_scale_arg, "'"));
     }
-    h.set_input_scale(v);
+    const std::optional<float> f = exact_float32(v);
+    if (!f.has_value()) {
+      return usage_error(
+          absl::StrCat("--input-scale ", input_scale_arg, " is out of the range of a float32"));
+    }
+    h.set_input_scale(*f);
   }
   if (!zero_point_arg.empty()) {
     int32_t v = 0;
@@ -306,7 +310,8 @@ int cmd_load(const CommandArgs& raw_args) {
   } else {
     if (n == 0) n = 1024;
     if (k == 0) k = 1024;
-    if (n * k > (int64_t{1} << 34)) return usage_error("random layers are limited to 16 GiB");
+    // (By division: n * k itself may overflow.)
+    if (n > (int64_t{1} << 34) / k) return usage_error("random layers are limited to 16 GiB");
   }
   if (weights_path.empty()) weights = random_int8(rng, static_cast<size_t>(n * k));
   h.set_n(n);
@@ -332,9 +337,9 @@ int cmd_load(const CommandArgs& raw_args) {
   } else if (bias_arg != "off" && bias_arg != "false") {
     auto t = read_float_tensor_npy(bias_arg, "the bias");
     if (!t.ok()) return fail(t.status());
+    if (absl::Status s = check_bias_not_empty(*t, bias_arg, n); !s.ok()) return fail(s);
     *h.mutable_bias() = *std::move(t);
   }
-  const bool has_bias = h.has_bias();
 
   auto client = make_client(args, options);
   UploadProgress progress(name);
@@ -360,7 +365,8 @@ int cmd_load(const CommandArgs& raw_args) {
                                 ? ""
                                 : absl::StrCat(" (logical widths ",
                                                absl::StrJoin(l.logical_widths(), ","), ")")));
-  row("scheme", absl::StrCat(scheme_cli_name(l.scheme()), has_bias ? ", with bias" : ", no bias"));
+  row("scheme",
+      absl::StrCat(scheme_cli_name(l.scheme()), l.has_bias() ? ", with bias" : ", no bias"));
   row("device", l.device());
   row("bytes", absl::StrCat(human_bytes(l.weight_bytes()), " weights, ",
                             human_bytes(l.total_bytes()), " held"));

@@ -5,7 +5,8 @@
 // Usage: qlinear-cli [--server HOST:PORT] <command> [options]
 //        qlinear-cli help [<command>]
 // The server defaults to $QLINEAR_SERVER, else localhost:50051. Exit status: 0 ok, 1 failure
-// (an RPC error, a server that is not serving, a mismatch), 2 usage error.
+// (an RPC error, a server that is not serving, a mismatch), 2 usage error (a bad command line, a
+// TLS file missing or unusable).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,7 +47,9 @@ std::string overview() {
                       "larger outputs)\n",
                       "  --timeout-s=S       Deadline of each call, in seconds (0-86400, 0: none; "
                       "default 60;\n"
-                      "                      an upload, `load` or bench's own layer, has none "
+                      "                      also of each smoke scheme's stream and each bench "
+                      "request; an upload,\n"
+                      "                      `load` or smoke's and bench's own layers, has none "
                       "unless given)\n",
                       "  --tls               Connect over TLS, verifying the server with gRPC's "
                       "default roots\n"
@@ -70,7 +73,7 @@ std::string overview() {
                       "  --help              Show this overview\n\n",
                       "Run `qlinear-cli <command> --help` for the options of a command.\n",
                       "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
-                      "2 usage error.\n");
+                      "2 usage error (bad command line, TLS file missing or unusable).\n");
   return out;
 }
 
@@ -128,6 +131,12 @@ int run(int argc, char** argv) {
   if (absl::Status s = globals.parse(std::min(cmd, argc), argv, 1); !s.ok()) {
     return usage_error(s.message());
   }
+  // What the parser left over before the command started with '-' without being an option
+  // ("-x"): an unknown option, not one to ignore.
+  if (!globals.positional().empty()) {
+    return usage_error(
+        absl::StrCat("unknown option ", globals.positional()[0], " (see qlinear-cli help)"));
+  }
   if (show_version) {
     std::printf("qlinear-cli %s\n", version_string().c_str());
     return kExitOk;
@@ -178,15 +187,16 @@ int run(int argc, char** argv) {
   if (c == nullptr) {
     return usage_error(absl::StrCat("unknown command '", name, "' (see qlinear-cli help)"));
   }
-  // Any TLS file or name implies --tls; the files are read and checked here, before any call.
+  // Any TLS file or name implies --tls; the files are read and checked here, before any call. A
+  // file that is missing or not what its flag takes is a bad command line alike (exit 2), the
+  // message keeping its code (NOT_FOUND, INVALID_ARGUMENT, ...).
   if (tls || !tls_files.ca_file.empty() || !tls_files.cert_file.empty() ||
       !tls_files.key_file.empty() || !tls_server_name.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         tls_channel_credentials(tls_files);
     if (!credentials.ok()) {
-      return absl::IsInvalidArgument(credentials.status())
-                 ? usage_error(credentials.status().message())
-                 : fail(credentials.status());
+      fail(credentials.status());
+      return kExitUsage;
     }
     args.credentials = *std::move(credentials);
     args.tls_server_name = tls_server_name;

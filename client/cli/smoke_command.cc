@@ -12,6 +12,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -202,7 +203,9 @@ void check_bad_response(const v1::InferRequest& req, const v1::InferResponse& re
 struct SmokeOptions {
   int64_t n, k, batches, max_m;
   uint64_t seed;
-  std::chrono::milliseconds stream_timeout;  // the whole stream of a scheme's requests (0: none)
+  // The whole stream of a scheme's requests (0: none); the checks against the reference run
+  // after it.
+  std::chrono::milliseconds stream_timeout;
 };
 
 void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t index,
@@ -247,21 +250,6 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
   if (spec.has_input_scale) h.set_input_scale(spec.input_scale);
   if (spec.has_input_zero_point) h.set_input_zero_point(spec.input_zero_point);
 
-  auto loaded = client.load_layer(h, w);
-  if (!loaded.ok()) {
-    res->rpc_error = loaded.status();
-    res->problems.push_back(absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
-    return;
-  }
-  res->loaded = true;
-  res->device = loaded->layer().device();
-  auto weights = build_layer_weights(spec, std::move(w));
-  if (!weights.ok()) {
-    res->problems.push_back(
-        absl::StrCat("the local reference rejects the layer: ", weights.status().ToString()));
-    return;
-  }
-
   // The requests: random M, x dtypes in turn, output dtypes at random; one bad message (x one
   // value short) in the middle.
   const v1::DType x_dtypes[] = {v1::DTYPE_FP32, v1::DTYPE_FP16, v1::DTYPE_BF16};
@@ -290,13 +278,47 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
   bad.request.set_x(std::string(static_cast<size_t>(o.k - 1) * 4, '\0'));
   msgs.insert(msgs.begin() + static_cast<int64_t>(msgs.size() / 2), std::move(bad));
 
+  // The upload comes once the inputs are made (a failure making them leaves nothing on the
+  // server); cmd_smoke unloads every layer that loaded, whatever happens next.
+  auto loaded = client.load_layer(h, w);
+  if (!loaded.ok()) {
+    res->rpc_error = loaded.status();
+    res->problems.push_back(absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
+    return;
+  }
+  res->loaded = true;
+  res->device = loaded->layer().device();
+  auto weights = build_layer_weights(spec, std::move(w));
+  if (!weights.ok()) {
+    res->problems.push_back(
+        absl::StrCat("the local reference rejects the layer: ", weights.status().ToString()));
+    return;
+  }
+
   // One request at a time, so that each latency is that request's alone; the bad message and the
   // request after it are written back to back, so that order and recovery are tested with two
-  // messages in flight.
+  // messages in flight. The answers are checked against the reference once the stream is done,
+  // so that the stream's deadline covers the server's time only.
   auto stream = client.open_stream(o.stream_timeout);
   bool broken = false;
   v1::InferResponse resp;
+  std::vector<v1::InferResponse> answers(msgs.size());
+  size_t answered = 0;
+  auto check_answers = [&] {
+    for (size_t j = 0; j < answered; ++j) {
+      if (msgs[j].bad) {
+        check_bad_response(msgs[j].request, answers[j], res);
+      } else {
+        check_response(**weights, msgs[j].request, answers[j], res);
+      }
+    }
+  };
   for (size_t i = 0; i < msgs.size() && !broken;) {
+    if (sigint_received()) {
+      res->problems.push_back("interrupted (Ctrl-C)");
+      broken = true;
+      break;
+    }
     const size_t end = std::min(msgs.size(), i + (msgs[i].bad ? 2 : 1));
     std::vector<Clock::time_point> sent;
     for (size_t j = i; j < end; ++j) {
@@ -324,12 +346,8 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
       if (res->selection.empty() && resp.metadata().selection_size() > 0) {
         res->selection = selection_summary(resp.metadata().selection());
       }
-      if (msgs[j].bad) {
-        check_bad_response(req, resp, res);
-      } else {
-        res->latency_ms.push_back(ms);
-        check_response(**weights, req, resp, res);
-      }
+      if (!msgs[j].bad) res->latency_ms.push_back(ms);
+      answers[answered++] = std::move(resp);
     }
     i = end;
   }
@@ -338,6 +356,7 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
     absl::Status s = stream->finish();
     if (!s.ok()) res->rpc_error = s;
     res->problems.push_back(absl::StrCat("the stream ended early: ", s.ToString()));
+    check_answers();
     return;
   }
   stream->writes_done();
@@ -349,6 +368,7 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
     res->rpc_error = s;
     res->problems.push_back(absl::StrCat("the stream finished with ", s.ToString()));
   }
+  check_answers();
 }
 
 std::string kernel_column(const SchemeResult& r) {
@@ -376,7 +396,10 @@ int cmd_smoke(const CommandArgs& args) {
       "reference kernel run locally on the same layer and input. One bad message (x one value\n"
       "short) must get its own INVALID_ARGUMENT while the stream goes on. Prints a table per\n"
       "scheme and `smoke: PASS` or `smoke: FAIL`; exits 1 on any mismatch or error. The\n"
-      "reference is scalar: large layers take a while on both sides.");
+      "reference is scalar: large layers take a while on both sides (the checks run after each\n"
+      "scheme's stream). --timeout-s bounds each call and each scheme's whole stream (default\n"
+      "60 s); an upload only where given. Ctrl-C stops after the request in flight, unloads the\n"
+      "layers and reports (a second Ctrl-C ends it at once).");
   p.add("n", &n, "Output features of each layer");
   p.add("k", &k, "Input features of each layer");
   p.add("schemes", &schemes_arg, "all, or a comma list of schemes");
@@ -396,6 +419,10 @@ int cmd_smoke(const CommandArgs& args) {
     for (absl::string_view s : absl::StrSplit(schemes_arg, ',', absl::SkipWhitespace())) {
       auto sc = parse_scheme(s);
       if (!sc.ok()) return usage_error(sc.status().message());
+      // (Each scheme's layer is named after it: a second would collide with the first.)
+      if (std::find(schemes.begin(), schemes.end(), *sc) != schemes.end()) {
+        return usage_error(absl::StrCat("--schemes lists ", scheme_cli_name(*sc), " twice"));
+      }
       schemes.push_back(*sc);
     }
     if (schemes.empty()) return usage_error("--schemes lists no scheme");
@@ -412,17 +439,14 @@ int cmd_smoke(const CommandArgs& args) {
   std::fflush(stdout);
   const auto start = Clock::now();
   auto client = make_client(args);
-  // A scheme's stream lasts as long as its batches take: a deadline only where --timeout-s is
-  // given.
-  SmokeOptions o{n,
-                 k,
-                 batches,
-                 max_m,
-                 static_cast<uint64_t>(seed),
-                 args.timeout_given ? args.timeout : std::chrono::milliseconds(0)};
+  // A scheme's stream holds its requests only (the reference checks come after it): the call
+  // deadline, --timeout-s or its default, bounds it.
+  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), args.timeout};
   std::vector<SchemeResult> results(schemes.size());
-  for (size_t i = 0; i < schemes.size(); ++i) run_scheme(*client, o, schemes[i], i, &results[i]);
-  if (!keep) {
+  // Every layer that loaded is unloaded however the command ends: here before the report (which
+  // tells a failed unload), or on the way out of an exception (out of memory).
+  absl::Cleanup unload = [&] {
+    if (keep) return;
     for (SchemeResult& r : results) {
       if (!r.loaded) continue;
       if (absl::Status s = client->unload_layer(r.layer); !s.ok()) {
@@ -430,7 +454,22 @@ int cmd_smoke(const CommandArgs& args) {
         r.problems.push_back(absl::StrCat("unload ", r.layer, ": ", s.ToString()));
       }
     }
+  };
+  {
+    const CatchSigint sigint;
+    for (size_t i = 0; i < schemes.size() && !sigint_received(); ++i) {
+      run_scheme(*client, o, schemes[i], i, &results[i]);
+    }
+    for (size_t i = 0; i < schemes.size(); ++i) {
+      SchemeResult& r = results[i];
+      if (!r.scheme.empty()) continue;
+      r.scheme = scheme_cli_name(schemes[i]);
+      r.n = n;
+      r.k = k;
+      r.problems.push_back("not run: interrupted (Ctrl-C)");
+    }
   }
+  std::move(unload).Invoke();
 
   Table t({"SCHEME", "SHAPE", "DEVICE", "REQS", "ROWS", "MISMATCH", "MAX ABS", "MAX ULP",
            "LATENCY P50/MAX", "GEMM P50", "BAD MSG", "KERNEL (SELECTION, FIRST REQUEST)"});

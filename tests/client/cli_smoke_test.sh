@@ -2,8 +2,10 @@
 # End-to-end test of qlinear-cli against a real qlinear-server on a free local port: health,
 # smoke (every scheme, bit-exact against the client-side reference), kernels, layers, load
 # (random, from .npy files, and a layer manifest, also loaded by a second server at start-up), infer (unary and streamed, .npy in and out), short load
-# benchmarks (streams, unary, echo), unload, error exit codes, --help of every command, a server
-# with mutual TLS (certificates made with openssl, then rotated while it serves), and a graceful SIGTERM stop of the server
+# benchmarks (streams, unary, echo), unload, error exit codes (messages over the size limit,
+# sizes that overflow, bad options), --help of every command, health through a slow link, a server
+# with mutual TLS (certificates made with openssl, then rotated while it serves), deadlines
+# against a mute server and a stopped one (SIGSTOP), and a graceful SIGTERM stop of the server
 # (exit 0).
 #
 # Usage: cli_smoke_test.sh QLINEAR_SERVER_BINARY QLINEAR_CLI_BINARY
@@ -19,7 +21,8 @@ work=$(mktemp -d)
 server_pid=""
 
 cleanup() {
-  for pid in "$server_pid" "${server2_pid:-}" "${mute_pid:-}"; do
+  for pid in "$server_pid" "${server2_pid:-}" "${mute_pid:-}" "${proxy_pid:-}" "${cli_pid:-}"; do
+    [[ -n $pid ]] && { kill -CONT "$pid" 2>/dev/null || true; }
     if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
       kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -105,6 +108,31 @@ for scheme in dynamic_symmetric static_symmetric dynamic_asymmetric static_asymm
 done
 expect 0 layers
 grep_out 'no layers loaded'  # smoke unloads its layers
+expect 2 smoke --schemes dynamic_symmetric,static_symmetric,dynamic_symmetric
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --schemes lists dynamic_symmetric twice$'
+# Inputs too large for the memory it may take: smoke fails before it uploads anything.
+rc=0
+(ulimit -v 3000000 && exec "$cli_bin" smoke --n 64 --k 1024 --max-m 4000000 --batches 2 --seed 1 \
+  --schemes dynamic_symmetric) >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "smoke out of memory exited $rc, expected 1"
+grep_err '^qlinear-cli: out of memory'
+expect 0 layers
+grep_out 'no layers loaded'
+# Ctrl-C once its first layer is loaded: smoke stops, unloads what it loaded and exits 1. (A job
+# started with & ignores SIGINT; python gives it back the default action, as a terminal's has.)
+python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execv(sys.argv[1], sys.argv[1:])' "$cli_bin" smoke --n 512 --k 2048 --batches 40 --max-m 64 >"$work/out" 2>"$work/err" &
+cli_pid=$!
+await_log "$work/server.log" "loaded layer 'smoke-dynamic_symmetric-$cli_pid'"
+kill -INT "$cli_pid"
+rc=0
+wait "$cli_pid" || rc=$?
+cli_pid=""
+[[ $rc -eq 1 ]] || fail "smoke after Ctrl-C exited $rc, expected 1"
+grep_out 'interrupted (Ctrl-C)'
+expect 0 layers
+grep_out 'no layers loaded'
 
 # --- versions, kernels, load, layers, describe --------------------------------------------------
 server_version=$("$server_bin" --version) || fail "qlinear-server --version exited $?"
@@ -144,6 +172,16 @@ grep_out '^kernel '
 grep_out '^sa '
 expect 0 infer --layer cli-test/random --m 3 --stream --output "$work/y2.npy"
 cmp -s "$work/y1.npy" "$work/y2.npy" || fail "unary and streamed results differ"
+expect 2 infer --layer cli-test/random --m 3 --output "$work"
+grep_err "^qlinear-cli: INVALID_ARGUMENT: --output $work is a folder$"
+expect 1 infer --layer cli-test/random --m 4611686018427387904
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --m 4611686018427387904 rows of K=136 values are too many for one request$'
+# A request over the client's message limit is refused before it is sent, with what to do.
+for how in "" --stream; do
+  # shellcheck disable=SC2086  # no word, or one
+  expect 1 --max-message-mb 1 infer --layer cli-test/random --m 4000 $how
+  grep_err '^qlinear-cli: RESOURCE_EXHAUSTED: .*(M=4000) is 1088[0-9]* bytes, over the 1048576 bytes a message may have; send fewer rows per request, or raise --max-message-mb'
+done
 expect 0 infer --layer cli-test/random --m 2 --dtype fp32 --output-dtype fp16 \
   --output "$work/y3.npy"
 grep_out '^y  *\[2, 96\] fp16'
@@ -178,12 +216,16 @@ save("s.npy", "<f4", (n, 1), struct.pack(f"<{n}f", *(rng.uniform(5e-4, 2e-3) for
 save("b.npy", "<f2", (n,), struct.pack(f"<{n}e", *(rng.uniform(-1, 1) for _ in range(n))))
 save("x.npy", "<f4", (m, k), struct.pack(f"<{m * k}f", *(rng.uniform(-1, 1) for _ in range(m * k))))
 save("x8.npy", "|i1", (m, k), bytes(m * k))
+save("b0.npy", "<f4", (0,), b"")
 open(f"{work}/w.raw", "wb").write(bytes(rng.randrange(256) for _ in range(n * k)))
 EOF
 expect 0 load --name cli-test/files --weights "$work/w.npy" --weight-scale "$work/s.npy" \
   --bias "$work/b.npy"
 grep_out 'N=40 K=72'
 grep_out 'with bias'
+expect 1 load --name cli-test/no-bias --weights "$work/w.npy" --weight-scale "$work/s.npy" \
+  --bias "$work/b0.npy"
+grep_err "^qlinear-cli: INVALID_ARGUMENT: $work/b0.npy: bias has 0 values, expected n=40$"
 expect 0 infer --layer cli-test/files --input "$work/x.npy" --output-dtype fp32 \
   --output "$work/y4.npy"
 grep_out '^y  *\[5, 40\] fp32  from x \[5, 72\] fp32'
@@ -225,7 +267,7 @@ expect 1 load --manifest "$work/bad.json"
 grep_err "INVALID_ARGUMENT: $work/bad.json: layer 'x' (layers\[0\]): unknown key \"bais\""
 
 # (Port 0: the server picks a free one and logs it once its layers are loaded.)
-"$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer \
+"$server_bin" --address 127.0.0.1 --port 0 --no-demo-layer --max-message-mb 1 \
   --layer-manifest "$work/layers.json" 2>"$work/server2.log" &
 server2_pid=$!
 port2=$(listening_port "$work/server2.log") ||
@@ -241,6 +283,10 @@ grep -q "^.*\[2/2\] loaded layer 'cli-test/manifest-b' 40x72 static_symmetric on
   "$work/server2.log" || fail "no '[2/2] loaded layer' log line"
 grep -q "loaded 2 layers (0.0 MiB of weights) from the manifest in" "$work/server2.log" ||
   fail "no 'loaded 2 layers' log line"
+# Upload chunks leave room for their message's framing: 1.5 MiB of weights to a server whose
+# messages are at most 1 MiB.
+expect 0 --server "127.0.0.1:$port2" load --name cli-test/one-mib --n 1024 --k 1536
+grep_out 'N=1024 K=1536'
 stop_server2 "the second server"
 # A manifest that cannot load stops the server at start-up, naming the layer and why.
 rc=0
@@ -450,12 +496,32 @@ expect 2 bench --n 256 --k 256 --duration nan
 grep_err '--duration and --warmup in 0..604800 s'
 expect 2 bench --n 256 --k 256 --m 99999999
 grep_err '--m and --m-max must be at most 16777216'
+expect 2 bench --n 256 --k 256 --max-queue-delay-us -5
+# A request larger than a message may be (here over protobuf's 2 GiB) is refused up front,
+# before any input is made.
+expect 1 bench --n 16 --k 1024 --m 1100000 --duration 1
+grep_err '^qlinear-cli: RESOURCE_EXHAUSTED: an InferStream request of M=1100000 (K=1024, bf16) is 225280002[0-9] bytes, over the 1073741824 bytes a message may have; lower --m or --m-max'
+# The inputs of a range of M take the rows of the largest M (8 MiB here), not a buffer per M.
+rc=0
+(ulimit -v 3000000 && exec "$cli_bin" bench --n 16 --k 4096 --m-min 1 --m-max 1024 --requests 20 \
+  --warmup 0) >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 0 ]] || fail "bench of M 1..1024 at K=4096 in 3 GB of address space exited $rc"
+grep_out '^  requests    20 ok'
 expect 2 load --name cli-test/big-chunks --n 8 --k 16 --chunk-mb 100
 grep_err 'a chunk is one message of at most --max-message-mb 64 MiB'
 # The smallest message limit still uploads (1.5 MiB of weights in chunks just under 1 MiB).
 expect 0 --max-message-mb 1 load --name cli-test/one-mib --n 1024 --k 1536
 grep_out 'N=1024 K=1536'
 expect 0 unload cli-test/one-mib
+# The header carries the weight scale and bias: [N] each, 1.6 MB here.
+expect 1 --max-message-mb 1 load --name cli-test/wide --n 200000 --k 2
+grep_err '^qlinear-cli: RESOURCE_EXHAUSTED: the LoadLayer header (the layer.s settings, weight scale and bias) is 16[0-9]* bytes, over the 1048576 bytes'
+expect 2 load --name cli-test/huge --n 4611686018427387904 --k 4
+grep_err 'random layers are limited to 16 GiB'
+expect 2 load --name cli-test/tiny-scale --scheme static_symmetric --input-scale 1e-50
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --input-scale 1e-50 is out of the range of a float32$'
+expect 2 load --name cli-test/batching --max-batch-rows -2
+grep_err 'must be >= -1'
 expect 2 --max-message-mb 0 health
 grep_err '--max-message-mb must be in 1..2047, got 0'
 expect 2 health --wait-seconds 99999999999
@@ -491,11 +557,40 @@ expect 2 load --name x --scheme bogus
 grep_err "unknown scheme 'bogus'"
 expect 2 infer --layer x --dtype fp8
 expect 2 --server
+expect 2 -x --version
+grep_err "^qlinear-cli: INVALID_ARGUMENT: unknown option -x "
 QLINEAR_SERVER= expect 0 --server "127.0.0.1:$port" layers
 QLINEAR_SERVER= expect 0 layers --server "127.0.0.1:$port"
 closed=$(free_port)
+start=$(date +%s%N)
 expect 1 health --server "127.0.0.1:$closed"
 grep_err '^qlinear-cli: UNAVAILABLE: '
+(( ($(date +%s%N) - start) / 1000000 < 3000 )) || fail "health took over 3 s on a refused port"
+# Through a link 150 ms away each way, health waits for the connection.
+python3 -c 'import asyncio, sys
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            await asyncio.sleep(0.15)
+            w.write(data)
+            await w.drain()
+    finally:
+        w.close()
+async def handle(cr, cw):
+    sr, sw = await asyncio.open_connection("127.0.0.1", int(sys.argv[1]))
+    await asyncio.gather(pipe(cr, sw), pipe(sr, cw), return_exceptions=True)
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await srv.serve_forever()
+asyncio.run(main())' "$port" >"$work/proxy.port" &
+proxy_pid=$!
+for _ in $(seq 50); do [[ -s $work/proxy.port ]] && break; sleep 0.1; done
+expect 0 health --server "127.0.0.1:$(cat "$work/proxy.port")"
+grep_out '^SERVING$'
+kill "$proxy_pid" 2>/dev/null || true
+wait "$proxy_pid" 2>/dev/null || true
+proxy_pid=""
 
 # --- TLS: a server with mutual TLS, certificates made here --------------------------------------
 tls=$work/tls
@@ -564,7 +659,7 @@ expect 2 --tls-cert "$tls/client.pem" layers
 grep_err '^qlinear-cli: INVALID_ARGUMENT: --tls-cert needs --tls-key'
 expect 2 --tls-ca "$tls/ca.key" layers
 grep_err "^qlinear-cli: INVALID_ARGUMENT: --tls-ca: $tls/ca.key holds no PEM certificate"
-expect 1 --tls-ca "$tls/none.pem" layers
+expect 2 --tls-ca "$tls/none.pem" layers
 grep_err "^qlinear-cli: NOT_FOUND: --tls-ca: cannot open $tls/none.pem"
 # A rotation while it serves, read on SIGHUP (the server polls with --tls-reload-interval-s 0
 # never): a key that fails the checks is logged and the served certificate kept; a renewed
@@ -620,6 +715,26 @@ done
 kill "$mute_pid" 2>/dev/null || true
 wait "$mute_pid" 2>/dev/null || true
 mute_pid=""
+
+# --- a server that stops answering mid-run (SIGSTOP) ----------------------------------------------
+# bench's stream waits --timeout-s for each answer, then fails (the server stopped during the
+# warm-up: every measured request times out).
+expect 0 load --name cli-test/stalled --n 64 --k 64
+start=$(date +%s%N)
+"$cli_bin" --timeout-s 2 bench --layer cli-test/stalled --requests 1 --warmup 3 >"$work/out" \
+  2>"$work/err" &
+cli_pid=$!
+await_log "$work/err" "(warm-up)"
+kill -STOP "$server_pid"
+rc=0
+wait "$cli_pid" || rc=$?
+cli_pid=""
+kill -CONT "$server_pid"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[[ $rc -eq 1 ]] || fail "bench against a stopped server exited $rc, expected 1"
+grep_err "^qlinear-cli: DEADLINE_EXCEEDED: every InferStream request failed; first: no answer within the call's deadline of 2s (--timeout-s)$"
+(( ms < 30000 )) || fail "bench against a stopped server took $ms ms, with --timeout-s 2"
+expect 0 unload cli-test/stalled
 
 # --- graceful stop -----------------------------------------------------------------------------
 kill -TERM "$server_pid"

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -647,6 +648,26 @@ TEST_F(ManifestFilesTest, ASafetensorsFileReplacedAfterItsHeaderIsRefused) {
   t = read_safetensors_tensor(*h, "w");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
   EXPECT_EQ(t.status().message(), p + " changed since its header was read; read it again");
+}
+
+// The check the manifest's "input_scale" and `qlinear-cli load --input-scale` share.
+TEST(ExactFloat32Test, KeepsWhatAFloat32HoldsAndRefusesWhatWouldChange) {
+  EXPECT_EQ(exact_float32(0.25), 0.25f);
+  EXPECT_EQ(exact_float32(0), 0.f);
+  EXPECT_EQ(exact_float32(-3e38), -3e38f);
+  EXPECT_TRUE(exact_float32(1e-40).has_value());   // a subnormal float32, not 0
+  EXPECT_FALSE(exact_float32(1e-50).has_value());  // would reach the server as 0
+  EXPECT_FALSE(exact_float32(-1e39).has_value());  // as -inf
+  EXPECT_FALSE(exact_float32(std::nan("")).has_value());
+}
+
+TEST(CheckBiasNotEmptyTest, RefusesABiasWithoutValues) {
+  v1::Tensor bias;
+  const absl::Status s = check_bias_not_empty(bias, "b.npy", 40);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "b.npy: bias has 0 values, expected n=40");
+  bias.set_data(std::string(160, '\0'));
+  EXPECT_TRUE(check_bias_not_empty(bias, "b.npy", 40).ok());
 }
 
 }  // namespace
