@@ -188,10 +188,13 @@ class Worker {
 
   // Cancels the call in flight, if any (from another thread): a stopped run does not wait for a
   // server that has stopped answering. The request in flight is counted as `code` with `why`,
-  // not as the CANCELLED its call ends with.
-  void cancel(grpc::StatusCode code, const std::string& why) {
+  // not as the CANCELLED its call ends with. With `sent` given, only while the request in flight
+  // is still the one sent then (its answer may have come since the caller looked, and the next
+  // request gone out, which is not overdue).
+  void cancel(grpc::StatusCode code, const std::string& why, Clock::time_point sent = {}) {
     absl::MutexLock lock(&live_mu_);
     if (live_ == nullptr) return;
+    if (sent != Clock::time_point{} && in_flight_since() != sent) return;
     if (cut_code_ == grpc::StatusCode::OK) {
       cut_code_ = code;
       cut_why_ = why;
@@ -212,7 +215,9 @@ class Worker {
     if (ctx != nullptr) cut_code_ = grpc::StatusCode::OK;
   }
 
+  // (Under live_mu_, so that cancel() cuts only the request it looked at.)
   void set_in_flight(Clock::time_point since) {
+    absl::MutexLock lock(&live_mu_);
     in_flight_since_.store(since.time_since_epoch().count(), std::memory_order_relaxed);
   }
 
@@ -577,9 +582,9 @@ absl::StatusOr<PassResult> run_pass(const Config& c, const Inputs& inputs, Rpc r
       const Clock::time_point since = w->in_flight_since();
       if (since == Clock::time_point{}) continue;
       if (rpc == Rpc::kStream && c.timeout.count() > 0 && now - since > c.timeout) {
-        w->cancel(grpc::StatusCode::DEADLINE_EXCEEDED, timed_out);
+        w->cancel(grpc::StatusCode::DEADLINE_EXCEEDED, timed_out, since);
       } else if (c.requests == 0 && now > sh.measure_until + kInFlightGrace) {
-        w->cancel(grpc::StatusCode::CANCELLED, overran);
+        w->cancel(grpc::StatusCode::CANCELLED, overran, since);
       }
     }
     if (interrupted && !told_waiting && Clock::now() - interrupted_at > std::chrono::seconds(2)) {
@@ -975,6 +980,10 @@ int cmd_bench(const CommandArgs& args) {
       std::fprintf(stderr, "qlinear-cli: unload %s: %s\n", c.layer.c_str(), s.ToString().c_str());
     }
   };
+  // The first Ctrl-C stops the run and reports it; requests still in flight are waited for,
+  // and a second Ctrl-C ends the program at once. (Caught from before the upload, so that the
+  // layer is unloaded on the way out.)
+  const CatchSigint sigint;
   if (layer.empty() && !echo) {
     auto info = upload_random_layer(*client, c, *scheme, max_batch_rows, max_queue_delay_us);
     if (!info.ok()) return fail(info.status());
@@ -996,9 +1005,6 @@ int cmd_bench(const CommandArgs& args) {
   std::vector<PassResult> passes;
   absl::Status pass_error;
   {
-    // The first Ctrl-C stops the run and reports it; requests still in flight are waited for,
-    // and a second Ctrl-C ends the program at once.
-    const CatchSigint sigint;
     for (size_t i = 0; i < plan.size() && !sigint_received(); ++i) {
       auto r = run_pass(c, activations, plan[i]);
       if (!r.ok()) {
@@ -1017,6 +1023,10 @@ int cmd_bench(const CommandArgs& args) {
   std::fflush(stdout);
   std::move(unload).Invoke();
   if (!pass_error.ok()) return fail(pass_error);
+  if (passes.empty() && sigint_received()) {
+    std::fprintf(stderr, "qlinear-cli: interrupted (Ctrl-C) before the first pass\n");
+    return kExitFailure;
+  }
   for (const PassResult& r : passes) {
     if (r.ok > 0) continue;
     if (r.errors.empty()) {

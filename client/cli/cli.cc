@@ -74,11 +74,14 @@ extern "C" void on_sigint(int) { g_sigint = 1; }
 
 CatchSigint::CatchSigint() {
   g_sigint = 0;
+  sigaction(SIGINT, nullptr, &old_);
+  // A job that a script started in the background ignores SIGINT, and goes on ignoring it.
+  if (old_.sa_handler == SIG_IGN) return;
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 CatchSigint::~CatchSigint() { sigaction(SIGINT, &old_, nullptr); }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -282,6 +283,10 @@ int cmd_load(const CommandArgs& raw_args) {
     double v = 0;
     if (!absl::SimpleAtod(input_scale_arg, &v)) {
       return usage_error(absl::StrCat("--input-scale takes a number, got '", input_scale_arg, "'"));
+    }
+    if (!std::isfinite(v)) {
+      return usage_error(
+          absl::StrCat("--input-scale takes a finite number, got '", input_scale_arg, "'"));
     }
     const std::optional<float> f = exact_float32(v);
     if (!f.has_value()) {

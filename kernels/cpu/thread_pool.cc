@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <system_error>
 
@@ -95,6 +96,8 @@ ThreadPool::ThreadPool(int threads) {
     try {
       workers_.emplace_back([this] { worker_loop(); });
     } catch (const std::system_error&) {
+      break;
+    } catch (const std::bad_alloc&) {  // (the thread's state is allocated too)
       break;
     }
   }

@@ -57,9 +57,17 @@ BatchQueue::BatchQueue(std::shared_ptr<const Layer> layer, const Engine* engine,
       engine_(engine),
       options_(options),
       metrics_(metrics),
-      series_(metrics != nullptr ? metrics->layer_series(layer_->name()) : nullptr),
       on_gpu_(layer_->device() != "cpu") {
   worker_ = std::thread([this] { worker(); });
+  if (metrics != nullptr) {
+    try {
+      series_ = metrics->layer_series(layer_->name());
+    } catch (...) {
+      close();
+      worker_.join();
+      throw;
+    }
+  }
 }
 
 BatchQueue::~BatchQueue() {

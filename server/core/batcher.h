@@ -105,7 +105,9 @@ class BatchQueue {
   const Engine* engine_;
   const BatchOptions options_;
   Metrics* metrics_;
-  const std::unique_ptr<Metrics::LayerSeries> series_;
+  // Set once the worker has started (a queue that cannot start takes no layer label); the worker
+  // reads it only for requests, which reach the queue after the constructor.
+  std::unique_ptr<Metrics::LayerSeries> series_;
 
   mutable absl::Mutex mu_;
   std::deque<Pending*> queue_ ABSL_GUARDED_BY(mu_);

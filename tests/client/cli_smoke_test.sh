@@ -520,6 +520,8 @@ expect 2 load --name cli-test/huge --n 4611686018427387904 --k 4
 grep_err 'random layers are limited to 16 GiB'
 expect 2 load --name cli-test/tiny-scale --scheme static_symmetric --input-scale 1e-50
 grep_err '^qlinear-cli: INVALID_ARGUMENT: --input-scale 1e-50 is out of the range of a float32$'
+expect 2 load --name cli-test/nan-scale --scheme static_symmetric --input-scale nan
+grep_err "^qlinear-cli: INVALID_ARGUMENT: --input-scale takes a finite number, got 'nan'$"
 expect 2 load --name cli-test/batching --max-batch-rows -2
 grep_err 'must be >= -1'
 expect 2 --max-message-mb 0 health

@@ -722,6 +722,17 @@ TEST_F(BatcherTest, ALoadWhoseBatchingThreadCannotStartLeavesTheServedLayer) {
       std::fprintf(stderr, "load answered %s\n", replaced.status().ToString().c_str());
       _exit(1);
     }
+    // A new name fails alike, and takes none of the metrics' layer labels.
+    LoadRequest fresh = r;
+    fresh.name = "fresh";
+    fresh.replace = false;
+    const absl::StatusOr<LoadResult> added = engine_->load(fresh, layer_.weights);
+    if (added.status().code() != absl::StatusCode::kResourceExhausted ||
+        metrics_.serialize().find("layer=\"fresh\"") != std::string::npos) {
+      std::fprintf(stderr, "a new layer answered %s, its metrics: %s\n",
+                   added.status().ToString().c_str(), metrics_.serialize().c_str());
+      _exit(1);
+    }
     // The layer loaded before still answers, on the thread it already had.
     SplitMix64 rng(test_seed());
     const std::string x = random_x(rng, 3, 96, DType::kBF16);
