@@ -55,12 +55,19 @@ expect() {
 grep_out() { grep -q -- "$1" "$work/out" || fail "stdout lacks '$1'"; }
 grep_err() { grep -q -- "$1" "$work/err" || fail "stderr lacks '$1'"; }
 
+# reap VAR: waits for the background job whose pid the variable VAR holds, clears VAR (so that
+# cleanup leaves it alone) and leaves the job's exit status in rc.
+reap() {
+  rc=0
+  wait "${!1}" || rc=$?
+  printf -v "$1" '%s' ""
+}
+
 # stop_server2 WHAT: SIGTERM to the extra server $server2_pid, which must exit 0.
 stop_server2() {
   kill -TERM "$server2_pid"
-  local rc=0
-  wait "$server2_pid" || rc=$?
-  server2_pid=""
+  local rc
+  reap server2_pid
   [[ $rc -eq 0 ]] || fail "$1 exited $rc on SIGTERM, expected 0"
 }
 
@@ -126,9 +133,7 @@ os.execv(sys.argv[1], sys.argv[1:])' "$cli_bin" smoke --n 512 --k 2048 --batches
 cli_pid=$!
 await_log "$work/server.log" "loaded layer 'smoke-dynamic_symmetric-$cli_pid'"
 kill -INT "$cli_pid"
-rc=0
-wait "$cli_pid" || rc=$?
-cli_pid=""
+reap cli_pid
 [[ $rc -eq 1 ]] || fail "smoke after Ctrl-C exited $rc, expected 1"
 grep_out 'interrupted (Ctrl-C)'
 expect 0 layers
@@ -728,9 +733,7 @@ start=$(date +%s%N)
 cli_pid=$!
 await_log "$work/err" "(warm-up)"
 kill -STOP "$server_pid"
-rc=0
-wait "$cli_pid" || rc=$?
-cli_pid=""
+reap cli_pid
 kill -CONT "$server_pid"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [[ $rc -eq 1 ]] || fail "bench against a stopped server exited $rc, expected 1"
@@ -740,9 +743,7 @@ expect 0 unload cli-test/stalled
 
 # --- graceful stop -----------------------------------------------------------------------------
 kill -TERM "$server_pid"
-rc=0
-wait "$server_pid" || rc=$?
-server_pid=""
+reap server_pid
 [[ $rc -eq 0 ]] || fail "the server exited $rc after SIGTERM, expected 0"
 expect 1 health
 echo "cli_smoke_test: PASS"
