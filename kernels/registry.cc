@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "kernels/core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/reference/reference_w8a8.h"
 #if QLINEAR_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
@@ -189,6 +190,22 @@ absl::StatusOr<int64_t> reserve_gpu_staging(int64_t bytes) {
   (void)bytes;
   return 0;
 #endif
+}
+
+std::string start_cpu_kernel_threads() {
+  const cpu::ThreadPool& pool = cpu::ThreadPool::global();
+  return describe_cpu_kernel_threads(pool.threads(), pool.threads_asked());
+}
+
+std::string describe_cpu_kernel_threads(int threads, int asked) {
+  std::string s = absl::StrCat("CPU kernels on ", threads, " thread", threads == 1 ? "" : "s");
+  if (threads < asked) {
+    absl::StrAppend(&s, " (warning: only ", threads, " of the ", asked,
+                    " it was sized for could be started: the host's limit of threads, e.g. "
+                    "ulimit -u or the cgroup's pids.max, was reached; they stay ",
+                    threads, " until a restart)");
+  }
+  return s;
 }
 
 std::vector<std::string> parse_kernel_list(absl::string_view csv) {

@@ -91,6 +91,13 @@ void enable_cuda_graphs(bool enabled);
 // `bytes` 0, without a usable GPU and in a binary built without CUDA.
 absl::StatusOr<int64_t> reserve_gpu_staging(int64_t bytes);
 
+// Starts the CPU kernels' thread pool now (else their first call does) and describes it for the
+// start-up log: "CPU kernels on T threads", and where the host's limit of threads stopped some
+// of the workers, how many it was sized for and that it stays that narrow.
+std::string start_cpu_kernel_threads();
+// The description alone, for `threads` started of `asked`.
+std::string describe_cpu_kernel_threads(int threads, int asked);
+
 // Parses "a,b , c" into names (empty entries dropped).
 std::vector<std::string> parse_kernel_list(absl::string_view csv);
 

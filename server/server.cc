@@ -168,9 +168,12 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
                                                  absl::Milliseconds(o.upload_idle_timeout_ms),
                                                  call_slots_for(o.max_threads));
 
+  // The CPU kernels' pool starts here rather than on a request, so that a host whose limit of
+  // threads narrows it says so at start-up.
+  const std::string cpu_threads = start_cpu_kernel_threads();
   if (!o.quiet) {
     log_info(absl::StrCat("version ", version_string(), "; host: ", host.cpu_description(), "; ",
-                          host.gpu_description()));
+                          cpu_threads, "; ", host.gpu_description()));
     std::vector<std::string> names;
     for (const Kernel* k : s->registry_.kernels()) {
       absl::Status u = s->registry_.usable(*k, host);

@@ -86,7 +86,7 @@ int usable_cpus(const std::string& root) {
   return quota > 0 ? std::min(cpus, quota) : cpus;
 }
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads) : asked_(std::max(threads, 1)) {
   // Workers start from generation 0, whenever their threads get to run: one that starts late
   // still sees every job (or the stop) published after this constructor.
   // A host at its limit of threads gets a narrower pool (the caller alone, at worst) rather than

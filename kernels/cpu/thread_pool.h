@@ -44,6 +44,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // The threads it was asked for (at least 1): more than threads() where the host's limit of
+  // threads stopped some of them.
+  int threads_asked() const { return asked_; }
 
   // Runs fn(task) for every task in [0, tasks). Tasks are claimed in increasing order, one at a
   // time, by whichever thread is free: make tasks contiguous ranges of work, a few per thread.
@@ -73,6 +76,7 @@ class ThreadPool {
   static void run_tasks(Job* job);
   void worker_loop();
 
+  int asked_ = 1;
   std::vector<std::thread> workers_;
   std::atomic<bool> busy_{false};        // one call holds the workers
   std::atomic<Job*> job_{nullptr};       // the job on offer, or null

@@ -495,5 +495,19 @@ TEST(MBuckets, Boundaries) {
   }
 }
 
+TEST(CpuKernelThreads, StartUpLineSaysHowManyAndWarnsWhenNarrowed) {
+  EXPECT_EQ(describe_cpu_kernel_threads(8, 8), "CPU kernels on 8 threads");
+  EXPECT_EQ(describe_cpu_kernel_threads(1, 1), "CPU kernels on 1 thread");
+  const std::string narrowed = describe_cpu_kernel_threads(3, 16);
+  EXPECT_EQ(narrowed.rfind("CPU kernels on 3 threads (warning: only 3 of the 16 ", 0), 0u)
+      << narrowed;
+  EXPECT_NE(narrowed.find("limit of threads"), std::string::npos) << narrowed;
+  EXPECT_NE(narrowed.find("until a restart"), std::string::npos) << narrowed;
+  // The process's own pool, started by the call: as wide as it was asked to be here.
+  const std::string own = start_cpu_kernel_threads();
+  EXPECT_EQ(own.find("warning"), std::string::npos) << own;
+  EXPECT_EQ(own.rfind("CPU kernels on ", 0), 0u) << own;
+}
+
 }  // namespace
 }  // namespace qlinear

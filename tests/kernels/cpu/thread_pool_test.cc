@@ -43,8 +43,8 @@ TEST(ThreadPool, AHostOutOfThreadsGetsANarrowerPool) {
       _exit(2);
     }
     ThreadPool pool(4);
-    if (pool.threads() != 1) {
-      std::fprintf(stderr, "the pool has %d threads\n", pool.threads());
+    if (pool.threads() != 1 || pool.threads_asked() != 4) {
+      std::fprintf(stderr, "the pool has %d threads of %d\n", pool.threads(), pool.threads_asked());
       _exit(1);
     }
     std::vector<int> hits(100, 0);
