@@ -1,6 +1,7 @@
 #include "kernels/registry.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -190,6 +191,23 @@ absl::StatusOr<int64_t> reserve_gpu_staging(int64_t bytes) {
   (void)bytes;
   return 0;
 #endif
+}
+
+int64_t trim_gpu_staging(absl::Duration idle) {
+#if QLINEAR_HAVE_CUDA
+  return trim_cuda_staging(absl::ToChronoNanoseconds(idle));
+#else
+  (void)idle;
+  return 0;
+#endif
+}
+
+GpuStagingBytes gpu_staging_bytes() {
+  GpuStagingBytes b;
+#if QLINEAR_HAVE_CUDA
+  std::tie(b.host, b.device) = cuda_staging_bytes();
+#endif
+  return b;
 }
 
 std::string start_cpu_kernel_threads() {

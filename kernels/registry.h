@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/kernel.h"
 
@@ -90,6 +91,21 @@ void enable_cuda_graphs(bool enabled);
 // host about 20 ms at M = 2048 on a 4096 x 4096 layer). Returns the bytes reserved in all: 0 with
 // `bytes` 0, without a usable GPU and in a binary built without CUDA.
 absl::StatusOr<int64_t> reserve_gpu_staging(int64_t bytes);
+
+// Shrinks the CUDA serving path's stream contexts back to the start-up reservation where no call
+// has needed more for `idle` (a context in use is skipped); returns the bytes released, pinned
+// host and GPU memory together. Frees GPU memory, which waits for the device's work in flight:
+// for a housekeeping thread, not a request. 0 in a binary built without CUDA or before any GPU
+// call.
+int64_t trim_gpu_staging(absl::Duration idle);
+
+// What the CUDA serving path's stream contexts hold now: pinned host and GPU memory (zeros
+// before any GPU call, and in a binary built without CUDA).
+struct GpuStagingBytes {
+  int64_t host = 0;
+  int64_t device = 0;
+};
+GpuStagingBytes gpu_staging_bytes();
 
 // Starts the CPU kernels' thread pool now (else their first call does) and describes it for the
 // start-up log: "CPU kernels on T threads", and where the host's limit of threads stopped some

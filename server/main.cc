@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   bool share_tuning = o.share_tuning;
   bool cuda_graphs = true;
   int64_t gpu_staging_mb = 64;
+  int64_t gpu_staging_idle_s =
+      std::chrono::duration_cast<std::chrono::seconds>(o.gpu_staging_idle).count();
   std::string disabled, layer_manifest;
   int64_t max_batch_rows = o.batching.max_batch_rows;
   int64_t max_queue_delay_us = o.batching.max_queue_delay_us;
@@ -101,6 +103,9 @@ int main(int argc, char** argv) {
            "Pinned host memory, and as much GPU memory, that each of the 4 GPU stream contexts "
            "reserves at start-up for requests' copies, in MiB: a request that needs more grows "
            "its context's buffers once, at a cost of milliseconds (0 = allocate on demand)");
+  args.add("gpu-staging-idle-s", &gpu_staging_idle_s,
+           "Seconds after the last request that needed it that a GPU stream context gives back "
+           "what it grew past --gpu-staging-mb (0 = kept for good)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
   args.add("shutdown-delay-ms", &shutdown_delay_ms,
@@ -195,6 +200,8 @@ int main(int argc, char** argv) {
        liveness_batch_timeout_s, "0-86400"},
       {tls_reload_interval_s < 0 || tls_reload_interval_s > 86400, "tls-reload-interval-s",
        tls_reload_interval_s, "0-86400"},
+      {gpu_staging_idle_s < 0 || gpu_staging_idle_s > 86400, "gpu-staging-idle-s",
+       gpu_staging_idle_s, "0-86400"},
       // gRPC takes these as int.
       {keepalive_time_ms < 0 || keepalive_time_ms > INT32_MAX, "keepalive-time-ms",
        keepalive_time_ms, "0-2147483647"},
@@ -245,6 +252,7 @@ int main(int argc, char** argv) {
   o.liveness_batch_timeout = std::chrono::seconds(liveness_batch_timeout_s);
   o.tls = {tls_cert, tls_key, tls_client_ca};
   o.tls_reload_interval = std::chrono::seconds(tls_reload_interval_s);
+  o.gpu_staging_idle = std::chrono::seconds(gpu_staging_idle_s);
   if (absl::Status s = qlinear::check_server_tls_flags(o.tls); !s.ok()) {
     std::fprintf(stderr, "qlinear-server: %s\n", std::string(s.message()).c_str());
     return 2;

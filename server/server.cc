@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -96,6 +98,36 @@ absl::Status load_manifest(Engine& engine, const ServerOptions& o,
   return absl::OkStatus();
 }
 
+bool any_cuda_kernel_usable(const Registry& registry, const HostInfo& host) {
+  for (const Kernel* k : registry.kernels()) {
+    if (kernel_family(*k) == "cuda" && registry.usable(*k, host).ok()) return true;
+  }
+  return false;
+}
+
+// The GPU's housekeeping: every quarter of `idle` (10 ms to 1 s), the stream contexts' staging
+// that no request has needed for `idle` is released (logged), and its gauges are set.
+absl::StatusOr<std::unique_ptr<Periodic>> start_gpu_housekeeping(std::chrono::milliseconds idle,
+                                                                 Metrics& metrics) {
+  const absl::Duration trim_after = absl::FromChrono(idle);
+  const absl::Duration period =
+      trim_after > absl::ZeroDuration()
+          ? std::clamp(trim_after / 4, absl::Milliseconds(10), absl::Seconds(1))
+          : absl::Seconds(1);
+  return Periodic::start(period, [trim_after, &metrics] {
+    if (trim_after > absl::ZeroDuration()) {
+      if (const int64_t released = trim_gpu_staging(trim_after); released > 0) {
+        log_info(absl::StrFormat(
+            "released %.1f MiB of GPU staging (pinned host and GPU memory) that no request had "
+            "needed for %s",
+            static_cast<double>(released) / (1 << 20), absl::FormatDuration(trim_after)));
+      }
+    }
+    const GpuStagingBytes b = gpu_staging_bytes();
+    metrics.gpu_staging_bytes(b.host, b.device);
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const ServerOptions& o) {
@@ -131,6 +163,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   eo.share_tuning = o.share_tuning;
   s->metrics_ = std::make_unique<Metrics>();
   s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
+  if (any_cuda_kernel_usable(s->registry_, host)) {
+    ASSIGN_OR_RETURN(s->housekeeping_, start_gpu_housekeeping(o.gpu_staging_idle, *s->metrics_));
+  }
   if (o.metrics_port > 0) {
     // (The responder is stopped before the engine goes: see the destructor.) A device fault fails
     // both checks: only a restart brings the GPU back.
@@ -340,6 +375,7 @@ std::string QLinearServer::reload_tls() {
 }
 
 QLinearServer::~QLinearServer() {
+  housekeeping_.reset();  // (it sets gauges of metrics_)
   if (device_fault_listener_ != 0) remove_device_fault_listener(device_fault_listener_);
   // Its events reach the metrics and the log through this server.
   if (tls_reloader_ != nullptr) tls_reloader_->stop_polling();

@@ -15,6 +15,7 @@
 #include "kernels/registry.h"
 #include "server/core/engine.h"
 #include "server/core/metrics.h"
+#include "server/core/periodic.h"
 #include "server/metrics_http.h"
 #include "server/qlinear_service.h"
 #include "server/tls.h"
@@ -62,6 +63,10 @@ struct ServerOptions {
   // How often the TLS files are read again for a new certificate, key or client CA set (served
   // from the next connection on where it passes the start-up checks); 0: read once, at start-up.
   std::chrono::milliseconds tls_reload_interval{std::chrono::seconds(60)};
+  // On a GPU: what a stream context holds past the start-up reservation (--gpu-staging-mb), grown
+  // for a larger request, is released once no request has needed it for this long; 0: kept for
+  // good.
+  std::chrono::milliseconds gpu_staging_idle{std::chrono::seconds(30)};
 };
 
 class QLinearServer {
@@ -97,6 +102,8 @@ class QLinearServer {
   int metrics_port_ = 0;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QLinearService> service_;
+  // On a GPU: trims the stream contexts' staging and sets its gauges (gpu_staging_idle).
+  std::unique_ptr<Periodic> housekeeping_;
   // With TLS: what the gRPC port's credentials ask for the certificate (it outlives server_).
   std::shared_ptr<TlsReloader> tls_reloader_;
   std::unique_ptr<grpc::Server> server_;

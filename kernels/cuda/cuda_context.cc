@@ -204,12 +204,74 @@ absl::Status DeviceBuffer::allocate(size_t bytes, absl::string_view what) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// How both buffers grow to at least `bytes` (1.5x steps): the new allocation is made while the
+// old one is still held, so that a growth that does not fit leaves the buffer as it was (a stream
+// context keeps its reserved staging through a request too large for the memory left). Only
+// where it fails for lack of memory is the old one freed to make room, and where even then
+// nothing fits, allocated again at its old size. `alloc` is cudaMalloc or cudaHostAlloc,
+// `release` frees what it gave.
+template <typename Alloc, typename Release>
+cudaError_t grow(void** ptr, size_t* size, size_t bytes, Alloc alloc, Release release) {
+  const size_t old = *size;
+  const size_t grown = std::max(bytes, old + old / 2);
+  auto attempt = [&]() -> cudaError_t {
+    cudaError_t e = cudaSuccess;
+    for (const size_t want : {grown, bytes}) {
+      void* p = nullptr;
+      e = alloc(&p, want);
+      if (e == cudaSuccess) {
+        if (*ptr != nullptr) release(*ptr);
+        *ptr = p;
+        *size = want;
+        return e;
+      }
+      cudaGetLastError();
+      if (e != cudaErrorMemoryAllocation || grown == bytes) return e;
+    }
+    return e;
+  };
+  cudaError_t e = attempt();
+  if (e != cudaErrorMemoryAllocation || *ptr == nullptr) return e;
+  release(*ptr);
+  *ptr = nullptr;
+  *size = 0;
+  e = attempt();
+  if (e != cudaSuccess) {
+    void* p = nullptr;
+    if (alloc(&p, old) == cudaSuccess) {
+      *ptr = p;
+      *size = old;
+    } else {
+      cudaGetLastError();
+    }
+  }
+  return e;
+}
+
+void free_device(void* p) {
+  if (cudaFree(p) != cudaSuccess) cudaGetLastError();  // see DeviceBuffer::reset
+}
+
+void free_pinned(void* p) {
+  if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();  // see DeviceBuffer::reset
+}
+
+}  // namespace
+
 absl::Status DeviceBuffer::reserve(size_t bytes, absl::string_view what) {
   if (bytes <= size_) return absl::OkStatus();
-  const size_t grown = std::max(bytes, size_ + size_ / 2);
-  absl::Status s = allocate(grown, what);
-  if (!s.ok() && grown > bytes) s = allocate(bytes, what);
-  return s;
+  const cudaError_t e = grow(
+      &ptr_, &size_, bytes, [](void** p, size_t n) { return cudaMalloc(p, n); }, free_device);
+  if (e == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory on cuda:0 allocating ",
+                                                     bytes, " bytes for ", what, memory_note()));
+  }
+  if (e != cudaSuccess) {
+    return cuda_error_status(e, absl::StrCat("cudaMalloc for ", what), __FILE__, __LINE__);
+  }
+  return absl::OkStatus();
 }
 
 PinnedBuffer::~PinnedBuffer() { reset(); }
@@ -223,28 +285,20 @@ void PinnedBuffer::reset() {
 
 absl::Status PinnedBuffer::reserve(size_t bytes, absl::string_view what) {
   if (bytes <= size_) return absl::OkStatus();
-  size_t want = std::max(bytes, size_ + size_ / 2);
-  reset();
-  void* p = nullptr;
-  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocMapped);
-  if (e != cudaSuccess && want > bytes) {
+  const cudaError_t e = grow(
+      &ptr_, &size_, bytes,
+      [](void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocMapped); }, free_pinned);
+  device_alias_ = nullptr;
+  if (ptr_ != nullptr && cudaHostGetDevicePointer(&device_alias_, ptr_, 0) != cudaSuccess) {
     cudaGetLastError();
-    want = bytes;
-    e = cudaHostAlloc(&p, want, cudaHostAllocMapped);
+    device_alias_ = nullptr;
   }
   if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
     return absl::ResourceExhaustedError(
         absl::StrCat("out of pinned host memory allocating ", bytes, " bytes for ", what));
   }
   if (e != cudaSuccess) {
     return cuda_error_status(e, absl::StrCat("cudaHostAlloc for ", what), __FILE__, __LINE__);
-  }
-  ptr_ = p;
-  size_ = want;
-  if (cudaHostGetDevicePointer(&device_alias_, p, 0) != cudaSuccess) {
-    cudaGetLastError();
-    device_alias_ = nullptr;
   }
   return absl::OkStatus();
 }
@@ -264,9 +318,18 @@ absl::StatusOr<StreamPool*> StreamPool::get() {
       }
       p->contexts_.push_back(std::move(ctx));
     }
+    created_.store(p, std::memory_order_release);
     return p;
   }();
   return pool;
+}
+
+std::atomic<StreamPool*> StreamPool::created_{nullptr};
+
+void StreamPool::release(StreamContext* ctx) {
+  if (ctx->call_bytes > keep_bytes()) ctx->last_large = std::chrono::steady_clock::now();
+  ctx->call_bytes = 0;
+  ctx->mu.unlock();
 }
 
 absl::Status StreamPool::reserve_all(size_t bytes) {
@@ -275,8 +338,10 @@ absl::Status StreamPool::reserve_all(size_t bytes) {
     std::lock_guard<std::mutex> lock(ctx->mu);
     status = ctx->device.reserve(bytes, "the GPU staging reserved at start-up");
     if (status.ok()) status = ctx->host.reserve(bytes, "the GPU staging reserved at start-up");
+    ctx->sizes_changed();
     if (!status.ok()) break;
   }
+  keep_bytes_.store(status.ok() ? bytes : 0, std::memory_order_relaxed);
   if (status.ok()) return status;
   // A reservation that does not fit leaves nothing behind: every context's buffers are freed
   // (they grow again on demand), so that a part of it cannot hold memory that layers need.
@@ -284,8 +349,47 @@ absl::Status StreamPool::reserve_all(size_t bytes) {
     std::lock_guard<std::mutex> lock(ctx->mu);
     ctx->device.reset();
     ctx->host.reset();
+    ctx->sizes_changed();
   }
   return status;
+}
+
+namespace {
+
+// Frees `b` if it holds more than `keep` bytes and allocates it again at `keep` (left empty where
+// that fails); returns the bytes released.
+template <typename Buffer>
+size_t shrink(Buffer& b, size_t keep) {
+  const size_t before = b.size();
+  if (before <= keep) return 0;
+  b.reset();
+  if (keep > 0 && !b.reserve(keep, "the GPU staging kept after a trim").ok()) b.reset();
+  return before - b.size();
+}
+
+}  // namespace
+
+size_t StreamPool::trim(std::chrono::steady_clock::duration idle) {
+  const size_t keep = keep_bytes();
+  size_t released = 0;
+  for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
+    std::unique_lock<std::mutex> lock(ctx->mu, std::try_to_lock);
+    if (!lock.owns_lock()) continue;  // in use: its call may need every byte
+    if (ctx->device.size() <= keep && ctx->host.size() <= keep) continue;
+    if (std::chrono::steady_clock::now() - ctx->last_large < idle) continue;
+    released += shrink(ctx->device, keep) + shrink(ctx->host, keep);
+    ctx->sizes_changed();
+  }
+  return released;
+}
+
+StreamPool::Bytes StreamPool::staging_bytes() const {
+  Bytes b;
+  for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
+    b.host += ctx->host_bytes.load(std::memory_order_relaxed);
+    b.device += ctx->device_bytes.load(std::memory_order_relaxed);
+  }
+  return b;
 }
 
 StreamContext* StreamPool::acquire() {

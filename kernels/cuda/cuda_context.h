@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -95,6 +96,7 @@ class DeviceBuffer {
   // naming `what` and the device's free memory.
   absl::Status allocate(size_t bytes, absl::string_view what);
   // Grows to at least `bytes` (1.5x steps, contents dropped); no-op when already large enough.
+  // A growth that fails leaves a buffer of the old size (see `grow` in cuda_context.cc).
   absl::Status reserve(size_t bytes, absl::string_view what);
   void reset();
 
@@ -200,6 +202,17 @@ struct StreamContext {
   cudaEvent_t copy_events[kCopyEvents] = {};            // arrival of chunked copies (no timing)
   DeviceBuffer device;  // x, y, sa, azp and the kernel's scratch (incl. cuBLASLt workspace)
   PinnedBuffer host;    // staging for x, y, sa, azp and the bad-row flag
+  // The larger of the device and host bytes the call holding the context needs (0: none yet),
+  // and when a call that needed more than the pool keeps last let go of it (StreamPool::trim).
+  size_t call_bytes = 0;
+  std::chrono::steady_clock::time_point last_large{};
+  // The buffers' sizes, for readers that do not hold `mu` (StreamPool::staging_bytes).
+  std::atomic<size_t> device_bytes{0}, host_bytes{0};
+  // Publishes the buffers' sizes after they changed (under `mu`).
+  void sizes_changed() {
+    device_bytes.store(device.size(), std::memory_order_relaxed);
+    host_bytes.store(host.size(), std::memory_order_relaxed);
+  }
 };
 
 // The process-wide pool of stream contexts on cuda:0. Concurrent requests take different
@@ -213,18 +226,44 @@ class StreamPool {
   // The pool, creating it (streams, events) on first call. Fails if no device can be used.
   static absl::StatusOr<StreamPool*> get();
 
+  // The pool if it was created (get() succeeded), else null; creates nothing.
+  static StreamPool* existing() { return created_.load(std::memory_order_acquire); }
+
   StreamContext* acquire();  // returned locked
-  void release(StreamContext* ctx) { ctx->mu.unlock(); }
+  // Unlocks `ctx`, noting when its call needed more than the pool keeps (see trim).
+  void release(StreamContext* ctx);
 
   // Grows every context's pinned and device buffers to at least `bytes` each now (waiting for a
-  // context that is in use), so that no request whose staging fits allocates. On the first
-  // failure it frees every context's buffers (they grow again on demand) and returns it.
+  // context that is in use), so that no request whose staging fits allocates, and makes `bytes`
+  // what each context keeps (keep_bytes). On the first failure it frees every context's buffers
+  // (they grow again on demand), keeps nothing, and returns it.
   absl::Status reserve_all(size_t bytes);
+
+  // What trim leaves each context's pinned and device buffers: the last reservation (0 without
+  // one).
+  size_t keep_bytes() const { return keep_bytes_.load(std::memory_order_relaxed); }
+
+  // Shrinks, back to keep_bytes() each, the buffers of every context that holds more and whose
+  // last call needing more let go of it at least `idle` ago (or that never had such a call); a
+  // context in use is skipped. Freeing GPU memory waits for the device's work in flight, so this
+  // runs off the request path (the server's housekeeping thread). A context whose buffers cannot
+  // be allocated again at keep_bytes() is left empty (they grow on demand). Returns the bytes
+  // released (pinned and device together).
+  size_t trim(std::chrono::steady_clock::duration idle);
+
+  // What the contexts hold now, in all (a snapshot, without waiting for a context in use).
+  struct Bytes {
+    size_t host = 0;    // pinned host memory
+    size_t device = 0;  // GPU memory
+  };
+  Bytes staging_bytes() const;
 
  private:
   StreamPool() = default;
+  static std::atomic<StreamPool*> created_;
   std::vector<std::unique_ptr<StreamContext>> contexts_;
   std::atomic<uint32_t> next_{0};
+  std::atomic<size_t> keep_bytes_{0};
 };
 
 // Holds a StreamContext for one request.

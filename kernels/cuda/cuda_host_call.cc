@@ -360,9 +360,20 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
                           CallGraphs* graphs, bool timed, bool x_read_once, bool outputs_direct,
                           int64_t* replay_ns, int64_t* copy_ns, int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
-  RETURN_IF_ERROR(ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows")));
-  RETURN_IF_ERROR(
-      ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows")));
+  ctx->call_bytes = std::max(L.d_total, L.h_total);
+  const size_t device_before = ctx->device.size();
+  absl::Status grown =
+      ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows"));
+  if (grown.ok()) {
+    grown = ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows"));
+    // A request whose pinned staging does not fit leaves no GPU memory grown for it.
+    if (!grown.ok() && ctx->device.size() > device_before) {
+      ctx->device.reset();
+      if (device_before > 0) (void)ctx->device.reserve(device_before, "the staging kept");
+    }
+  }
+  ctx->sizes_changed();
+  RETURN_IF_ERROR(grown);
   char* dev = static_cast<char*>(ctx->device.get());
   char* host = static_cast<char*>(ctx->host.get());
   char* host_dev = static_cast<char*>(ctx->host.device_alias());
@@ -652,6 +663,18 @@ absl::StatusOr<int64_t> reserve_cuda_staging(int64_t bytes) {
   ASSIGN_OR_RETURN(gpu::StreamPool * pool, gpu::StreamPool::get());
   RETURN_IF_ERROR(pool->reserve_all(static_cast<size_t>(bytes)));
   return 2 * bytes * gpu::StreamPool::kContexts;
+}
+
+int64_t trim_cuda_staging(std::chrono::steady_clock::duration idle) {
+  gpu::StreamPool* pool = gpu::StreamPool::existing();
+  return pool == nullptr ? 0 : static_cast<int64_t>(pool->trim(idle));
+}
+
+std::pair<int64_t, int64_t> cuda_staging_bytes() {
+  const gpu::StreamPool* pool = gpu::StreamPool::existing();
+  if (pool == nullptr) return {0, 0};
+  const gpu::StreamPool::Bytes b = pool->staging_bytes();
+  return {static_cast<int64_t>(b.host), static_cast<int64_t>(b.device)};
 }
 
 }  // namespace qlinear

@@ -2,7 +2,9 @@
 // binary is built with CUDA. Each checks the device and the compiled architectures at run time.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,5 +25,11 @@ void set_cuda_graphs(bool enabled);
 // path's stream contexts now (gpu::StreamPool::reserve_all), creating the pool. Returns the bytes
 // reserved in all (0 without a usable GPU), or why the reservation failed.
 absl::StatusOr<int64_t> reserve_cuda_staging(int64_t bytes);
+
+// gpu::StreamPool::trim on the pool if it exists (nothing otherwise): the bytes released.
+int64_t trim_cuda_staging(std::chrono::steady_clock::duration idle);
+
+// What the stream contexts hold now (pinned host, device), zeros before the pool exists.
+std::pair<int64_t, int64_t> cuda_staging_bytes();
 
 }  // namespace qlinear

@@ -137,6 +137,24 @@ void Metrics::tls_reload(bool loaded) {
 
 void Metrics::tls_reload_failing(bool failing) { tls_series().failing->Set(failing ? 1 : 0); }
 
+void Metrics::gpu_staging_bytes(int64_t host_pinned, int64_t device) {
+  absl::MutexLock lock(&staging_mu_);
+  if (staging_host_ == nullptr) {
+    auto& family = prometheus::BuildGauge()
+                       .Name("qlinear_gpu_staging_bytes")
+                       .Help(
+                           "Memory the GPU serving path's stream contexts hold for requests' "
+                           "copies, by memory: host_pinned or device (--gpu-staging-mb is kept; "
+                           "more is released --gpu-staging-idle-s after the last request that "
+                           "needed it)")
+                       .Register(*registry_);
+    staging_host_ = &family.Add({{"memory", "host_pinned"}});
+    staging_device_ = &family.Add({{"memory", "device"}});
+  }
+  staging_host_->Set(static_cast<double>(host_pinned));
+  staging_device_->Set(static_cast<double>(device));
+}
+
 Metrics::LayerSeries::LayerSeries(Metrics* metrics, const std::string& layer)
     : metrics_(metrics),
       layer_(layer),

@@ -105,6 +105,9 @@ class Metrics {
   // hold the served set again (tls_reload_failing(false)).
   void tls_reload(bool loaded);
   void tls_reload_failing(bool failing);
+  // qlinear_gpu_staging_bytes{memory="host_pinned"|"device"}: what the CUDA serving path's
+  // stream contexts hold for requests' copies (registered from the first call: GPU hosts only).
+  void gpu_staging_bytes(int64_t host_pinned, int64_t device);
   // Text exposition of everything (for tests and debugging).
   std::string serialize() const;
 
@@ -137,6 +140,10 @@ class Metrics {
   TlsSeries& tls_series();
   absl::Mutex tls_mu_;
   std::unique_ptr<TlsSeries> tls_ ABSL_GUARDED_BY(tls_mu_);
+
+  absl::Mutex staging_mu_;
+  prometheus::Gauge* staging_host_ ABSL_GUARDED_BY(staging_mu_) = nullptr;
+  prometheus::Gauge* staging_device_ ABSL_GUARDED_BY(staging_mu_) = nullptr;
 
   // The gauges of one loaded layer, owned by the Layer at `owner`.
   struct LayerGauges {

@@ -28,6 +28,23 @@ TEST(MetricsTest, NamesTheBuild) {
   EXPECT_NE(m.serialize().find(line), std::string::npos) << m.serialize();
 }
 
+// The GPU staging gauges: absent until set (a host without a GPU never sets them), then the
+// latest values, by memory.
+TEST(MetricsTest, GpuStagingBytesAppearOnceSet) {
+  Metrics m;
+  EXPECT_FALSE(has(m.serialize(), "qlinear_gpu_staging_bytes")) << m.serialize();
+  m.gpu_staging_bytes(268435456, 301989888);
+  EXPECT_TRUE(has(m.serialize(), "\nqlinear_gpu_staging_bytes{memory=\"host_pinned\"} 268435456\n"))
+      << m.serialize();
+  EXPECT_TRUE(has(m.serialize(), "\nqlinear_gpu_staging_bytes{memory=\"device\"} 301989888\n"))
+      << m.serialize();
+  m.gpu_staging_bytes(0, 1024);
+  EXPECT_TRUE(has(m.serialize(), "\nqlinear_gpu_staging_bytes{memory=\"host_pinned\"} 0\n"))
+      << m.serialize();
+  EXPECT_TRUE(has(m.serialize(), "\nqlinear_gpu_staging_bytes{memory=\"device\"} 1024\n"))
+      << m.serialize();
+}
+
 TEST(MetricsTest, AnUnloadedLayersUpdatesDoNotBringItsGaugesBack) {
   Metrics m;
   int a = 0;

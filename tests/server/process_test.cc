@@ -166,6 +166,7 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
       {"--threads=4294967297", "--threads must be 5-65536, got 4294967297"},
       {"--demo-n=-1", "--demo-n must be 1-1048576, got -1"},
       {"--demo-k=131072", "--demo-k must be 1-131071, got 131072"},
+      {"--gpu-staging-idle-s=86401", "--gpu-staging-idle-s must be 0-86400, got 86401"},
       {"--keepalive-time-ms=-5", "--keepalive-time-ms must be 0-2147483647, got -5"},
       {"--max-connection-age-ms=3000000000",
        "--max-connection-age-ms must be 0-2147483647, got 3000000000"},

@@ -1322,6 +1322,60 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
 // A server's watchdog watches GPU batches only: a long batch on the CPU (the reference kernel at
 // M = 512, forced: on a CPU layer here, on a GPU layer on a GPU host) keeps /healthz at 200 even
 // under a limit of 1 ms. (BatcherTest covers the GPU side.)
+// On a GPU: a request larger than the stream contexts hold grows one context's staging, which
+// the gauges show; once no request has needed it for the idle time it is given back (all of it:
+// this process reserves none at start-up), and a request after that grows it again and answers
+// the same. Without a GPU the gauges do not exist.
+TEST(GpuStagingTest, GrownStagingIsGivenBackOnceIdle) {
+  ServerOptions o = loopback_server_options(4096, 1024);
+  o.metrics_port = testing::free_port();
+  o.gpu_staging_idle = std::chrono::seconds(2);
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = (*server)->metrics_port();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  auto info = client.describe_layer("demo");
+  ASSERT_TRUE(info.ok()) << info.status();
+  // The gauge of `memory`, or -1 where it does not exist.
+  auto gauge = [&](const std::string& memory) -> double {
+    const std::string text = http_get(metrics_port, "/metrics");
+    const std::string key = "\nqlinear_gpu_staging_bytes{memory=\"" + memory + "\"} ";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size()));
+  };
+  if (info->device() == "cpu") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past a housekeeping period
+    EXPECT_EQ(gauge("host_pinned"), -1);
+    EXPECT_EQ(gauge("device"), -1);
+    GTEST_SKIP() << "the layer is served on the CPU: no GPU staging (its gauges are absent)";
+  }
+  // x 4 MiB, y 16 MiB (bf16): more than the layer's load left in any context.
+  SplitMix64 rng(12);
+  const std::string x = random_x(rng, 2048, 1024, DType::kBF16);
+  const v1::InferRequest req = make_request("demo", x, DType::kBF16, 2048, DType::kBF16);
+  auto first = client.infer(req);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const double kGrown = 20 << 20;
+  auto wait_for = [&](auto pred, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  };
+  EXPECT_TRUE(
+      wait_for([&] { return gauge("host_pinned") >= kGrown; }, std::chrono::milliseconds(1500)))
+      << "pinned " << gauge("host_pinned") << ", device " << gauge("device");
+  EXPECT_GE(gauge("device"), kGrown);
+  EXPECT_TRUE(wait_for([&] { return gauge("host_pinned") == 0 && gauge("device") == 0; },
+                       std::chrono::seconds(15)))
+      << "pinned " << gauge("host_pinned") << ", device " << gauge("device");
+  auto again = client.infer(req);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->y(), first->y());
+}
+
 TEST(LivenessTest, ACpuBatchDoesNotFailLiveness) {
   ServerOptions o = loopback_server_options(512, 512);
   o.metrics_port = testing::free_port();

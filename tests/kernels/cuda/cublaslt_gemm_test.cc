@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <limits>
 #include <thread>
@@ -384,6 +385,81 @@ TEST_F(CublasLtTest, ReservationThatDoesNotFitLeavesNothingBehind) {
     ASSERT_TRUE(check_run(p, make_x(rng, m, 512, DType::kF16), DType::kF16, m, DType::kBF16))
         << "call " << i << ", M=" << m;
   }
+}
+
+// What a context grew past the reservation for larger requests is given back by trim once no
+// request has needed it for the idle time, and not before; a context in use is skipped; the
+// reservation stays; requests after a trim (new buffers, graphs captured again) are exact.
+TEST_F(CublasLtTest, TrimGivesBackWhatGrewPastTheReservation) {
+  SCOPED_TRACE(seed_note());
+  SplitMix64 rng = test_rng();
+  const int64_t n = 1024, k = 4096;
+  const Prepared p = prepare(*kernel_, make_layer(rng, Scheme::kDynamicSymmetric, n, k, true));
+  if (p.kernel == nullptr) return;
+  auto pool = StreamPool::get();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  constexpr size_t kKeep = size_t{1} << 20;
+  ASSERT_TRUE((*pool)->reserve_all(kKeep).ok());
+  EXPECT_EQ((*pool)->keep_bytes(), kKeep);
+  const auto zero = std::chrono::steady_clock::duration::zero();
+  (*pool)->trim(zero);  // what earlier tests grew
+  // Each context's (pinned, device) bytes, by index, every context held at once.
+  auto sizes = [&] {
+    std::vector<std::pair<size_t, size_t>> out(StreamPool::kContexts);
+    std::vector<StreamContext*> held;
+    for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
+    for (StreamContext* ctx : held) out[ctx->index] = {ctx->host.size(), ctx->device.size()};
+    for (StreamContext* ctx : held) (*pool)->release(ctx);
+    return out;
+  };
+  const std::vector<std::pair<size_t, size_t>> kept(StreamPool::kContexts, {kKeep, kKeep});
+  ASSERT_EQ(sizes(), kept);
+  EXPECT_EQ((*pool)->staging_bytes().host, StreamPool::kContexts * kKeep);
+  EXPECT_EQ((*pool)->staging_bytes().device, StreamPool::kContexts * kKeep);
+
+  // M = 512: x 4 MB, y 1 MB (and cuBLASLt's workspace on the device), on every context.
+  auto serve = [&](int64_t m, int calls) {
+    for (int i = 0; i < calls; ++i) {
+      if (!check_run(p, make_x(rng, m, k, DType::kBF16), DType::kBF16, m, DType::kBF16)) {
+        ADD_FAILURE() << "M=" << m << ", call " << i;
+        return;
+      }
+    }
+  };
+  serve(512, 2 * StreamPool::kContexts);
+  const auto grown = sizes();
+  for (int i = 0; i < StreamPool::kContexts; ++i) {
+    EXPECT_GT(grown[i].first, kKeep) << "context " << i;
+    EXPECT_GT(grown[i].second, kKeep) << "context " << i;
+  }
+  EXPECT_EQ((*pool)->trim(std::chrono::hours(1)), 0u) << "released what was needed just now";
+  EXPECT_EQ(sizes(), grown);
+
+  StreamContext* busy = (*pool)->acquire();
+  const size_t released = (*pool)->trim(zero);
+  const int busy_index = busy->index;
+  (*pool)->release(busy);
+  size_t want_released = 0;
+  const auto after = sizes();
+  for (int i = 0; i < StreamPool::kContexts; ++i) {
+    if (i == busy_index) {
+      EXPECT_EQ(after[i], grown[i]) << "the context in use was trimmed";
+    } else {
+      EXPECT_EQ(after[i], kept[i]) << "context " << i;
+      want_released += grown[i].first + grown[i].second - 2 * kKeep;
+    }
+  }
+  EXPECT_EQ(released, want_released);
+  size_t host = 0, device = 0;
+  for (const auto& [h, d] : after) host += h, device += d;
+  EXPECT_EQ((*pool)->staging_bytes().host, host);
+  EXPECT_EQ((*pool)->staging_bytes().device, device);
+  EXPECT_GT((*pool)->trim(zero), 0u);
+  EXPECT_EQ(sizes(), kept);
+
+  // Replayed small calls on new buffers, then a large call again.
+  serve(16, 3 * StreamPool::kContexts);
+  serve(512, StreamPool::kContexts);
 }
 
 // Requests on one layer from many threads at once share the stream pool; each must get its own

@@ -155,6 +155,38 @@ TEST(CudaHost, DetectionNamesTheGpuOrTheReason) {
   }
 }
 
+// A growth that does not fit (1 PiB) is RESOURCE_EXHAUSTED and leaves the buffer at its old
+// size, usable (a stream context keeps its reserved staging through a request too large for the
+// memory left); one that fits grows it in 1.5x steps.
+TEST(Buffers, AGrowthThatDoesNotFitKeepsTheOldSize) {
+  QLINEAR_REQUIRE_GPU();
+  constexpr size_t kOld = size_t{1} << 20, kHuge = size_t{1} << 50;
+  DeviceBuffer dev;
+  ASSERT_TRUE(dev.reserve(kOld, "test").ok());
+  absl::Status s = dev.reserve(kHuge, "a huge test buffer");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("out of GPU memory"), absl::string_view::npos) << s;
+  EXPECT_EQ(dev.size(), kOld);
+  ASSERT_NE(dev.get(), nullptr);
+  EXPECT_EQ(cudaMemset(dev.get(), 0x11, kOld), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_TRUE(dev.reserve(kOld + 1, "test").ok());
+  EXPECT_EQ(dev.size(), kOld + kOld / 2);
+
+  PinnedBuffer host;
+  ASSERT_TRUE(host.reserve(kOld, "test").ok());
+  s = host.reserve(kHuge, "a huge test buffer");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("out of pinned host memory"), absl::string_view::npos) << s;
+  EXPECT_EQ(host.size(), kOld);
+  ASSERT_NE(host.get(), nullptr);
+  ASSERT_NE(host.device_alias(), nullptr);
+  std::memset(host.get(), 0x22, kOld);
+  ASSERT_TRUE(host.reserve(3 * kOld, "test").ok());
+  EXPECT_EQ(host.size(), 3 * kOld);
+  EXPECT_NE(host.device_alias(), nullptr);
+}
+
 // The serving path's small copies by a kernel on mapped pinned memory (mapped_copy.h), both ways,
 // at lengths that are and are not multiples of 16: every byte arrives, and nothing past the length
 // rounded up to 16 is written.
