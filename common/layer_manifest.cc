@@ -715,6 +715,38 @@ absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHead
                                        SafetensorsHeaderCache* headers);
 }  // namespace
 
+absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
+                                                  SafetensorsHeaderCache* headers) {
+  SafetensorsHeaderCache own;
+  SafetensorsHeaderCache& cache = headers != nullptr ? *headers : own;
+  const bool fused = !layer.weights.parts.empty();
+  int64_t total = 0, beside = 0;
+  auto add = [&](const TensorSource& ws) -> absl::Status {
+    int64_t bytes = 0, copy = 0;
+    if (ws.tensor.empty()) {
+      struct stat st {};
+      if (stat(ws.path.c_str(), &st) != 0) {
+        return absl::NotFoundError(absl::StrCat(ws.path, ": ", std::strerror(errno)));
+      }
+      bytes = static_cast<int64_t>(st.st_size);  // the weights, and the header's few bytes
+      copy = fused ? 2 * bytes : bytes;          // the file read, and a part's own vector
+    } else {
+      ASSIGN_OR_RETURN(auto found, lookup(cache, ws, Kind::kWeights, "weights"));
+      bytes = found.second->bytes;
+      copy = fused ? bytes : 0;
+    }
+    total += bytes;
+    beside = std::max(beside, copy);
+    return absl::OkStatus();
+  };
+  if (!fused) {
+    RETURN_IF_ERROR(add(layer.weights));
+  } else {
+    for (const TensorSource& p : layer.weights.parts) RETURN_IF_ERROR(add(p));
+  }
+  return total + beside;
+}
+
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
                                  std::vector<int8_t>* weights, SafetensorsHeaderCache* headers) {
   // Buffers are sized from the files' own headers: one too large to allocate is this layer's

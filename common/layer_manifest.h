@@ -120,6 +120,14 @@ absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* he
                                  std::vector<int8_t>* weights,
                                  SafetensorsHeaderCache* headers = nullptr);
 
+// The host memory that reading an entry's weights takes at its peak (read_manifest_layer): the
+// weights, and beside them a .npy file's bytes while it is copied (a fused module's part also its
+// own copy), the largest such; from the files' sizes and the safetensors headers, without reading
+// any data. A start-up compares it with the memory left before reading, as an upload's header
+// is compared.
+absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
+                                                  SafetensorsHeaderCache* headers = nullptr);
+
 // `value` as the float32 a header carries; nullopt where it is beyond a float32's range or lost
 // in it (a nonzero value that rounds to 0), which would reach the server as another value (inf,
 // 0) than the one given.

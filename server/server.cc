@@ -72,6 +72,16 @@ absl::Status load_manifest(Engine& engine, const ServerOptions& o,
     auto failed = [&](const absl::Status& s) {
       return absl::Status(s.code(), absl::StrCat(path, ": ", l.describe(), ": ", s.message()));
     };
+    // Reading a file zero-fills its buffers first, so a layer larger than the memory left would
+    // meet the OOM killer (a container's limit) rather than fail: it is refused up front, as an
+    // upload's header is.
+    absl::StatusOr<int64_t> need = manifest_layer_read_bytes(l, headers);
+    if (!need.ok()) return failed(need.status());
+    if (const int64_t avail = available_memory_bytes(); avail >= 0 && *need > avail) {
+      return failed(absl::ResourceExhaustedError(
+          absl::StrCat("reading its weights takes ", *need, " bytes of host memory; only ", avail,
+                       " are available (", kAvailableMemorySource, ")")));
+    }
     v1::LayerHeader header;
     std::vector<int8_t> weights;
     if (absl::Status s = read_manifest_layer(l, &header, &weights, headers); !s.ok()) {

@@ -331,6 +331,42 @@ std::string safetensors_bytes(
   return out + header + data;
 }
 
+// What reading an entry's weights takes at its peak, from the files' sizes and headers alone: a
+// .npy file twice (the file read, then the weights copied out of it), a safetensors tensor once
+// (read straight into the weights), a fused module's parts all, plus the largest part's copies.
+TEST_F(ManifestFilesTest, ReadBytesCountTheWeightsAndTheLargestCopy) {
+  save("w.npy", NpyDType::kI1, {4, 8}, std::string(32, '\x01'));
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/w.npy").c_str(), &st), 0);
+  const int64_t f = st.st_size;
+  EXPECT_GT(f, 32);
+  write("m.safetensors", safetensors_bytes({{"a", "I8", {2, 8}, std::string(16, '\x02')},
+                                            {"b", "I8", {6, 8}, std::string(48, '\x03')},
+                                            {"s", "F32", {6}, std::string(24, '\0')}}));
+  auto source = [&](const std::string& file, const std::string& tensor = "") {
+    TensorSource t;
+    t.path = dir_ + "/" + file;
+    t.tensor = tensor;
+    return t;
+  };
+  auto bytes = [](std::vector<TensorSource> parts) {
+    ManifestLayer l;
+    if (parts.size() == 1) {
+      l.weights = parts[0];
+    } else {
+      l.weights.parts = std::move(parts);
+    }
+    return manifest_layer_read_bytes(l);
+  };
+  EXPECT_EQ(*bytes({source("w.npy")}), 2 * f);
+  EXPECT_EQ(*bytes({source("m.safetensors", "b")}), 48);
+  EXPECT_EQ(*bytes({source("m.safetensors", "a"), source("m.safetensors", "b")}), 64 + 48);
+  EXPECT_EQ(*bytes({source("w.npy"), source("m.safetensors", "a")}), f + 16 + 2 * f);
+  EXPECT_EQ(bytes({source("none.npy")}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(bytes({source("m.safetensors", "nope")}).ok());
+  EXPECT_FALSE(bytes({source("m.safetensors", "s")}).ok());  // not int8 weights
+}
+
 TEST_F(ManifestFilesTest, ReadsTensorsOfASafetensorsCheckpoint) {
   const std::string w = {1, -2, 3, -4, 5, -6};
   const std::string bf16_scales("\x00\x3f\x80\x3e", 4);  // 0.5, 0.25 in bf16

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "kernels/registry.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "server/core/host_memory.h"
 #include "server/grpc_status.h"
 #include "server/metrics_http.h"
 #include "server/server.h"
@@ -1715,6 +1717,44 @@ TEST_F(ManifestServerTest, ALayerThatCannotLoadFailsTheStartUpNamingIt) {
   auto missing = QLinearServer::start(options(dir_ + "/none.json"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(missing.status().message(), dir_ + "/none.json"));
+}
+
+// A layer whose weights take more host memory to read than is left is refused before any of it
+// is read (RESOURCE_EXHAUSTED naming the layer and both figures), not met by the OOM killer: here
+// a sparse .npy file of 128 GiB of int8 weights, which takes no disk.
+TEST_F(ManifestServerTest, ALayerLargerThanTheMemoryLeftIsRefusedBeforeItIsRead) {
+  const int64_t avail = available_memory_bytes();
+  if (avail < 0) GTEST_SKIP() << "this host's available memory cannot be read";
+  const int64_t k = 65536, n = std::max<int64_t>(int64_t{1} << 21, avail / k + 1);
+  std::string header = "{'descr': '|i1', 'fortran_order': False, 'shape': (" + std::to_string(n) +
+                       ", " + std::to_string(k) + "), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string preamble("\x93NUMPY\x01\x00", 8);
+  preamble += static_cast<char>(header.size() & 0xff);
+  preamble += static_cast<char>(header.size() >> 8);
+  const std::string big = dir_ + "/big.w.npy";
+  files_.push_back(big);
+  FILE* f = fopen(big.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  fwrite(preamble.data(), 1, preamble.size(), f);
+  fwrite(header.data(), 1, header.size(), f);
+  fclose(f);
+  const int64_t size = static_cast<int64_t>(preamble.size() + header.size()) + n * k;
+  ASSERT_EQ(truncate(big.c_str(), size), 0) << std::strerror(errno);
+  const TestLayer a = make_test_layer("a", 16, 32, Scheme::kDynamicSymmetric, false, 1);
+  save("a", a);  // for its scale file
+  const std::string manifest = write_manifest(
+      R"({"layers": [{"name": "big", "weights": "big.w.npy", "weight_scale": "a.s.npy"}]})");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto server = QLinearServer::start(options(manifest));
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kResourceExhausted) << server.status();
+  EXPECT_TRUE(absl::StrContains(server.status().message(),
+                                absl::StrCat("layer 'big' (layers[0]): reading its weights takes ",
+                                             2 * size, " bytes of host memory; only ")))
+      << server.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
 }
 
 TEST_F(ManifestServerTest, AStopAskedForWhileLoadingEndsTheStartUp) {
