@@ -715,12 +715,18 @@ absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHead
                                        SafetensorsHeaderCache* headers);
 }  // namespace
 
-absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
-                                                  SafetensorsHeaderCache* headers) {
-  SafetensorsHeaderCache own;
-  SafetensorsHeaderCache& cache = headers != nullptr ? *headers : own;
-  const bool fused = !layer.weights.parts.empty();
+namespace {
+
+// An entry's weight bytes as its files give them (a .npy file's header counted too), and the
+// most that reading one of its sources holds beside them (see manifest_layer_read_bytes).
+struct WeightReadBytes {
   int64_t total = 0, beside = 0;
+};
+
+absl::StatusOr<WeightReadBytes> weight_read_bytes(const ManifestLayer& layer,
+                                                  SafetensorsHeaderCache& cache) {
+  const bool fused = !layer.weights.parts.empty();
+  WeightReadBytes r;
   auto add = [&](const TensorSource& ws) -> absl::Status {
     int64_t bytes = 0, copy = 0;
     if (ws.tensor.empty()) {
@@ -735,8 +741,8 @@ absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
       bytes = found.second->bytes;
       copy = fused ? bytes : 0;
     }
-    total += bytes;
-    beside = std::max(beside, copy);
+    r.total += bytes;
+    r.beside = std::max(r.beside, copy);
     return absl::OkStatus();
   };
   if (!fused) {
@@ -744,7 +750,17 @@ absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
   } else {
     for (const TensorSource& p : layer.weights.parts) RETURN_IF_ERROR(add(p));
   }
-  return total + beside;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> manifest_layer_read_bytes(const ManifestLayer& layer,
+                                                  SafetensorsHeaderCache* headers) {
+  SafetensorsHeaderCache own;
+  ASSIGN_OR_RETURN(const WeightReadBytes r,
+                   weight_read_bytes(layer, headers != nullptr ? *headers : own));
+  return r.total + r.beside;
 }
 
 absl::Status read_manifest_layer(const ManifestLayer& layer, v1::LayerHeader* header,
@@ -771,8 +787,12 @@ absl::Status read_manifest_layer_files(const ManifestLayer& layer, v1::LayerHead
   if (layer.weights.parts.empty()) {
     if (absl::Status s = read_weights(cache, layer.weights, &shape, weights); !s.ok()) return s;
   } else {
-    // A fused module: the parts' rows one after another; their Ns are the logical widths.
+    // A fused module: the parts' rows one after another; their Ns are the logical widths. The
+    // weights are sized for every part first, so that no part's append holds two copies of them
+    // (manifest_layer_read_bytes counts on it).
     weights->clear();
+    ASSIGN_OR_RETURN(const WeightReadBytes sizes, weight_read_bytes(layer, cache));
+    weights->reserve(static_cast<size_t>(sizes.total));
     std::vector<int64_t> widths;
     for (const TensorSource& p : layer.weights.parts) {
       std::vector<int64_t> part_shape;

@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
            "its context's buffers once, at a cost of milliseconds (0 = allocate on demand)");
   args.add("gpu-staging-idle-s", &gpu_staging_idle_s,
            "Seconds after the last request that needed it that a GPU stream context gives back "
-           "what it grew past --gpu-staging-mb (0 = kept for good)");
+           "what it grew past --gpu-staging-mb (all of it where that reservation failed; 0 = "
+           "kept for good)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
            "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
   args.add("shutdown-delay-ms", &shutdown_delay_ms,

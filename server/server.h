@@ -65,7 +65,8 @@ struct ServerOptions {
   std::chrono::milliseconds tls_reload_interval{std::chrono::seconds(60)};
   // On a GPU: what a stream context holds past the start-up reservation (--gpu-staging-mb), grown
   // for a larger request, is released once no request has needed it for this long; 0: kept for
-  // good.
+  // good. The stream contexts are the process's: with several servers in one process (tests),
+  // each trims them with its own time.
   std::chrono::milliseconds gpu_staging_idle{std::chrono::seconds(30)};
 };
 

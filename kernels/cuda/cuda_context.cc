@@ -209,11 +209,12 @@ namespace {
 // How both buffers grow to at least `bytes` (1.5x steps): the new allocation is made while the
 // old one is still held, so that a growth that does not fit leaves the buffer as it was (a stream
 // context keeps its reserved staging through a request too large for the memory left). Only
-// where it fails for lack of memory is the old one freed to make room, and where even then
-// nothing fits, allocated again at its old size. `alloc` is cudaMalloc or cudaHostAlloc,
-// `release` frees what it gave.
-template <typename Alloc, typename Release>
-cudaError_t grow(void** ptr, size_t* size, size_t bytes, Alloc alloc, Release release) {
+// where that fails for lack of memory and `room_if_freed(bytes)` says that freeing the old one
+// would make room is it freed and the growth tried again, the old size allocated again where
+// even that fails. `alloc` is cudaMalloc or cudaHostAlloc, `release` frees what it gave.
+template <typename Alloc, typename Release, typename RoomIfFreed>
+cudaError_t grow(void** ptr, size_t* size, size_t bytes, Alloc alloc, Release release,
+                 RoomIfFreed room_if_freed) {
   const size_t old = *size;
   const size_t grown = std::max(bytes, old + old / 2);
   auto attempt = [&]() -> cudaError_t {
@@ -233,7 +234,7 @@ cudaError_t grow(void** ptr, size_t* size, size_t bytes, Alloc alloc, Release re
     return e;
   };
   cudaError_t e = attempt();
-  if (e != cudaErrorMemoryAllocation || *ptr == nullptr) return e;
+  if (e != cudaErrorMemoryAllocation || *ptr == nullptr || !room_if_freed(bytes)) return e;
   release(*ptr);
   *ptr = nullptr;
   *size = 0;
@@ -262,8 +263,19 @@ void free_pinned(void* p) {
 
 absl::Status DeviceBuffer::reserve(size_t bytes, absl::string_view what) {
   if (bytes <= size_) return absl::OkStatus();
+  // The device says what freeing the old buffer would leave.
+  const size_t old = size_;
+  auto room_if_freed = [old](size_t want) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return free_bytes + old >= want;
+  };
   const cudaError_t e = grow(
-      &ptr_, &size_, bytes, [](void** p, size_t n) { return cudaMalloc(p, n); }, free_device);
+      &ptr_, &size_, bytes, [](void** p, size_t n) { return cudaMalloc(p, n); }, free_device,
+      room_if_freed);
   if (e == cudaErrorMemoryAllocation) {
     return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory on cuda:0 allocating ",
                                                      bytes, " bytes for ", what, memory_note()));
@@ -285,9 +297,13 @@ void PinnedBuffer::reset() {
 
 absl::Status PinnedBuffer::reserve(size_t bytes, absl::string_view what) {
   if (bytes <= size_) return absl::OkStatus();
+  // Host memory has no such figure here: freeing the old buffer is tried only where it is at
+  // least half of what is asked for.
+  const size_t old = size_;
   const cudaError_t e = grow(
       &ptr_, &size_, bytes,
-      [](void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocMapped); }, free_pinned);
+      [](void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocMapped); }, free_pinned,
+      [old](size_t want) { return old >= want / 2; });
   device_alias_ = nullptr;
   if (ptr_ != nullptr && cudaHostGetDevicePointer(&device_alias_, ptr_, 0) != cudaSuccess) {
     cudaGetLastError();
@@ -333,6 +349,8 @@ void StreamPool::release(StreamContext* ctx) {
 }
 
 absl::Status StreamPool::reserve_all(size_t bytes) {
+  // Kept from before the first context holds it, so that a trim meanwhile does not take it back.
+  keep_bytes_.store(std::max(keep_bytes(), bytes), std::memory_order_relaxed);
   absl::Status status;
   for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
     std::lock_guard<std::mutex> lock(ctx->mu);
@@ -354,31 +372,39 @@ absl::Status StreamPool::reserve_all(size_t bytes) {
   return status;
 }
 
-namespace {
-
-// Frees `b` if it holds more than `keep` bytes and allocates it again at `keep` (left empty where
-// that fails); returns the bytes released.
-template <typename Buffer>
-size_t shrink(Buffer& b, size_t keep) {
-  const size_t before = b.size();
-  if (before <= keep) return 0;
-  b.reset();
-  if (keep > 0 && !b.reserve(keep, "the GPU staging kept after a trim").ok()) b.reset();
-  return before - b.size();
-}
-
-}  // namespace
-
 size_t StreamPool::trim(std::chrono::steady_clock::duration idle) {
   const size_t keep = keep_bytes();
   size_t released = 0;
+  // Whether `ctx` is to be trimmed now (under its lock).
+  auto due = [&](const StreamContext& ctx) {
+    return (ctx.device.size() > keep || ctx.host.size() > keep) &&
+           std::chrono::steady_clock::now() - ctx.last_large >= idle;
+  };
   for (const std::unique_ptr<StreamContext>& ctx : contexts_) {
-    std::unique_lock<std::mutex> lock(ctx->mu, std::try_to_lock);
-    if (!lock.owns_lock()) continue;  // in use: its call may need every byte
-    if (ctx->device.size() <= keep && ctx->host.size() <= keep) continue;
-    if (std::chrono::steady_clock::now() - ctx->last_large < idle) continue;
-    released += shrink(ctx->device, keep) + shrink(ctx->host, keep);
-    ctx->sizes_changed();
+    bool device_over = false, host_over = false;
+    {
+      std::unique_lock<std::mutex> lock(ctx->mu, std::try_to_lock);
+      if (!lock.owns_lock() || !due(*ctx)) continue;  // in use, or not due
+      device_over = ctx->device.size() > keep;
+      host_over = ctx->host.size() > keep;
+    }
+    // The kept buffers are made without the lock (pinning takes about 0.6 ms per MB)...
+    DeviceBuffer device;
+    PinnedBuffer host;
+    const char* what = "the GPU staging kept after a trim";
+    if (device_over && keep > 0 && !device.reserve(keep, what).ok()) device.reset();
+    if (host_over && keep > 0 && !host.reserve(keep, what).ok()) host.reset();
+    {
+      // ... and swapped in where the context is still due (a request may have taken it since).
+      std::unique_lock<std::mutex> lock(ctx->mu, std::try_to_lock);
+      if (!lock.owns_lock() || !due(*ctx)) continue;  // (the kept buffers are freed unused)
+      const size_t before = ctx->device.size() + ctx->host.size();
+      if (device_over && ctx->device.size() > keep) ctx->device.swap(device);
+      if (host_over && ctx->host.size() > keep) ctx->host.swap(host);
+      ctx->sizes_changed();
+      released += before - (ctx->device.size() + ctx->host.size());
+    }
+    // The old buffers are freed here, without the lock, as `device` and `host` go.
   }
   return released;
 }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -96,7 +97,7 @@ class DeviceBuffer {
   // naming `what` and the device's free memory.
   absl::Status allocate(size_t bytes, absl::string_view what);
   // Grows to at least `bytes` (1.5x steps, contents dropped); no-op when already large enough.
-  // A growth that fails leaves a buffer of the old size (see `grow` in cuda_context.cc).
+  // A growth that does not fit keeps the old buffer (see `grow` in cuda_context.cc).
   absl::Status reserve(size_t bytes, absl::string_view what);
   void reset();
 
@@ -106,6 +107,11 @@ class DeviceBuffer {
     return static_cast<T*>(ptr_);
   }
   size_t size() const { return size_; }
+
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(size_, o.size_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -128,6 +134,11 @@ class PinnedBuffer {
   // The device's pointer to the same bytes (cudaHostGetDevicePointer); null if it has none.
   void* device_alias() const { return device_alias_; }
   size_t size() const { return size_; }
+  void swap(PinnedBuffer& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(device_alias_, o.device_alias_);
+    std::swap(size_, o.size_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -191,8 +202,9 @@ class CallTimer {
 };
 
 // One worker's slot on the GPU: a stream, timing events and the buffers a request needs, grown
-// to the largest request seen (so no cudaMalloc once warm). Owned by the StreamPool; use it only
-// while holding `mu` (a StreamLease does that).
+// to the largest request seen (so no cudaMalloc once warm) and trimmed back to the reservation
+// once idle (StreamPool::trim). Owned by the StreamPool; use it only while holding `mu` (a
+// StreamLease does that).
 struct StreamContext {
   static constexpr int kCopyEvents = 8;
   std::mutex mu;
@@ -245,10 +257,12 @@ class StreamPool {
 
   // Shrinks, back to keep_bytes() each, the buffers of every context that holds more and whose
   // last call needing more let go of it at least `idle` ago (or that never had such a call); a
-  // context in use is skipped. Freeing GPU memory waits for the device's work in flight, so this
-  // runs off the request path (the server's housekeeping thread). A context whose buffers cannot
-  // be allocated again at keep_bytes() is left empty (they grow on demand). Returns the bytes
-  // released (pinned and device together).
+  // context in use is skipped. The kept buffers are allocated, and the old ones freed (which
+  // waits for the device's work in flight), without the context's lock: it is held only to
+  // swap them, so a request that takes the context meanwhile does not wait. For a housekeeping
+  // thread, not a request. A kept buffer that cannot be allocated leaves the context without
+  // one (it grows on demand). The pool is process-wide: every caller trims every context.
+  // Returns the bytes released (pinned and device together).
   size_t trim(std::chrono::steady_clock::duration idle);
 
   // What the contexts hold now, in all (a snapshot, without waiting for a context in use).

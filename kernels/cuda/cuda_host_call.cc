@@ -360,7 +360,6 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
                           CallGraphs* graphs, bool timed, bool x_read_once, bool outputs_direct,
                           int64_t* replay_ns, int64_t* copy_ns, int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
-  ctx->call_bytes = std::max(L.d_total, L.h_total);
   const size_t device_before = ctx->device.size();
   absl::Status grown =
       ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows"));
@@ -374,6 +373,8 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
   }
   ctx->sizes_changed();
   RETURN_IF_ERROR(grown);
+  // (Only a call that got its buffers holds them past the idle trim: see StreamPool::release.)
+  ctx->call_bytes = std::max(L.d_total, L.h_total);
   char* dev = static_cast<char*>(ctx->device.get());
   char* host = static_cast<char*>(ctx->host.get());
   char* host_dev = static_cast<char*>(ctx->host.device_alias());

@@ -15,8 +15,9 @@
 //   that size on a stream context. A non-finite row (sa = NaN from the GPU) becomes
 //   INVALID_ARGUMENT with the reference's exact message and leaves y untouched.
 //
-// No allocation once the context's buffers have grown to the largest request seen; no descriptor
-// creation here (each family keeps its handles with the layer).
+// No allocation once the context's buffers have grown to the largest request seen (until an idle
+// trim gives back what they grew past the reservation: StreamPool::trim); no descriptor creation
+// here (each family keeps its handles with the layer).
 //
 // Host compiler only (Abseil).
 #pragma once

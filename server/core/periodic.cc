@@ -39,8 +39,7 @@ void Periodic::run() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      const absl::Time next = absl::Now() + period_;
-      if (mu_.AwaitWithDeadline(absl::Condition(&stop_), next)) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), period_)) return;
     }
     fn_();
   }

@@ -7,13 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/stream_s8.h"
@@ -426,6 +427,7 @@ TEST_F(CublasLtTest, TrimGivesBackWhatGrewPastTheReservation) {
       }
     }
   };
+  serve(16, 3 * StreamPool::kContexts);  // replayed from graphs, on the grown buffers
   serve(512, 2 * StreamPool::kContexts);
   const auto grown = sizes();
   for (int i = 0; i < StreamPool::kContexts; ++i) {
@@ -435,10 +437,20 @@ TEST_F(CublasLtTest, TrimGivesBackWhatGrewPastTheReservation) {
   EXPECT_EQ((*pool)->trim(std::chrono::hours(1)), 0u) << "released what was needed just now";
   EXPECT_EQ(sizes(), grown);
 
-  StreamContext* busy = (*pool)->acquire();
+  // One context held by another thread while the others are trimmed.
+  std::atomic<int> busy_index{-1};
+  absl::Notification held, trimmed;
+  std::thread holder([&] {
+    StreamContext* busy = (*pool)->acquire();
+    busy_index = busy->index;
+    held.Notify();
+    trimmed.WaitForNotification();
+    (*pool)->release(busy);
+  });
+  held.WaitForNotification();
   const size_t released = (*pool)->trim(zero);
-  const int busy_index = busy->index;
-  (*pool)->release(busy);
+  trimmed.Notify();
+  holder.join();
   size_t want_released = 0;
   const auto after = sizes();
   for (int i = 0; i < StreamPool::kContexts; ++i) {
