@@ -173,6 +173,10 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
        "--max-connection-age-ms must be 0-2147483647, got 3000000000"},
       {"--max-batch-rows=65537", "--max-batch-rows must be 1-65536, got 65537"},
       {"--max-queue-delay-us=10000001", "--max-queue-delay-us must be 0-10000000, got 10000001"},
+      // A drain deadline must not overflow the clock it is added to.
+      {"--drain-timeout-ms=9223372036854775807",
+       "--drain-timeout-ms must be 0-86400000, got 9223372036854775807"},
+      {"--drain-timeout-ms=86400001", "--drain-timeout-ms must be 0-86400000, got 86400001"},
   };
   for (const auto& [flag, want] : cases) {
     int status = -1;
