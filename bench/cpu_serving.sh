@@ -78,7 +78,8 @@ run_mode() {
   local out="$log/$mode.txt" tsv="$log/$mode.tsv"
   : >"$out"
   : >"$tsv"
-  # gRPC servers share a port (SO_REUSEPORT): one already there would answer in this one's place.
+  # A server already on the port makes this one exit (cannot listen), but would answer the health
+  # check below, and the benchmark, in its place.
   if cli health >/dev/null 2>&1; then
     echo "cpu_serving: a server already answers on port $port; choose another with --port" >&2
     return 1

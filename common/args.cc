@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -86,6 +87,13 @@ absl::Status ArgParser::parse(int argc, char** argv, int first) {
     if (!has_value) {
       if (i + 1 >= argc)
         return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      // A forgotten value must not take the next option for it (`--layer-manifest
+      // --no-demo-layer` read a manifest named "--no-demo-layer"); --name=VALUE still gives one.
+      if (absl::StartsWith(argv[i + 1], "--")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value, not the option '", argv[i + 1],
+                         "' (a value that starts with -- is given as --", name, "=VALUE)"));
+      }
       value = argv[++i];
     }
     switch (opt->kind) {

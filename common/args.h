@@ -1,6 +1,8 @@
 // A small command-line parser for the server and the CLI: `--name=value`, `--name value`,
-// `--flag` / `--no-flag` for booleans, `--help`; everything else is positional. Each option has
-// a help line, and `help()` renders them as the usage text.
+// `--flag` / `--no-flag` for booleans, `--help`; everything else is positional. In the
+// `--name value` form a value may not start with `--` (that is the next option, the value
+// forgotten): such a value is given as `--name=value`. Each option has a help line, and `help()`
+// renders them as the usage text.
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,21 @@ std::string x509_name(const X509_NAME* name) {
   return std::string(data, static_cast<size_t>(n));
 }
 
+// `t` as "2027-12-06 02:00:00 UTC" into *text and as Unix time into *unix_seconds (0 where
+// unreadable).
+void read_time(const ASN1_TIME* t, std::string* text, int64_t* unix_seconds) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(t, &tm) == 1) {
+    char buf[64];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+    *text = buf;
+    *unix_seconds = timegm(&tm);
+  } else {
+    *text = "an unreadable date";
+    *unix_seconds = 0;
+  }
+}
+
 // The private key in `pem`, or null. An empty passphrase: an encrypted key fails here instead of
 // prompting on the terminal.
 Pkey parse_private_key(const std::string& pem) {
@@ -100,16 +115,11 @@ absl::StatusOr<PemCertificates> read_pem_certificates(absl::string_view flag,
     if (out.count == 0) {
       out.subject = x509_name(X509_get_subject_name(cert.get()));
       const ASN1_TIME* not_after = X509_get0_notAfter(cert.get());
-      std::tm tm{};
-      if (ASN1_TIME_to_tm(not_after, &tm) == 1) {
-        char buf[64];
-        std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
-        out.not_after = buf;
-        out.not_after_unix = timegm(&tm);
-      } else {
-        out.not_after = "an unreadable date";
-      }
+      read_time(not_after, &out.not_after, &out.not_after_unix);
       out.expired = X509_cmp_current_time(not_after) < 0;
+      const ASN1_TIME* not_before = X509_get0_notBefore(cert.get());
+      read_time(not_before, &out.not_before, &out.not_before_unix);
+      out.not_yet_valid = X509_cmp_current_time(not_before) > 0;
     }
     ++out.count;
   }

@@ -14,11 +14,15 @@ struct PemCertificates {
   std::string pem;  // the file's contents
   int count = 0;    // certificates in it (at least 1)
   // The first certificate's subject ("CN=server,O=..."), its end of validity
-  // ("2027-12-06 02:00:00 UTC") and whether that has passed.
+  // ("2027-12-06 02:00:00 UTC") and whether that has passed, and its start of validity and
+  // whether that is still to come (as of the reading).
   std::string subject;
   std::string not_after;
-  int64_t not_after_unix = 0;  // the same, as Unix time
+  int64_t not_after_unix = 0;  // the same, as Unix time (0 where the date cannot be read)
   bool expired = false;
+  std::string not_before;
+  int64_t not_before_unix = 0;  // the same, as Unix time (0 where the date cannot be read)
+  bool not_yet_valid = false;
 };
 
 // Reads `path`, given by `flag` (for messages: "--tls-cert"), which must hold one or more PEM

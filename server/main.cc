@@ -193,7 +193,9 @@ int main(int argc, char** argv) {
       {max_queue_delay_us < 0 || max_queue_delay_us > qlinear::kMaxQueueDelayUs,
        "max-queue-delay-us", max_queue_delay_us, "0-10000000"},
       {max_queue_requests < 1, "max-queue-requests", max_queue_requests, ">= 1"},
-      {drain_timeout_ms < 0, "drain-timeout-ms", drain_timeout_ms, ">= 0"},
+      // (Added to the clock for the drain's deadline: a larger value could overflow it.)
+      {drain_timeout_ms < 0 || drain_timeout_ms > 86'400'000, "drain-timeout-ms", drain_timeout_ms,
+       "0-86400000"},
       {shutdown_delay_ms < 0 || shutdown_delay_ms > 3'600'000, "shutdown-delay-ms",
        shutdown_delay_ms, "0-3600000"},
       {upload_idle_timeout_ms < 0, "upload-idle-timeout-ms", upload_idle_timeout_ms, ">= 0"},

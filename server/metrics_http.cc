@@ -28,6 +28,15 @@ constexpr std::chrono::seconds kWriteLimit{5};
 constexpr size_t kMaxClients = 64;
 // The longest request head read; only its request line matters.
 constexpr size_t kMaxHeadBytes = 8192;
+// After the answer, what the client still sends (a POST's body, the rest of a head over the cap) is
+// read and dropped for up to this long and this many bytes before the connection is closed:
+// closed with bytes unread, it is reset, and a client still writing its request then fails on its
+// write and never reads the answer.
+constexpr std::chrono::seconds kDrainLimit{1};
+constexpr size_t kMaxDrainBytes = size_t{1} << 20;
+// How long accepting waits after it failed for want of file descriptors or memory: the waiting
+// connection keeps the listening socket readable, and retrying at once would spin.
+constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
 bool head_complete(const std::string& head) {
   return head.size() >= kMaxHeadBytes || head.find("\r\n\r\n") != std::string::npos ||
@@ -51,18 +60,28 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
   }
-  int fd =
-      ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, res->ai_protocol);
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (fd < 0 || ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
-    const int err = errno;
-    freeaddrinfo(res);
-    if (fd >= 0) ::close(fd);
+  // The first address that binds (a name may resolve to an IPv6 address this host lacks before
+  // an IPv4 one); where none does, the last one's error.
+  int fd = -1;
+  int err = 0;
+  for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 128) == 0) break;
+    err = errno;
+    ::close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ":", port, ": ", std::strerror(err)));
   }
-  freeaddrinfo(res);
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -88,28 +107,37 @@ void MetricsHttpServer::serve() {
   // sends nothing, trickles its request or reads its answer a few bytes at a time holds up no one
   // else (a /healthz probe behind three silent connections waited 2 s for each).
   using Clock = std::chrono::steady_clock;
+  enum class Phase {
+    kReading,   // the request head
+    kWriting,   // the answer
+    kDraining,  // the answer sent and our side shut: what the client still sends is dropped
+  };
   struct Client {
     int fd;
     std::string in, out;
     size_t sent = 0;
-    bool writing = false;
+    size_t drained = 0;
+    Phase phase = Phase::kReading;
     Clock::time_point end;
   };
   std::vector<Client> clients;
   std::vector<pollfd> fds;
+  Clock::time_point accept_after{};  // accepting resumes then (after a failure for want of fds)
   auto respond = [this](Client& c) {
     c.out = response_to(c.in);
-    c.writing = true;
+    c.phase = Phase::kWriting;
     c.end = Clock::now() + kWriteLimit;
   };
   while (!stop_.load()) {
     fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    // Wake up regularly to notice stop_, and at the nearest deadline.
     auto now = Clock::now();
+    const bool accepting = now >= accept_after;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    // Wake up regularly to notice stop_, and at the nearest deadline.
     auto wake = now + std::chrono::milliseconds(200);
+    if (!accepting) wake = std::min(wake, accept_after);
     for (const Client& c : clients) {
-      fds.push_back({c.fd, static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+      fds.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
       wake = std::min(wake, c.end);
     }
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
@@ -118,13 +146,13 @@ void MetricsHttpServer::serve() {
     for (size_t i = 0; i < clients.size(); ++i) {
       Client& c = clients[i];
       if (fds[i + 1].revents == 0) continue;
-      if (!c.writing) {
+      if (c.phase == Phase::kReading) {
         char buf[1024];
         const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) c.in.append(buf, static_cast<size_t>(n));
         const bool retry = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
         if (n == 0 || (n < 0 && !retry) || head_complete(c.in)) respond(c);
-      } else {
+      } else if (c.phase == Phase::kWriting) {
         const ssize_t n =
             ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -132,14 +160,27 @@ void MetricsHttpServer::serve() {
         } else if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
           c.end = now;  // the client went away
         }
+      } else {
+        char buf[16384];
+        const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) c.drained += static_cast<size_t>(n);
+        const bool retry = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+        // The client's end of the request, or more than is worth reading.
+        if (n == 0 || (n < 0 && !retry) || c.drained > kMaxDrainBytes) c.end = now;
       }
     }
-    // A head not complete by its deadline is answered as it stands; an answer not taken by its
-    // deadline, or taken whole, ends the connection.
+    // A head not complete by its deadline is answered as it stands; an answer taken whole is
+    // followed by a short drain; an answer not taken by its deadline, or a drain that ends, ends
+    // the connection.
     for (size_t i = 0; i < clients.size();) {
       Client& c = clients[i];
-      if (!c.writing && now >= c.end) respond(c);
-      if (c.writing && (c.sent == c.out.size() || now >= c.end)) {
+      if (c.phase == Phase::kReading && now >= c.end) respond(c);
+      if (c.phase == Phase::kWriting && c.sent == c.out.size() && now < c.end) {
+        ::shutdown(c.fd, SHUT_WR);
+        c.phase = Phase::kDraining;
+        c.end = now + kDrainLimit;
+      }
+      if (c.phase != Phase::kReading && now >= c.end) {
         ::close(c.fd);
         clients[i] = std::move(clients.back());
         clients.pop_back();
@@ -151,7 +192,13 @@ void MetricsHttpServer::serve() {
     // a probe among them, waiting behind the earlier ones' turns).
     for (int taken = 0; (fds[0].revents & POLLIN) != 0 && taken < 256; ++taken) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) break;  // none left (the listening socket does not block)
+      if (fd < 0) {
+        // Out of descriptors or memory: the connection stays queued, and is tried again later.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_after = now + kAcceptBackoff;
+        }
+        break;  // else none left (the listening socket does not block)
+      }
       if (clients.size() >= kMaxClients) {
         auto nearest =
             std::min_element(clients.begin(), clients.end(),
@@ -160,7 +207,7 @@ void MetricsHttpServer::serve() {
         *nearest = std::move(clients.back());
         clients.pop_back();
       }
-      clients.push_back(Client{fd, {}, {}, 0, false, now + kReadLimit});
+      clients.push_back(Client{fd, {}, {}, 0, 0, Phase::kReading, now + kReadLimit});
     }
   }
   for (const Client& c : clients) ::close(c.fd);

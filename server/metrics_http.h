@@ -5,8 +5,9 @@
 // TLS.
 //
 // A deliberately small HTTP/1.0 responder on one thread, which serves up to 64 clients at once
-// (each with 2 s to send its request head and 5 s to take the answer; one more ends the one
-// nearest its deadline): scrapes are rare and tiny, and prometheus-cpp's civetweb exposer starts
+// (each with 2 s to send its request head and 5 s to take the answer, then up to 1 s in which what
+// it still sends is read and dropped, so that closing does not reset the connection under an
+// answer it has yet to read; one more ends the one nearest its deadline): scrapes are rare and tiny, and prometheus-cpp's civetweb exposer starts
 // its threads with a fixed 100 KiB stack, which is less than the static TLS of a process that
 // links cuBLASLt, so its threads fail to start there.
 #pragma once

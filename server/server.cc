@@ -280,6 +280,10 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
   builder.SetMaxSendMessageSize(o.max_message_mb << 20);
+  // gRPC sets SO_REUSEPORT by default: a second server on this port would then bind as well, and
+  // the kernel would split new connections between two processes with different layers. Without
+  // it, the second one fails to listen and says so.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   if (o.keepalive_time_ms > 0)
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
   if (o.keepalive_timeout_ms > 0) {

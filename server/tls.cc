@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/pem.h"
 
 namespace qlinear {
@@ -63,6 +65,21 @@ absl::StatusOr<std::unique_ptr<TlsMaterial>> read_material(const ServerTlsOption
   return m;
 }
 
+// Why a certificate that passes the checks is still not served in place of `served`: while the
+// served one is valid, a new one that has expired or is not valid yet would fail every handshake
+// from the next connection on. Empty where it may be served. (A served certificate that is itself
+// out of its validity is replaced by any: clients refuse it already.)
+std::string outside_validity(const std::string& cert_file, const PemCertificates& next,
+                             const PemCertificates& served) {
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  if (served.not_before_unix > now || now > served.not_after_unix) return "";
+  const std::string what = absl::StrCat("--tls-cert ", cert_file, ": its certificate (",
+                                        next.subject.empty() ? "no subject" : next.subject, ")");
+  if (next.expired) return absl::StrCat(what, " expired on ", next.not_after);
+  if (next.not_yet_valid) return absl::StrCat(what, " is not valid before ", next.not_before);
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<TlsReloader>> TlsReloader::create(const ServerTlsOptions& tls) {
@@ -110,6 +127,11 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
   if (!m.ok()) m = read_material(tls_);
   absl::MutexLock lock(&mu_);
   TlsReloadEvent e;
+  if (m.ok() && !(*m)->same_files(*served_)) {
+    const std::string why = outside_validity(tls_.cert_file, (*m)->identity.certificates,
+                                             served_->identity.certificates);
+    if (!why.empty()) m = absl::FailedPreconditionError(why);
+  }
   if (!m.ok()) {
     const std::string why(m.status().message());
     if (why == rejected_) return std::nullopt;

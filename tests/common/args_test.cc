@@ -1,5 +1,6 @@
-// The command-line parser of the server and the CLI: values in both spellings, booleans and their
-// --no- forms, action flags (--version), --help, positionals, and the errors, with their messages.
+// The command-line parser of the server and the CLI: values in both spellings (one that starts
+// with -- only as --name=value), booleans and their --no- forms, action flags (--version), --help,
+// positionals, and the errors, with their messages.
 #include "common/args.h"
 
 #include <gtest/gtest.h>
@@ -76,6 +77,13 @@ TEST(ArgParserTest, RejectsWhatItCannotTakeWithAMessage) {
       {{"--scale=big"}, "--scale takes a number, got 'big'"},
       {{"--flag=maybe"}, "--flag takes true or false, got 'maybe'"},
       {{"--name"}, "--name needs a value"},
+      // The next option is not taken for the value (the manifest path of `--layer-manifest
+      // --no-demo-layer` was "--no-demo-layer").
+      {{"--name", "--no-flag"},
+       "--name needs a value, not the option '--no-flag' (a value that starts with -- is given as "
+       "--name=VALUE)"},
+      {{"--count", "--flag"}, "--count needs a value, not the option '--flag'"},
+      {{"--name", "--"}, "--name needs a value, not the option '--'"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.message);
@@ -85,6 +93,17 @@ TEST(ArgParserTest, RejectsWhatItCannotTakeWithAMessage) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), c.message)) << s;
   }
+}
+
+// In the --name=value form a value may start with --, and in both forms with a single -.
+TEST(ArgParserTest, TakesAValueThatStartsWithDashesInTheEqualsForm) {
+  Parsed p;
+  ArgParser parser("prog", "");
+  ASSERT_TRUE(parse({"--name=--odd", "--count", "-4", "--scale", "-1.5"}, &p, &parser).ok());
+  EXPECT_EQ(p.name, "--odd");
+  EXPECT_EQ(p.count, -4);
+  EXPECT_EQ(p.scale, -1.5);
+  EXPECT_TRUE(p.flag);
 }
 
 TEST(ArgParserTest, HelpListsEachOptionInItsForm) {

@@ -1,5 +1,6 @@
-// Tests that need a real qlinear-server process: SIGTERM drains with requests in flight, and
-// clients killed mid-upload or mid-stream leave the server healthy with nothing left behind.
+// Tests that need a real qlinear-server process: SIGTERM drains with requests in flight, a second
+// server on a port in use exits instead of sharing it, and clients killed mid-upload or mid-stream
+// leave the server healthy with nothing left behind.
 // The server binary's path comes from CMake (QLINEAR_SERVER_BIN).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -105,6 +106,7 @@ class ServerProcess {
     return ok;
   }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
   pid_t pid() const { return pid_; }
 
  private:
@@ -172,6 +174,10 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
        "--max-connection-age-ms must be 0-2147483647, got 3000000000"},
       {"--max-batch-rows=65537", "--max-batch-rows must be 1-65536, got 65537"},
       {"--max-queue-delay-us=10000001", "--max-queue-delay-us must be 0-10000000, got 10000001"},
+      // A drain deadline must not overflow the clock it is added to.
+      {"--drain-timeout-ms=9223372036854775807",
+       "--drain-timeout-ms must be 0-86400000, got 9223372036854775807"},
+      {"--drain-timeout-ms=86400001", "--drain-timeout-ms must be 0-86400000, got 86400001"},
   };
   for (const auto& [flag, want] : cases) {
     int status = -1;
@@ -181,6 +187,74 @@ TEST(ProcessTest, AFlagOutOfRangeIsNamedWithItsValue) {
     EXPECT_EQ(WEXITSTATUS(status), 2) << flag << "\n" << out;
     EXPECT_NE(out.find(want), std::string::npos) << flag << "\n" << out;
   }
+}
+
+// A second server started on a port that one already listens on exits 1, saying it cannot listen,
+// and the first serves on. (gRPC shares a port through SO_REUSEPORT unless told not to: the
+// kernel then split new connections between the two servers, each with layers of its own.)
+TEST(ProcessTest, ASecondServerOnAPortInUseExitsAndTheFirstServesOn) {
+  ServerProcess first;
+  const std::string port = std::to_string(first.port());
+  char log_tmpl[] = "/tmp/qlinear_second_server.XXXXXX";
+  const int log_fd = mkstemp(log_tmpl);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  const std::string log_path = log_tmpl;
+  const pid_t second = fork();
+  if (second == 0) {
+    std::vector<std::string> args = {QLINEAR_SERVER_BIN, "--address=127.0.0.1", "--port=" + port,
+                                     "--demo-n=256", "--demo-k=512"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (freopen(log_path.c_str(), "w", stderr) == nullptr) _exit(126);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ASSERT_GT(second, 0);
+  // Until it exits, or says it listens (the port shared).
+  int status = -1;
+  bool exited = false;
+  for (int i = 0; i < 600 && !exited; ++i) {
+    exited = waitpid(second, &status, WNOHANG) == second;
+    if (!exited && read_file(log_path).find("listening on") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // New connections all reach the first server: a layer uploaded there is found on each. (Each
+  // channel has a subchannel pool of its own, so that it makes a connection of its own.)
+  const TestLayer layer = make_test_layer("only-here", 16, 64, Scheme::kDynamicSymmetric, false, 1);
+  ASSERT_TRUE(first.client().load_layer(layer.header, layer.weights).ok());
+  int found = 0;
+  std::string missed;
+  for (int i = 0; i < 16; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = v1::QLinear::NewStub(make_channel(first.target(), ClientOptions{}, args));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::DescribeLayerRequest req;
+    req.set_name("only-here");
+    v1::LayerInfo info;
+    const grpc::Status s = stub->DescribeLayer(&ctx, req, &info);
+    if (s.ok()) {
+      ++found;
+    } else {
+      missed = s.error_message();
+    }
+  }
+  if (!exited) {
+    kill(second, SIGKILL);
+    waitpid(second, &status, 0);
+  }
+  const std::string log = read_file(log_path);
+  std::remove(log_path.c_str());
+  EXPECT_TRUE(exited) << "the second server started on a port in use:\n" << log;
+  EXPECT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
+  EXPECT_NE(log.find("cannot listen on 127.0.0.1:" + port + " (address in use"), std::string::npos)
+      << log;
+  EXPECT_EQ(found, 16) << "connections that found the layer; one that did not: " << missed;
+  EXPECT_EQ(kill(first.pid(), 0), 0) << "the first server is gone";
 }
 
 // --require-gpu: a server that would serve on the CPU exits 1 at start-up, saying why (on a GPU

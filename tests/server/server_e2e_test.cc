@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <thread>
 
@@ -1216,6 +1218,129 @@ TEST(LivenessTest, ASlowReaderOfALargeScrapeDoesNotHoldUpLiveness) {
   EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
   EXPECT_LT(took_s, 9.0) << "the slow reader held the thread";
   EXPECT_LT(received.load(), 5 << 20) << "the slow reader was sent the whole body";
+}
+
+// A client that writes its whole request, the head and then the body in pieces, before it reads
+// the answer (as HTTP clients do): the answer to a request the responder does not read whole (a
+// POST's body, or a head past its cap) still comes back, with neither the client's writes nor
+// its read reset.
+TEST(MetricsHttpTest, ARequestNotReadWholeIsStillAnsweredWithoutAReset) {
+  auto http = MetricsHttpServer::start("127.0.0.1", 0, std::make_shared<prometheus::Registry>());
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+  const struct {
+    std::string head, body, status;
+  } cases[] = {
+      {"POST /metrics HTTP/1.0\r\nContent-Length: 65536\r\n\r\n", std::string(64 << 10, 'b'),
+       "HTTP/1.0 405 Method Not Allowed\r\n"},
+      // A head over the 8 KiB read: answered from its request line.
+      {"GET /healthz HTTP/1.0\r\nX-Long: ", std::string(32 << 10, 'h'), "HTTP/1.0 200 OK\r\n"},
+  };
+  for (const auto& c : cases) {
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE(c.status + " round " + std::to_string(round));
+      const int fd = connect_loopback(port);
+      ASSERT_GE(fd, 0);
+      timeval tv{20, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      std::string error;
+      if (send(fd, c.head.data(), c.head.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(c.head.size())) {
+        error = absl::StrCat("writing the head: ", std::strerror(errno));
+      }
+      // The body in 4 KiB pieces a millisecond apart: the answer is sent meanwhile.
+      for (size_t at = 0; error.empty() && at < c.body.size(); at += 4096) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        const size_t n = std::min<size_t>(4096, c.body.size() - at);
+        if (send(fd, c.body.data() + at, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n)) {
+          error = absl::StrCat("writing the body at byte ", at, ": ", std::strerror(errno));
+        }
+      }
+      std::string answer;
+      char buf[4096];
+      ssize_t n;
+      while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+      if (n < 0 && error.empty()) error = absl::StrCat("reading: ", std::strerror(errno));
+      close(fd);
+      EXPECT_EQ(error, "");
+      EXPECT_TRUE(absl::StartsWith(answer, c.status)) << answer;
+    }
+  }
+  // And the responder serves on.
+  EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos);
+}
+
+// The lowest file descriptor number free in this process: with RLIMIT_NOFILE set to it, no new
+// descriptor can be made (and poll() still takes that many).
+int lowest_free_fd() {
+  const int fd = dup(0);
+  if (fd >= 0) close(fd);
+  return fd;
+}
+
+// A process out of file descriptors: the responder, unable to accept a waiting connection, tries
+// again a little later instead of polling the listening socket in a loop (which kept a core busy
+// for as long as the descriptors were short). Run in a child process.
+TEST(MetricsHttpTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto out_of_descriptors = [] {
+    auto http = MetricsHttpServer::start("127.0.0.1", 0, std::make_shared<prometheus::Registry>());
+    if (!http.ok()) {
+      std::fprintf(stderr, "%s\n", http.status().ToString().c_str());
+      _exit(2);
+    }
+    const int client = socket(AF_INET, SOCK_STREAM, 0);
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = static_cast<rlim_t>(lowest_free_fd());
+    if (client < 0 || setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      std::fprintf(stderr, "cannot lower RLIMIT_NOFILE: %s\n", std::strerror(errno));
+      _exit(2);
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((*http)->port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      std::fprintf(stderr, "connect: %s\n", std::strerror(errno));
+      _exit(2);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto cpu_s = [] {
+      timespec t{};
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+      return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+    };
+    const double before = cpu_s();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const double used = cpu_s() - before;
+    std::fprintf(stderr, "CPU time over 1 s with accept failing: %.3f s\n", used);
+    _exit(used < 0.3 ? 0 : 1);
+  };
+  EXPECT_EXIT(out_of_descriptors(), ::testing::ExitedWithCode(0),
+              "CPU time over 1 s with accept failing");
+}
+
+// A socket that cannot be made is reported with its own error (errno was read after a
+// setsockopt on the failed descriptor, and said "Bad file descriptor"). Run in a child process.
+TEST(MetricsHttpTest, ASocketThatCannotBeMadeIsReportedWithItsError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto out_of_descriptors = [] {
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = static_cast<rlim_t>(lowest_free_fd());
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      std::fprintf(stderr, "cannot lower RLIMIT_NOFILE: %s\n", std::strerror(errno));
+      _exit(2);
+    }
+    auto http = MetricsHttpServer::start("127.0.0.1", 0, std::make_shared<prometheus::Registry>());
+    std::fprintf(stderr, "start: %s\n", http.status().ToString().c_str());
+    _exit(http.ok() ? 1 : 0);
+  };
+  EXPECT_EXIT(out_of_descriptors(), ::testing::ExitedWithCode(0),
+              "start: UNAVAILABLE: cannot serve metrics on 127.0.0.1:0: " +
+                  std::string(std::strerror(EMFILE)));
 }
 
 // An IPv6 address, bare or in brackets, serves gRPC and the metrics port (":::50051" could not be

@@ -1,7 +1,8 @@
 // TLS on the gRPC port: a server with a certificate answers TLS clients that trust its issuer and
 // no others; with client CAs (mutual TLS) it answers only clients whose certificate they issued;
 // wrong files fail the start-up (or the client's set-up), named; files rotated while it runs are
-// served from the next connection on, and files that fail the checks leave the served set in
+// served from the next connection on, and files that fail the checks (or, while the served
+// certificate is valid, hold one that has expired or is not valid yet) leave the served set in
 // place. The certificates are made here, fresh for each run, with OpenSSL.
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -48,6 +49,9 @@ class CertificateMaker {
   }
 
   unsigned rsa_bits = 0;
+  // Where positive, certificates made from now on become valid this many days from now (and end
+  // `days` after that).
+  int starts_in_days = 0;
 
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;
@@ -73,7 +77,10 @@ class CertificateMaker {
     X509* cert = X509_new();
     X509_set_version(cert, 2);
     ASN1_INTEGER_set(X509_get_serialNumber(cert), ++serial_);
-    if (days >= 0) {
+    if (starts_in_days > 0) {
+      X509_gmtime_adj(X509_getm_notBefore(cert), 86400L * starts_in_days);
+      X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * (starts_in_days + days));
+    } else if (days >= 0) {
       X509_gmtime_adj(X509_getm_notBefore(cert), -60);
       X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * days);
     } else {
@@ -501,6 +508,77 @@ TEST_F(TlsTest, ReloadServesANewSetAndKeepsTheServedOneWhenFilesFailTheChecks) {
   EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
   EXPECT_TRUE(absl::StrContains(e->message, "--tls-client-ca: cannot open " + ca_file))
       << e->message;
+}
+
+// While the served certificate is valid, one that has expired or is not valid yet is rejected
+// (every handshake would fail with it) and the served one kept; a server started with an expired
+// certificate takes any set that passes the other checks.
+TEST_F(TlsTest, ReloadKeepsAValidCertificateOverOneExpiredOrNotYetValid) {
+  const Issued live = live_copy(server_);
+  auto reloader = TlsReloader::create({live.cert_file, live.key_file, ""});
+  ASSERT_TRUE(reloader.ok()) << reloader.status();
+  TlsReloader& r = **reloader;
+  const std::string first = r.summary();
+  const int64_t first_expiry = r.certificate_expiry_unix();
+
+  const Issued expired = certs_->make_leaf("expired", "expired", "DNS:localhost", ca_, -2);
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(expired.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(expired.cert_file));
+  std::optional<TlsReloadEvent> e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(
+      e->message, "--tls-cert " + live.cert_file + ": its certificate (CN=expired) expired on "))
+      << e->message;
+  EXPECT_EQ(e->certificate_expiry_unix, first_expiry);
+  EXPECT_EQ(r.summary(), first);
+
+  certs_->starts_in_days = 2;
+  const Issued early = certs_->make_leaf("early", "early", "DNS:localhost", ca_, 30);
+  certs_->starts_in_days = 0;
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(early.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(early.cert_file));
+  e = r.check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kRejected);
+  EXPECT_TRUE(absl::StrContains(
+      e->message,
+      "--tls-cert " + live.cert_file + ": its certificate (CN=early) is not valid before "))
+      << e->message;
+  EXPECT_EQ(r.summary(), first);
+
+  // Served expired: a set that passes the other checks is taken, expired or not.
+  const Issued old = certs_->make_leaf("old", "old", "DNS:localhost", ca_, -3);
+  const Issued stale{certs_->write("stale.pem", CertificateMaker::contents(old.cert_file)),
+                     certs_->write("stale.key", CertificateMaker::contents(old.key_file))};
+  auto from_expired = TlsReloader::create({stale.cert_file, stale.key_file, ""});
+  ASSERT_TRUE(from_expired.ok()) << from_expired.status();
+  CertificateMaker::replace(stale.key_file, CertificateMaker::contents(expired.key_file));
+  CertificateMaker::replace(stale.cert_file, CertificateMaker::contents(expired.cert_file));
+  e = (*from_expired)->check_now();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->kind, TlsReloadEvent::kLoaded) << e->message;
+  EXPECT_TRUE(absl::StrContains(e->message, "CN=expired")) << e->message;
+}
+
+// A running server keeps serving its valid certificate to new connections when the files are
+// replaced by an expired pair from the same authority (read on SIGHUP's path), and counts the
+// rejection.
+TEST_F(TlsTest, ARunningServerKeepsServingItsCertificateOverAnExpiredOne) {
+  const Issued live = live_copy(server_);
+  auto server = start({live.cert_file, live.key_file, ""});
+  ASSERT_NE(server, nullptr);
+  const ClientTlsFiles trusts_ca{ca_.cert_file, "", ""};
+  ASSERT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
+  const Issued expired = certs_->make_leaf("expired", "expired", "DNS:localhost", ca_, -2);
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(expired.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(expired.cert_file));
+  EXPECT_EQ(server->reload_tls(), "TLS files not reloaded");
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"rejected\"} 1"))
+      << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"loaded\"} 0"))
+      << server->metrics().serialize();
+  EXPECT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
 }
 
 // A running server: files that fail the checks change nothing clients see; a rotated certificate
