@@ -60,15 +60,21 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
   }
-  // The first address that binds (a name may resolve to an IPv6 address this host lacks before
-  // an IPv4 one); where none does, the last one's error.
+  // The first address that binds: a name may resolve to an address of a family this host lacks
+  // (IPv6 in a container without it) before one it has. An address that exists but cannot be
+  // bound (in use, not permitted) ends the search with its own error, so that the port is never
+  // served quietly on another family while another process holds it on the first.
   int fd = -1;
   int err = 0;
+  auto family_missing = [](int e) {
+    return e == EAFNOSUPPORT || e == EADDRNOTAVAIL || e == EPROTONOSUPPORT;
+  };
   for (const addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) {
       err = errno;
-      continue;
+      if (family_missing(err)) continue;
+      break;
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -76,6 +82,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     err = errno;
     ::close(fd);
     fd = -1;
+    if (!family_missing(err)) break;
   }
   freeaddrinfo(res);
   if (fd < 0) {

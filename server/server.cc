@@ -314,9 +314,9 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     // A rotated certificate (a renewed Secret, say) is served from the next connection on; one
     // that fails the checks is logged and counted, and the port keeps serving the one it has.
     s->tls_reloader_->set_listener([self](const TlsReloadEvent& e) { self->tls_event(e); });
-    if (o.tls_reload_interval.count() > 0) {
-      s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval));
-    }
+    // (Without an interval the thread only reads a certificate rejected as not valid yet again
+    // once it is.)
+    s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval));
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
     self->metrics_->device_fault();

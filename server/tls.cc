@@ -127,10 +127,20 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
   if (!m.ok()) m = read_material(tls_);
   absl::MutexLock lock(&mu_);
   TlsReloadEvent e;
+  int64_t retry_at = 0;
   if (m.ok() && !(*m)->same_files(*served_)) {
-    const std::string why = outside_validity(tls_.cert_file, (*m)->identity.certificates,
-                                             served_->identity.certificates);
-    if (!why.empty()) m = absl::FailedPreconditionError(why);
+    const PemCertificates& next = (*m)->identity.certificates;
+    const std::string why = outside_validity(tls_.cert_file, next, served_->identity.certificates);
+    if (!why.empty()) {
+      if (!next.expired && next.not_yet_valid && next.not_before_unix > 0) {
+        retry_at = next.not_before_unix + 1;
+      }
+      m = absl::FailedPreconditionError(why);
+    }
+  }
+  if (retry_at != retry_at_unix_) {
+    retry_at_unix_ = retry_at;
+    retry_changed_ = true;
   }
   if (!m.ok()) {
     const std::string why(m.status().message());
@@ -156,10 +166,32 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
 
 void TlsReloader::start_polling(absl::Duration interval) {
   poller_ = std::thread([this, interval] {
+    absl::Time next_poll = absl::Now() + interval;
+    absl::Time last_retry = absl::InfinitePast();
     for (;;) {
       {
         absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval)) return;
+        const absl::Time poll =
+            interval > absl::ZeroDuration() ? next_poll : absl::InfiniteFuture();
+        // (A retry that finds the certificate still not valid waits a second for the next.)
+        const absl::Time retry =
+            retry_at_unix_ > 0
+                ? std::max(absl::FromUnixSeconds(retry_at_unix_), last_retry + absl::Seconds(1))
+                : absl::InfiniteFuture();
+        const absl::Time wake = std::min(poll, retry);
+        const bool woken =
+            wake == absl::InfiniteFuture()
+                ? (mu_.Await(absl::Condition(this, &TlsReloader::poller_wakes)), true)
+                : mu_.AwaitWithTimeout(absl::Condition(this, &TlsReloader::poller_wakes),
+                                       std::max(wake - absl::Now(), absl::ZeroDuration()));
+        if (stop_) return;
+        if (woken) {  // a retry time set or cleared by a check: wait again with it
+          retry_changed_ = false;
+          continue;
+        }
+        const absl::Time now = absl::Now();
+        if (now >= retry) last_retry = now;
+        if (now >= next_poll) next_poll = now + interval;
       }
       check_now();
     }

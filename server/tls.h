@@ -69,8 +69,10 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
   // Why the files on disk are not served, while a rejection stands (empty otherwise).
   std::string rejection() const;
 
-  // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction.
-  // Once only.
+  // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction,
+  // and also (`interval` zero too) once a certificate rejected only for not being valid yet
+  // becomes valid: a renewal issued with a start a little ahead of this host's clock is then
+  // served from its start. Once only.
   void start_polling(absl::Duration interval);
   // Ends the polling thread (joined: no event is told after it returns).
   void stop_polling();
@@ -100,6 +102,11 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
   uint64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;   // the generation gRPC has
   std::string rejected_ ABSL_GUARDED_BY(mu_);     // the last rejection reported; empty: none
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Where the files hold a certificate rejected only for not being valid yet: when it becomes
+  // valid (Unix time), for the polling thread to read them again then; 0: none.
+  int64_t retry_at_unix_ ABSL_GUARDED_BY(mu_) = 0;
+  bool retry_changed_ ABSL_GUARDED_BY(mu_) = false;  // wakes the polling thread to recompute
+  bool poller_wakes() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || retry_changed_; }
   std::thread poller_;
 };
 

@@ -1343,6 +1343,28 @@ TEST(MetricsHttpTest, ASocketThatCannotBeMadeIsReportedWithItsError) {
                   std::string(std::strerror(EMFILE)));
 }
 
+// A metrics port another socket holds on the first address a name resolves to fails the start
+// with that address's error ("localhost": 127.0.0.1 before ::1), rather than being served quietly
+// on the name's next address.
+TEST(MetricsHttpTest, APortInUseOnTheFirstAddressIsNotServedOnAnother) {
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  auto http = MetricsHttpServer::start("localhost", port, std::make_shared<prometheus::Registry>());
+  close(holder);
+  ASSERT_FALSE(http.ok()) << "served on port " << (*http)->port() << " beside the holder";
+  EXPECT_EQ(http.status().code(), absl::StatusCode::kUnavailable) << http.status();
+  EXPECT_TRUE(absl::StrContains(http.status().message(), std::strerror(EADDRINUSE)))
+      << http.status();
+}
+
 // An IPv6 address, bare or in brackets, serves gRPC and the metrics port (":::50051" could not be
 // split by gRPC, and the metrics socket could not resolve "[::1]").
 TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {

@@ -52,6 +52,8 @@ class CertificateMaker {
   // Where positive, certificates made from now on become valid this many days from now (and end
   // `days` after that).
   int starts_in_days = 0;
+  // Likewise in seconds (where starts_in_days is not set).
+  int starts_in_seconds = 0;
 
   std::string write(const std::string& name, const std::string& text) {
     const std::string path = dir_ + "/" + name;
@@ -80,6 +82,9 @@ class CertificateMaker {
     if (starts_in_days > 0) {
       X509_gmtime_adj(X509_getm_notBefore(cert), 86400L * starts_in_days);
       X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * (starts_in_days + days));
+    } else if (starts_in_seconds > 0) {
+      X509_gmtime_adj(X509_getm_notBefore(cert), starts_in_seconds);
+      X509_gmtime_adj(X509_getm_notAfter(cert), starts_in_seconds + 86400L * days);
     } else if (days >= 0) {
       X509_gmtime_adj(X509_getm_notBefore(cert), -60);
       X509_gmtime_adj(X509_getm_notAfter(cert), 86400L * days);
@@ -579,6 +584,32 @@ TEST_F(TlsTest, ARunningServerKeepsServingItsCertificateOverAnExpiredOne) {
   EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"loaded\"} 0"))
       << server->metrics().serialize();
   EXPECT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
+}
+
+// A renewal whose certificate starts a few seconds ahead of this host's clock, read on SIGHUP's
+// path by a server without a reload interval: rejected while it is not valid yet (the served one
+// kept), then served from its start without another reading being asked for.
+TEST_F(TlsTest, ACertificateNotValidYetIsServedOnceItIs) {
+  const Issued live = live_copy(server_);
+  auto server = start({live.cert_file, live.key_file, ""});
+  ASSERT_NE(server, nullptr);
+  const ClientTlsFiles trusts_ca{ca_.cert_file, "", ""};
+  const ClientTlsFiles trusts_other{other_ca_.cert_file, "", ""};
+  certs_->starts_in_seconds = 3;
+  const Issued soon = certs_->make_leaf("soon", "soon", "DNS:localhost", other_ca_, 7);
+  certs_->starts_in_seconds = 0;
+  const auto issued = std::chrono::steady_clock::now();
+  CertificateMaker::replace(live.key_file, CertificateMaker::contents(soon.key_file));
+  CertificateMaker::replace(live.cert_file, CertificateMaker::contents(soon.cert_file));
+  EXPECT_EQ(server->reload_tls(), "TLS files not reloaded");
+  EXPECT_EQ(infer_demo(*client(*server, &trusts_ca)), absl::OkStatus());
+  ASSERT_TRUE(eventually([&] { return infer_demo(*client(*server, &trusts_other)).ok(); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - issued, std::chrono::seconds(2));
+  EXPECT_TRUE(absl::IsUnavailable(infer_demo(*client(*server, &trusts_ca))));
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"rejected\"} 1"))
+      << server->metrics().serialize();
+  EXPECT_TRUE(has_line(*server, "qlinear_tls_reloads_total{result=\"loaded\"} 1"))
+      << server->metrics().serialize();
 }
 
 // A running server: files that fail the checks change nothing clients see; a rotated certificate
