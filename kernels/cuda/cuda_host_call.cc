@@ -284,8 +284,17 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placem
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    const absl::Status queued =
-        queue_single_copy_call(L, dev, host, host_dev, at, d, asym, enqueue, nullptr, s);
+    absl::Status queued;
+    try {
+      queued = queue_single_copy_call(L, dev, host, host_dev, at, d, asym, enqueue, nullptr, s);
+    } catch (...) {  // (std::bad_alloc from a message): the stream must not stay capturing
+      if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph != nullptr) {
+        cudaGraphDestroy(graph);
+      }
+      cudaGetLastError();
+      g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
     if (queued.ok() && ended == cudaSuccess && graph != nullptr &&
         cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
@@ -525,9 +534,18 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
   int64_t copy_ns = 0;
   {
     StreamLease ctx(pool);
-    absl::Status s =
-        enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs, timings != nullptr,
-                     x_read_once, outputs_direct, &replay_ns, &copy_ns, &bad_row);
+    absl::Status s;
+    try {
+      s = enqueue_call(ctx.get(), c, args, scratch_bytes, enqueue, debug, graphs,
+                       timings != nullptr, x_read_once, outputs_direct, &replay_ns, &copy_ns,
+                       &bad_row);
+    } catch (...) {
+      // (std::bad_alloc, which the engine answers): the work queued so far is drained before the
+      // context goes to the next request, as for an error.
+      cudaStreamSynchronize(ctx->stream);
+      cudaGetLastError();
+      throw;
+    }
     if (!s.ok()) {
       // Work already queued may still read or write the context's buffers: drain it before the
       // next request can take them.

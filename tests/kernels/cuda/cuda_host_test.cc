@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "kernels/core/device_fault.h"
 #include "kernels/core/host_info.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_host_call.h"
 #include "kernels/cuda/cutlass_sm90_gemm.h"
 #include "kernels/cuda/gemv_s8.h"
 #include "kernels/cuda/mapped_copy.h"
@@ -190,6 +192,61 @@ TEST(Buffers, AGrowthThatDoesNotFitKeepsTheOldSize) {
   ASSERT_TRUE(host.reserve(3 * kOld, "test").ok());
   EXPECT_EQ(host.size(), 3 * kOld);
   EXPECT_NE(host.device_alias(), nullptr);
+}
+
+// An exception out of a call's device half (std::bad_alloc, which the engine answers) while the
+// call is being captured into a graph ends the capture and leaves the context for the next
+// request: no stream stays capturing, and later calls of that size run (eagerly) and succeed.
+TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
+  QLINEAR_REQUIRE_GPU();
+  auto pool = StreamPool::get();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  LayerConfig c;
+  c.n = 64;
+  c.k = 64;
+  std::vector<uint16_t> x(static_cast<size_t>(c.k)), y(static_cast<size_t>(c.n));
+  RunArgs args;
+  args.x = x.data();
+  args.m = 1;
+  args.y = y.data();
+  bool throw_in_capture = true;
+  auto enqueue = [&](const DeviceRunArgs& d, void*, cudaStream_t s, const StageEvents*,
+                     const DeviceDebugOutputs*) -> absl::Status {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess) return absl::InternalError("status");
+    if (capturing != cudaStreamCaptureStatusNone && throw_in_capture) throw std::bad_alloc();
+    if (cudaMemsetAsync(d.y, 0, static_cast<size_t>(c.n) * 2, s) != cudaSuccess ||
+        cudaMemsetAsync(d.sa, 0, sizeof(float), s) != cudaSuccess) {
+      return absl::InternalError("memset");
+    }
+    return absl::OkStatus();
+  };
+  CallGraphs graphs;
+  bool threw = false;
+  for (int i = 0; i < 3 * StreamPool::kContexts && !threw; ++i) {
+    try {
+      const absl::Status s =
+          run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+      ASSERT_TRUE(s.ok()) << s;
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+  }
+  ASSERT_TRUE(threw) << "no call was captured";
+  std::vector<StreamContext*> held;
+  for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
+  for (StreamContext* ctx : held) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    EXPECT_EQ(cudaStreamIsCapturing(ctx->stream, &capturing), cudaSuccess);
+    EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "context " << ctx->index;
+  }
+  for (StreamContext* ctx : held) (*pool)->release(ctx);
+  throw_in_capture = false;
+  for (int i = 0; i < 2 * StreamPool::kContexts; ++i) {
+    const absl::Status s =
+        run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+    EXPECT_TRUE(s.ok()) << "call " << i << ": " << s;
+  }
 }
 
 // The serving path's small copies by a kernel on mapped pinned memory (mapped_copy.h), both ways,
