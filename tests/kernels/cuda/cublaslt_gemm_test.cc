@@ -333,17 +333,13 @@ TEST_F(CublasLtTest, ReservedStagingServesRequestsWithoutGrowing) {
   // and cuBLASLt's 32 MB workspace.
   constexpr size_t kBytes = size_t{64} << 20;
   ASSERT_TRUE((*pool)->reserve_all(kBytes).ok());
-  // Every context, held at once, so that acquire hands out each of them.
   auto buffers = [&] {
     std::vector<std::pair<const void*, const void*>> out;
-    std::vector<StreamContext*> held;
-    for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
-    for (StreamContext* ctx : held) {
-      EXPECT_GE(ctx->host.size(), kBytes) << "context " << ctx->index;
-      EXPECT_GE(ctx->device.size(), kBytes) << "context " << ctx->index;
-      out.push_back({ctx->host.get(), ctx->device.get()});
-    }
-    for (StreamContext* ctx : held) (*pool)->release(ctx);
+    for_every_context(**pool, [&](StreamContext& ctx) {
+      EXPECT_GE(ctx.host.size(), kBytes) << "context " << ctx.index;
+      EXPECT_GE(ctx.device.size(), kBytes) << "context " << ctx.index;
+      out.push_back({ctx.host.get(), ctx.device.get()});
+    });
     std::sort(out.begin(), out.end());
     return out;
   };
@@ -374,13 +370,10 @@ TEST_F(CublasLtTest, ReservationThatDoesNotFitLeavesNothingBehind) {
   const absl::Status s = (*pool)->reserve_all(size_t{1} << 50);  // 1 PiB
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "the GPU staging reserved at start-up")) << s;
-  std::vector<StreamContext*> held;
-  for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
-  for (StreamContext* ctx : held) {
-    EXPECT_EQ(ctx->device.size(), 0u) << "context " << ctx->index;
-    EXPECT_EQ(ctx->host.size(), 0u) << "context " << ctx->index;
-  }
-  for (StreamContext* ctx : held) (*pool)->release(ctx);
+  for_every_context(**pool, [](StreamContext& ctx) {
+    EXPECT_EQ(ctx.device.size(), 0u) << "context " << ctx.index;
+    EXPECT_EQ(ctx.host.size(), 0u) << "context " << ctx.index;
+  });
   for (int i = 0; i < StreamPool::kContexts + 1; ++i) {
     const int64_t m = rng.range(1, 80);
     ASSERT_TRUE(check_run(p, make_x(rng, m, 512, DType::kF16), DType::kF16, m, DType::kBF16))
@@ -407,10 +400,9 @@ TEST_F(CublasLtTest, TrimGivesBackWhatGrewPastTheReservation) {
   // Each context's (pinned, device) bytes, by index, every context held at once.
   auto sizes = [&] {
     std::vector<std::pair<size_t, size_t>> out(StreamPool::kContexts);
-    std::vector<StreamContext*> held;
-    for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
-    for (StreamContext* ctx : held) out[ctx->index] = {ctx->host.size(), ctx->device.size()};
-    for (StreamContext* ctx : held) (*pool)->release(ctx);
+    for_every_context(**pool, [&](StreamContext& ctx) {
+      out[ctx.index] = {ctx.host.size(), ctx.device.size()};
+    });
     return out;
   };
   const std::vector<std::pair<size_t, size_t>> kept(StreamPool::kContexts, {kKeep, kKeep});

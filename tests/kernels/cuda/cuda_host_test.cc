@@ -233,14 +233,11 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
     }
   }
   ASSERT_TRUE(threw) << "no call was captured";
-  std::vector<StreamContext*> held;
-  for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back((*pool)->acquire());
-  for (StreamContext* ctx : held) {
+  testing::for_every_context(**pool, [](StreamContext& ctx) {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    EXPECT_EQ(cudaStreamIsCapturing(ctx->stream, &capturing), cudaSuccess);
-    EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "context " << ctx->index;
-  }
-  for (StreamContext* ctx : held) (*pool)->release(ctx);
+    EXPECT_EQ(cudaStreamIsCapturing(ctx.stream, &capturing), cudaSuccess);
+    EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "context " << ctx.index;
+  });
   throw_in_capture = false;
   for (int i = 0; i < 2 * StreamPool::kContexts; ++i) {
     const absl::Status s =

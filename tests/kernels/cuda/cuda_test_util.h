@@ -434,4 +434,13 @@ inline void check_replayed_calls(
   }
 }
 
+// Calls `f` on every stream context of `pool`, all of them held by this thread at once (so that
+// acquire hands out each of them), then releases them.
+inline void for_every_context(StreamPool& pool, const std::function<void(StreamContext&)>& f) {
+  std::vector<StreamContext*> held;
+  for (int i = 0; i < StreamPool::kContexts; ++i) held.push_back(pool.acquire());
+  for (StreamContext* ctx : held) f(*ctx);
+  for (StreamContext* ctx : held) pool.release(ctx);
+}
+
 }  // namespace qlinear::gpu::testing
