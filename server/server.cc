@@ -316,7 +316,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
     s->tls_reloader_->set_listener([self](const TlsReloadEvent& e) { self->tls_event(e); });
     // (Without an interval the thread only reads a certificate rejected as not valid yet again
     // once it is.)
-    s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval));
+    RETURN_IF_ERROR(s->tls_reloader_->start_polling(absl::FromChrono(o.tls_reload_interval)));
   }
   s->device_fault_listener_ = add_device_fault_listener([self](const std::string& what) {
     self->metrics_->device_fault();

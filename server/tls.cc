@@ -2,6 +2,7 @@
 
 #include <grpc/grpc.h>
 
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,7 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
   if (!m.ok()) m = read_material(tls_);
   absl::MutexLock lock(&mu_);
   TlsReloadEvent e;
+  const bool read = m.ok();
   int64_t retry_at = 0;
   if (m.ok() && !(*m)->same_files(*served_)) {
     const PemCertificates& next = (*m)->identity.certificates;
@@ -138,9 +140,12 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
       m = absl::FailedPreconditionError(why);
     }
   }
-  if (retry_at != retry_at_unix_) {
-    retry_at_unix_ = retry_at;
-    retry_changed_ = true;
+  // (A reading that failed keeps a retry set before: the files may still hold that certificate.)
+  if (read) {
+    if (retry_at != retry_at_unix_) {
+      retry_at_unix_ = retry_at;
+      retry_changed_ = true;
+    }
   }
   if (!m.ok()) {
     const std::string why(m.status().message());
@@ -164,7 +169,7 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
   return e;
 }
 
-void TlsReloader::start_polling(absl::Duration interval) {
+absl::Status TlsReloader::start_polling(absl::Duration interval) try {
   poller_ = std::thread([this, interval] {
     absl::Time next_poll = absl::Now() + interval;
     absl::Time last_retry = absl::InfinitePast();
@@ -196,6 +201,10 @@ void TlsReloader::start_polling(absl::Duration interval) {
       check_now();
     }
   });
+  return absl::OkStatus();
+} catch (const std::system_error& e) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the TLS files' reloading thread could not be started (", e.what(), ")"));
 }
 
 std::string TlsReloader::summary() const {

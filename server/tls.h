@@ -72,8 +72,8 @@ class TlsReloader : public std::enable_shared_from_this<TlsReloader> {
   // Calls check_now every `interval` on a thread of its own, until stop_polling or destruction,
   // and also (`interval` zero too) once a certificate rejected only for not being valid yet
   // becomes valid: a renewal issued with a start a little ahead of this host's clock is then
-  // served from its start. Once only.
-  void start_polling(absl::Duration interval);
+  // served from its start. Once only. RESOURCE_EXHAUSTED where the thread cannot be started.
+  absl::Status start_polling(absl::Duration interval);
   // Ends the polling thread (joined: no event is told after it returns).
   void stop_polling();
 

@@ -541,8 +541,12 @@ absl::Status run_on_host_buffers(StreamPool* pool, const LayerConfig& c, const R
                        &bad_row);
     } catch (...) {
       // (std::bad_alloc, which the engine answers): the work queued so far is drained before the
-      // context goes to the next request, as for an error.
-      cudaStreamSynchronize(ctx->stream);
+      // context goes to the next request, as for an error, and a fatal error found there is the
+      // process's device fault and this request's answer.
+      if (const cudaError_t e = cudaStreamSynchronize(ctx->stream); is_context_fatal(e)) {
+        return cuda_error_status(e, "cudaStreamSynchronize after a failed call", __FILE__,
+                                 __LINE__);
+      }
       cudaGetLastError();
       throw;
     }

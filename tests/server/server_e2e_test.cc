@@ -1,6 +1,7 @@
 // End-to-end tests of qlinear-server over loopback, driven through the C++ client library.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1344,19 +1345,34 @@ TEST(MetricsHttpTest, ASocketThatCannotBeMadeIsReportedWithItsError) {
 }
 
 // A metrics port another socket holds on the first address a name resolves to fails the start
-// with that address's error ("localhost": 127.0.0.1 before ::1), rather than being served quietly
-// on the name's next address.
+// with that address's error, rather than being served quietly on the name's next address (of
+// the other family). Needs "localhost" to resolve to both families here.
 TEST(MetricsHttpTest, APortInUseOnTheFirstAddressIsNotServedOnAnother) {
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(holder, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const int port = ntohs(a.sin_port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  ASSERT_EQ(getaddrinfo("localhost", "0", &hints, &res), 0);
+  bool two_families = false;
+  for (const addrinfo* ai = res->ai_next; ai != nullptr; ai = ai->ai_next) {
+    two_families = two_families || ai->ai_family != res->ai_family;
+  }
+  if (!two_families) {
+    freeaddrinfo(res);
+    GTEST_SKIP() << "\"localhost\" resolves to one address family here";
+  }
+  const int holder = socket(res->ai_family, SOCK_STREAM, 0);
+  const bool held =
+      holder >= 0 && bind(holder, res->ai_addr, res->ai_addrlen) == 0 && listen(holder, 1) == 0;
+  freeaddrinfo(res);
+  ASSERT_TRUE(held) << std::strerror(errno);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&bound), &len), 0);
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   auto http = MetricsHttpServer::start("localhost", port, std::make_shared<prometheus::Registry>());
   close(holder);
   ASSERT_FALSE(http.ok()) << "served on port " << (*http)->port() << " beside the holder";

@@ -222,6 +222,7 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
     return absl::OkStatus();
   };
   CallGraphs graphs;
+  const int live_before = CallGraphs::live();
   bool threw = false;
   for (int i = 0; i < 3 * StreamPool::kContexts && !threw; ++i) {
     try {
@@ -233,6 +234,7 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
     }
   }
   ASSERT_TRUE(threw) << "no call was captured";
+  EXPECT_EQ(CallGraphs::live(), live_before) << "the failed capture still counts as a graph";
   testing::for_every_context(**pool, [](StreamContext& ctx) {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     EXPECT_EQ(cudaStreamIsCapturing(ctx.stream, &capturing), cudaSuccess);
