@@ -528,6 +528,18 @@ absl::StatusOr<v1::Tensor> read_float_tensor(SafetensorsHeaderCache& cache, cons
       elements.push_back(n);
       parts.push_back(std::move(t));
     }
+    // Parts stored as rows, [1, N_i] (SPEC section 1's [1, c]), stack as [N_i] ones: where one
+    // part is plainly a row (N_i > 1), a [1, 1] part beside it is one too (else a column's).
+    auto row = [](const v1::Tensor& t) { return t.shape_size() == 2 && t.shape(0) == 1; };
+    if (std::any_of(parts.begin(), parts.end(),
+                    [&](const v1::Tensor& t) { return row(t) && t.shape(1) > 1; })) {
+      for (v1::Tensor& t : parts) {
+        if (!row(t)) continue;
+        const int64_t n = t.shape(1);
+        t.clear_shape();
+        t.add_shape(n);
+      }
+    }
     RETURN_IF_ERROR(check_parts(src, what, dtypes, elements, widths, per_tensor_allowed));
     v1::Tensor out;
     out.set_dtype(parts[0].dtype());
@@ -537,8 +549,9 @@ absl::StatusOr<v1::Tensor> read_float_tensor(SafetensorsHeaderCache& cache, cons
           t.shape_size() >= 1 && t.shape_size() == parts[0].shape_size() &&
           std::equal(t.shape().begin() + 1, t.shape().end(), parts[0].shape().begin() + 1);
       if (!scalars && !same_rest) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            src.describe(), ": the parts of ", what, " are not of shapes [N_i] or [N_i, 1] alike"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(src.describe(), ": the parts of ", what,
+                         " are not of shapes [N_i] (or [1, N_i]) or [N_i, 1] alike"));
       }
       rows += scalars ? 1 : t.shape(0);
       out.mutable_data()->append(t.data());

@@ -367,6 +367,34 @@ TEST_F(ManifestFilesTest, ReadBytesCountTheWeightsAndTheLargestCopy) {
   EXPECT_FALSE(bytes({source("m.safetensors", "s")}).ok());  // not int8 weights
 }
 
+// Per-channel scale parts stored as rows ([1, N_i]) stack as [N_i] ones do, a [1, 1] part beside
+// them taken as a row too; a part stored as a column beside a row is not alike.
+TEST_F(ManifestFilesTest, FusedScalePartsStoredAsRowsStack) {
+  write("m.safetensors", safetensors_bytes({{"a.weight", "I8", {2, 3}, std::string(6, '\x01')},
+                                            {"b.weight", "I8", {1, 3}, std::string(3, '\x02')}}));
+  save("r2.npy", NpyDType::kF4, {1, 2}, floats({0.5f, 0.25f}));
+  save("r1.npy", NpyDType::kF4, {1, 1}, floats({2.f}));
+  save("c2.npy", NpyDType::kF4, {2, 1}, floats({0.5f, 0.25f}));
+  const std::string ab = R"("weights": [{"file": "m.safetensors", "tensor": "a.weight"},
+      {"file": "m.safetensors", "tensor": "b.weight"}])";
+  auto layers = read_layer_manifest(write("m.json", R"({"layers": [{"name": "rows", )" + ab +
+                                                        R"(, "weight_scale": ["r2.npy", "r1.npy"]},
+      {"name": "mixed", "weights": [{"file": "m.safetensors", "tensor": "a.weight"},
+        {"file": "m.safetensors", "tensor": "a.weight"}], "weight_scale": ["c2.npy", "r2.npy"]}]})"));
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  v1::LayerHeader h;
+  std::vector<int8_t> weights;
+  absl::Status s = read_manifest_layer((*layers)[0], &h, &weights);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(std::vector<int64_t>(h.weight_scale().shape().begin(), h.weight_scale().shape().end()),
+            std::vector<int64_t>{3});
+  EXPECT_EQ(h.weight_scale().data(), floats({0.5f, 0.25f, 2.f}));
+  s = read_manifest_layer((*layers)[1], &h, &weights);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("are not of shapes [N_i] (or [1, N_i]) or "
+                                                  "[N_i, 1] alike"));
+}
+
 TEST_F(ManifestFilesTest, ReadsTensorsOfASafetensorsCheckpoint) {
   const std::string w = {1, -2, 3, -4, 5, -6};
   const std::string bf16_scales("\x00\x3f\x80\x3e", 4);  // 0.5, 0.25 in bf16
