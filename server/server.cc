@@ -148,23 +148,19 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   // The TLS files are checked before any layer loads, so that a wrong one fails the start at once.
   ASSIGN_OR_RETURN(ServerCredentials credentials, make_server_credentials(o.tls));
   const HostInfo& host = host_info();
-  if (o.require_gpu) {
+  const bool gpu = any_cuda_kernel_usable(s->registry_, host);
+  if (o.require_gpu && !gpu) {
     // A GPU deployment that would otherwise serve on the CPU (a driver too old for CUDA 13, no
     // device passed into the container, a GPU this build has no code for) stops here instead.
     std::vector<std::string> why;
-    bool usable = false;
     for (const Kernel* k : s->registry_.kernels()) {
       if (kernel_family(*k) != "cuda") continue;
-      const absl::Status u = s->registry_.usable(*k, host);
-      usable = usable || u.ok();
-      why.push_back(absl::StrCat(k->name(), ": ", u.message()));
+      why.push_back(absl::StrCat(k->name(), ": ", s->registry_.usable(*k, host).message()));
     }
-    if (!usable) {
-      if (why.empty()) why.push_back("this build has no CUDA kernels (built without QLINEAR_CUDA)");
-      return absl::FailedPreconditionError(
-          absl::StrCat("--require-gpu: no CUDA kernel can serve on this host (",
-                       host.gpu_description(), "): ", absl::StrJoin(why, "; ")));
-    }
+    if (why.empty()) why.push_back("this build has no CUDA kernels (built without QLINEAR_CUDA)");
+    return absl::FailedPreconditionError(
+        absl::StrCat("--require-gpu: no CUDA kernel can serve on this host (",
+                     host.gpu_description(), "): ", absl::StrJoin(why, "; ")));
   }
   EngineOptions eo;
   eo.max_output_bytes = int64_t{o.max_message_mb} << 20;
@@ -173,7 +169,7 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   eo.share_tuning = o.share_tuning;
   s->metrics_ = std::make_unique<Metrics>();
   s->engine_ = std::make_unique<Engine>(s->registry_, host, eo, s->metrics_.get());
-  if (any_cuda_kernel_usable(s->registry_, host)) {
+  if (gpu) {
     ASSIGN_OR_RETURN(s->housekeeping_, start_gpu_housekeeping(o.gpu_staging_idle, *s->metrics_));
   }
   if (o.metrics_port > 0) {

@@ -2,6 +2,7 @@
 
 #include <grpc/grpc.h>
 
+#include <algorithm>
 #include <system_error>
 #include <utility>
 
@@ -141,11 +142,9 @@ std::optional<TlsReloadEvent> TlsReloader::check_locked() {
     }
   }
   // (A reading that failed keeps a retry set before: the files may still hold that certificate.)
-  if (read) {
-    if (retry_at != retry_at_unix_) {
-      retry_at_unix_ = retry_at;
-      retry_changed_ = true;
-    }
+  if (read && retry_at != retry_at_unix_) {
+    retry_at_unix_ = retry_at;
+    retry_changed_ = true;
   }
   if (!m.ok()) {
     const std::string why(m.status().message());
@@ -183,12 +182,9 @@ absl::Status TlsReloader::start_polling(absl::Duration interval) try {
             retry_at_unix_ > 0
                 ? std::max(absl::FromUnixSeconds(retry_at_unix_), last_retry + absl::Seconds(1))
                 : absl::InfiniteFuture();
-        const absl::Time wake = std::min(poll, retry);
-        const bool woken =
-            wake == absl::InfiniteFuture()
-                ? (mu_.Await(absl::Condition(this, &TlsReloader::poller_wakes)), true)
-                : mu_.AwaitWithTimeout(absl::Condition(this, &TlsReloader::poller_wakes),
-                                       std::max(wake - absl::Now(), absl::ZeroDuration()));
+        // (An infinite deadline waits for the condition alone.)
+        const bool woken = mu_.AwaitWithDeadline(absl::Condition(this, &TlsReloader::poller_wakes),
+                                                 std::min(poll, retry));
         if (stop_) return;
         if (woken) {  // a retry time set or cleared by a check: wait again with it
           retry_changed_ = false;

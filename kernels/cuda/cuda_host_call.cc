@@ -360,6 +360,22 @@ absl::Status finish_single_copy_call(const Layout& L, const RunArgs& args, const
   return finish_call(L, args, host, asym, debug);
 }
 
+// Grows `ctx`'s buffers for a call of layout `L` (m rows), and publishes their sizes. A call
+// whose pinned staging does not fit leaves no GPU memory grown for it.
+absl::Status grow_staging(StreamContext* ctx, const Layout& L, int64_t m) {
+  const size_t device_before = ctx->device.size();
+  absl::Status grown = ctx->device.reserve(L.d_total, absl::StrCat("a request of ", m, " rows"));
+  if (grown.ok()) {
+    grown = ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", m, " rows"));
+    if (!grown.ok() && ctx->device.size() > device_before) {
+      ctx->device.reset();
+      if (device_before > 0) (void)ctx->device.reserve(device_before, "the staging kept");
+    }
+  }
+  ctx->sizes_changed();
+  return grown;
+}
+
 // One call on `ctx` (see the top of cuda_host_call.h). timed: record the context's stage events;
 // a graph replay sets *replay_ns to its host-clock time instead (see RunTimings). copy_ns: the
 // host copies' time is added to it. bad_row: the first non-finite row of x, or -1. x_read_once,
@@ -369,19 +385,9 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
                           CallGraphs* graphs, bool timed, bool x_read_once, bool outputs_direct,
                           int64_t* replay_ns, int64_t* copy_ns, int64_t* bad_row) {
   const Layout L(args, c.n, c.k, scratch_bytes, debug != nullptr);
-  const size_t device_before = ctx->device.size();
-  absl::Status grown =
-      ctx->device.reserve(L.d_total, absl::StrCat("a request of ", args.m, " rows"));
-  if (grown.ok()) {
-    grown = ctx->host.reserve(L.h_total, absl::StrCat("staging a request of ", args.m, " rows"));
-    // A request whose pinned staging does not fit leaves no GPU memory grown for it.
-    if (!grown.ok() && ctx->device.size() > device_before) {
-      ctx->device.reset();
-      if (device_before > 0) (void)ctx->device.reserve(device_before, "the staging kept");
-    }
+  if (L.d_total > ctx->device.size() || L.h_total > ctx->host.size()) {
+    RETURN_IF_ERROR(grow_staging(ctx, L, args.m));
   }
-  ctx->sizes_changed();
-  RETURN_IF_ERROR(grown);
   // (Only a call that got its buffers holds them past the idle trim: see StreamPool::release.)
   ctx->call_bytes = std::max(L.d_total, L.h_total);
   char* dev = static_cast<char*>(ctx->device.get());
