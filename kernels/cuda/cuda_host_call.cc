@@ -272,13 +272,14 @@ std::atomic<bool> g_graphs_enabled{true};
 std::atomic<size_t> g_direct_output_bytes{kDirectOutputBytes};
 
 // Captures queue_single_copy_call (without stage events) into `entry`; on any failure the entry
-// is left eager-only (the call then runs eagerly, which reports a real error as such).
+// runs its next calls eagerly (see CallGraphs; this call then runs eagerly too, which reports a
+// real error as such).
 void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placement at,
                   const DeviceRunArgs& d, bool asym, DeviceEnqueue enqueue, cudaStream_t s,
                   CallGraphs::Entry* entry) {
-  entry->eager_only = true;
   if (g_live_graphs.fetch_add(1, std::memory_order_relaxed) >= kMaxGraphs) {
     g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
+    entry->at_graph_limit();
     return;
   }
   cudaGraph_t graph = nullptr;
@@ -293,6 +294,7 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placem
       }
       cudaGetLastError();
       g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
+      entry->capture_failed();
       throw;
     }
     const cudaError_t ended = cudaStreamEndCapture(s, &graph);
@@ -305,10 +307,10 @@ void capture_call(const Layout& L, char* dev, char* host, char* host_dev, Placem
   cudaGetLastError();
   if (exec == nullptr) {
     g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
+    entry->capture_failed();
     return;
   }
-  entry->exec = exec;
-  entry->eager_only = false;
+  entry->captured(exec);
 }
 
 // Where the serving path hands a call to its device half (see enqueue_call). host_dev: the
@@ -408,7 +410,7 @@ absl::Status enqueue_call(StreamContext* ctx, const LayerConfig& c, const RunArg
       L.y_bytes <= y_chunk && g_graphs_enabled.load(std::memory_order_relaxed)) {
     CallGraphs::Entry* graph =
         graphs->find(ctx->index, args.m, args.x_dtype, args.y_dtype, dev, host);
-    if (graph != nullptr && !graph->eager_only) {
+    if (graph != nullptr && graph->graph_turn()) {
       copy_x_in(host + L.h_x, args.x, L.x_bytes, L.x_bytes, copy_ns);
       if (graph->exec == nullptr)
         capture_call(L, dev, host, host_dev, at, d, asym, enqueue, s, graph);
@@ -509,7 +511,8 @@ CallGraphs::Entry* CallGraphs::find(int ctx, int64_t m, DType x_dtype, DType y_d
         g_live_graphs.fetch_sub(1, std::memory_order_relaxed);
       }
       e.exec = nullptr;
-      e.eager_only = false;
+      e.failures = 0;
+      e.eager_calls = 0;
       e.device = device;
       e.host = host;
     }

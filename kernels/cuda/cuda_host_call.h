@@ -24,6 +24,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -75,8 +76,12 @@ constexpr int kMaxGraphs = 4096;
 //   one graph, event nodes at its two ends   45.0 / 38.8      45.0 / 38.9
 // An instantiated graph of such a call holds 5-38 KB of host memory (and 96 KB of device memory
 // for cuda.gemv_s8), so kMaxGraphs of them at most about 160 MB. A call whose capture fails runs
-// eagerly, as do later calls of that size. A context's graphs are only touched while its lease is
-// held. Destroying the object destroys its graphs.
+// eagerly, as do the next calls of that size on that context, 16 after a first failure, twice as
+// many after each further one, up to 4096 (see Entry): the capture is tried again then, so that
+// one failure (the device's memory short for a moment) does not leave a size eager for good. A
+// call that finds kMaxGraphs graphs live runs eagerly, and its size looks again after 64 calls
+// (graphs are freed as layers are replaced or unloaded). A context's graphs are only touched
+// while its lease is held. Destroying the object destroys its graphs.
 class CallGraphs {
  public:
   CallGraphs() = default;
@@ -93,8 +98,33 @@ class CallGraphs {
     const void* device = nullptr;  // the context's buffers the graph was captured on
     const void* host = nullptr;
     cudaGraphExec_t exec = nullptr;
-    bool eager_only = false;  // its capture failed, or the process holds kMaxGraphs
+    int failures = 0;         // captures that failed in a row
+    int64_t eager_calls = 0;  // calls to run eagerly before the next capture is tried
+
+    // Whether this call may replay or capture the graph (otherwise it runs eagerly); counts the
+    // eager calls down.
+    bool graph_turn() {
+      if (eager_calls == 0) return true;
+      --eager_calls;
+      return false;
+    }
+    // After a capture that failed: the next calls run eagerly, kFirstRetryCalls of them after the
+    // first failure, twice as many after each further one, at most kMaxRetryCalls.
+    void capture_failed() {
+      failures = std::min(failures + 1, 16);
+      eager_calls = std::min<int64_t>(kFirstRetryCalls << (failures - 1), kMaxRetryCalls);
+    }
+    // After a call found kMaxGraphs graphs live: kLimitRecheckCalls calls run eagerly.
+    void at_graph_limit() { eager_calls = kLimitRecheckCalls; }
+    void captured(cudaGraphExec_t e) {
+      exec = e;
+      failures = 0;
+      eager_calls = 0;
+    }
   };
+  static constexpr int64_t kFirstRetryCalls = 16;
+  static constexpr int64_t kMaxRetryCalls = 4096;
+  static constexpr int64_t kLimitRecheckCalls = 64;
   // The entry of a call of `m` rows on context `ctx` with these buffers; null the first time
   // (the call runs eagerly and the entry is made). An entry captured on other buffers (the
   // context's grew) is reset.

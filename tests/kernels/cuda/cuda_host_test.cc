@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <new>
+#include <set>
 #include <vector>
 
 #include "kernels/core/device_fault.h"
@@ -246,6 +247,73 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
         run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
     EXPECT_TRUE(s.ok()) << "call " << i << ": " << s;
   }
+}
+
+// A call size whose capture failed runs eagerly for a while, then is captured again: 16 calls after
+// a first failure, twice as many after each further one, at most 4096; a capture resets the count.
+// One that found the process's graph limit looks again after 64 calls. (No GPU needed.)
+TEST(CallGraphsEntry, AFailedCaptureIsTriedAgainAfterABackoff) {
+  CallGraphs::Entry e;
+  EXPECT_TRUE(e.graph_turn());
+  auto eager_run = [&e] {
+    int64_t n = 0;
+    while (!e.graph_turn()) ++n;
+    return n;
+  };
+  e.capture_failed();
+  EXPECT_EQ(eager_run(), 16);
+  e.capture_failed();
+  EXPECT_EQ(eager_run(), 32);
+  for (int i = 0; i < 20; ++i) e.capture_failed();
+  EXPECT_EQ(eager_run(), 4096);
+  e.captured(nullptr);
+  EXPECT_TRUE(e.graph_turn());
+  e.capture_failed();
+  EXPECT_EQ(eager_run(), 16) << "a capture did not reset the failures";
+  e.at_graph_limit();
+  EXPECT_EQ(eager_run(), 64);
+}
+
+// A capture that fails (here the device half's error inside the capture, once per stream) leaves
+// its call answered eagerly, and that call size is captured again later on the same context.
+TEST(ServingPath, ACallSizeWhoseCaptureFailedIsCapturedLater) {
+  QLINEAR_REQUIRE_GPU();
+  auto pool = StreamPool::get();
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  LayerConfig c;
+  c.n = 64;
+  c.k = 64;
+  std::vector<uint16_t> x(static_cast<size_t>(c.k)), y(static_cast<size_t>(c.n));
+  RunArgs args;
+  args.x = x.data();
+  args.m = 1;
+  args.y = y.data();
+  std::set<cudaStream_t> failed, captured;
+  auto enqueue = [&](const DeviceRunArgs& d, void*, cudaStream_t s, const StageEvents*,
+                     const DeviceDebugOutputs*) -> absl::Status {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess) return absl::InternalError("status");
+    if (capturing != cudaStreamCaptureStatusNone) {
+      if (failed.insert(s).second) return absl::InternalError("a capture that fails");
+      captured.insert(s);
+    }
+    if (cudaMemsetAsync(d.y, 0, static_cast<size_t>(c.n) * 2, s) != cudaSuccess ||
+        cudaMemsetAsync(d.sa, 0, sizeof(float), s) != cudaSuccess) {
+      return absl::InternalError("memset");
+    }
+    return absl::OkStatus();
+  };
+  CallGraphs graphs;
+  const int live_before = CallGraphs::live();
+  for (int i = 0; i < 40 * StreamPool::kContexts; ++i) {
+    const absl::Status s =
+        run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+    ASSERT_TRUE(s.ok()) << "call " << i << ": " << s;
+    if (!failed.empty() && captured == failed) break;
+  }
+  ASSERT_FALSE(failed.empty()) << "no call was captured";
+  EXPECT_EQ(captured, failed) << "a stream whose capture failed never captured its call again";
+  EXPECT_EQ(CallGraphs::live() - live_before, static_cast<int>(captured.size()));
 }
 
 // The serving path's small copies by a kernel on mapped pinned memory (mapped_copy.h), both ways,
