@@ -38,6 +38,26 @@ std::string expired_message(int64_t queue_ns) {
                       " us in the queue, before compute");
 }
 
+// Whether x holds a NaN or an infinity (its exponent bits all set), which fails any kernel's call.
+bool holds_non_finite(const InferInput& in) {
+  const char* x = in.x.data();
+  if (in.x_dtype == DType::kF32) {
+    for (size_t i = 0; i + 4 <= in.x.size(); i += 4) {
+      uint32_t v;
+      std::memcpy(&v, x + i, 4);
+      if ((v & 0x7f800000u) == 0x7f800000u) return true;
+    }
+    return false;
+  }
+  const uint16_t exponent = in.x_dtype == DType::kF16 ? 0x7c00 : 0x7f80;
+  for (size_t i = 0; i + 2 <= in.x.size(); i += 2) {
+    uint16_t v;
+    std::memcpy(&v, x + i, 2);
+    if ((v & exponent) == exponent) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 struct BatchQueue::Pending {
@@ -256,6 +276,39 @@ void BatchQueue::worker() {
   }
 }
 
+bool BatchQueue::answered_if_gone(Pending* p) noexcept {
+  if (std::chrono::steady_clock::now() >= p->call->deadline) {
+    p->status = status_with(absl::StatusCode::kDeadlineExceeded,
+                            [&] { return expired_message(p->out->queue_ns); });
+    p->done.Notify();
+    return true;
+  }
+  if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
+    p->status = status_with(absl::StatusCode::kCancelled, [] { return kCancelledMessage; });
+    p->done.Notify();
+    return true;
+  }
+  return false;
+}
+
+void BatchQueue::record(const InferOutput& o, int64_t requests, int64_t rows) noexcept {
+  if (series_ == nullptr) return;
+  try {  // (a kernel's first batch adds its series)
+    series_->batch_done(o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
+                        o.timings.gemm_ns * 1e-9, o.timings.copy_ns * 1e-9);
+  } catch (const std::bad_alloc&) {
+    // The metrics miss one batch; the requests are answered.
+  }
+}
+
+void BatchQueue::run_alone(Pending* p, bool recheck) noexcept {
+  if (recheck && answered_if_gone(p)) return;
+  p->status = engine_->execute(*layer_, *p->in, p->y, p->out);
+  p->out->batch_requests = 1;
+  if (p->status.ok()) record(*p->out, 1, p->in->m);
+  p->done.Notify();
+}
+
 void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
   const int64_t start = steady_now_ns();
   // Every allocation here is checked (this may be the queue's worker thread, which an exception
@@ -278,39 +331,40 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
   for (Pending* p : batch) {
     p->out->queue_ns = start - p->enqueued_ns;
     if (series_ != nullptr) series_->queued(p->out->queue_ns * 1e-9);
-    if (std::chrono::steady_clock::now() >= p->call->deadline) {
-      p->status = status_with(absl::StatusCode::kDeadlineExceeded,
-                              [&] { return expired_message(p->out->queue_ns); });
-      p->done.Notify();
-    } else if (p->queued && p->call->is_cancelled && p->call->is_cancelled()) {
-      p->status = status_with(absl::StatusCode::kCancelled, [] { return kCancelledMessage; });
-      p->done.Notify();
-    } else {
-      live.push_back(p);
-    }
+    if (!answered_if_gone(p)) live.push_back(p);
   }
   if (live.empty()) return;
-
-  auto record = [&](const InferOutput& o, int64_t requests, int64_t rows) {
-    if (series_ == nullptr) return;
-    try {  // (a kernel's first batch adds its series)
-      series_->batch_done(o.kernel, requests, rows, o.timings.quantize_ns * 1e-9,
-                          o.timings.gemm_ns * 1e-9, o.timings.copy_ns * 1e-9);
-    } catch (const std::bad_alloc&) {
-      // The metrics miss one batch; the requests are answered.
-    }
-  };
-  auto run_alone = [&](Pending* p) {
-    p->status = engine_->execute(*layer_, *p->in, p->y, p->out);
-    p->out->batch_requests = 1;
-    if (p->status.ok()) record(*p->out, 1, p->in->m);
-    p->done.Notify();
-  };
   if (live.size() == 1) {
-    run_alone(live[0]);
+    run_alone(live[0], /*recheck=*/false);
     return;
   }
+  if (run_together(live)) return;
 
+  // The batch failed. One request's bad data (a non-finite row) must not fail the others, nor cost
+  // them a run each: the requests that hold a non-finite value run alone (each answer names its
+  // row), and the rest run as one batch again. Where nothing was taken out (a forced kernel that
+  // cannot take the batched shape, say), or the second batch fails too, each runs alone so every
+  // one gets its own answer. Each is checked for its deadline and cancellation again first: the
+  // failed batch took time.
+  std::vector<Pending*> rest;
+  try {
+    rest.reserve(live.size());
+  } catch (const std::bad_alloc&) {
+    for (Pending* p : live) run_alone(p, /*recheck=*/true);
+    return;
+  }
+  for (Pending* p : live) {
+    if (holds_non_finite(*p->in)) {
+      run_alone(p, /*recheck=*/true);
+    } else if (!answered_if_gone(p)) {
+      rest.push_back(p);
+    }
+  }
+  if (rest.size() > 1 && rest.size() < live.size() && run_together(rest)) return;
+  for (Pending* p : rest) run_alone(p, /*recheck=*/rest.size() > 1);
+}
+
+bool BatchQueue::run_together(absl::Span<Pending* const> live) noexcept {
   // Concatenate the rows, run once, split the rows back.
   const LayerConfig& c = layer_->config();
   const Pending& head = *live[0];
@@ -322,14 +376,13 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
     rows += p->in->m;
     explain = explain || p->in->explain;
   }
-  // The batched x failing to allocate runs each request alone (each failing alone where its own
-  // output cannot be allocated either).
+  // The batched x failing to allocate fails the batch (each request then runs alone, each failing
+  // alone where its own output cannot be allocated either).
   std::string x;
   try {
     x.reserve(rows * x_row);
   } catch (const std::bad_alloc&) {
-    for (Pending* p : live) run_alone(p);
-    return;
+    return false;
   }
   for (Pending* p : live) x.append(p->in->x.data(), p->in->x.size());
   InferInput in = *head.in;
@@ -338,13 +391,7 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
   in.explain = explain;
   std::string y;
   InferOutput out;
-  absl::Status s = engine_->execute(*layer_, in, &y, &out);
-  if (!s.ok()) {
-    // One request's bad data (a non-finite row) or a forced kernel that cannot take the batched
-    // shape must not fail the others: run each alone so every one gets its own answer.
-    for (Pending* p : live) run_alone(p);
-    return;
-  }
+  if (!engine_->execute(*layer_, in, &y, &out).ok()) return false;
   record(out, static_cast<int64_t>(live.size()), rows);
   int64_t row = 0;
   for (Pending* p : live) {
@@ -371,6 +418,7 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
     row += m;
     p->done.Notify();
   }
+  return true;
 }
 
 }  // namespace qlinear

@@ -100,6 +100,16 @@ class BatchQueue {
   bool compatible(const Pending& a, const Pending& b) const;
   // Answers every request of `batch`; throws nothing (it may run on the worker thread).
   void execute(absl::Span<Pending* const> batch) noexcept;
+  // Answers p if its deadline passed, or if it waited in the queue and its call was cancelled;
+  // true if it did.
+  bool answered_if_gone(Pending* p) noexcept;
+  // Runs p alone and answers it (recheck: answered_if_gone first).
+  void run_alone(Pending* p, bool recheck) noexcept;
+  // Runs the requests' rows as one call and answers each; false, with none answered, if the call
+  // failed.
+  bool run_together(absl::Span<Pending* const> live) noexcept;
+  // A batch's metrics.
+  void record(const InferOutput& o, int64_t requests, int64_t rows) noexcept;
 
   std::shared_ptr<const Layer> layer_;
   const Engine* engine_;

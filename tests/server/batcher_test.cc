@@ -35,6 +35,7 @@ class GateKernel final : public Kernel {
   struct Gate {
     absl::Mutex mu;
     bool open = true;
+    int releases = 0;  // runs let through while closed (release_one)
     int running = 0;
     int want = 0;  // wait_running's target
     std::vector<int64_t> batch_rows;
@@ -60,7 +61,9 @@ class GateKernel final : public Kernel {
         absl::MutexLock lock(&gate_->mu);
         gate_->running++;
         gate_->batch_rows.push_back(args.m);
-        gate_->mu.Await(absl::Condition(&gate_->open));
+        gate_->mu.Await(absl::Condition(
+            +[](Gate* g) { return g->open || g->releases > 0; }, gate_.get()));
+        if (!gate_->open) --gate_->releases;
         gate_->running--;
       }
       return reference::w8a8_linear(w_, args, t);
@@ -106,6 +109,21 @@ class BatcherTest : public ::testing::Test {
   void set_gate(bool open) {
     absl::MutexLock lock(&gate_->mu);
     gate_->open = open;
+  }
+  // With the gate closed: lets one run held there through.
+  void release_one() {
+    absl::MutexLock lock(&gate_->mu);
+    ++gate_->releases;
+  }
+  // Waits until the kernel has been entered `n` times since the gate was made.
+  void wait_entered(size_t n) {
+    std::pair<GateKernel::Gate*, size_t> want(gate_.get(), n);
+    absl::MutexLock lock(&gate_->mu);
+    gate_->mu.Await(absl::Condition(
+        +[](std::pair<GateKernel::Gate*, size_t>* a) {
+          return a->first->batch_rows.size() >= a->second;
+        },
+        &want));
   }
   void wait_running(int n) {
     absl::MutexLock lock(&gate_->mu);
@@ -664,6 +682,94 @@ TEST_F(BatcherTest, BadRowInABatchFailsOnlyItsRequest) {
   EXPECT_EQ(yg, reference_y(layer_, good, DType::kF32, 2, DType::kBF16));
   EXPECT_EQ(sb.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(sb.message().find("x row 2 holds a non-finite value"), absl::string_view::npos) << sb;
+}
+
+// A batch failed by one request's non-finite row costs the others one more run together, not one
+// run each: the bad request runs alone (its answer names its row) and the rest run as one batch.
+TEST_F(BatcherTest, ABatchFailedByABadRowRunsTheOthersTogether) {
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  start(b, /*gated=*/true);
+  SplitMix64 rng(test_seed());
+  SEED_TRACE();
+  const std::string g1 = random_x(rng, 2, 96, DType::kF32), g2 = random_x(rng, 1, 96, DType::kF32);
+  std::string bad = random_x(rng, 3, 96, DType::kF32);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.data() + 4 * (96 * 1 + 50), &nan, 4);  // row 1 of the bad request
+  std::vector<int64_t> ms = {2, 3, 1};
+  std::vector<InferInput> ins = {input_for(g1, 2, DType::kF32, DType::kBF16),
+                                 input_for(bad, 3, DType::kF32, DType::kBF16),
+                                 input_for(g2, 1, DType::kF32, DType::kBF16)};
+  std::vector<absl::Status> st(3);
+  std::vector<std::string> ys(3);
+  std::vector<InferOutput> outs(3);
+  set_gate(false);
+  std::thread blocker = hold_one_batch();
+  std::vector<std::thread> th;
+  for (int i = 0; i < 3; ++i) {
+    th.emplace_back([&, i] { st[i] = engine_->infer(ins[i], CallContext{}, &ys[i], &outs[i]); });
+    ASSERT_TRUE(queue_reaches(i + 1));
+  }
+  set_gate(true);
+  blocker.join();
+  for (auto& t : th) t.join();
+  EXPECT_EQ(st[1].code(), absl::StatusCode::kInvalidArgument) << st[1];
+  EXPECT_NE(st[1].message().find("x row 1 holds a non-finite value"), absl::string_view::npos)
+      << st[1];
+  for (int i : {0, 2}) {
+    ASSERT_TRUE(st[i].ok()) << i << ": " << st[i];
+    EXPECT_EQ(ys[i], reference_y(layer_, i == 0 ? g1 : g2, DType::kF32, ms[i], DType::kBF16));
+    EXPECT_EQ(outs[i].batch_requests, 2) << i << ": not run together again";
+    EXPECT_EQ(outs[i].batch_rows, 3) << i;
+  }
+  absl::MutexLock lock(&gate_->mu);
+  EXPECT_EQ(gate_->batch_rows, (std::vector<int64_t>{2, 6, 3, 3}))
+      << "the kernel's calls: the held one, the failed batch, the bad request, the good ones";
+}
+
+// After a failed batch, a request whose deadline passed meanwhile is answered DEADLINE_EXCEEDED
+// and never reaches the kernel again.
+TEST_F(BatcherTest, ARequestThatExpiredInAFailedBatchIsNotRunAgain) {
+  BatchOptions b;
+  b.max_batch_rows = 64;
+  start(b, /*gated=*/true);
+  SplitMix64 rng(test_seed());
+  SEED_TRACE();
+  const std::string good = random_x(rng, 1, 96, DType::kF32);
+  std::string bad = random_x(rng, 1, 96, DType::kF32);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(bad.data() + 4 * 5, &inf, 4);
+  const InferInput ib = input_for(bad, 1, DType::kF32, DType::kF32);
+  const InferInput ig = input_for(good, 1, DType::kF32, DType::kF32);
+  set_gate(false);
+  std::thread blocker = hold_one_batch();
+  absl::Status sb, sg;
+  CallContext soon;
+  soon.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  std::thread tb([&] {
+    std::string y;
+    InferOutput o;
+    sb = engine_->infer(ib, CallContext{}, &y, &o);
+  });
+  ASSERT_TRUE(queue_reaches(1));
+  std::thread tg([&] {
+    std::string y;
+    InferOutput o;
+    sg = engine_->infer(ig, soon, &y, &o);
+  });
+  ASSERT_TRUE(queue_reaches(2));
+  release_one();  // the held request; the batch of both then enters the kernel and is held
+  wait_entered(2);
+  std::this_thread::sleep_until(soon.deadline + std::chrono::milliseconds(50));
+  set_gate(true);
+  blocker.join();
+  tb.join();
+  tg.join();
+  EXPECT_EQ(sb.code(), absl::StatusCode::kInvalidArgument) << sb;
+  EXPECT_EQ(sg.code(), absl::StatusCode::kDeadlineExceeded) << sg;
+  absl::MutexLock lock(&gate_->mu);
+  EXPECT_EQ(gate_->batch_rows, (std::vector<int64_t>{2, 2, 1}))
+      << "the kernel's calls: the held one, the failed batch, the bad request alone";
 }
 
 TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
