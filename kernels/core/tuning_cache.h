@@ -12,11 +12,14 @@
 //
 // The server's engine owns one (--share-tuning, on by default) and fills it only while layers
 // load (a kernel a request prepares on demand reads it but stores nothing: PrepareContext); a
-// layer or kernel prepared without one times its own choices. Thread-safe.
+// layer or kernel prepared without one times its own choices. It holds at most kMaxEntries values,
+// the oldest given up first (a server whose clients load layers of ever new shapes stays bounded;
+// a later layer of a shape given up times anew). Thread-safe.
 #pragma once
 
 #include <any>
 #include <cstddef>
+#include <deque>
 #include <optional>
 #include <string>
 #include <utility>
@@ -31,6 +34,8 @@ namespace qlinear {
 
 class TuningCache {
  public:
+  static constexpr size_t kMaxEntries = 4096;
+
   // The value stored under `key`, if one of type T is.
   template <typename T>
   std::optional<T> find(absl::string_view key) const {
@@ -42,10 +47,17 @@ class TuningCache {
     return *v;
   }
   // Stores `value` under `key` unless something is stored there already (two layers of a shape
-  // loaded at once both time, and the first to finish is kept).
+  // loaded at once both time, and the first to finish is kept); at kMaxEntries, the oldest value
+  // is given up first.
   template <typename T>
   void insert(absl::string_view key, T value) {
     absl::MutexLock lock(&mu_);
+    if (entries_.contains(key)) return;
+    if (entries_.size() >= kMaxEntries) {
+      entries_.erase(order_.front());
+      order_.pop_front();
+    }
+    order_.emplace_back(key);
     entries_.try_emplace(key, std::any(std::move(value)));
   }
   size_t size() const;
@@ -53,6 +65,7 @@ class TuningCache {
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::any> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // entries_' keys, oldest first
 };
 
 // The key of what `what` (e.g. "cuda.cutlass_sm90 tiles") timed for a layer of config `c` on

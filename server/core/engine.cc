@@ -34,7 +34,10 @@ Engine::Engine(const Registry& registry, const HostInfo& host, EngineOptions opt
       host_(host),
       options_(options),
       metrics_(metrics),
-      tuning_(options.share_tuning ? std::make_shared<TuningCache>() : nullptr) {}
+      tuning_(options.share_tuning ? std::make_shared<TuningCache>() : nullptr),
+      host_memory_(options.available_memory
+                       ? std::make_shared<HostMemoryLedger>(options.available_memory)
+                       : std::make_shared<HostMemoryLedger>()) {}
 
 absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest request) {
   RETURN_IF_ERROR(validate_layer_name(request.name));
@@ -51,26 +54,14 @@ absl::StatusOr<std::unique_ptr<LayerUpload>> Engine::begin_upload(LoadRequest re
   RETURN_IF_ERROR(Layer::check_forced_kernel(registry_, host_, layer_config_of(request.spec),
                                              request.forced_kernel));
   const int64_t bytes = request.spec.n * request.spec.k;
-  {
-    // std::vector zero-fills what it allocates, so an upload larger than the memory left would be
-    // killed by the OOM killer rather than fail with bad_alloc: it is refused up front instead.
-    // Uploads whose headers arrive together each see the memory before the others' buffers take
-    // it: what those are still allocating counts as taken.
-    absl::MutexLock lock(&upload_mu_);
-    const int64_t avail = available_memory_bytes();
-    if (avail >= 0 && bytes > avail - allocating_upload_bytes_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("layer needs ", bytes, " bytes of host memory; only ",
-                       std::max<int64_t>(0, avail - allocating_upload_bytes_), " are available",
-                       allocating_upload_bytes_ > 0 ? " beside other uploads" : "", " (",
-                       kAvailableMemorySource, ")"));
-    }
-    allocating_upload_bytes_ += bytes;
+  // std::vector zero-fills what it allocates, so an upload larger than the memory left would be
+  // killed by the OOM killer rather than fail with bad_alloc: it is refused up front instead, its
+  // bytes held while the buffer takes its pages (see HostMemoryLedger).
+  absl::StatusOr<HostMemoryLedger::Hold> held = host_memory_->reserve(bytes);
+  if (!held.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("layer needs ", bytes, " bytes of host memory; ", held.status().message()));
   }
-  absl::Cleanup allocated = [this, bytes] {
-    absl::MutexLock lock(&upload_mu_);
-    allocating_upload_bytes_ -= bytes;
-  };
   try {
     std::unique_ptr<LayerUpload> up(new LayerUpload(this, std::move(request)));
     up->start_ns_ = steady_now_ns();
@@ -137,7 +128,7 @@ absl::StatusOr<std::shared_ptr<const Layer>> Engine::build_layer(
   opts.tuning = tuning_;
   opts.weight_sha256 = request.weight_sha256;
   opts.logical_widths = request.spec.logical_widths;
-  opts.available_memory = [] { return available_memory_bytes(); };
+  opts.host_memory = host_memory_;
   // One layer created at a time where a load may time anything: where a usable GPU kernel
   // measures itself, or two usable CPU kernels do (a host that runs more than one of them).
   // Elsewhere loads only pack, and go on side by side.
@@ -215,6 +206,7 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
                        e.what(), "); nothing was loaded or replaced"));
     }
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
+    if (previous != nullptr) previous->retired.store(true, std::memory_order_release);
     {
       absl::MutexLock watched(&watched_mu_);
       prune_watched();  // (also here: a server without the watchdog never reads the list)
@@ -278,6 +270,7 @@ absl::Status Engine::unload(absl::string_view name) {
   std::shared_ptr<const ServedLayer> removed;  // released after the lock (see publish)
   absl::MutexLock lock(&publish_mu_);
   RETURN_IF_ERROR(store_.remove(name, &removed));
+  removed->retired.store(true, std::memory_order_release);
   if (metrics_ != nullptr) metrics_->layer_unloaded(removed->layer.get(), removed->name());
   return absl::OkStatus();
 }
@@ -287,7 +280,13 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
   const int64_t start = steady_now_ns();
   auto served = store_.get(in.layer);
   absl::Status status = served.status();
-  if (status.ok()) status = validate(*(*served)->layer, in);
+  if (status.ok()) {
+    try {  // (a forced kernel prepared on demand allocates)
+      status = validate(*(*served)->layer, in);
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError("out of host memory checking the request");
+    }
+  }
   if (status.ok()) status = (*served)->queue->run(in, call, y, out);
   if (metrics_ != nullptr) {
     if (status.ok()) {
@@ -299,8 +298,12 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
                                status);
     }
   }
-  // The last reference to a layer replaced or unloaded meanwhile: freed off this thread.
-  if (served.ok() && served->use_count() == 1) released_.release(*std::move(served));
+  // A layer replaced or unloaded meanwhile: this may be its last reference, which is dropped off
+  // this thread (destroying the layer joins its queue and frees its weights, on a GPU too). (Not
+  // use_count() == 1: two holders dropping theirs at once would each see the other's.)
+  if (served.ok() && (*served)->retired.load(std::memory_order_acquire)) {
+    released_.release(*std::move(served));
+  }
   return status;
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/registry.h"
 #include "server/core/batcher.h"
 #include "server/core/deferred_release.h"
+#include "server/core/host_memory.h"
 #include "server/core/layer.h"
 #include "server/core/layer_store.h"
 #include "server/core/metrics.h"
@@ -84,6 +85,9 @@ struct EngineOptions {
   // The first layer of a shape times its choices at load and every later layer of that shape
   // takes them (Layer::Options::tuning, TuningCache); off, every layer times its own.
   bool share_tuning = true;
+  // The host memory left (negative: unknown), which uploads and kernels' copies of the weights
+  // reserve against (HostMemoryLedger). Null: available_memory_bytes.
+  std::function<int64_t()> available_memory;
 };
 
 class Engine;
@@ -197,10 +201,9 @@ class Engine {
   mutable std::vector<Watched> watched_ ABSL_GUARDED_BY(watched_mu_);
   // Drops the destroyed layers' entries.
   void prune_watched() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(watched_mu_);
-  // The weight buffers that uploads whose headers were accepted are still allocating (see
-  // begin_upload).
-  absl::Mutex upload_mu_;
-  int64_t allocating_upload_bytes_ ABSL_GUARDED_BY(upload_mu_) = 0;
+  // The host memory that uploads' weight buffers and kernels' copies of the weights being
+  // allocated have reserved (begin_upload, Layer::Options::host_memory).
+  const std::shared_ptr<HostMemoryLedger> host_memory_;
   LayerStore store_;
   // Last: destroyed first, releasing what it holds while the rest of the engine is still whole.
   mutable DeferredRelease released_;

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/core/cgroup.h"
 
 namespace qlinear {
@@ -67,6 +68,45 @@ int64_t available_memory_bytes(const std::string& root) {
                         d + "/memory.stat", "total_inactive_file"));
   }
   return avail;
+}
+
+HostMemoryLedger::Hold& HostMemoryLedger::Hold::operator=(Hold&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ledger_ = o.ledger_;
+    bytes_ = o.bytes_;
+    o.ledger_ = nullptr;
+  }
+  return *this;
+}
+
+void HostMemoryLedger::Hold::reset() {
+  if (ledger_ == nullptr) return;
+  absl::MutexLock lock(&ledger_->mu_);
+  ledger_->held_ -= bytes_;
+  ledger_ = nullptr;
+}
+
+absl::StatusOr<HostMemoryLedger::Hold> HostMemoryLedger::reserve(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  // (Read under the lock: an allocation whose hold ends meanwhile has its pages counted in the
+  // figure read after it.)
+  const int64_t avail = available_();
+  if (avail >= 0 && bytes > avail - held_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "only ", std::max<int64_t>(0, avail - held_), " are available",
+        held_ > 0 ? " beside other allocations under way" : "", " (", kAvailableMemorySource, ")"));
+  }
+  held_ += bytes;
+  Hold h;
+  h.ledger_ = this;
+  h.bytes_ = bytes;
+  return h;
+}
+
+int64_t HostMemoryLedger::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
 }
 
 }  // namespace qlinear

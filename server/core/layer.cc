@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -557,18 +558,28 @@ absl::StatusOr<const PreparedKernel*> Layer::prepared(Slot& slot, bool at_load,
   absl::MutexLock lock(&slot.mu);
   // Another request may have prepared it while this one waited.
   if (const PreparedKernel* p = slot.ready.load(std::memory_order_acquire)) return p;
-  if (options_.available_memory) {
+  // Held until the kernel's copy has taken its pages (see HostMemoryLedger).
+  HostMemoryLedger::Hold held;
+  if (options_.host_memory != nullptr) {
     if (const int64_t need = slot.kernel->host_bytes_to_prepare(config()); need > 0) {
-      if (const int64_t avail = options_.available_memory(); avail >= 0 && need > avail) {
+      absl::StatusOr<HostMemoryLedger::Hold> h = options_.host_memory->reserve(need);
+      if (!h.ok()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             slot.kernel->name(), " needs about ", need, " bytes of host memory for layer '", name(),
-            "' (its copy of the weights); only ", avail, " are available (",
-            kAvailableMemorySource, ")"));
+            "' (its copy of the weights); ", h.status().message()));
       }
+      held = *std::move(h);
     }
   }
-  absl::StatusOr<std::unique_ptr<PreparedKernel>> state =
-      slot.kernel->prepare_with_tuning(*weights_, PrepareContext{options_.tuning.get(), !at_load});
+  absl::StatusOr<std::unique_ptr<PreparedKernel>> state;
+  try {
+    state = slot.kernel->prepare_with_tuning(*weights_,
+                                             PrepareContext{options_.tuning.get(), !at_load});
+  } catch (const std::bad_alloc&) {
+    if (at_load) throw;  // the load fails whole, saying nothing was loaded (Engine::build_layer)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of host memory preparing ", slot.kernel->name(), " for layer '", name(), "'"));
+  }
   if (!state.ok()) return state.status();  // not cached: the next request tries again
   slot.state = *std::move(state);
   total_bytes_.fetch_add(slot.state->extra_bytes(), std::memory_order_relaxed);

@@ -21,6 +21,7 @@
 #include "kernels/core/tuning_cache.h"
 #include "kernels/core/weights.h"
 #include "kernels/registry.h"
+#include "server/core/host_memory.h"
 
 namespace qlinear {
 
@@ -71,10 +72,11 @@ class Layer {
     // measurements, and what its kernels time for themselves) and stores what it times (see
     // TuningCache); null: the layer times everything itself.
     std::shared_ptr<TuningCache> tuning;
-    // The host memory left, in bytes (negative: unknown), read before each kernel that takes host
-    // memory is prepared (Kernel::host_bytes_to_prepare), at load and on demand: one that needs
-    // more is RESOURCE_EXHAUSTED rather than the process killed for memory. Null: not checked.
-    std::function<int64_t()> available_memory;
+    // The host memory left, against which each kernel that takes host memory reserves what it
+    // needs (Kernel::host_bytes_to_prepare) while it is prepared, at load and on demand: one that
+    // needs more than is left beside the other allocations under way is RESOURCE_EXHAUSTED rather
+    // than the process killed for memory. Null: not checked.
+    std::shared_ptr<HostMemoryLedger> host_memory;
   };
 
   // Prepares the kernels the layer can choose without forcing (see may_choose in layer.cc) and

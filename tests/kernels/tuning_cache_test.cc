@@ -52,6 +52,30 @@ TEST(TuningCacheTest, TheFirstValueStoredStays) {
   EXPECT_DOUBLE_EQ(*cache.find<double>(key), 14.7);
 }
 
+// Layers of ever new shapes keep the cache at kMaxEntries, the oldest values given up first; what
+// was stored last is found, and a given-up key can be stored again.
+TEST(TuningCacheTest, HoldsAtMostItsLimitGivingUpTheOldest) {
+  TuningCache cache;
+  const size_t n = TuningCache::kMaxEntries + 10;
+  for (size_t i = 0; i < n; ++i) {
+    cache.insert(tuning_key("autotune", "cpu", config(static_cast<int64_t>(i) + 1, 64)),
+                 static_cast<double>(i));
+  }
+  EXPECT_EQ(cache.size(), TuningCache::kMaxEntries);
+  const std::string oldest = tuning_key("autotune", "cpu", config(1, 64));
+  EXPECT_FALSE(cache.find<double>(oldest).has_value());
+  EXPECT_FALSE(cache.find<double>(tuning_key("autotune", "cpu", config(10, 64))).has_value());
+  const std::optional<double> last =
+      cache.find<double>(tuning_key("autotune", "cpu", config(static_cast<int64_t>(n), 64)));
+  ASSERT_TRUE(last.has_value());
+  EXPECT_DOUBLE_EQ(*last, static_cast<double>(n - 1));
+  EXPECT_TRUE(cache.find<double>(tuning_key("autotune", "cpu", config(11, 64))).has_value());
+  cache.insert(oldest, 1.5);
+  ASSERT_TRUE(cache.find<double>(oldest).has_value());
+  EXPECT_EQ(cache.size(), TuningCache::kMaxEntries);
+  EXPECT_FALSE(cache.find<double>(tuning_key("autotune", "cpu", config(11, 64))).has_value());
+}
+
 TEST(TuningCacheTest, KeysTellApartWhatChoosesAKernelsCode) {
   const LayerConfig base = config(4096, 4096);
   const std::string key = tuning_key("tiles", "cuda:0", base);

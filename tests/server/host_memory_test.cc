@@ -104,5 +104,39 @@ TEST_F(HostMemoryTest, UsageAboveTheLimitLeavesNothingAndACgroupAloneIsEnough) {
   EXPECT_EQ(available(), 0);  // no meminfo, no memory.stat: the limit less the usage, at least 0
 }
 
+// The ledger holds what each allocation under way reserved: a second reservation sees the memory
+// less the first's, is refused naming what is left, and fits once the first is given back (a
+// moved hold gives back once, a reset one at once); unknown memory refuses nothing.
+TEST(HostMemoryLedgerTest, ReservationsUnderWayCountAsTaken) {
+  int64_t avail = 100;
+  HostMemoryLedger ledger([&avail] { return avail; });
+  absl::StatusOr<HostMemoryLedger::Hold> a = ledger.reserve(60);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(ledger.held(), 60);
+  absl::StatusOr<HostMemoryLedger::Hold> b = ledger.reserve(60);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(b.status().message(),
+            "only 40 are available beside other allocations under way (the host's MemAvailable, "
+            "or a container's memory limit less its use)");
+  {
+    HostMemoryLedger::Hold moved = *std::move(a);
+    EXPECT_EQ(ledger.held(), 60);
+  }
+  EXPECT_EQ(ledger.held(), 0);
+  b = ledger.reserve(60);
+  ASSERT_TRUE(b.ok()) << b.status();
+  b->reset();
+  EXPECT_EQ(ledger.held(), 0);
+  absl::StatusOr<HostMemoryLedger::Hold> c = ledger.reserve(101);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "only 100 are available (the host's MemAvailable, or a container's memory limit less "
+            "its use)");
+  avail = -1;
+  c = ledger.reserve(int64_t{1} << 50);
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
 }  // namespace
 }  // namespace qlinear

@@ -1264,7 +1264,7 @@ TEST_F(LayerTest, AKernelNeedingMoreHostMemoryThanIsLeftIsNotPrepared) {
     Layer::Options o;
     o.name = "l";
     o.autotune = autotune;
-    o.available_memory = [avail] { return avail->load(); };
+    o.host_memory = std::make_shared<HostMemoryLedger>([avail] { return avail->load(); });
     return Layer::create(std::move(o), weights(), registry_, host_);
   };
   auto refused = make(true);
@@ -1295,6 +1295,83 @@ TEST_F(LayerTest, AKernelNeedingMoreHostMemoryThanIsLeftIsNotPrepared) {
   forced = (*layer)->choose(shape(8), "cpu.avx2", false);
   ASSERT_TRUE(forced.ok()) << forced.status();
   EXPECT_TRUE(forced->prepared_now);
+}
+
+// Kernels' copies of the weights prepared at once on two layers each reserve their host memory
+// until their pages are taken (the memory available, read alone, would let both through and the
+// process be killed): with room for one copy, one of two loads started together fails
+// RESOURCE_EXHAUSTED saying so, and an upload's header is refused while a copy is under way.
+// A load after them, with the room back, is prepared.
+TEST_F(LayerTest, KernelsPreparedAtOnceShareTheHostMemoryLeft) {
+  Fake packing{"cpu.avx2", unmeasurable(), nullptr, MRange{}, 1 << 20};
+  packing.prepare_time = absl::Milliseconds(300);  // the copy's pages not taken yet meanwhile
+  add(std::move(packing));
+  add({"cpu.reference"});
+  EngineOptions eo;
+  eo.available_memory = [] { return int64_t{3} << 19; };  // room for one copy of 1 MiB
+  Engine engine(registry_, host_, eo);
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> loads;
+  for (int i = 0; i < 2; ++i) {
+    loads.emplace_back([&, i] {
+      LoadRequest req = load_request();
+      req.name = absl::StrCat("l", i);
+      results[i] = engine.load(req, std::vector<int8_t>(kN * kK, 1)).status();
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  LoadRequest up = load_request();
+  up.name = "up";
+  up.spec.n = 1024;
+  up.spec.k = 1024;  // 1 MiB of weights: fits the memory left, not beside a copy under way
+  up.weight_sha256 = std::string(64, '0');
+  auto upload = engine.begin_upload(up);
+  for (std::thread& t : loads) t.join();
+  const int ok = static_cast<int>(results[0].ok()) + static_cast<int>(results[1].ok());
+  EXPECT_EQ(ok, 1) << results[0] << " / " << results[1];
+  for (const absl::Status& s : results) {
+    if (s.ok()) continue;
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_NE(s.message().find("cpu.avx2 needs about 1048576 bytes of host memory"),
+              absl::string_view::npos)
+        << s;
+    EXPECT_NE(s.message().find("beside other allocations under way"), absl::string_view::npos) << s;
+  }
+  ASSERT_FALSE(upload.ok());
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kResourceExhausted) << upload.status();
+  EXPECT_NE(upload.status().message().find("beside other allocations under way"),
+            absl::string_view::npos)
+      << upload.status();
+  LoadRequest later = load_request();
+  later.name = "later";
+  EXPECT_TRUE(engine.load(later, std::vector<int8_t>(kN * kK, 1)).ok());
+}
+
+// A kernel whose prepare on demand (a forced request) runs out of host memory (bad_alloc) answers
+// that request RESOURCE_EXHAUSTED, naming the kernel, and the layer serves on.
+TEST_F(LayerTest, AForcedPrepareOutOfMemoryIsResourceExhausted) {
+  add({"cpu.avx512_vnni"});
+  add({"cpu.avx2", unmeasurable(), nullptr, MRange{}, 0,
+       [](int) -> absl::Status { throw std::bad_alloc(); }});
+  add({"cpu.reference"});
+  Engine engine(registry_, host_);
+  ASSERT_TRUE(engine.load(load_request(), std::vector<int8_t>(kN * kK, 1)).ok());
+  EXPECT_EQ(log_->prepare_count("cpu.avx2"), 0) << "covered: prepared on demand only";
+  const std::string x(static_cast<size_t>(kK) * 2, '\0');
+  InferInput in;
+  in.layer = "l";
+  in.m = 1;
+  in.x = x;
+  in.forced_kernel = "cpu.avx2";
+  std::string y;
+  InferOutput out;
+  absl::Status s = absl::OkStatus();
+  EXPECT_NO_THROW(s = engine.infer(in, CallContext{}, &y, &out));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(s.message(), "out of host memory preparing cpu.avx2 for layer 'l'");
+  in.forced_kernel = {};
+  EXPECT_TRUE(engine.infer(in, CallContext{}, &y, &out).ok());
+  EXPECT_EQ(out.kernel, "cpu.avx512_vnni");
 }
 
 TEST_F(LayerTest, CoveredLowerPriorityKernelsAreNotPreparedAtLoad) {
