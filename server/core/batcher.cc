@@ -184,6 +184,11 @@ absl::Status BatchQueue::wait_queued(Pending* p) {
 }
 
 void BatchQueue::set_busy(bool busy, absl::string_view forced) {
+  if (busy) {
+    busy_since_ns_ = steady_now_ns();
+  } else if (busy_) {
+    last_batch_ns_ = steady_now_ns() - busy_since_ns_;
+  }
   busy_ = busy;
   const absl::string_view kernel =
       forced.empty() ? absl::string_view(layer_->options().forced_kernel) : forced;
@@ -210,10 +215,12 @@ void BatchQueue::worker() {
           this));
       if (queue_.empty()) return;  // closed and drained
       // Wait for company up to max_queue_delay_us after the head arrived, unless a full batch
-      // is already queued or the queue is closing; and never past a queued request's deadline,
-      // which is then answered at once. A request may leave the queue meanwhile (wait_queued),
-      // the head too: the head is only ever read as the queue's front, under the lock.
-      // A row's bytes of x and y (a batch's requests share both dtypes).
+      // is already queued or the queue is closing; and not so long that a queued request's
+      // deadline passes before its batch can end: the wait ends the layer's last batch time and
+      // kDeadlineLeadNs (for the thread's wake-up) before the earliest deadline. A request may
+      // leave the queue meanwhile (wait_queued), the head too: the head is only ever read as the
+      // queue's front, under the lock. A row's bytes of x and y (a batch's requests share both
+      // dtypes).
       auto row_bytes = [this](const Pending* h) {
         return layer_->config().k * static_cast<int64_t>(dtype_size(h->in->x_dtype)) +
                layer_->config().n * static_cast<int64_t>(dtype_size(h->in->y_dtype));
@@ -237,7 +244,8 @@ void BatchQueue::worker() {
         };
         while (!full()) {
           int64_t end_ns = queue_.front()->enqueued_ns + options_.max_queue_delay_us * 1000;
-          for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call));
+          const int64_t lead = last_batch_ns_ + kDeadlineLeadNs;
+          for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call) - lead);
           const int64_t left = end_ns - steady_now_ns();
           if (left <= 0) break;
           seen = queue_changes_;

@@ -126,6 +126,11 @@ class BatchQueue {
   uint64_t queue_changes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
+  // When the batch executing started, and how long the last one took (set with busy_): how long
+  // before a queued request's deadline the wait for company ends.
+  int64_t busy_since_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_batch_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  static constexpr int64_t kDeadlineLeadNs = 5'000'000;
   // Set and cleared with busy_.
   const std::shared_ptr<std::atomic<int64_t>> running_since_ns_ =
       std::make_shared<std::atomic<int64_t>>(0);

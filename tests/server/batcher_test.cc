@@ -601,8 +601,9 @@ TEST_F(BatcherTest, TheHeadLeavingWhileTheWorkerWaitsForCompany) {
       << "the second request's answer";
 }
 
-// Waiting for company stops at a queued request's deadline: it is answered then, not when the
-// queue delay (here 5 s) ends.
+// Waiting for company stops ahead of a queued request's deadline (by the layer's last batch time
+// and 5 ms), so that the request runs and is answered in time, not when the queue delay (here 5 s)
+// ends, nor failed at its deadline.
 TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   BatchOptions b;
   b.max_batch_rows = 64;
@@ -619,8 +620,10 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   const absl::Status s = engine_->infer(in, call, &y, &out);
   const double waited_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_LT(waited_s, 2.5) << "answered after the queue delay, not at the deadline";
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(y, reference_y(layer_, x, DType::kF32, 1, DType::kF32));
+  EXPECT_LT(waited_s, 0.1) << "answered after its deadline";
+  EXPECT_GT(waited_s, 0.05) << "did not wait for company";
 
   // One that arrives while the head waits, with a deadline before the head's delay ends, too.
   absl::Status head_status;
@@ -637,8 +640,9 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   const double waited2_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   head.join();
-  EXPECT_EQ(s2.code(), absl::StatusCode::kDeadlineExceeded) << s2;
-  EXPECT_LT(waited2_s, 2.5) << "answered after the head's queue delay, not at its deadline";
+  EXPECT_TRUE(s2.ok()) << s2;
+  EXPECT_LT(waited2_s, 0.1) << "answered after its deadline";
+  EXPECT_EQ(out.batch_requests, 2) << "not run with the head";
   EXPECT_TRUE(head_status.ok()) << head_status;
 }
 
