@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Static checks of docker/: both Dockerfiles, the build context, compose.yaml and k8s/.
 
-Usage: python3 docker/lint.py        (needs PyYAML: apt-get install python3-yaml)
+Usage: python3 docker/lint.py [--server BIN]     (needs PyYAML: apt-get install python3-yaml)
 
 Dockerfiles: parsed as Docker does (parser directives, comments, line continuations); every
 instruction known, exec forms valid JSON, every ${VAR} outside RUN declared in scope (a global
@@ -17,6 +17,10 @@ build directories.
 
 compose.yaml and k8s/*.yaml: valid YAML, and the ports, probes, user, drain timeout and grace
 periods agree with the image.
+
+With --server BIN (a built qlinear-server): every flag the image's ENTRYPOINT, compose's server
+command and the Kubernetes containers' args give the server is one that `BIN --help` lists (a
+flag renamed in the server would otherwise stop every container at start-up, exit 2).
 
 Prints one line per file and exits 1 on any error.
 """
@@ -515,8 +519,70 @@ def check_k8s(dirpath, image):
 
 
 # --------------------------------------------------------------------------------------------
+# The server's flags
+
+def server_flags(binary):
+    """The flag names `binary --help` lists (on/off flags also as --no-NAME)."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
+    names = set(re.findall(r"^\s+--([a-z0-9][a-z0-9-]*)", out.stdout + out.stderr, re.M))
+    names |= set(re.findall(r"\| --(no-[a-z0-9-]+)", out.stdout + out.stderr))
+    return names
+
+
+def check_server_args(where, args, known):
+    for a in args or []:
+        if not isinstance(a, str) or not a.startswith("--"):
+            continue
+        name = a[2:].split("=", 1)[0]
+        if name not in known:
+            error(where, f"{a}: qlinear-server has no flag --{name} (see qlinear-server --help)")
+
+
+def k8s_server_args(dirpath):
+    """(file, args) of each Deployment container running the image's entrypoint."""
+    found = []
+    for name in sorted(os.listdir(dirpath)):
+        if not name.endswith(".yaml"):
+            continue
+        with open(os.path.join(dirpath, name), encoding="utf-8") as f:
+            for d in yaml.safe_load_all(f):
+                if not d or d.get("kind") != "Deployment":
+                    continue
+                for c in d["spec"]["template"]["spec"].get("containers", []):
+                    if not c.get("command"):
+                        found.append((f"docker/k8s/{name}", c.get("args")))
+    return found
+
+
+def check_flags(binary, entrypoint):
+    known = server_flags(binary)
+    if not known:
+        error(binary, "--help listed no flags")
+        return 0
+    check_server_args("docker/Dockerfile ENTRYPOINT", entrypoint[1:], known)
+    with open(os.path.join(HERE, "compose.yaml"), encoding="utf-8") as f:
+        svcs = yaml.safe_load(f).get("services", {})
+    n = 0
+    for name, svc in svcs.items():
+        if "entrypoint" not in svc:  # the image's entrypoint: the server
+            check_server_args(f"docker/compose.yaml: {name}", svc.get("command"), known)
+            n += 1
+    for where, args in k8s_server_args(os.path.join(HERE, "k8s")):
+        check_server_args(where, args, known)
+        n += 1
+    return len(known), n
+
+
+# --------------------------------------------------------------------------------------------
 
 def main():
+    server = None
+    argv = sys.argv[1:]
+    if argv[:1] == ["--server"] and len(argv) == 2:
+        server = argv[1]
+    elif argv:
+        print("usage: python3 docker/lint.py [--server BIN]", file=sys.stderr)
+        return 2
     ignore = os.path.join(HERE, "Dockerfile.dockerignore")
     files = build_context(ignore)
     size = check_context(files, "docker/Dockerfile.dockerignore")
@@ -565,6 +631,10 @@ def main():
     print("lint: docker/compose.yaml: services server, smoke")
     n = check_k8s(os.path.join(HERE, "k8s"), image)
     print(f"lint: docker/k8s: {n} documents")
+    if server:
+        known, users = check_flags(server, ep)
+        print(f"lint: server flags: the entrypoint and {users} compose services and Kubernetes "
+              f"containers checked against the {known} flags of {server} --help")
     return finish()
 
 

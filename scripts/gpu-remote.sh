@@ -30,6 +30,10 @@
 #   QLINEAR_TEST_TIMEOUT, QLINEAR_SERVER_TEST_TIMEOUT, QLINEAR_BENCH_TIMEOUT, QLINEAR_ENERGY_TIMEOUT,
 #   QLINEAR_CPU_SERVING_TIMEOUT, QLINEAR_CPU_BENCH_TIMEOUT   each step's time limit in seconds
 #                        (420, 300, 300, 240, 240, 300; the CUDA tests took 133-188 s on an H100)
+#   QLINEAR_CLI_TIMEOUT  each qlinear-cli command's time limit in step 2 (300); the server is
+#                        given 30 s to drain and stop after it
+# Where no GPU can run them, the GPU tests skip and the benchmark stops, each exiting 0: the
+# summary then says so and the exit status is 1.
 #   QLINEAR_SANITIZE=1   also run a subset of the tests under compute-sanitizer memcheck
 #   QLINEAR_SERVER_ARGS  extra qlinear-server arguments (e.g. --cuda-graphs=false)
 #   QLINEAR_ENERGY=0     skip step 4
@@ -109,16 +113,25 @@ if [ "$gpu_steps" = 1 ] && [ "$tests" = 1 ] && [ "${QLINEAR_SANITIZE:-0}" = "1" 
 fi
 
 cli_rc=-
+load_rc=-
+server_rc=-
 if [ "$gpu_steps" = 1 ] && have qlinear-server; then
   echo "=== qlinear-server + qlinear-cli"
   # The launcher itself in the background (it execs the server), not the `run` function: a
   # backgrounded function is a subshell, and killing it would leave the server running.
+  # --require-gpu: a server that found no usable GPU exits at once rather than passing every
+  # check below on its CPU kernels.
   # shellcheck disable=SC2086
-  "$BUNDLE/run" qlinear-server --port="$PORT" --enable-echo ${QLINEAR_SERVER_ARGS:-} \
+  "$BUNDLE/run" qlinear-server --port="$PORT" --enable-echo --require-gpu ${QLINEAR_SERVER_ARGS:-} \
     >"$LOG/server.log" 2>&1 &
   server_pid=$!
   if have qlinear-cli; then
-    cli() { echo "\$ qlinear-cli $*"; run qlinear-cli --server="127.0.0.1:$PORT" "$@"; }
+    # Each command within QLINEAR_CLI_TIMEOUT seconds (a load or smoke upload has no deadline
+    # of its own, and a kernel that hangs at load would hold the step).
+    cli() {
+      echo "\$ qlinear-cli $*"
+      timeout "${QLINEAR_CLI_TIMEOUT:-300}" "$BUNDLE/run" qlinear-cli --server="127.0.0.1:$PORT" "$@"
+    }
     {
       cli health --wait-seconds 60 &&
         cli kernels --layer demo &&
@@ -136,8 +149,10 @@ if [ "$gpu_steps" = 1 ] && have qlinear-server; then
     cli_rc=$?
     head -c 3000 "$LOG/cli.log"
     # Serving under load: one stream on the demo layer, against the Echo RPC's transport floor.
+    load_rc=0
     for m in 1 16 64; do
-      cli bench --layer demo --m "$m" --streams 1 --warmup 1 --duration 3 --compare-echo
+      cli bench --layer demo --m "$m" --streams 1 --warmup 1 --duration 3 --compare-echo ||
+        load_rc=$?
     done >"$LOG/load.log" 2>&1
     grep -E '^\$|^  (latency|throughput|server) |^server overhead|for reference' "$LOG/load.log" |
       head -n 30
@@ -145,8 +160,16 @@ if [ "$gpu_steps" = 1 ] && have qlinear-server; then
     sleep 5
     echo "no qlinear-cli in the bundle"
   fi
+  # SIGTERM drains and stops the server (exit 0); one still running 30 s later is killed, and
+  # either shows in the exit status.
   kill "$server_pid" 2>/dev/null
+  for _ in $(seq 60); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -9 "$server_pid" 2>/dev/null
   wait "$server_pid" 2>/dev/null
+  server_rc=$?
   tail -n 5 "$LOG/server.log"
 fi
 
@@ -221,7 +244,7 @@ if [ "$server_test_rc" != - ]; then
     echo "  died in: $(grep -E '^\[ RUN      \]' "$LOG/server_test.log" | tail -n 1)"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/server_test.log" | head -n 10
 fi
-[ "$cli_rc" != - ] && echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc"
+[ "$cli_rc" != - ] && echo "qlinear-cli (health, kernels, infer, smoke): exit $cli_rc; bench: exit $load_rc; qlinear-server: exit $server_rc"
 if [ -f "$LOG/cli.log" ]; then
   grep -E '^(host gpu|kernel |smoke: )' "$LOG/cli.log" | cut -c 1-160
   grep -E '^[0-9]+ +cuda\.' "$LOG/cli.log" | cut -c 1-160
@@ -251,12 +274,18 @@ fi
 failed=""
 for step in "qlinear_cuda_test:$test_rc" "qlinear_server_e2e_test:$server_test_rc" \
   "compute-sanitizer:$sanitizer_rc" \
-  "qlinear-cli:$cli_rc" "qlinear_gpu_bench:$bench_rc" "bench --energy:$energy_rc" \
+  "qlinear-cli:$cli_rc" "qlinear-cli bench:$load_rc" "qlinear-server:$server_rc" \
+  "qlinear_gpu_bench:$bench_rc" "bench --energy:$energy_rc" \
   "cpu_serving.sh:$cpu_serving_rc" "qlinear_cpu_bench:$cpu_bench_rc"; do
   rc=${step##*:}
   [ "$rc" = - ] || [ "$rc" = 0 ] || failed+=" ${step%:*}"
 done
 case "$cpu_tests" in *"exit "[1-9]*) failed+=" CPU kernel tests" ;; esac
+# The GPU tests skip, and the benchmark stops, where no GPU can run them: with an exit status of
+# 0, which must not read as a pass.
+if [ "$gpu_steps" = 1 ] && grep -qs "no usable GPU" "$LOG/cuda_test.log" "$LOG/bench.log"; then
+  failed+=" no-usable-GPU"
+fi
 if [ -n "$failed" ]; then
   echo "gpu-remote: failed:$failed"
   exit 1

@@ -18,6 +18,8 @@ PACKAGES=(
   prometheus-cpp-dev
   # The CLI test makes its TLS certificates with the openssl command.
   openssl
+  # The deployment files' check (docker/lint.py, a test) reads YAML.
+  python3-yaml
   # Debian's oneDNN CMake package requires OpenCL headers and loader (a recommends, which
   # --no-install-recommends would otherwise skip).
   ocl-icd-opencl-dev opencl-headers
@@ -50,8 +52,9 @@ as_root() {
   elif command -v sudo >/dev/null 2>&1; then
     sudo env DEBIAN_FRONTEND=noninteractive "$@"
   else
+    # (return, not exit: under quiet, which prints this, the script then stops on its failure)
     echo "install-deps: need root (or sudo) to run: $*" >&2
-    exit 1
+    return 1
   fi
 }
 
