@@ -2,8 +2,9 @@
 # Builds qlinear with CUDA (RelWithDebInfo, sm_90a by default) and packs what the GPU host runs
 # into one folder: the CUDA test binary, the server's end-to-end test, the GPU benchmark, the server
 # and, when they are built, the CLI and the CPU kernel tests and benchmark (packed as bin.tar.xz), plus the shared libraries the GPU host
-# lacks (see ../shared/tools/bundle-runtime.sh), packed as lib.tar.gz. scripts/gpu-remote.sh
-# unpacks and runs them there.
+# may lack (gRPC, Protobuf, Abseil, oneDNN, ...: every library they load but the C and C++
+# runtimes and the CUDA driver and toolkit, which the host has), packed as lib.tar.gz, and the
+# launcher `run`. scripts/gpu-remote.sh unpacks and runs them there (`bundle-gpu/run NAME ARGS`).
 #
 # Usage: scripts/gpu-bundle.sh
 #
@@ -11,8 +12,11 @@
 #   QLINEAR_BUILD_DIR        build directory (default: build-cuda)
 #   QLINEAR_BUNDLE_DIR       bundle directory (default: bundle-gpu; ignored by git)
 #   CMAKE_CUDA_ARCHITECTURES CUDA architectures (default: 90a, the H100/H200)
-#   QLINEAR_BUNDLE_TOOL      bundle-runtime.sh (default: ../shared/tools/bundle-runtime.sh)
+#   QLINEAR_BUNDLE_TOOL      a program to make the folder instead (called as TOOL DIR EXECUTABLE...;
+#                            it must write DIR/bin, DIR/lib and DIR/run as bundle_runtime below)
 #   JOBS                     parallel compile jobs (default: 2)
+#   QLINEAR_SKIP_DEPS=1      do not run scripts/install-deps.sh first (it installs what a fresh
+#                            machine lacks, the CUTLASS headers among it; nvcc must be there)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,10 +24,40 @@ cd "$ROOT"
 BUILD="${QLINEAR_BUILD_DIR:-build-cuda}"
 BUNDLE="${QLINEAR_BUNDLE_DIR:-bundle-gpu}"
 ARCHS="${CMAKE_CUDA_ARCHITECTURES:-90a}"
-TOOL="${QLINEAR_BUNDLE_TOOL:-$ROOT/../shared/tools/bundle-runtime.sh}"
+TOOL="${QLINEAR_BUNDLE_TOOL:-}"
 JOBS="${JOBS:-2}"
 
-[ -x "$TOOL" ] || { echo "gpu-bundle: $TOOL not found (set QLINEAR_BUNDLE_TOOL)" >&2; exit 1; }
+[ -z "$TOOL" ] || [ -x "$TOOL" ] || { echo "gpu-bundle: QLINEAR_BUNDLE_TOOL=$TOOL is not a program" >&2; exit 1; }
+
+# DIR EXECUTABLE...: copies the executables to DIR/bin and every shared library they load to
+# DIR/lib, but for those the GPU host has of its own (the C and C++ runtimes, newer there, and the
+# CUDA driver and toolkit libraries under /usr/local/cuda/lib64; the CUDA runtime is linked in
+# statically), and writes DIR/run, which runs bin/NAME with lib/ first on the library path.
+bundle_runtime() {
+  local out=$1 exe name path
+  shift
+  local host_has='^(linux-vdso|ld-linux|lib(c|m|dl|rt|pthread)\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcufft|libcurand|libcusparse|libcusolver|libnvidia|libnvJitLink|libnvrtc)'
+  mkdir -p "$out/bin" "$out/lib"
+  for exe in "$@"; do
+    cp -L "$exe" "$out/bin/"
+    while read -r name path; do
+      [[ $name =~ $host_has ]] || [ -e "$out/lib/$name" ] || cp -L "$path" "$out/lib/$name"
+    done < <(ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+  done
+  cat >"$out/run" <<'LAUNCHER'
+#!/usr/bin/env bash
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+name=$1
+shift
+exec "$here/bin/$name" "$@"
+LAUNCHER
+  chmod +x "$out/run"
+}
+
+if [ "${QLINEAR_SKIP_DEPS:-0}" != "1" ]; then
+  scripts/install-deps.sh
+fi
 
 args=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQLINEAR_CUDA=ON
       "-DCMAKE_CUDA_ARCHITECTURES=$ARCHS" -DQLINEAR_BUILD_TESTS=ON -DQLINEAR_BUILD_BENCH=ON)
@@ -54,7 +88,7 @@ for t in "${targets[@]}"; do
 done
 
 rm -rf "$BUNDLE"
-"$TOOL" "$BUNDLE" "${exes[@]}"
+if [ -n "$TOOL" ]; then "$TOOL" "$BUNDLE" "${exes[@]}"; else bundle_runtime "$BUNDLE" "${exes[@]}"; fi
 # The bundle travels with the working tree (64 MiB in all): drop the binaries' debug info (keep
 # the symbols, which crash reports print) and pack the binaries (xz: the CUDA ones hold kernel
 # images that compress about 4x) and the libraries (oneDNN alone is about 40 MB);
