@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -115,6 +117,20 @@ class Client {
   absl::StatusOr<v1::LoadLayerResponse> load_layer(
       v1::LayerHeader header, absl::Span<const int8_t> weights,
       const std::function<void(int64_t, int64_t)>& progress = nullptr);
+  // The same with a progress callback that can stop the upload: `keep_going(sent, total)` is
+  // called after each chunk, and when it returns false the call is cancelled before the upload's
+  // end (the server keeps nothing of it) and load_layer returns CANCELLED. Taken for any callable
+  // that returns bool, so that such a lambda does not go to the overload above, which would drop
+  // its answer.
+  template <typename KeepGoing,
+            std::enable_if_t<
+                std::is_same_v<std::invoke_result_t<KeepGoing&, int64_t, int64_t>, bool>, int> = 0>
+  absl::StatusOr<v1::LoadLayerResponse> load_layer(v1::LayerHeader header,
+                                                   absl::Span<const int8_t> weights,
+                                                   KeepGoing&& keep_going) {
+    return upload(std::move(header), weights,
+                  std::function<bool(int64_t, int64_t)>(std::forward<KeepGoing>(keep_going)));
+  }
 
   // `timeout` 0: the options' call_timeout. A request larger than the message limit is
   // RESOURCE_EXHAUSTED, unsent.
@@ -128,6 +144,10 @@ class Client {
 
  private:
   void prepare(grpc::ClientContext* ctx) const;
+  // Both load_layer()s: `keep_going` may be null.
+  absl::StatusOr<v1::LoadLayerResponse> upload(
+      v1::LayerHeader header, absl::Span<const int8_t> weights,
+      const std::function<bool(int64_t, int64_t)>& keep_going);
   // check_message_size() against this client's limit.
   absl::Status check_size(const google::protobuf::Message& msg, absl::string_view what,
                           absl::string_view remedy) const;

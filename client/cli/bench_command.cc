@@ -767,7 +767,8 @@ void print_overhead(const PassResult& infer, const PassResult& echo) {
   }
 }
 
-// Uploads a random layer (int8 weights, per-channel scales, a bias) for the bench.
+// Uploads a random layer (int8 weights, per-channel scales, a bias) for the bench, with a
+// progress line where it is large; Ctrl-C stops it (CANCELLED, nothing loaded).
 absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& c,
                                                   v1::Scheme scheme, int64_t max_batch_rows,
                                                   int64_t max_queue_delay_us) {
@@ -794,8 +795,20 @@ absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& 
   if (max_batch_rows >= 0) h.set_max_batch_rows(max_batch_rows);
   if (max_queue_delay_us >= 0) h.set_max_queue_delay_us(max_queue_delay_us);
   const auto start = Clock::now();
-  auto resp = client.load_layer(std::move(h), w);
-  if (!resp.ok()) return resp.status();
+  UploadProgress progress(c.layer);
+  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
+  auto resp = client.load_layer(std::move(h), w, [&](int64_t sent, int64_t total) {
+    if (show) progress.update(sent, total);
+    return !sigint_received();  // Ctrl-C stops the upload (the caller has a CatchSigint)
+  });
+  if (!resp.ok()) {
+    progress.end_line();
+    if (sigint_received()) {
+      return absl::CancelledError(absl::StrCat("interrupted (Ctrl-C) while uploading layer '",
+                                               c.layer, "'; nothing was loaded"));
+    }
+    return resp.status();
+  }
   std::fprintf(stderr, "bench: uploaded random layer '%s' (%s in %.2f s)\n", c.layer.c_str(),
                human_bytes(c.n * c.k).c_str(),
                std::chrono::duration<double>(Clock::now() - start).count());
@@ -832,7 +845,9 @@ int cmd_bench(const CommandArgs& args) {
       "--echo runs the same loop on the Echo RPC (server flag --enable-echo; always unary):\n"
       "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
       "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"
-      "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports.\n"
+      "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports (during\n"
+      "the random layer's upload: stops it, nothing loaded; an upload over 4 MiB shows a\n"
+      "progress line on a terminal).\n"
       "--timeout-s (default 60 s) bounds each request: a unary call's deadline unless\n"
       "--deadline-ms, and on a stream the wait for each answer (a later one cancels the stream,\n"
       "counts DEADLINE_EXCEEDED and opens a new stream); requests still in flight 5 s after the\n"

@@ -280,10 +280,20 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
 
   // The upload comes once the inputs are made (a failure making them leaves nothing on the
   // server); cmd_smoke unloads every layer that loaded, whatever happens next.
-  auto loaded = client.load_layer(h, w);
+  // Ctrl-C stops the upload too (CANCELLED, nothing loaded): a large layer takes a while.
+  UploadProgress progress(res->layer);
+  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
+  auto loaded = client.load_layer(h, w, [&](int64_t sent, int64_t total) {
+    if (show) progress.update(sent, total);
+    return !sigint_received();
+  });
   if (!loaded.ok()) {
+    progress.end_line();
     res->rpc_error = loaded.status();
-    res->problems.push_back(absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
+    res->problems.push_back(
+        sigint_received() ? absl::StrCat("interrupted (Ctrl-C) while uploading ", res->layer,
+                                         "; nothing was loaded")
+                          : absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
     return;
   }
   res->loaded = true;
@@ -398,8 +408,9 @@ int cmd_smoke(const CommandArgs& args) {
       "scheme and `smoke: PASS` or `smoke: FAIL`; exits 1 on any mismatch or error. The\n"
       "reference is scalar: large layers take a while on both sides (the checks run after each\n"
       "scheme's stream). --timeout-s bounds each call and each scheme's whole stream (default\n"
-      "60 s); an upload only where given. Ctrl-C stops after the request in flight, unloads the\n"
-      "layers and reports (a second Ctrl-C ends it at once).");
+      "60 s); an upload only where given. Ctrl-C stops after the request in flight (or stops\n"
+      "the upload in progress), unloads the layers and reports (a second Ctrl-C ends it at\n"
+      "once). An upload over 4 MiB shows a progress line on a terminal.");
   p.add("n", &n, "Output features of each layer");
   p.add("k", &k, "Input features of each layer");
   p.add("schemes", &schemes_arg, "all, or a comma list of schemes");

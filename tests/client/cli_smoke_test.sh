@@ -82,6 +82,42 @@ listening_port() {
   [[ -n $p ]] && echo "$p"
 }
 
+# on_terminal [--interrupt-on TEXT] ARGS...: runs qlinear-cli ARGS with stdin, stdout and stderr on
+# a terminal (a pseudo-terminal), SIGINT (Ctrl-C) sent to it once its output shows TEXT; what it
+# wrote goes to $work/out (carriage returns made newlines), its exit status to rc.
+on_terminal() {
+  local interrupt=()
+  if [[ $1 == --interrupt-on ]]; then
+    interrupt=("$1" "$2")
+    shift 2
+  fi
+  rc=0
+  python3 -c 'import os, pty, signal, sys
+args, text = sys.argv[1:], None
+if args[0] == "--interrupt-on":
+    text, args = args[1].encode(), args[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.execv(args[0], args)
+out, sent = b"", False
+while True:
+    try:
+        data = os.read(fd, 65536)
+    except OSError:
+        break
+    if not data:
+        break
+    out += data
+    if text is not None and not sent and text in out:
+        os.kill(pid, signal.SIGINT)
+        sent = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out.replace(b"\r", b"\n"))
+sys.exit(os.waitstatus_to_exitcode(status))' "${interrupt[@]}" "$cli_bin" "$@" >"$work/out" 2>&1 ||
+    rc=$?
+}
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -99,6 +135,10 @@ grep -q "listening on 127.0.0.1:$port" "$work/server.log" || fail "no 'listening
 await_log() {  # up to 10 s for the log $1 to hold $2
   for _ in $(seq 100); do grep -qF -- "$2" "$1" && return 0; sleep 0.1; done
   fail "$1 lacks '$2'"
+}
+await_log_re() {  # the same for a line matching the regular expression $2
+  for _ in $(seq 100); do grep -q -- "$2" "$1" && return 0; sleep 0.1; done
+  fail "$1 has no line matching '$2'"
 }
 # SIGHUP reads the TLS files again; without TLS it says so and the server goes on.
 kill -HUP "$server_pid"
@@ -136,6 +176,18 @@ kill -INT "$cli_pid"
 reap cli_pid
 [[ $rc -eq 1 ]] || fail "smoke after Ctrl-C exited $rc, expected 1"
 grep_out 'interrupted (Ctrl-C)'
+expect 0 layers
+grep_out 'no layers loaded'
+# An upload over 4 MiB shows its progress on a terminal, and Ctrl-C stops it there: the call is
+# cancelled, the server keeps nothing of it, and the schemes after it do not run.
+on_terminal --interrupt-on "upload smoke-dynamic_symmetric-" smoke --n 8192 --k 8192 \
+  --batches 1 --max-m 1 --schemes dynamic_symmetric,static_symmetric
+[[ $rc -eq 1 ]] || fail "smoke interrupted during its upload exited $rc, expected 1"
+grep_out '^upload smoke-dynamic_symmetric-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
+grep_out '  dynamic_symmetric: interrupted (Ctrl-C) while uploading smoke-dynamic_symmetric-[0-9a-f-]*; nothing was loaded$'
+grep_out '  static_symmetric: not run: interrupted (Ctrl-C)$'
+await_log_re "$work/server.log" \
+  "upload of layer 'smoke-dynamic_symmetric-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
 expect 0 layers
 grep_out 'no layers loaded'
 
@@ -478,6 +530,17 @@ grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* u
 grep_out '^  batch       [0-9.]* requests, [0-9.]* rows per GEMM'
 grep_out '^  kernels     cpu\.'
 grep_err '^bench: .* req/s  0 errors$'  # the progress line, plain lines when not a terminal
+# The random layer's upload, over 4 MiB, shows its progress on a terminal, and Ctrl-C stops it:
+# the call is cancelled and the server keeps nothing of it.
+on_terminal --interrupt-on "upload bench-" bench --n 8192 --k 8192 --m 1 --requests 5 --warmup 0
+[[ $rc -eq 1 ]] || fail "bench interrupted during its upload exited $rc, expected 1"
+grep_out '^upload bench-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
+grep_out "^qlinear-cli: CANCELLED: interrupted (Ctrl-C) while uploading layer 'bench-[0-9a-f-]*'; nothing was loaded"
+await_log_re "$work/server.log" \
+  "upload of layer 'bench-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
+expect 0 layers
+grep_out '^cli-test/random '
+grep -q '^bench-' "$work/out" && fail "the interrupted upload left its layer loaded"
 expect 0 bench --echo --n 256 --k 256 --duration 1
 grep_out '^bench: echo (512 B/row up, 512 B/row down, as for N=256 K=256), M=1'
 grep_out '^  throughput  [0-9.]* requests/s'

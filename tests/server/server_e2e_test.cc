@@ -574,6 +574,42 @@ TEST_F(ServerTest, CancelledUploadLeavesNothing) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
+// An upload whose progress callback answers false is cancelled there: no chunk after it is sent,
+// load_layer returns CANCELLED saying how far it got, and the server keeps nothing, also when it
+// stops after the last chunk (the call is cancelled before the upload's end). A callback that
+// goes on uploads the whole.
+TEST_F(ServerTest, AnUploadItsProgressCallbackStopsLeavesNothing) {
+  // 1 MiB: four chunks of 256 KiB.
+  TestLayer t = make_test_layer("stopped", 256, 4096, Scheme::kDynamicSymmetric, false, 7);
+  for (const int stop_at : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("false after chunk ", stop_at));
+    int calls = 0;
+    auto r = client_->load_layer(t.header, t.weights, [&](int64_t sent, int64_t total) {
+      ++calls;
+      EXPECT_EQ(sent, calls * (int64_t{256} << 10));
+      EXPECT_EQ(total, int64_t{1} << 20);
+      return calls < stop_at;
+    });
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+    EXPECT_EQ(r.status().message(),
+              absl::StrCat("the upload of layer 'stopped' was stopped after ",
+                           stop_at * (256 << 10), " of 1048576 bytes; nothing was loaded"));
+    EXPECT_EQ(calls, stop_at);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(client_->describe_layer("stopped").status().code(), absl::StatusCode::kNotFound);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  int calls = 0;
+  auto r = client_->load_layer(t.header, t.weights, [&](int64_t, int64_t) {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(r->layer().weight_sha256(), t.header.weight_sha256());
+}
+
 // A client that stops sending in the middle of an upload is cancelled once the server has heard
 // nothing from it for --upload-idle-timeout-ms: its buffer and thread are freed, nothing is kept,
 // and the name is free. Empty chunks are not progress: an upload that sends only those after its
