@@ -895,11 +895,6 @@ int cmd_bench(const CommandArgs& args) {
   auto scheme = parse_scheme(scheme_arg);
   if (!scheme.ok()) return usage_error(scheme.status().message());
   if (m < 0 || m_min < 0 || m_max < 0) return usage_error("--m, --m-min and --m-max must be >= 1");
-  // A request's x is M x K values in one message of at most 64 MiB (the client's limit).
-  constexpr int64_t kMaxM = int64_t{1} << 24;
-  if (m > kMaxM || m_max > kMaxM) {
-    return usage_error(absl::StrCat("--m and --m-max must be at most ", kMaxM));
-  }
   if (m > 0 && (m_min > 0 || m_max > 0)) return usage_error("give --m or --m-min/--m-max");
   if (m > 0) {
     c.m_min = c.m_max = m;
@@ -907,6 +902,12 @@ int cmd_bench(const CommandArgs& args) {
     c.m_min = m_min > 0 ? m_min : 1;
     c.m_max = m_max > 0 ? m_max : c.m_min;
     if (c.m_min > c.m_max) return usage_error("--m-min is above --m-max");
+  }
+  // A request's x is M x K values in one message of at most 64 MiB (the client's limit). Checked
+  // on the M resolved: --m-min alone is the largest M too, and M x K must not overflow.
+  constexpr int64_t kMaxM = int64_t{1} << 24;
+  if (c.m_max > kMaxM) {
+    return usage_error(absl::StrCat("--m, --m-min and --m-max must be at most ", kMaxM));
   }
   auto xt = parse_dtype(dtype_arg);
   if (!xt.ok()) return usage_error(xt.status().message());

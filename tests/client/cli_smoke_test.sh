@@ -563,7 +563,10 @@ expect 2 bench --n 256 --k 256 --deadline-ms 10
 expect 2 bench --n 256 --k 256 --duration nan
 grep_err '--duration and --warmup in 0..604800 s'
 expect 2 bench --n 256 --k 256 --m 99999999
-grep_err '--m and --m-max must be at most 16777216'
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --m, --m-min and --m-max must be at most 16777216$'
+# --m-min alone is the largest M too: the same limit, before M x K can overflow.
+expect 2 bench --n 256 --k 4 --m-min 4611686018427387904
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --m, --m-min and --m-max must be at most 16777216$'
 expect 2 bench --n 256 --k 256 --max-queue-delay-us -5
 # A request larger than a message may be (here over protobuf's 2 GiB) is refused up front,
 # before any input is made.
