@@ -273,6 +273,8 @@ save("s.npy", "<f4", (n, 1), struct.pack(f"<{n}f", *(rng.uniform(5e-4, 2e-3) for
 save("b.npy", "<f2", (n,), struct.pack(f"<{n}e", *(rng.uniform(-1, 1) for _ in range(n))))
 save("x.npy", "<f4", (m, k), struct.pack(f"<{m * k}f", *(rng.uniform(-1, 1) for _ in range(m * k))))
 save("x8.npy", "|i1", (m, k), bytes(m * k))
+x = open(f"{work}/x.npy", "rb").read()[-4 * m * k:]
+open(f"{work}/x16.raw", "wb").write(struct.pack(f"<{m * k}e", *struct.unpack(f"<{m * k}f", x)))
 save("b0.npy", "<f4", (0,), b"")
 open(f"{work}/w.raw", "wb").write(bytes(rng.randrange(256) for _ in range(n * k)))
 EOF
@@ -292,6 +294,16 @@ grep_out 'no bias'
 expect 1 load --name cli-test/raw2 --weights "$work/w.raw" --n 41 --k 72 \
   --weight-scale "$work/s.npy"
 grep_err 'raw int8 weights \[41, 72\] need 2952'
+# Raw activations have no dtype of their own: --dtype must say it (fp16 read as bf16 would give
+# wrong values, without an error), and with it they answer as the same values from a .npy file.
+expect 2 infer --layer cli-test/files --input "$work/x16.raw"
+grep_err "^qlinear-cli: INVALID_ARGUMENT: --input $work/x16.raw is not a .npy file: raw activations need --dtype (bf16, fp16 or fp32)$"
+expect 0 infer --layer cli-test/files --input "$work/x16.raw" --dtype fp16 --output-dtype fp32 \
+  --output "$work/y16raw.npy"
+grep_out "^input  *$work/x16.raw (raw fp16)$"
+expect 0 infer --layer cli-test/files --input "$work/x.npy" --dtype fp16 --output-dtype fp32 \
+  --output "$work/y16npy.npy"
+cmp -s "$work/y16raw.npy" "$work/y16npy.npy" || fail "raw fp16 input answers otherwise than the same values from .npy"
 expect 1 infer --layer cli-test/files --input "$work/x8.npy"
 grep_err "activations must be float32 (<f4) or float16 (<f2), got |i1"
 expect 1 infer --layer cli-test/missing
