@@ -651,6 +651,11 @@ start=$(date +%s%N)
 expect 1 health --server "127.0.0.1:$closed"
 grep_err '^qlinear-cli: UNAVAILABLE: '
 (( ($(date +%s%N) - start) / 1000000 < 3000 )) || fail "health took over 3 s on a refused port"
+# bench says why too (gRPC's reason, as the other commands), as soon.
+start=$(date +%s%N)
+expect 1 bench --server "127.0.0.1:$closed" --n 256 --k 256 --duration 1
+grep_err '^qlinear-cli: UNAVAILABLE: failed to connect to all addresses; .*Connection refused'
+(( ($(date +%s%N) - start) / 1000000 < 3000 )) || fail "bench took over 3 s on a refused port"
 # Through a link 150 ms away each way, health waits for the connection.
 python3 -c 'import asyncio, sys
 async def pipe(r, w):
@@ -728,6 +733,8 @@ QLINEAR_TLS_CA=$tls/ca.pem QLINEAR_TLS_CERT=$tls/client.pem QLINEAR_TLS_KEY=$tls
 grep_out '^demo '
 # Refused at the handshake, each with a hint of why.
 expect 1 --server "localhost:$port3" layers
+grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
+expect 1 --server "localhost:$port3" bench --layer demo --requests 5
 grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
 expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" layers
 grep_err '(if the server asks for client certificates, give --tls-cert and --tls-key)$'
