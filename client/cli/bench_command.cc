@@ -1,10 +1,11 @@
 // bench: a closed-loop load generator. C workers (bidi InferStreams, or unary callers) each keep
 // one request in flight on their own channel (or one channel for all), for a duration or a
 // request count after a warm-up; inputs are generated before the clock starts. Prints
-// throughput, client latency percentiles from per-request samples, errors by status code, the
-// server's own timing breakdown and batch sizes from the response metadata, and the kernels that
-// ran. --echo runs the same loop on the Echo RPC (same bytes each way, no compute): the
-// transport floor. --compare-echo runs both and prints the difference.
+// throughput, client latency percentiles of the successful requests (the failed ones counted
+// apart, with the slowest), errors by status code, the server's own timing breakdown and batch
+// sizes from the response metadata, and the kernels that ran. --echo runs the same loop on the Echo
+// RPC (same bytes each way, no compute): the transport floor. --compare-echo runs both and prints
+// the difference.
 #include <google/protobuf/io/coded_stream.h>
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
@@ -130,7 +131,8 @@ struct ErrorTally {
 // What one worker measured (requests issued after the warm-up only).
 struct WorkerResult {
   int64_t ok = 0, rows = 0;
-  std::vector<int64_t> latency_ns;
+  std::vector<int64_t> latency_ns;   // successful requests'
+  int64_t failed_max_ns = 0;         // the slowest failed request's latency
   std::map<int, ErrorTally> errors;  // by google.rpc code, or kBadResponse
   std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
@@ -270,12 +272,15 @@ class Worker {
     if (d.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + d);
   }
 
-  void error(bool measured, int code, const std::string& message, Clock::time_point t1) {
+  void error(bool measured, int code, const std::string& message, Clock::time_point t0,
+             Clock::time_point t1) {
     sh_->done.fetch_add(1, std::memory_order_relaxed);
     sh_->errors.fetch_add(1, std::memory_order_relaxed);
     if (!measured) return;
     ErrorTally& e = r_->errors[code];
     if (e.count++ == 0) e.first_message = message;
+    r_->failed_max_ns = std::max<int64_t>(
+        r_->failed_max_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     r_->last_done = std::max(r_->last_done, t1);
   }
 
@@ -292,7 +297,7 @@ class Worker {
   void infer_done(bool measured, const v1::InferRequest& req, const v1::InferResponse& resp,
                   Clock::time_point t0, Clock::time_point t1) {
     if (resp.status_code() != 0) {
-      error(measured, resp.status_code(), resp.status_message(), t1);
+      error(measured, resp.status_code(), resp.status_message(), t0, t1);
       return;
     }
     const size_t want = static_cast<size_t>(req.m() * c_.n) * dtype_size(core_dtype(c_.y_dtype));
@@ -300,7 +305,7 @@ class Worker {
       error(measured, kBadResponse,
             absl::StrCat("y [", resp.m(), ", ", resp.n(), "] with ", resp.y().size(),
                          " bytes for a request of M=", req.m(), " (expected ", want, " bytes)"),
-            t1);
+            t0, t1);
       return;
     }
     success(measured, req.m(), t0, t1);
@@ -351,7 +356,7 @@ class Worker {
       // The stream broke (or was cut off): count the request in flight, then open a new stream
       // (after a pause when this one never worked, so that a dead server is not hammered).
       const auto [code, why] = failure(rw->Finish());
-      error(measured, code, why, t1);
+      error(measured, code, why, t0, t1);
       if (sh_->stop.load(std::memory_order_relaxed)) {
         set_live(nullptr);
         return;  // stopped (perhaps by cancelling this stream): no new stream
@@ -397,7 +402,7 @@ class Worker {
       if (!s.ok()) {
         const auto [code, why] = failure(s);
         set_live(nullptr);
-        error(measured, code, why, t1);
+        error(measured, code, why, t0, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -426,7 +431,7 @@ class Worker {
       if (!s.ok()) {
         const auto [code, why] = failure(s);
         set_live(nullptr);
-        error(measured, code, why, t1);
+        error(measured, code, why, t0, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -437,7 +442,7 @@ class Worker {
         error(measured, kBadResponse,
               absl::StrCat("echo returned ", resp.payload().size(), " bytes, asked for ",
                            req.response_bytes()),
-              t1);
+              t0, t1);
         continue;
       }
       success(measured, m, t0, t1);
@@ -485,7 +490,8 @@ struct PassResult {
   double measured_s = 0, cpu_s = 0, wall_s = 0;
   int64_t variants = 1;
   bool interrupted = false;
-  std::vector<int64_t> latency_ns;
+  std::vector<int64_t> latency_ns;  // successful requests'
+  int64_t failed_max_ns = 0;
   std::map<int, ErrorTally> errors;
   std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
@@ -633,6 +639,7 @@ absl::StatusOr<PassResult> run_pass(const Config& c, const Inputs& inputs, Rpc r
     pr.ok += r.ok;
     pr.rows += r.rows;
     pr.latency_ns.insert(pr.latency_ns.end(), r.latency_ns.begin(), r.latency_ns.end());
+    pr.failed_max_ns = std::max(pr.failed_max_ns, r.failed_max_ns);
     for (auto& [code, e] : r.errors) {
       ErrorTally& t = pr.errors[code];
       if (t.count == 0) t.first_message = e.first_message;
@@ -703,6 +710,9 @@ void print_pass(const Config& c, const PassResult& r) {
   const double s = std::max(r.measured_s, 1e-9);
   row("throughput", absl::StrFormat("%.1f requests/s, %.1f rows/s", static_cast<double>(r.ok) / s,
                                     static_cast<double>(r.rows) / s));
+  // The percentiles are the successful requests' (a failure's time says little of the server's
+  // speed: a refusal is quick, a deadline long); the failed ones are counted apart, with the
+  // slowest.
   if (r.latency_ns.empty()) {
     row("latency", "- (no successful request)");
   } else {
@@ -711,7 +721,11 @@ void print_pass(const Config& c, const PassResult& r) {
                      ms(percentile_sorted(r.latency_ns, 0.9)), "   p99 ",
                      ms(percentile_sorted(r.latency_ns, 0.99)), "   max ", ms(r.latency_ns.back()),
                      "   mean ", ms(static_cast<int64_t>(mean(r.latency_ns))), "   (client, ",
-                     r.latency_ns.size(), " samples)"));
+                     r.latency_ns.size(), " successful requests)"));
+  }
+  if (r.failed > 0) {
+    row("", absl::StrCat(r.failed, r.failed == 1 ? " failed request" : " failed requests",
+                         " not in the percentiles: max ", ms(r.failed_max_ns)));
   }
   if (r.errors.empty()) {
     row("errors", "none");
@@ -848,8 +862,9 @@ int cmd_bench(const CommandArgs& args) {
       "--m-min..--m-max per request; inputs are generated before the clock starts (a few\n"
       "distinct ones per M). Requests sent during --warmup are not measured. A progress line\n"
       "goes to stderr once a second. The report gives throughput, client latency percentiles\n"
-      "(every request timed), errors by status code, the server's queue/quantize/gemm/total\n"
-      "times and batch sizes averaged over the responses, and the kernels that ran.\n"
+      "of the successful requests (the failed ones counted apart, with the slowest), errors by\n"
+      "status code, the server's queue/quantize/gemm/total times and batch sizes averaged over\n"
+      "the responses, and the kernels that ran.\n"
       "--echo runs the same loop on the Echo RPC (server flag --enable-echo; always unary):\n"
       "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
       "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"

@@ -536,8 +536,9 @@ cat "$work/out"
 grep_out '^bench: infer on layer .bench-[0-9]*. (N=256 K=256, random, dynamic_symmetric'
 grep_out '4 InferStreams on their own channels, 2 s after 1 s warm-up'
 grep_out '^  throughput  [0-9.]* requests/s, [0-9.]* rows/s$'
-grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max '
+grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max .*   (client, [0-9]* successful requests)$'
 grep_out '^  errors      none$'
+grep -q 'failed request' "$work/out" && fail "bench reports failed requests where none failed"
 grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* us   copies [0-9.]* us   total '
 grep_out '^  batch       [0-9.]* requests, [0-9.]* rows per GEMM'
 grep_out '^  kernels     cpu\.'
@@ -823,6 +824,12 @@ kill -CONT "$server_pid"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [[ $rc -eq 1 ]] || fail "bench against a stopped server exited $rc, expected 1"
 grep_err "^qlinear-cli: DEADLINE_EXCEEDED: every InferStream request failed; first: no answer within the call's deadline of 2s (--timeout-s)$"
+# The percentiles are the successful requests'; the failed one is counted apart, with its time.
+grep_out '^  latency     - (no successful request)$'
+failed_ms=$(sed -n 's/^ *1 failed request not in the percentiles: max \([0-9]*\)\.[0-9]* ms$/\1/p' \
+  "$work/out")
+[[ -n $failed_ms ]] && (( failed_ms >= 2000 )) ||
+  fail "bench does not report its failed request's latency (at least the 2 s it waited)"
 (( ms < 30000 )) || fail "bench against a stopped server took $ms ms, with --timeout-s 2"
 expect 0 unload cli-test/stalled
 
