@@ -27,12 +27,14 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Weights from --weights: an int8 .npy [N, K], or raw int8 bytes whose shape --n/--k give.
+// Weights from --weights: an int8 .npy [N, K], or raw int8 bytes whose shape --n/--k give. The
+// file is read once and its data copied once, into `w` (a .npy file is viewed, not parsed into a
+// copy of its own): weights of many GiB are held twice at most, while they are copied.
 absl::Status read_weights(const std::string& path, int64_t* n, int64_t* k, std::vector<int8_t>* w) {
   auto bytes = read_file(path);
   if (!bytes.ok()) return bytes.status();
   if (is_npy(*bytes)) {
-    auto a = parse_npy(*bytes);
+    auto a = view_npy(*bytes);
     if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", a.status().message()));
     if (a->dtype != NpyDType::kI1 || a->shape.size() != 2) {
       return absl::InvalidArgumentError(

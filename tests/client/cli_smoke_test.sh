@@ -282,6 +282,26 @@ expect 0 load --name cli-test/files --weights "$work/w.npy" --weight-scale "$wor
   --bias "$work/b.npy"
 grep_out 'N=40 K=72'
 grep_out 'with bias'
+# .npy weights are read once and copied once: 256 MiB of them (a sparse file) fit in 720 MB of
+# address space, where a third copy would not. (A refused port: only the reading matters here.)
+python3 - "$work" <<'EOF'
+import struct, sys
+work = sys.argv[1]
+def save(name, descr, shape, nbytes, data=b""):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    header = header.ljust((10 + len(header) + 1 + 63) // 64 * 64 - 10 - 1) + "\n"
+    with open(f"{work}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+        f.truncate(f.tell() + nbytes - len(data))
+save("w256m.npy", "|i1", "(16384, 16384)", 1 << 28)
+save("scale1.npy", "<f4", "(1,)", 4, struct.pack("<f", 1e-3))
+EOF
+rc=0
+(ulimit -v 720000 && exec "$cli_bin" --server "127.0.0.1:$(free_port)" load --name cli-test/big \
+  --weights "$work/w256m.npy" --weight-scale "$work/scale1.npy") >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "load of 256 MiB of .npy weights in 720 MB exited $rc, expected 1"
+grep_err '^qlinear-cli: UNAVAILABLE: '  # not out of memory
+rm "$work/w256m.npy"
 expect 1 load --name cli-test/no-bias --weights "$work/w.npy" --weight-scale "$work/s.npy" \
   --bias "$work/b0.npy"
 grep_err "^qlinear-cli: INVALID_ARGUMENT: $work/b0.npy: bias has 0 values, expected n=40$"
