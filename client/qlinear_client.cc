@@ -38,9 +38,16 @@ namespace {
 constexpr absl::string_view kFewerRows =
     "send fewer rows per request, or raise --max-message-mb (on the server too)";
 
-// Sets the call's deadline `timeout` from now (0: none).
+// Sets the call's deadline `timeout` from now (0: none). A timeout past the latest time the
+// clock holds (centuries away) is none too: now + timeout would wrap around into the past, and
+// every call would fail at once with DEADLINE_EXCEEDED.
 void set_timeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  if (timeout.count() <= 0) return;
+  const auto now = std::chrono::system_clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::time_point::max() - now);
+  if (timeout >= room) return;
+  ctx->set_deadline(now + timeout);
 }
 
 // A failed call's status; one past its deadline says which deadline that was.

@@ -41,9 +41,10 @@ struct ClientOptions {
   // The largest message sent or taken, in MiB. Every message is checked before it is sent: one
   // larger fails its call with RESOURCE_EXHAUSTED (and protobuf's own 2 GiB bound holds too).
   int max_message_mb = 64;
-  // Deadline of every unary call, Infer included (0 = none).
+  // Deadline of every unary call, Infer included (0 = none). A timeout longer than the clock can
+  // count from now (centuries) is none as well, never a deadline wrapped into the past.
   std::chrono::milliseconds call_timeout{0};
-  // Deadline of a whole LoadLayer upload (0 = none).
+  // Deadline of a whole LoadLayer upload (0 = none; centuries are none, as for call_timeout).
   std::chrono::milliseconds upload_timeout{0};
   // Size of each weight_chunk in an upload: by default 1 MiB less its message's framing, so that
   // a chunk fits a server whose --max-message-mb is 1.
@@ -132,11 +133,11 @@ class Client {
                   std::function<bool(int64_t, int64_t)>(std::forward<KeepGoing>(keep_going)));
   }
 
-  // `timeout` 0: the options' call_timeout. A request larger than the message limit is
-  // RESOURCE_EXHAUSTED, unsent.
+  // `timeout` 0: the options' call_timeout (centuries: none). A request larger than the message
+  // limit is RESOURCE_EXHAUSTED, unsent.
   absl::StatusOr<v1::InferResponse> infer(const v1::InferRequest& request,
                                           std::chrono::milliseconds timeout = {});
-  // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0: none).
+  // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0 or centuries: none).
   std::unique_ptr<InferStream> open_stream(std::chrono::milliseconds timeout = {});
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }

@@ -896,7 +896,7 @@ int cmd_bench(const CommandArgs& args) {
   p.add("duration", &duration, "Measured seconds (0: 10, unless --requests)");
   p.add("requests", &requests, "Measured requests in all, instead of --duration");
   p.add("warmup", &warmup, "Seconds of unmeasured requests first");
-  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call (0: --timeout-s)");
+  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call, 0-86400000 (0: --timeout-s)");
   p.add("inputs", &inputs, "Distinct inputs per M");
   p.add("seed", &seed, "Seed of the layer, the inputs and the M sequence");
   p.add("echo", &echo, "Only the echo pass (transport floor)");
@@ -944,9 +944,14 @@ int cmd_bench(const CommandArgs& args) {
   // (!(x >= 0 && x <= limit) also refuses NaN, which the number parser accepts.)
   constexpr double kMaxSeconds = 7 * 24 * 3600.0;
   if (requests < 0 || !(duration >= 0 && duration <= kMaxSeconds) ||
-      !(warmup >= 0 && warmup <= kMaxSeconds) || deadline_ms < 0) {
-    return usage_error(
-        "--requests and --deadline-ms must be >= 0, --duration and --warmup in 0..604800 s");
+      !(warmup >= 0 && warmup <= kMaxSeconds)) {
+    return usage_error("--requests must be >= 0, --duration and --warmup in 0..604800 s");
+  }
+  // A day at most, as --timeout-s: a deadline centuries away would wrap the clock into the past.
+  constexpr int64_t kMaxDeadlineMs = 86'400'000;
+  if (deadline_ms < 0 || deadline_ms > kMaxDeadlineMs) {
+    return usage_error(absl::StrCat("--deadline-ms must be in 0..", kMaxDeadlineMs,
+                                    " (a day; 0: --timeout-s), got ", deadline_ms));
   }
   if (requests > 0 && duration > 0) return usage_error("give --duration or --requests, not both");
   if (deadline_ms > 0 && !unary && !echo && !compare_echo) {

@@ -593,6 +593,10 @@ expect 2 bench --n 256
 grep_err 'need --layer, or --n >= 1 and 2 <= --k'
 expect 2 bench --n 256 --k 256 --duration 1 --requests 5
 expect 2 bench --n 256 --k 256 --deadline-ms 10
+# now + this deadline wraps around to just before now (every call DEADLINE_EXCEEDED at once):
+# --deadline-ms is at most a day.
+expect 2 bench --n 256 --k 256 --unary --deadline-ms 9223372036854775807
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --deadline-ms must be in 0..86400000 (a day; 0: --timeout-s), got 9223372036854775807$'
 expect 2 bench --n 256 --k 256 --duration nan
 grep_err '--duration and --warmup in 0..604800 s'
 expect 2 bench --n 256 --k 256 --m 99999999

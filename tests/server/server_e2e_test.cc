@@ -1059,6 +1059,41 @@ TEST_F(ServerTest, FarAndPastDeadlines) {
   }
 }
 
+// A client's timeouts longer than the clock can count from now (as callers pass for "none") are
+// no deadline: every kind of call is served. now + timeout would wrap around: for the largest
+// timeout to just before now, every call failing at once with DEADLINE_EXCEEDED.
+TEST_F(ServerTest, ClientTimeoutsPastTheClocksRangeAreNone) {
+  SplitMix64 rng(13);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  const v1::InferRequest req = make_request("demo", x, DType::kBF16, 1, DType::kBF16);
+  // About 250 years (past what a nanosecond time_point holds from now), and the largest.
+  for (const std::chrono::milliseconds timeout :
+       {std::chrono::milliseconds(int64_t{8'000'000'000'000}), std::chrono::milliseconds::max()}) {
+    SCOPED_TRACE(absl::StrCat("timeout ", timeout.count(), " ms"));
+    ClientOptions co;
+    co.call_timeout = timeout;
+    co.upload_timeout = timeout;
+    Client c("127.0.0.1:" + std::to_string(server_->port()), co);
+    auto layers = c.list_layers();
+    EXPECT_TRUE(layers.ok()) << layers.status();
+    auto y = c.infer(req);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto y2 = client_->infer(req, timeout);
+    EXPECT_TRUE(y2.ok()) << y2.status();
+    TestLayer t = make_test_layer("far", 16, 64, Scheme::kDynamicSymmetric, false, 9);
+    t.header.set_replace(true);
+    auto loaded = c.load_layer(t.header, t.weights);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    auto stream = c.open_stream(timeout);
+    EXPECT_TRUE(stream->write(req));
+    v1::InferResponse resp;
+    EXPECT_TRUE(stream->read(&resp));
+    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+    stream->writes_done();
+    EXPECT_TRUE(stream->finish().ok());
+  }
+}
+
 TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   // New calls are refused; a stream opened before shutdown ends at its next message, which is not
   // run, with UNAVAILABLE.
