@@ -858,13 +858,13 @@ int cmd_bench(const CommandArgs& args) {
       "Load benchmark. C workers each keep one request in flight: bidirectional InferStreams\n"
       "(default) or, with --unary, unary Infer callers; each worker has its own channel (its own\n"
       "connection) unless --shared-channel. The layer is --layer, or a random one of --n x --k\n"
-      "uploaded as bench-<pid> and unloaded at the end (unless --keep). M is --m, or uniform in\n"
-      "--m-min..--m-max per request; inputs are generated before the clock starts (a few\n"
-      "distinct ones per M). Requests sent during --warmup are not measured. A progress line\n"
-      "goes to stderr once a second. The report gives throughput, client latency percentiles\n"
-      "of the successful requests (the failed ones counted apart, with the slowest), errors by\n"
-      "status code, the server's queue/quantize/gemm/total times and batch sizes averaged over\n"
-      "the responses, and the kernels that ran.\n"
+      "uploaded as bench-<pid>-<random> and unloaded at the end (unless --keep). M is --m, or\n"
+      "uniform in --m-min..--m-max per request; inputs are generated before the clock starts (a\n"
+      "few distinct ones per M). Requests sent during --warmup are not measured. A progress\n"
+      "line goes to stderr once a second. The report gives throughput, client latency\n"
+      "percentiles of the successful requests (the failed ones counted apart, with the\n"
+      "slowest), errors by status code, the server's queue/quantize/gemm/total times and batch\n"
+      "sizes averaged over the responses, and the kernels that ran.\n"
       "--echo runs the same loop on the Echo RPC (server flag --enable-echo; always unary):\n"
       "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
       "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"
@@ -1001,7 +1001,7 @@ int cmd_bench(const CommandArgs& args) {
   } else {
     c.n = n;
     c.k = k;
-    c.layer = absl::StrCat("bench-", getpid());
+    c.layer = absl::StrCat("bench-", layer_name_suffix());
   }
   // Every request must fit a message (protobuf's serializer aborts on one over 2 GiB): checked
   // before anything is made or uploaded.

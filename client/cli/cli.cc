@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -114,6 +115,11 @@ void UploadProgress::update(int64_t sent, int64_t total) {
 void UploadProgress::end_line() {
   if (open_line_) std::fprintf(stderr, "\n");
   open_line_ = false;
+}
+
+std::string layer_name_suffix() {
+  std::random_device entropy;  // the OS's: nothing another process would draw alike
+  return absl::StrFormat("%d-%08x", static_cast<int>(getpid()), static_cast<uint32_t>(entropy()));
 }
 
 void set_transport(bool tls, bool client_certificate) {

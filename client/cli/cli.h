@@ -104,6 +104,11 @@ class CatchSigint {
 // Whether a SIGINT came while a CatchSigint was alive (async-signal-safe to read).
 bool sigint_received();
 
+// "<pid>-<8 random hex digits>": the end of the name of a layer a command uploads for itself
+// (smoke's, bench's). The pid alone tells the processes of one host apart, not those of hosts or
+// containers (where the CLI is often pid 1) sharing a server. Valid in a layer name.
+std::string layer_name_suffix();
+
 // Uploads larger than this show an UploadProgress line.
 inline constexpr int64_t kProgressThreshold = int64_t{4} << 20;
 

@@ -3,7 +3,6 @@
 // (and every sa / azp) bit for bit with the reference kernel run here on the same LayerSpec and
 // the same x bytes. One deliberately bad message checks that a per-message error leaves the
 // stream open. Exit 1 on any mismatch or error.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -203,6 +202,7 @@ void check_bad_response(const v1::InferRequest& req, const v1::InferResponse& re
 struct SmokeOptions {
   int64_t n, k, batches, max_m;
   uint64_t seed;
+  std::string name_suffix;  // of every layer: layer_name_suffix(), one for the run
   // The whole stream of a scheme's requests (0: none); the checks against the reference run
   // after it.
   std::chrono::milliseconds stream_timeout;
@@ -211,7 +211,7 @@ struct SmokeOptions {
 void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t index,
                 SchemeResult* res) {
   res->scheme = scheme_cli_name(scheme);
-  res->layer = absl::StrCat("smoke-", res->scheme, "-", getpid());
+  res->layer = absl::StrCat("smoke-", res->scheme, "-", o.name_suffix);
   res->n = o.n;
   res->k = o.k;
   SplitMix64 rng(o.seed + 0x1000 * index);
@@ -400,9 +400,9 @@ int cmd_smoke(const CommandArgs& args) {
   ArgParser p(
       "qlinear-cli smoke [--n N --k K] [--schemes all|LIST] [--batches B] [--max-m M]",
       "End-to-end check of a server. For each scheme: uploads a random layer with a bias\n"
-      "(static schemes: input scale 0.02, zero point 3) named smoke-<scheme>-<pid>, streams\n"
-      "--batches requests with random M in 1..--max-m and a mix of x and output dtypes on one\n"
-      "InferStream, and compares every output element, sa and azp bit for bit with the\n"
+      "(static schemes: input scale 0.02, zero point 3) named smoke-<scheme>-<pid>-<random>,\n"
+      "streams --batches requests with random M in 1..--max-m and a mix of x and output dtypes\n"
+      "on one InferStream, and compares every output element, sa and azp bit for bit with the\n"
       "reference kernel run locally on the same layer and input. One bad message (x one value\n"
       "short) must get its own INVALID_ARGUMENT while the stream goes on. Prints a table per\n"
       "scheme and `smoke: PASS` or `smoke: FAIL`; exits 1 on any mismatch or error. The\n"
@@ -452,7 +452,8 @@ int cmd_smoke(const CommandArgs& args) {
   auto client = make_client(args);
   // A scheme's stream holds its requests only (the reference checks come after it): the call
   // deadline, --timeout-s or its default, bounds it.
-  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), args.timeout};
+  const std::string suffix = layer_name_suffix();
+  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), suffix, args.timeout};
   std::vector<SchemeResult> results(schemes.size());
   // Every layer that loaded is unloaded however the command ends: here before the report (which
   // tells a failed unload), or on the way out of an exception (out of memory).
