@@ -38,9 +38,16 @@ namespace {
 constexpr absl::string_view kFewerRows =
     "send fewer rows per request, or raise --max-message-mb (on the server too)";
 
-// Sets the call's deadline `timeout` from now (0: none).
+// Sets the call's deadline `timeout` from now (0: none). A timeout past the latest time the
+// clock holds (centuries away) is none too: now + timeout would wrap around into the past, and
+// every call would fail at once with DEADLINE_EXCEEDED.
 void set_timeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  if (timeout.count() <= 0) return;
+  const auto now = std::chrono::system_clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::time_point::max() - now);
+  if (timeout >= room) return;
+  ctx->set_deadline(now + timeout);
 }
 
 // A failed call's status; one past its deadline says which deadline that was.
@@ -179,6 +186,16 @@ absl::Status Client::unload_layer(const std::string& name) {
 absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
     v1::LayerHeader header, absl::Span<const int8_t> weights,
     const std::function<void(int64_t, int64_t)>& progress) {
+  if (!progress) return upload(std::move(header), weights, nullptr);
+  return upload(std::move(header), weights, [&progress](int64_t sent, int64_t total) {
+    progress(sent, total);
+    return true;
+  });
+}
+
+absl::StatusOr<v1::LoadLayerResponse> Client::upload(
+    v1::LayerHeader header, absl::Span<const int8_t> weights,
+    const std::function<bool(int64_t, int64_t)>& keep_going) {
   if (header.weight_sha256().empty()) {
     header.set_weight_sha256(sha256_hex(weights.data(), weights.size()));
   }
@@ -199,6 +216,7 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
         1 + google::protobuf::io::CodedOutputStream::VarintSize64(len) + len,
         max_send_bytes(options_.max_message_mb), "upload in smaller chunks (--chunk-mb)"));
   }
+  const std::string name = msg.header().name();
   grpc::ClientContext ctx;
   set_timeout(&ctx, options_.upload_timeout);
   v1::LoadLayerResponse resp;
@@ -209,7 +227,15 @@ absl::StatusOr<v1::LoadLayerResponse> Client::load_layer(
     msg.set_weight_chunk(reinterpret_cast<const char*>(weights.data()) + off,
                          static_cast<size_t>(len));
     ok = writer->Write(msg);
-    if (ok && progress) progress(off + len, total);
+    if (ok && keep_going && !keep_going(off + len, total)) {
+      // Cancelled before WritesDone: the server sees an upload that never ended and drops it,
+      // even when every byte was sent.
+      ctx.TryCancel();
+      writer->Finish();
+      return absl::CancelledError(absl::StrCat("the upload of layer '", name,
+                                               "' was stopped after ", off + len, " of ", total,
+                                               " bytes; nothing was loaded"));
+    }
   }
   writer->WritesDone();
   grpc::Status s = writer->Finish();

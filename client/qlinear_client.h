@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -39,9 +41,10 @@ struct ClientOptions {
   // The largest message sent or taken, in MiB. Every message is checked before it is sent: one
   // larger fails its call with RESOURCE_EXHAUSTED (and protobuf's own 2 GiB bound holds too).
   int max_message_mb = 64;
-  // Deadline of every unary call, Infer included (0 = none).
+  // Deadline of every unary call, Infer included (0 = none). A timeout longer than the clock can
+  // count from now (centuries) is none as well, never a deadline wrapped into the past.
   std::chrono::milliseconds call_timeout{0};
-  // Deadline of a whole LoadLayer upload (0 = none).
+  // Deadline of a whole LoadLayer upload (0 = none; centuries are none, as for call_timeout).
   std::chrono::milliseconds upload_timeout{0};
   // Size of each weight_chunk in an upload: by default 1 MiB less its message's framing, so that
   // a chunk fits a server whose --max-message-mb is 1.
@@ -115,12 +118,26 @@ class Client {
   absl::StatusOr<v1::LoadLayerResponse> load_layer(
       v1::LayerHeader header, absl::Span<const int8_t> weights,
       const std::function<void(int64_t, int64_t)>& progress = nullptr);
+  // The same with a progress callback that can stop the upload: `keep_going(sent, total)` is
+  // called after each chunk, and when it returns false the call is cancelled before the upload's
+  // end (the server keeps nothing of it) and load_layer returns CANCELLED. Taken for any callable
+  // that returns bool, so that such a lambda does not go to the overload above, which would drop
+  // its answer.
+  template <typename KeepGoing,
+            std::enable_if_t<
+                std::is_same_v<std::invoke_result_t<KeepGoing&, int64_t, int64_t>, bool>, int> = 0>
+  absl::StatusOr<v1::LoadLayerResponse> load_layer(v1::LayerHeader header,
+                                                   absl::Span<const int8_t> weights,
+                                                   KeepGoing&& keep_going) {
+    return upload(std::move(header), weights,
+                  std::function<bool(int64_t, int64_t)>(std::forward<KeepGoing>(keep_going)));
+  }
 
-  // `timeout` 0: the options' call_timeout. A request larger than the message limit is
-  // RESOURCE_EXHAUSTED, unsent.
+  // `timeout` 0: the options' call_timeout (centuries: none). A request larger than the message
+  // limit is RESOURCE_EXHAUSTED, unsent.
   absl::StatusOr<v1::InferResponse> infer(const v1::InferRequest& request,
                                           std::chrono::milliseconds timeout = {});
-  // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0: none).
+  // A stream that ends with DEADLINE_EXCEEDED after `timeout` (0 or centuries: none).
   std::unique_ptr<InferStream> open_stream(std::chrono::milliseconds timeout = {});
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
@@ -128,6 +145,10 @@ class Client {
 
  private:
   void prepare(grpc::ClientContext* ctx) const;
+  // Both load_layer()s: `keep_going` may be null.
+  absl::StatusOr<v1::LoadLayerResponse> upload(
+      v1::LayerHeader header, absl::Span<const int8_t> weights,
+      const std::function<bool(int64_t, int64_t)>& keep_going);
   // check_message_size() against this client's limit.
   absl::Status check_size(const google::protobuf::Message& msg, absl::string_view what,
                           absl::string_view remedy) const;

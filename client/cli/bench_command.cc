@@ -1,10 +1,11 @@
 // bench: a closed-loop load generator. C workers (bidi InferStreams, or unary callers) each keep
 // one request in flight on their own channel (or one channel for all), for a duration or a
 // request count after a warm-up; inputs are generated before the clock starts. Prints
-// throughput, client latency percentiles from per-request samples, errors by status code, the
-// server's own timing breakdown and batch sizes from the response metadata, and the kernels that
-// ran. --echo runs the same loop on the Echo RPC (same bytes each way, no compute): the
-// transport floor. --compare-echo runs both and prints the difference.
+// throughput, client latency percentiles of the successful requests (the failed ones counted
+// apart, with the slowest), errors by status code, the server's own timing breakdown and batch
+// sizes from the response metadata, and the kernels that ran. --echo runs the same loop on the Echo
+// RPC (same bytes each way, no compute): the transport floor. --compare-echo runs both and prints
+// the difference.
 #include <google/protobuf/io/coded_stream.h>
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
@@ -130,7 +131,8 @@ struct ErrorTally {
 // What one worker measured (requests issued after the warm-up only).
 struct WorkerResult {
   int64_t ok = 0, rows = 0;
-  std::vector<int64_t> latency_ns;
+  std::vector<int64_t> latency_ns;   // successful requests'
+  int64_t failed_max_ns = 0;         // the slowest failed request's latency
   std::map<int, ErrorTally> errors;  // by google.rpc code, or kBadResponse
   std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
@@ -270,12 +272,15 @@ class Worker {
     if (d.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + d);
   }
 
-  void error(bool measured, int code, const std::string& message, Clock::time_point t1) {
+  void error(bool measured, int code, const std::string& message, Clock::time_point t0,
+             Clock::time_point t1) {
     sh_->done.fetch_add(1, std::memory_order_relaxed);
     sh_->errors.fetch_add(1, std::memory_order_relaxed);
     if (!measured) return;
     ErrorTally& e = r_->errors[code];
     if (e.count++ == 0) e.first_message = message;
+    r_->failed_max_ns = std::max<int64_t>(
+        r_->failed_max_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     r_->last_done = std::max(r_->last_done, t1);
   }
 
@@ -292,7 +297,7 @@ class Worker {
   void infer_done(bool measured, const v1::InferRequest& req, const v1::InferResponse& resp,
                   Clock::time_point t0, Clock::time_point t1) {
     if (resp.status_code() != 0) {
-      error(measured, resp.status_code(), resp.status_message(), t1);
+      error(measured, resp.status_code(), resp.status_message(), t0, t1);
       return;
     }
     const size_t want = static_cast<size_t>(req.m() * c_.n) * dtype_size(core_dtype(c_.y_dtype));
@@ -300,7 +305,7 @@ class Worker {
       error(measured, kBadResponse,
             absl::StrCat("y [", resp.m(), ", ", resp.n(), "] with ", resp.y().size(),
                          " bytes for a request of M=", req.m(), " (expected ", want, " bytes)"),
-            t1);
+            t0, t1);
       return;
     }
     success(measured, req.m(), t0, t1);
@@ -351,7 +356,7 @@ class Worker {
       // The stream broke (or was cut off): count the request in flight, then open a new stream
       // (after a pause when this one never worked, so that a dead server is not hammered).
       const auto [code, why] = failure(rw->Finish());
-      error(measured, code, why, t1);
+      error(measured, code, why, t0, t1);
       if (sh_->stop.load(std::memory_order_relaxed)) {
         set_live(nullptr);
         return;  // stopped (perhaps by cancelling this stream): no new stream
@@ -397,7 +402,7 @@ class Worker {
       if (!s.ok()) {
         const auto [code, why] = failure(s);
         set_live(nullptr);
-        error(measured, code, why, t1);
+        error(measured, code, why, t0, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -426,7 +431,7 @@ class Worker {
       if (!s.ok()) {
         const auto [code, why] = failure(s);
         set_live(nullptr);
-        error(measured, code, why, t1);
+        error(measured, code, why, t0, t1);
         if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
@@ -437,7 +442,7 @@ class Worker {
         error(measured, kBadResponse,
               absl::StrCat("echo returned ", resp.payload().size(), " bytes, asked for ",
                            req.response_bytes()),
-              t1);
+              t0, t1);
         continue;
       }
       success(measured, m, t0, t1);
@@ -485,7 +490,8 @@ struct PassResult {
   double measured_s = 0, cpu_s = 0, wall_s = 0;
   int64_t variants = 1;
   bool interrupted = false;
-  std::vector<int64_t> latency_ns;
+  std::vector<int64_t> latency_ns;  // successful requests'
+  int64_t failed_max_ns = 0;
   std::map<int, ErrorTally> errors;
   std::vector<int64_t> queue_us, quantize_us, gemm_us, copy_us, total_us;
   int64_t batch_requests = 0, batch_rows = 0;
@@ -528,13 +534,21 @@ absl::StatusOr<PassResult> run_pass(const Config& c, const Inputs& inputs, Rpc r
   for (int i = 0; i < (c.shared_channel ? 1 : workers); ++i) {
     channels.push_back(bench_channel(c, i));
   }
-  for (auto& ch : channels) {
-    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", c.server));
-    }
-  }
   std::vector<std::unique_ptr<v1::QLinear::Stub>> stubs;
   for (auto& ch : channels) stubs.push_back(v1::QLinear::NewStub(ch));
+  // Connected before the clock starts. A channel that does not connect is asked why with one
+  // short call, whose status (gRPC's reason, which fail() reads for its hints) ends the pass.
+  for (size_t i = 0; i < channels.size(); ++i) {
+    if (channels[i]->WaitForConnected(std::chrono::system_clock::now() +
+                                      std::chrono::seconds(10))) {
+      continue;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::ListLayersResponse resp;
+    const grpc::Status s = stubs[i]->ListLayers(&ctx, v1::ListLayersRequest(), &resp);
+    if (!s.ok()) return from_grpc_status(s);  // else it connected after all
+  }
 
   Shared sh;
   std::vector<WorkerResult> results(static_cast<size_t>(workers));
@@ -625,6 +639,7 @@ absl::StatusOr<PassResult> run_pass(const Config& c, const Inputs& inputs, Rpc r
     pr.ok += r.ok;
     pr.rows += r.rows;
     pr.latency_ns.insert(pr.latency_ns.end(), r.latency_ns.begin(), r.latency_ns.end());
+    pr.failed_max_ns = std::max(pr.failed_max_ns, r.failed_max_ns);
     for (auto& [code, e] : r.errors) {
       ErrorTally& t = pr.errors[code];
       if (t.count == 0) t.first_message = e.first_message;
@@ -695,6 +710,9 @@ void print_pass(const Config& c, const PassResult& r) {
   const double s = std::max(r.measured_s, 1e-9);
   row("throughput", absl::StrFormat("%.1f requests/s, %.1f rows/s", static_cast<double>(r.ok) / s,
                                     static_cast<double>(r.rows) / s));
+  // The percentiles are the successful requests' (a failure's time says little of the server's
+  // speed: a refusal is quick, a deadline long); the failed ones are counted apart, with the
+  // slowest.
   if (r.latency_ns.empty()) {
     row("latency", "- (no successful request)");
   } else {
@@ -703,7 +721,11 @@ void print_pass(const Config& c, const PassResult& r) {
                      ms(percentile_sorted(r.latency_ns, 0.9)), "   p99 ",
                      ms(percentile_sorted(r.latency_ns, 0.99)), "   max ", ms(r.latency_ns.back()),
                      "   mean ", ms(static_cast<int64_t>(mean(r.latency_ns))), "   (client, ",
-                     r.latency_ns.size(), " samples)"));
+                     r.latency_ns.size(), " successful requests)"));
+  }
+  if (r.failed > 0) {
+    row("", absl::StrCat(r.failed, r.failed == 1 ? " failed request" : " failed requests",
+                         " not in the percentiles: max ", ms(r.failed_max_ns)));
   }
   if (r.errors.empty()) {
     row("errors", "none");
@@ -767,7 +789,8 @@ void print_overhead(const PassResult& infer, const PassResult& echo) {
   }
 }
 
-// Uploads a random layer (int8 weights, per-channel scales, a bias) for the bench.
+// Uploads a random layer (int8 weights, per-channel scales, a bias) for the bench, with a
+// progress line where it is large; Ctrl-C stops it (CANCELLED, nothing loaded).
 absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& c,
                                                   v1::Scheme scheme, int64_t max_batch_rows,
                                                   int64_t max_queue_delay_us) {
@@ -794,8 +817,20 @@ absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& 
   if (max_batch_rows >= 0) h.set_max_batch_rows(max_batch_rows);
   if (max_queue_delay_us >= 0) h.set_max_queue_delay_us(max_queue_delay_us);
   const auto start = Clock::now();
-  auto resp = client.load_layer(std::move(h), w);
-  if (!resp.ok()) return resp.status();
+  UploadProgress progress(c.layer);
+  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
+  auto resp = client.load_layer(std::move(h), w, [&](int64_t sent, int64_t total) {
+    if (show) progress.update(sent, total);
+    return !sigint_received();  // Ctrl-C stops the upload (the caller has a CatchSigint)
+  });
+  if (!resp.ok()) {
+    progress.end_line();
+    if (sigint_received()) {
+      return absl::CancelledError(absl::StrCat("interrupted (Ctrl-C) while uploading layer '",
+                                               c.layer, "'; nothing was loaded"));
+    }
+    return resp.status();
+  }
   std::fprintf(stderr, "bench: uploaded random layer '%s' (%s in %.2f s)\n", c.layer.c_str(),
                human_bytes(c.n * c.k).c_str(),
                std::chrono::duration<double>(Clock::now() - start).count());
@@ -823,16 +858,19 @@ int cmd_bench(const CommandArgs& args) {
       "Load benchmark. C workers each keep one request in flight: bidirectional InferStreams\n"
       "(default) or, with --unary, unary Infer callers; each worker has its own channel (its own\n"
       "connection) unless --shared-channel. The layer is --layer, or a random one of --n x --k\n"
-      "uploaded as bench-<pid> and unloaded at the end (unless --keep). M is --m, or uniform in\n"
-      "--m-min..--m-max per request; inputs are generated before the clock starts (a few\n"
-      "distinct ones per M). Requests sent during --warmup are not measured. A progress line\n"
-      "goes to stderr once a second. The report gives throughput, client latency percentiles\n"
-      "(every request timed), errors by status code, the server's queue/quantize/gemm/total\n"
-      "times and batch sizes averaged over the responses, and the kernels that ran.\n"
+      "uploaded as bench-<pid>-<random> and unloaded at the end (unless --keep). M is --m, or\n"
+      "uniform in --m-min..--m-max per request; inputs are generated before the clock starts (a\n"
+      "few distinct ones per M). Requests sent during --warmup are not measured. A progress\n"
+      "line goes to stderr once a second. The report gives throughput, client latency\n"
+      "percentiles of the successful requests (the failed ones counted apart, with the\n"
+      "slowest), errors by status code, the server's queue/quantize/gemm/total times and batch\n"
+      "sizes averaged over the responses, and the kernels that ran.\n"
       "--echo runs the same loop on the Echo RPC (server flag --enable-echo; always unary):\n"
       "M*K*dtype bytes up and M*N*output dtype bytes down, no compute, i.e. the transport\n"
       "floor. --compare-echo runs the infer pass, then the echo pass, and prints the server\n"
-      "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports.\n"
+      "overhead = latency - echo latency at p50 and p99. Ctrl-C stops early and reports (during\n"
+      "the random layer's upload: stops it, nothing loaded; an upload over 4 MiB shows a\n"
+      "progress line on a terminal).\n"
       "--timeout-s (default 60 s) bounds each request: a unary call's deadline unless\n"
       "--deadline-ms, and on a stream the wait for each answer (a later one cancels the stream,\n"
       "counts DEADLINE_EXCEEDED and opens a new stream); requests still in flight 5 s after the\n"
@@ -858,7 +896,7 @@ int cmd_bench(const CommandArgs& args) {
   p.add("duration", &duration, "Measured seconds (0: 10, unless --requests)");
   p.add("requests", &requests, "Measured requests in all, instead of --duration");
   p.add("warmup", &warmup, "Seconds of unmeasured requests first");
-  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call (0: --timeout-s)");
+  p.add("deadline-ms", &deadline_ms, "Deadline of each unary call, 0-86400000 (0: --timeout-s)");
   p.add("inputs", &inputs, "Distinct inputs per M");
   p.add("seed", &seed, "Seed of the layer, the inputs and the M sequence");
   p.add("echo", &echo, "Only the echo pass (transport floor)");
@@ -880,11 +918,6 @@ int cmd_bench(const CommandArgs& args) {
   auto scheme = parse_scheme(scheme_arg);
   if (!scheme.ok()) return usage_error(scheme.status().message());
   if (m < 0 || m_min < 0 || m_max < 0) return usage_error("--m, --m-min and --m-max must be >= 1");
-  // A request's x is M x K values in one message of at most 64 MiB (the client's limit).
-  constexpr int64_t kMaxM = int64_t{1} << 24;
-  if (m > kMaxM || m_max > kMaxM) {
-    return usage_error(absl::StrCat("--m and --m-max must be at most ", kMaxM));
-  }
   if (m > 0 && (m_min > 0 || m_max > 0)) return usage_error("give --m or --m-min/--m-max");
   if (m > 0) {
     c.m_min = c.m_max = m;
@@ -892,6 +925,12 @@ int cmd_bench(const CommandArgs& args) {
     c.m_min = m_min > 0 ? m_min : 1;
     c.m_max = m_max > 0 ? m_max : c.m_min;
     if (c.m_min > c.m_max) return usage_error("--m-min is above --m-max");
+  }
+  // A request's x is M x K values in one message of at most 64 MiB (the client's limit). Checked
+  // on the M resolved: --m-min alone is the largest M too, and M x K must not overflow.
+  constexpr int64_t kMaxM = int64_t{1} << 24;
+  if (c.m_max > kMaxM) {
+    return usage_error(absl::StrCat("--m, --m-min and --m-max must be at most ", kMaxM));
   }
   auto xt = parse_dtype(dtype_arg);
   if (!xt.ok()) return usage_error(xt.status().message());
@@ -905,9 +944,14 @@ int cmd_bench(const CommandArgs& args) {
   // (!(x >= 0 && x <= limit) also refuses NaN, which the number parser accepts.)
   constexpr double kMaxSeconds = 7 * 24 * 3600.0;
   if (requests < 0 || !(duration >= 0 && duration <= kMaxSeconds) ||
-      !(warmup >= 0 && warmup <= kMaxSeconds) || deadline_ms < 0) {
-    return usage_error(
-        "--requests and --deadline-ms must be >= 0, --duration and --warmup in 0..604800 s");
+      !(warmup >= 0 && warmup <= kMaxSeconds)) {
+    return usage_error("--requests must be >= 0, --duration and --warmup in 0..604800 s");
+  }
+  // A day at most, as --timeout-s: a deadline centuries away would wrap the clock into the past.
+  constexpr int64_t kMaxDeadlineMs = 86'400'000;
+  if (deadline_ms < 0 || deadline_ms > kMaxDeadlineMs) {
+    return usage_error(absl::StrCat("--deadline-ms must be in 0..", kMaxDeadlineMs,
+                                    " (a day; 0: --timeout-s), got ", deadline_ms));
   }
   if (requests > 0 && duration > 0) return usage_error("give --duration or --requests, not both");
   if (deadline_ms > 0 && !unary && !echo && !compare_echo) {
@@ -937,9 +981,11 @@ int cmd_bench(const CommandArgs& args) {
 
   // --- the layer -------------------------------------------------------------------------------
   auto client = make_client(args);
-  if (!client->channel()->WaitForConnected(std::chrono::system_clock::now() +
-                                           std::chrono::seconds(10))) {
-    return fail(absl::UnavailableError(absl::StrCat("cannot connect to ", c.server)));
+  // One short call first, as the other commands' first call: a server that cannot be reached
+  // fails the command here with gRPC's own reason (a refused port at once, a TLS mismatch with
+  // fail()'s hint), before any input is made.
+  if (absl::StatusOr<bool> serving = client->health(); !serving.ok()) {
+    return fail(serving.status());
   }
   std::vector<Rpc> plan;
   if (!echo) plan.push_back(unary ? Rpc::kUnary : Rpc::kStream);
@@ -955,7 +1001,7 @@ int cmd_bench(const CommandArgs& args) {
   } else {
     c.n = n;
     c.k = k;
-    c.layer = absl::StrCat("bench-", getpid());
+    c.layer = absl::StrCat("bench-", layer_name_suffix());
   }
   // Every request must fit a message (protobuf's serializer aborts on one over 2 GiB): checked
   // before anything is made or uploaded.

@@ -1,7 +1,10 @@
 #include "client/cli/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
+#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -87,6 +90,37 @@ CatchSigint::CatchSigint() {
 CatchSigint::~CatchSigint() { sigaction(SIGINT, &old_, nullptr); }
 
 bool sigint_received() { return g_sigint != 0; }
+
+UploadProgress::UploadProgress(std::string name)
+    : tty_(isatty(fileno(stderr)) == 1),
+      name_(std::move(name)),
+      start_(std::chrono::steady_clock::now()) {}
+
+void UploadProgress::update(int64_t sent, int64_t total) {
+  if (!tty_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (sent < total && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  open_line_ = sent < total;
+  const double rate = static_cast<double>(sent) /
+                      std::max(1e-6, std::chrono::duration<double>(now - start_).count());
+  std::fprintf(stderr, "\rupload %s: %s / %s (%d%%), %s/s   ", name_.c_str(),
+               human_bytes(sent).c_str(), human_bytes(total).c_str(),
+               static_cast<int>(100 * sent / std::max<int64_t>(1, total)),
+               human_bytes(static_cast<int64_t>(rate)).c_str());
+  if (sent >= total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void UploadProgress::end_line() {
+  if (open_line_) std::fprintf(stderr, "\n");
+  open_line_ = false;
+}
+
+std::string layer_name_suffix() {
+  std::random_device entropy;  // the OS's: nothing another process would draw alike
+  return absl::StrFormat("%d-%08x", static_cast<int>(getpid()), static_cast<uint32_t>(entropy()));
+}
 
 void set_transport(bool tls, bool client_certificate) {
   g_tls = tls;

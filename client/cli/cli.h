@@ -104,6 +104,33 @@ class CatchSigint {
 // Whether a SIGINT came while a CatchSigint was alive (async-signal-safe to read).
 bool sigint_received();
 
+// "<pid>-<8 random hex digits>": the end of the name of a layer a command uploads for itself
+// (smoke's, bench's). The pid alone tells the processes of one host apart, not those of hosts or
+// containers (where the CLI is often pid 1) sharing a server. Valid in a layer name.
+std::string layer_name_suffix();
+
+// Uploads larger than this show an UploadProgress line.
+inline constexpr int64_t kProgressThreshold = int64_t{4} << 20;
+
+// An upload's progress on stderr: "\rupload NAME: 12.0 MiB / 64.0 MiB (18%), 45.1 MiB/s", redrawn
+// at most every 100 ms, on a terminal only (elsewhere, a log or CI, a line redrawn with carriage
+// returns is noise).
+class UploadProgress {
+ public:
+  explicit UploadProgress(std::string name);
+  // After each chunk: `sent` of `total` bytes.
+  void update(int64_t sent, int64_t total);
+  // Ends a line the upload left unfinished, so that an error printed next starts its own.
+  void end_line();
+
+ private:
+  const bool tty_;
+  bool open_line_ = false;
+  std::string name_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...
 std::string scheme_cli_name(v1::Scheme s);
 absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name);

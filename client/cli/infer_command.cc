@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,7 @@ absl::Status make_input(const std::string& path, const std::string& dtype_arg, i
                               file_dtype == in->dtype ? ")" : ", converted)");
     return absl::OkStatus();
   }
+  // (Raw input comes with --dtype: cmd_infer checks it before any request.)
   const int64_t row_bytes = k * static_cast<int64_t>(dtype_size(in->dtype));
   const int64_t size = static_cast<int64_t>(bytes->size());
   if (size == 0 || size % row_bytes != 0 || (m_arg > 0 && size != m_arg * row_bytes)) {
@@ -102,6 +104,20 @@ absl::Status make_input(const std::string& path, const std::string& dtype_arg, i
   in->x = std::move(*bytes);
   in->source = absl::StrCat(path, " (raw ", dtype_name(in->dtype), ")");
   return absl::OkStatus();
+}
+
+// A raw --input (not .npy) holds bytes of no known dtype: --dtype must say which, since another
+// dtype of the same size would be read as wrong values without an error. Checked before any
+// request, from the file's first bytes; a file that cannot be read is left to make_input.
+absl::Status check_raw_input_has_dtype(const std::string& path, const std::string& dtype_arg) {
+  if (path.empty() || !dtype_arg.empty()) return absl::OkStatus();
+  std::ifstream in;
+  if (!open_regular_file(path, &in).ok()) return absl::OkStatus();
+  char head[8] = {};
+  in.read(head, sizeof(head));
+  if (is_npy(absl::string_view(head, static_cast<size_t>(in.gcount())))) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--input ", path, " is not a .npy file: raw activations need --dtype (bf16, fp16 or fp32)"));
 }
 
 // Whether y could be written to `path`: not a folder, in a folder that exists and can be written.
@@ -182,10 +198,13 @@ int cmd_infer(const CommandArgs& args) {
       "kernel that ran, the device and the server's timings. Without --input, x is random,\n"
       "uniform in [-1, 1) from --seed, in --dtype. --input takes a .npy file of float32 or\n"
       "float16 [M, K] (or [K] for one row; converted to --dtype when that is given) or raw\n"
-      "little-endian bytes in --dtype. --output writes y as .npy (bf16 is widened to float32).");
+      "little-endian bytes in --dtype, which raw input needs. --output writes y as .npy (bf16\n"
+      "is widened to float32).");
   p.add("layer", &layer, "Layer to run");
   p.add("m", &m, "Rows (tokens); 0: 1 for random input, else from the file");
-  p.add("dtype", &dtype_arg, "Activation dtype: bf16, fp16 or fp32 (random input: bf16)");
+  p.add("dtype", &dtype_arg,
+        "Activation dtype: bf16, fp16 or fp32 (random input: bf16; .npy input: the file's; raw "
+        "input: required)");
   p.add("output-dtype", &output_dtype_arg, "Output dtype: bf16, fp16 or fp32 (default: --dtype)");
   p.add("input", &input_path, "Activations file: .npy, or raw bytes");
   p.add("seed", &seed, "Seed of the random activations");
@@ -205,6 +224,9 @@ int cmd_infer(const CommandArgs& args) {
   }
   if (!dtype_arg.empty()) {
     if (auto t = parse_dtype(dtype_arg); !t.ok()) return usage_error(t.status().message());
+  }
+  if (absl::Status s = check_raw_input_has_dtype(input_path, dtype_arg); !s.ok()) {
+    return usage_error(s.message());
   }
   if (!output_path.empty()) {
     if (absl::Status s = check_output_path(output_path); !s.ok()) return usage_error(s.message());

@@ -27,12 +27,14 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Weights from --weights: an int8 .npy [N, K], or raw int8 bytes whose shape --n/--k give.
+// Weights from --weights: an int8 .npy [N, K], or raw int8 bytes whose shape --n/--k give. The
+// file is read once and its data copied once, into `w` (a .npy file is viewed, not parsed into a
+// copy of its own): weights of many GiB are held twice at most, while they are copied.
 absl::Status read_weights(const std::string& path, int64_t* n, int64_t* k, std::vector<int8_t>* w) {
   auto bytes = read_file(path);
   if (!bytes.ok()) return bytes.status();
   if (is_npy(*bytes)) {
-    auto a = parse_npy(*bytes);
+    auto a = view_npy(*bytes);
     if (!a.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", a.status().message()));
     if (a->dtype != NpyDType::kI1 || a->shape.size() != 2) {
       return absl::InvalidArgumentError(
@@ -73,39 +75,6 @@ v1::Tensor f32_tensor(const std::vector<float>& v, std::vector<int64_t> shape) {
   return t;
 }
 
-// Prints "\rupload NAME: 12.0 MiB / 64.0 MiB (18%), 45.1 MiB/s" at most every 100 ms.
-class UploadProgress {
- public:
-  explicit UploadProgress(std::string name) : name_(std::move(name)), start_(Clock::now()) {}
-  // On a terminal only: elsewhere (a log, CI) a line redrawn with carriage returns is noise.
-  void update(int64_t sent, int64_t total) {
-    if (!tty_) return;
-    const auto now = Clock::now();
-    if (sent < total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    open_line_ = sent < total;
-    const double rate = static_cast<double>(sent) / std::max(1e-6, seconds_since(start_));
-    std::fprintf(stderr, "\rupload %s: %s / %s (%d%%), %s/s   ", name_.c_str(),
-                 human_bytes(sent).c_str(), human_bytes(total).c_str(),
-                 static_cast<int>(100 * sent / std::max<int64_t>(1, total)),
-                 human_bytes(static_cast<int64_t>(rate)).c_str());
-    if (sent >= total) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
-  }
-  // Ends a line the upload left unfinished, so that an error printed next starts its own.
-  void end_line() {
-    if (open_line_) std::fprintf(stderr, "\n");
-    open_line_ = false;
-  }
-
- private:
-  const bool tty_ = isatty(fileno(stderr)) == 1;
-  bool open_line_ = false;
-  std::string name_;
-  Clock::time_point start_;
-  Clock::time_point last_{};
-};
-
 // `--bias` is both a switch (random layers: --bias / --no-bias) and a file option
 // (--bias FILE); rewrite the switch forms to --bias=on / --bias=off before parsing.
 std::vector<std::string> rewrite_bias_switch(const CommandArgs& args) {
@@ -123,8 +92,6 @@ std::vector<std::string> rewrite_bias_switch(const CommandArgs& args) {
   }
   return out;
 }
-
-constexpr int64_t kProgressThreshold = int64_t{4} << 20;
 
 // load --manifest: uploads every layer of the manifest in its order, a line each; the first that
 // fails stops it, with how many were uploaded before it.

@@ -3,7 +3,6 @@
 // (and every sa / azp) bit for bit with the reference kernel run here on the same LayerSpec and
 // the same x bytes. One deliberately bad message checks that a per-message error leaves the
 // stream open. Exit 1 on any mismatch or error.
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -203,6 +202,7 @@ void check_bad_response(const v1::InferRequest& req, const v1::InferResponse& re
 struct SmokeOptions {
   int64_t n, k, batches, max_m;
   uint64_t seed;
+  std::string name_suffix;  // of every layer: layer_name_suffix(), one for the run
   // The whole stream of a scheme's requests (0: none); the checks against the reference run
   // after it.
   std::chrono::milliseconds stream_timeout;
@@ -211,7 +211,7 @@ struct SmokeOptions {
 void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t index,
                 SchemeResult* res) {
   res->scheme = scheme_cli_name(scheme);
-  res->layer = absl::StrCat("smoke-", res->scheme, "-", getpid());
+  res->layer = absl::StrCat("smoke-", res->scheme, "-", o.name_suffix);
   res->n = o.n;
   res->k = o.k;
   SplitMix64 rng(o.seed + 0x1000 * index);
@@ -280,10 +280,20 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
 
   // The upload comes once the inputs are made (a failure making them leaves nothing on the
   // server); cmd_smoke unloads every layer that loaded, whatever happens next.
-  auto loaded = client.load_layer(h, w);
+  // Ctrl-C stops the upload too (CANCELLED, nothing loaded): a large layer takes a while.
+  UploadProgress progress(res->layer);
+  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
+  auto loaded = client.load_layer(h, w, [&](int64_t sent, int64_t total) {
+    if (show) progress.update(sent, total);
+    return !sigint_received();
+  });
   if (!loaded.ok()) {
+    progress.end_line();
     res->rpc_error = loaded.status();
-    res->problems.push_back(absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
+    res->problems.push_back(
+        sigint_received() ? absl::StrCat("interrupted (Ctrl-C) while uploading ", res->layer,
+                                         "; nothing was loaded")
+                          : absl::StrCat("load ", res->layer, ": ", loaded.status().ToString()));
     return;
   }
   res->loaded = true;
@@ -390,16 +400,17 @@ int cmd_smoke(const CommandArgs& args) {
   ArgParser p(
       "qlinear-cli smoke [--n N --k K] [--schemes all|LIST] [--batches B] [--max-m M]",
       "End-to-end check of a server. For each scheme: uploads a random layer with a bias\n"
-      "(static schemes: input scale 0.02, zero point 3) named smoke-<scheme>-<pid>, streams\n"
-      "--batches requests with random M in 1..--max-m and a mix of x and output dtypes on one\n"
-      "InferStream, and compares every output element, sa and azp bit for bit with the\n"
+      "(static schemes: input scale 0.02, zero point 3) named smoke-<scheme>-<pid>-<random>,\n"
+      "streams --batches requests with random M in 1..--max-m and a mix of x and output dtypes\n"
+      "on one InferStream, and compares every output element, sa and azp bit for bit with the\n"
       "reference kernel run locally on the same layer and input. One bad message (x one value\n"
       "short) must get its own INVALID_ARGUMENT while the stream goes on. Prints a table per\n"
       "scheme and `smoke: PASS` or `smoke: FAIL`; exits 1 on any mismatch or error. The\n"
       "reference is scalar: large layers take a while on both sides (the checks run after each\n"
       "scheme's stream). --timeout-s bounds each call and each scheme's whole stream (default\n"
-      "60 s); an upload only where given. Ctrl-C stops after the request in flight, unloads the\n"
-      "layers and reports (a second Ctrl-C ends it at once).");
+      "60 s); an upload only where given. Ctrl-C stops after the request in flight (or stops\n"
+      "the upload in progress), unloads the layers and reports (a second Ctrl-C ends it at\n"
+      "once). An upload over 4 MiB shows a progress line on a terminal.");
   p.add("n", &n, "Output features of each layer");
   p.add("k", &k, "Input features of each layer");
   p.add("schemes", &schemes_arg, "all, or a comma list of schemes");
@@ -441,7 +452,8 @@ int cmd_smoke(const CommandArgs& args) {
   auto client = make_client(args);
   // A scheme's stream holds its requests only (the reference checks come after it): the call
   // deadline, --timeout-s or its default, bounds it.
-  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), args.timeout};
+  const std::string suffix = layer_name_suffix();
+  SmokeOptions o{n, k, batches, max_m, static_cast<uint64_t>(seed), suffix, args.timeout};
   std::vector<SchemeResult> results(schemes.size());
   // Every layer that loaded is unloaded however the command ends: here before the report (which
   // tells a failed unload), or on the way out of an exception (out of memory).

@@ -82,6 +82,42 @@ listening_port() {
   [[ -n $p ]] && echo "$p"
 }
 
+# on_terminal [--interrupt-on TEXT] ARGS...: runs qlinear-cli ARGS with stdin, stdout and stderr on
+# a terminal (a pseudo-terminal), SIGINT (Ctrl-C) sent to it once its output shows TEXT; what it
+# wrote goes to $work/out (carriage returns made newlines), its exit status to rc.
+on_terminal() {
+  local interrupt=()
+  if [[ $1 == --interrupt-on ]]; then
+    interrupt=("$1" "$2")
+    shift 2
+  fi
+  rc=0
+  python3 -c 'import os, pty, signal, sys
+args, text = sys.argv[1:], None
+if args[0] == "--interrupt-on":
+    text, args = args[1].encode(), args[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.execv(args[0], args)
+out, sent = b"", False
+while True:
+    try:
+        data = os.read(fd, 65536)
+    except OSError:
+        break
+    if not data:
+        break
+    out += data
+    if text is not None and not sent and text in out:
+        os.kill(pid, signal.SIGINT)
+        sent = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out.replace(b"\r", b"\n"))
+sys.exit(os.waitstatus_to_exitcode(status))' "${interrupt[@]}" "$cli_bin" "$@" >"$work/out" 2>&1 ||
+    rc=$?
+}
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -100,6 +136,10 @@ await_log() {  # up to 10 s for the log $1 to hold $2
   for _ in $(seq 100); do grep -qF -- "$2" "$1" && return 0; sleep 0.1; done
   fail "$1 lacks '$2'"
 }
+await_log_re() {  # the same for a line matching the regular expression $2
+  for _ in $(seq 100); do grep -q -- "$2" "$1" && return 0; sleep 0.1; done
+  fail "$1 has no line matching '$2'"
+}
 # SIGHUP reads the TLS files again; without TLS it says so and the server goes on.
 kill -HUP "$server_pid"
 await_log "$work/server.log" "received SIGHUP: no TLS files to read (plaintext)"
@@ -115,6 +155,9 @@ for scheme in dynamic_symmetric static_symmetric dynamic_asymmetric static_asymm
 done
 expect 0 layers
 grep_out 'no layers loaded'  # smoke unloads its layers
+# Named with the pid and a random part (CLIs in containers are often all pid 1).
+grep -q "loaded layer 'smoke-static_asymmetric-[0-9]*-[0-9a-f]\{8\}'" "$work/server.log" ||
+  fail "smoke's layers are not named smoke-<scheme>-<pid>-<8 hex digits>"
 expect 2 smoke --schemes dynamic_symmetric,static_symmetric,dynamic_symmetric
 grep_err '^qlinear-cli: INVALID_ARGUMENT: --schemes lists dynamic_symmetric twice$'
 # Inputs too large for the memory it may take: smoke fails before it uploads anything.
@@ -131,11 +174,23 @@ python3 -c 'import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 os.execv(sys.argv[1], sys.argv[1:])' "$cli_bin" smoke --n 512 --k 2048 --batches 40 --max-m 64 >"$work/out" 2>"$work/err" &
 cli_pid=$!
-await_log "$work/server.log" "loaded layer 'smoke-dynamic_symmetric-$cli_pid'"
+await_log "$work/server.log" "loaded layer 'smoke-dynamic_symmetric-$cli_pid-"
 kill -INT "$cli_pid"
 reap cli_pid
 [[ $rc -eq 1 ]] || fail "smoke after Ctrl-C exited $rc, expected 1"
 grep_out 'interrupted (Ctrl-C)'
+expect 0 layers
+grep_out 'no layers loaded'
+# An upload over 4 MiB shows its progress on a terminal, and Ctrl-C stops it there: the call is
+# cancelled, the server keeps nothing of it, and the schemes after it do not run.
+on_terminal --interrupt-on "upload smoke-dynamic_symmetric-" smoke --n 8192 --k 8192 \
+  --batches 1 --max-m 1 --schemes dynamic_symmetric,static_symmetric
+[[ $rc -eq 1 ]] || fail "smoke interrupted during its upload exited $rc, expected 1"
+grep_out '^upload smoke-dynamic_symmetric-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
+grep_out '  dynamic_symmetric: interrupted (Ctrl-C) while uploading smoke-dynamic_symmetric-[0-9a-f-]*; nothing was loaded$'
+grep_out '  static_symmetric: not run: interrupted (Ctrl-C)$'
+await_log_re "$work/server.log" \
+  "upload of layer 'smoke-dynamic_symmetric-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
 expect 0 layers
 grep_out 'no layers loaded'
 
@@ -221,6 +276,8 @@ save("s.npy", "<f4", (n, 1), struct.pack(f"<{n}f", *(rng.uniform(5e-4, 2e-3) for
 save("b.npy", "<f2", (n,), struct.pack(f"<{n}e", *(rng.uniform(-1, 1) for _ in range(n))))
 save("x.npy", "<f4", (m, k), struct.pack(f"<{m * k}f", *(rng.uniform(-1, 1) for _ in range(m * k))))
 save("x8.npy", "|i1", (m, k), bytes(m * k))
+x = open(f"{work}/x.npy", "rb").read()[-4 * m * k:]
+open(f"{work}/x16.raw", "wb").write(struct.pack(f"<{m * k}e", *struct.unpack(f"<{m * k}f", x)))
 save("b0.npy", "<f4", (0,), b"")
 open(f"{work}/w.raw", "wb").write(bytes(rng.randrange(256) for _ in range(n * k)))
 EOF
@@ -228,6 +285,26 @@ expect 0 load --name cli-test/files --weights "$work/w.npy" --weight-scale "$wor
   --bias "$work/b.npy"
 grep_out 'N=40 K=72'
 grep_out 'with bias'
+# .npy weights are read once and copied once: 256 MiB of them (a sparse file) fit in 720 MB of
+# address space, where a third copy would not. (A refused port: only the reading matters here.)
+python3 - "$work" <<'EOF'
+import struct, sys
+work = sys.argv[1]
+def save(name, descr, shape, nbytes, data=b""):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    header = header.ljust((10 + len(header) + 1 + 63) // 64 * 64 - 10 - 1) + "\n"
+    with open(f"{work}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+        f.truncate(f.tell() + nbytes - len(data))
+save("w256m.npy", "|i1", "(16384, 16384)", 1 << 28)
+save("scale1.npy", "<f4", "(1,)", 4, struct.pack("<f", 1e-3))
+EOF
+rc=0
+(ulimit -v 720000 && exec "$cli_bin" --server "127.0.0.1:$(free_port)" load --name cli-test/big \
+  --weights "$work/w256m.npy" --weight-scale "$work/scale1.npy") >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 1 ]] || fail "load of 256 MiB of .npy weights in 720 MB exited $rc, expected 1"
+grep_err '^qlinear-cli: UNAVAILABLE: '  # not out of memory
+rm "$work/w256m.npy"
 expect 1 load --name cli-test/no-bias --weights "$work/w.npy" --weight-scale "$work/s.npy" \
   --bias "$work/b0.npy"
 grep_err "^qlinear-cli: INVALID_ARGUMENT: $work/b0.npy: bias has 0 values, expected n=40$"
@@ -240,6 +317,16 @@ grep_out 'no bias'
 expect 1 load --name cli-test/raw2 --weights "$work/w.raw" --n 41 --k 72 \
   --weight-scale "$work/s.npy"
 grep_err 'raw int8 weights \[41, 72\] need 2952'
+# Raw activations have no dtype of their own: --dtype must say it (fp16 read as bf16 would give
+# wrong values, without an error), and with it they answer as the same values from a .npy file.
+expect 2 infer --layer cli-test/files --input "$work/x16.raw"
+grep_err "^qlinear-cli: INVALID_ARGUMENT: --input $work/x16.raw is not a .npy file: raw activations need --dtype (bf16, fp16 or fp32)$"
+expect 0 infer --layer cli-test/files --input "$work/x16.raw" --dtype fp16 --output-dtype fp32 \
+  --output "$work/y16raw.npy"
+grep_out "^input  *$work/x16.raw (raw fp16)$"
+expect 0 infer --layer cli-test/files --input "$work/x.npy" --dtype fp16 --output-dtype fp32 \
+  --output "$work/y16npy.npy"
+cmp -s "$work/y16raw.npy" "$work/y16npy.npy" || fail "raw fp16 input answers otherwise than the same values from .npy"
 expect 1 infer --layer cli-test/files --input "$work/x8.npy"
 grep_err "activations must be float32 (<f4) or float16 (<f2), got |i1"
 expect 1 infer --layer cli-test/missing
@@ -469,15 +556,28 @@ done
 # --- bench: streams, echo, unary with the echo comparison, an existing layer --------------------
 expect 0 bench --n 256 --k 256 --streams 4 --duration 2 --m 1
 cat "$work/out"
-grep_out '^bench: infer on layer .bench-[0-9]*. (N=256 K=256, random, dynamic_symmetric'
+# The layer's name: the pid and a random part (CLIs in containers are often all pid 1).
+grep_out '^bench: infer on layer .bench-[0-9]*-[0-9a-f]\{8\}. (N=256 K=256, random, dynamic_symmetric'
 grep_out '4 InferStreams on their own channels, 2 s after 1 s warm-up'
 grep_out '^  throughput  [0-9.]* requests/s, [0-9.]* rows/s$'
-grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max '
+grep_out '^  latency     p50 [0-9.]* ms   p90 [0-9.]* ms   p99 [0-9.]* ms   max .*   (client, [0-9]* successful requests)$'
 grep_out '^  errors      none$'
+grep -q 'failed request' "$work/out" && fail "bench reports failed requests where none failed"
 grep_out '^  server      queue [0-9.]* us   quantize [0-9.]* us   gemm [0-9.]* us   copies [0-9.]* us   total '
 grep_out '^  batch       [0-9.]* requests, [0-9.]* rows per GEMM'
 grep_out '^  kernels     cpu\.'
 grep_err '^bench: .* req/s  0 errors$'  # the progress line, plain lines when not a terminal
+# The random layer's upload, over 4 MiB, shows its progress on a terminal, and Ctrl-C stops it:
+# the call is cancelled and the server keeps nothing of it.
+on_terminal --interrupt-on "upload bench-" bench --n 8192 --k 8192 --m 1 --requests 5 --warmup 0
+[[ $rc -eq 1 ]] || fail "bench interrupted during its upload exited $rc, expected 1"
+grep_out '^upload bench-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
+grep_out "^qlinear-cli: CANCELLED: interrupted (Ctrl-C) while uploading layer 'bench-[0-9a-f-]*'; nothing was loaded"
+await_log_re "$work/server.log" \
+  "upload of layer 'bench-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
+expect 0 layers
+grep_out '^cli-test/random '
+grep -q '^bench-' "$work/out" && fail "the interrupted upload left its layer loaded"
 expect 0 bench --echo --n 256 --k 256 --duration 1
 grep_out '^bench: echo (512 B/row up, 512 B/row down, as for N=256 K=256), M=1'
 grep_out '^  throughput  [0-9.]* requests/s'
@@ -497,15 +597,22 @@ expect 2 bench --n 256
 grep_err 'need --layer, or --n >= 1 and 2 <= --k'
 expect 2 bench --n 256 --k 256 --duration 1 --requests 5
 expect 2 bench --n 256 --k 256 --deadline-ms 10
+# now + this deadline wraps around to just before now (every call DEADLINE_EXCEEDED at once):
+# --deadline-ms is at most a day.
+expect 2 bench --n 256 --k 256 --unary --deadline-ms 9223372036854775807
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --deadline-ms must be in 0..86400000 (a day; 0: --timeout-s), got 9223372036854775807$'
 expect 2 bench --n 256 --k 256 --duration nan
 grep_err '--duration and --warmup in 0..604800 s'
 expect 2 bench --n 256 --k 256 --m 99999999
-grep_err '--m and --m-max must be at most 16777216'
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --m, --m-min and --m-max must be at most 16777216$'
+# --m-min alone is the largest M too: the same limit, before M x K can overflow.
+expect 2 bench --n 256 --k 4 --m-min 4611686018427387904
+grep_err '^qlinear-cli: INVALID_ARGUMENT: --m, --m-min and --m-max must be at most 16777216$'
 expect 2 bench --n 256 --k 256 --max-queue-delay-us -5
 # A request larger than a message may be (here over protobuf's 2 GiB) is refused up front,
 # before any input is made.
 expect 1 bench --n 16 --k 1024 --m 1100000 --duration 1
-grep_err '^qlinear-cli: RESOURCE_EXHAUSTED: an InferStream request of M=1100000 (K=1024, bf16) is 225280002[0-9] bytes, over the 1073741824 bytes a message may have; lower --m or --m-max'
+grep_err '^qlinear-cli: RESOURCE_EXHAUSTED: an InferStream request of M=1100000 (K=1024, bf16) is 22528000[2-4][0-9] bytes, over the 1073741824 bytes a message may have; lower --m or --m-max'
 # The inputs of a range of M take the rows of the largest M (8 MiB here), not a buffer per M.
 rc=0
 (ulimit -v 3000000 && exec "$cli_bin" bench --n 16 --k 4096 --m-min 1 --m-max 1024 --requests 20 \
@@ -573,6 +680,11 @@ start=$(date +%s%N)
 expect 1 health --server "127.0.0.1:$closed"
 grep_err '^qlinear-cli: UNAVAILABLE: '
 (( ($(date +%s%N) - start) / 1000000 < 3000 )) || fail "health took over 3 s on a refused port"
+# bench says why too (gRPC's reason, as the other commands), as soon.
+start=$(date +%s%N)
+expect 1 bench --server "127.0.0.1:$closed" --n 256 --k 256 --duration 1
+grep_err '^qlinear-cli: UNAVAILABLE: failed to connect to all addresses; .*Connection refused'
+(( ($(date +%s%N) - start) / 1000000 < 3000 )) || fail "bench took over 3 s on a refused port"
 # Through a link 150 ms away each way, health waits for the connection.
 python3 -c 'import asyncio, sys
 async def pipe(r, w):
@@ -650,6 +762,8 @@ QLINEAR_TLS_CA=$tls/ca.pem QLINEAR_TLS_CERT=$tls/client.pem QLINEAR_TLS_KEY=$tls
 grep_out '^demo '
 # Refused at the handshake, each with a hint of why.
 expect 1 --server "localhost:$port3" layers
+grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
+expect 1 --server "localhost:$port3" bench --layer demo --requests 5
 grep_err '^qlinear-cli: UNAVAILABLE: .*(if the server serves TLS, connect with --tls or --tls-ca)$'
 expect 1 --server "localhost:$port3" --tls-ca "$tls/ca.pem" layers
 grep_err '(if the server asks for client certificates, give --tls-cert and --tls-key)$'
@@ -738,6 +852,12 @@ kill -CONT "$server_pid"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [[ $rc -eq 1 ]] || fail "bench against a stopped server exited $rc, expected 1"
 grep_err "^qlinear-cli: DEADLINE_EXCEEDED: every InferStream request failed; first: no answer within the call's deadline of 2s (--timeout-s)$"
+# The percentiles are the successful requests'; the failed one is counted apart, with its time.
+grep_out '^  latency     - (no successful request)$'
+failed_ms=$(sed -n 's/^ *1 failed request not in the percentiles: max \([0-9]*\)\.[0-9]* ms$/\1/p' \
+  "$work/out")
+[[ -n $failed_ms ]] && (( failed_ms >= 2000 )) ||
+  fail "bench does not report its failed request's latency (at least the 2 s it waited)"
 (( ms < 30000 )) || fail "bench against a stopped server took $ms ms, with --timeout-s 2"
 expect 0 unload cli-test/stalled
 

@@ -574,6 +574,42 @@ TEST_F(ServerTest, CancelledUploadLeavesNothing) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
+// An upload whose progress callback answers false is cancelled there: no chunk after it is sent,
+// load_layer returns CANCELLED saying how far it got, and the server keeps nothing, also when it
+// stops after the last chunk (the call is cancelled before the upload's end). A callback that
+// goes on uploads the whole.
+TEST_F(ServerTest, AnUploadItsProgressCallbackStopsLeavesNothing) {
+  // 1 MiB: four chunks of 256 KiB.
+  TestLayer t = make_test_layer("stopped", 256, 4096, Scheme::kDynamicSymmetric, false, 7);
+  for (const int stop_at : {1, 4}) {
+    SCOPED_TRACE(absl::StrCat("false after chunk ", stop_at));
+    int calls = 0;
+    auto r = client_->load_layer(t.header, t.weights, [&](int64_t sent, int64_t total) {
+      ++calls;
+      EXPECT_EQ(sent, calls * (int64_t{256} << 10));
+      EXPECT_EQ(total, int64_t{1} << 20);
+      return calls < stop_at;
+    });
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+    EXPECT_EQ(r.status().message(),
+              absl::StrCat("the upload of layer 'stopped' was stopped after ",
+                           stop_at * (256 << 10), " of 1048576 bytes; nothing was loaded"));
+    EXPECT_EQ(calls, stop_at);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(client_->describe_layer("stopped").status().code(), absl::StatusCode::kNotFound);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  int calls = 0;
+  auto r = client_->load_layer(t.header, t.weights, [&](int64_t, int64_t) {
+    ++calls;
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(r->layer().weight_sha256(), t.header.weight_sha256());
+}
+
 // A client that stops sending in the middle of an upload is cancelled once the server has heard
 // nothing from it for --upload-idle-timeout-ms: its buffer and thread are freed, nothing is kept,
 // and the name is free. Empty chunks are not progress: an upload that sends only those after its
@@ -1020,6 +1056,41 @@ TEST_F(ServerTest, FarAndPastDeadlines) {
     v1::InferResponse resp;
     const grpc::Status s = client_->stub().Infer(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  }
+}
+
+// A client's timeouts longer than the clock can count from now (as callers pass for "none") are
+// no deadline: every kind of call is served. now + timeout would wrap around: for the largest
+// timeout to just before now, every call failing at once with DEADLINE_EXCEEDED.
+TEST_F(ServerTest, ClientTimeoutsPastTheClocksRangeAreNone) {
+  SplitMix64 rng(13);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  const v1::InferRequest req = make_request("demo", x, DType::kBF16, 1, DType::kBF16);
+  // About 250 years (past what a nanosecond time_point holds from now), and the largest.
+  for (const std::chrono::milliseconds timeout :
+       {std::chrono::milliseconds(int64_t{8'000'000'000'000}), std::chrono::milliseconds::max()}) {
+    SCOPED_TRACE(absl::StrCat("timeout ", timeout.count(), " ms"));
+    ClientOptions co;
+    co.call_timeout = timeout;
+    co.upload_timeout = timeout;
+    Client c("127.0.0.1:" + std::to_string(server_->port()), co);
+    auto layers = c.list_layers();
+    EXPECT_TRUE(layers.ok()) << layers.status();
+    auto y = c.infer(req);
+    EXPECT_TRUE(y.ok()) << y.status();
+    auto y2 = client_->infer(req, timeout);
+    EXPECT_TRUE(y2.ok()) << y2.status();
+    TestLayer t = make_test_layer("far", 16, 64, Scheme::kDynamicSymmetric, false, 9);
+    t.header.set_replace(true);
+    auto loaded = c.load_layer(t.header, t.weights);
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    auto stream = c.open_stream(timeout);
+    EXPECT_TRUE(stream->write(req));
+    v1::InferResponse resp;
+    EXPECT_TRUE(stream->read(&resp));
+    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+    stream->writes_done();
+    EXPECT_TRUE(stream->finish().ok());
   }
 }
 
