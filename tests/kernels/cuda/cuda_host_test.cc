@@ -195,6 +195,32 @@ TEST(Buffers, AGrowthThatDoesNotFitKeepsTheOldSize) {
   EXPECT_NE(host.device_alias(), nullptr);
 }
 
+// One row of a 64 x 64 layer through the serving path, whose device half (`enqueue`, given by the
+// test) only zeroes y and sa: what the graph tests below capture.
+struct OneRowCall {
+  OneRowCall() {
+    c.n = 64;
+    c.k = 64;
+    args.x = x.data();
+    args.m = 1;
+    args.y = y.data();
+  }
+  // Queues the device half's work on `s`.
+  absl::Status zero_outputs(const DeviceRunArgs& d, cudaStream_t s) const {
+    if (cudaMemsetAsync(d.y, 0, static_cast<size_t>(c.n) * 2, s) != cudaSuccess ||
+        cudaMemsetAsync(d.sa, 0, sizeof(float), s) != cudaSuccess) {
+      return absl::InternalError("memset");
+    }
+    return absl::OkStatus();
+  }
+  absl::Status run(StreamPool* pool, DeviceEnqueue enqueue, CallGraphs* graphs) {
+    return run_on_host_buffers(pool, c, args, 256, enqueue, nullptr, nullptr, graphs);
+  }
+  LayerConfig c;
+  std::vector<uint16_t> x = std::vector<uint16_t>(64), y = std::vector<uint16_t>(64);
+  RunArgs args;
+};
+
 // An exception out of a call's device half (std::bad_alloc, which the engine answers) while the
 // call is being captured into a graph ends the capture and leaves the context for the next
 // request: no stream stays capturing, and later calls of that size run (eagerly) and succeed.
@@ -202,33 +228,21 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
   QLINEAR_REQUIRE_GPU();
   auto pool = StreamPool::get();
   ASSERT_TRUE(pool.ok()) << pool.status();
-  LayerConfig c;
-  c.n = 64;
-  c.k = 64;
-  std::vector<uint16_t> x(static_cast<size_t>(c.k)), y(static_cast<size_t>(c.n));
-  RunArgs args;
-  args.x = x.data();
-  args.m = 1;
-  args.y = y.data();
+  OneRowCall call;
   bool throw_in_capture = true;
   auto enqueue = [&](const DeviceRunArgs& d, void*, cudaStream_t s, const StageEvents*,
                      const DeviceDebugOutputs*) -> absl::Status {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(s, &capturing) != cudaSuccess) return absl::InternalError("status");
     if (capturing != cudaStreamCaptureStatusNone && throw_in_capture) throw std::bad_alloc();
-    if (cudaMemsetAsync(d.y, 0, static_cast<size_t>(c.n) * 2, s) != cudaSuccess ||
-        cudaMemsetAsync(d.sa, 0, sizeof(float), s) != cudaSuccess) {
-      return absl::InternalError("memset");
-    }
-    return absl::OkStatus();
+    return call.zero_outputs(d, s);
   };
   CallGraphs graphs;
   const int live_before = CallGraphs::live();
   bool threw = false;
   for (int i = 0; i < 3 * StreamPool::kContexts && !threw; ++i) {
     try {
-      const absl::Status s =
-          run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+      const absl::Status s = call.run(*pool, enqueue, &graphs);
       ASSERT_TRUE(s.ok()) << s;
     } catch (const std::bad_alloc&) {
       threw = true;
@@ -243,8 +257,7 @@ TEST(ServingPath, AnExceptionWhileAGraphIsCapturedLeavesNoStreamCapturing) {
   });
   throw_in_capture = false;
   for (int i = 0; i < 2 * StreamPool::kContexts; ++i) {
-    const absl::Status s =
-        run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+    const absl::Status s = call.run(*pool, enqueue, &graphs);
     EXPECT_TRUE(s.ok()) << "call " << i << ": " << s;
   }
 }
@@ -280,14 +293,7 @@ TEST(ServingPath, ACallSizeWhoseCaptureFailedIsCapturedLater) {
   QLINEAR_REQUIRE_GPU();
   auto pool = StreamPool::get();
   ASSERT_TRUE(pool.ok()) << pool.status();
-  LayerConfig c;
-  c.n = 64;
-  c.k = 64;
-  std::vector<uint16_t> x(static_cast<size_t>(c.k)), y(static_cast<size_t>(c.n));
-  RunArgs args;
-  args.x = x.data();
-  args.m = 1;
-  args.y = y.data();
+  OneRowCall call;
   std::set<cudaStream_t> failed, captured;
   auto enqueue = [&](const DeviceRunArgs& d, void*, cudaStream_t s, const StageEvents*,
                      const DeviceDebugOutputs*) -> absl::Status {
@@ -297,17 +303,12 @@ TEST(ServingPath, ACallSizeWhoseCaptureFailedIsCapturedLater) {
       if (failed.insert(s).second) return absl::InternalError("a capture that fails");
       captured.insert(s);
     }
-    if (cudaMemsetAsync(d.y, 0, static_cast<size_t>(c.n) * 2, s) != cudaSuccess ||
-        cudaMemsetAsync(d.sa, 0, sizeof(float), s) != cudaSuccess) {
-      return absl::InternalError("memset");
-    }
-    return absl::OkStatus();
+    return call.zero_outputs(d, s);
   };
   CallGraphs graphs;
   const int live_before = CallGraphs::live();
   for (int i = 0; i < 40 * StreamPool::kContexts; ++i) {
-    const absl::Status s =
-        run_on_host_buffers(*pool, c, args, 256, enqueue, nullptr, nullptr, &graphs);
+    const absl::Status s = call.run(*pool, enqueue, &graphs);
     ASSERT_TRUE(s.ok()) << "call " << i << ": " << s;
     if (!failed.empty() && captured == failed) break;
   }
