@@ -558,7 +558,7 @@ def check_flags(binary, entrypoint):
     known = server_flags(binary)
     if not known:
         error(binary, "--help listed no flags")
-        return 0
+        return 0, 0
     check_server_args("docker/Dockerfile ENTRYPOINT", entrypoint[1:], known)
     with open(os.path.join(HERE, "compose.yaml"), encoding="utf-8") as f:
         svcs = yaml.safe_load(f).get("services", {})

@@ -243,11 +243,17 @@ void BatchQueue::worker() {
           return queue_changes_ != seen || full();
         };
         while (!full()) {
-          int64_t end_ns = queue_.front()->enqueued_ns + options_.max_queue_delay_us * 1000;
-          const int64_t lead = last_batch_ns_ + kDeadlineLeadNs;
-          for (Pending* q : queue_) end_ns = std::min(end_ns, deadline_ns(*q->call) - lead);
-          const int64_t left = end_ns - steady_now_ns();
-          if (left <= 0) break;
+          const Pending* head = queue_.front();
+          int64_t end_ns = head->enqueued_ns + options_.max_queue_delay_us * 1000;
+          for (Pending* q : queue_) {
+            // A request that cannot join the head's batch runs after it: two batches' lead.
+            const int64_t lead = (compatible(*head, *q) ? 1 : 2) * last_batch_ns_ + kDeadlineLeadNs;
+            const int64_t d = deadline_ns(*q->call);
+            end_ns = std::min(end_ns, d > INT64_MIN + lead ? d - lead : INT64_MIN);
+          }
+          const int64_t now = steady_now_ns();
+          if (end_ns <= now) break;
+          const int64_t left = end_ns - now;
           seen = queue_changes_;
           mu_.AwaitWithTimeout(absl::Condition(&full_or_change), absl::Nanoseconds(left));
         }
@@ -284,10 +290,15 @@ void BatchQueue::worker() {
   }
 }
 
-bool BatchQueue::answered_if_gone(Pending* p) noexcept {
+bool BatchQueue::answered_if_gone(Pending* p, bool rerun) noexcept {
   if (std::chrono::steady_clock::now() >= p->call->deadline) {
-    p->status = status_with(absl::StatusCode::kDeadlineExceeded,
-                            [&] { return expired_message(p->out->queue_ns); });
+    p->status = status_with(absl::StatusCode::kDeadlineExceeded, [&] {
+      return rerun ? absl::StrCat(
+                         "deadline expired after its batch failed (another request's "
+                         "input), before it ran again; ",
+                         p->out->queue_ns / 1000, " us in the queue")
+                   : expired_message(p->out->queue_ns);
+    });
     p->done.Notify();
     return true;
   }
@@ -310,7 +321,7 @@ void BatchQueue::record(const InferOutput& o, int64_t requests, int64_t rows) no
 }
 
 void BatchQueue::run_alone(Pending* p, bool recheck) noexcept {
-  if (recheck && answered_if_gone(p)) return;
+  if (recheck && answered_if_gone(p, /*rerun=*/true)) return;
   p->status = engine_->execute(*layer_, *p->in, p->y, p->out);
   p->out->batch_requests = 1;
   if (p->status.ok()) record(*p->out, 1, p->in->m);
@@ -361,15 +372,25 @@ void BatchQueue::execute(absl::Span<Pending* const> batch) noexcept {
     for (Pending* p : live) run_alone(p, /*recheck=*/true);
     return;
   }
+  size_t bad = 0;
   for (Pending* p : live) {
     if (holds_non_finite(*p->in)) {
       run_alone(p, /*recheck=*/true);
-    } else if (!answered_if_gone(p)) {
+      ++bad;
+    } else {
       rest.push_back(p);
     }
   }
-  if (rest.size() > 1 && rest.size() < live.size() && run_together(rest)) return;
-  for (Pending* p : rest) run_alone(p, /*recheck=*/rest.size() > 1);
+  if (bad > 0 && rest.size() > 1) {
+    // (After the bad ones ran: what expired meanwhile is answered so.)
+    size_t kept = 0;
+    for (Pending* p : rest) {
+      if (!answered_if_gone(p, /*rerun=*/true)) rest[kept++] = p;
+    }
+    rest.resize(kept);
+    if (rest.size() > 1 && run_together(rest)) return;
+  }
+  for (Pending* p : rest) run_alone(p, /*recheck=*/true);
 }
 
 bool BatchQueue::run_together(absl::Span<Pending* const> live) noexcept {

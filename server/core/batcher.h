@@ -7,8 +7,9 @@
 //
 // Thread safety: `run` may be called from any number of threads. The queue is bounded: when it
 // holds `max_queue_requests`, `run` fails at once with RESOURCE_EXHAUSTED. Expired or cancelled
-// requests are answered before compute and never reach a kernel; a queued one leaves the queue at
-// its deadline, or within kQueuedPollInterval of its call's cancellation.
+// requests are answered before compute and never reach a kernel (nor reach it again after a batch
+// that failed); a queued one leaves the queue at its deadline, or within kQueuedPollInterval of its
+// call's cancellation.
 #pragma once
 
 #include <atomic>
@@ -101,8 +102,8 @@ class BatchQueue {
   // Answers every request of `batch`; throws nothing (it may run on the worker thread).
   void execute(absl::Span<Pending* const> batch) noexcept;
   // Answers p if its deadline passed, or if it waited in the queue and its call was cancelled;
-  // true if it did.
-  bool answered_if_gone(Pending* p) noexcept;
+  // true if it did. rerun: after p's batch failed (the message says so).
+  bool answered_if_gone(Pending* p, bool rerun = false) noexcept;
   // Runs p alone and answers it (recheck: answered_if_gone first).
   void run_alone(Pending* p, bool recheck) noexcept;
   // Runs the requests' rows as one call and answers each; false, with none answered, if the call
@@ -130,7 +131,7 @@ class BatchQueue {
   // before a queued request's deadline the wait for company ends.
   int64_t busy_since_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  static constexpr int64_t kDeadlineLeadNs = 5'000'000;
+  static constexpr int64_t kDeadlineLeadNs = 20'000'000;
   // Set and cleared with busy_.
   const std::shared_ptr<std::atomic<int64_t>> running_since_ns_ =
       std::make_shared<std::atomic<int64_t>>(0);

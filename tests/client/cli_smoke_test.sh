@@ -92,10 +92,13 @@ on_terminal() {
     shift 2
   fi
   rc=0
-  python3 -c 'import os, pty, signal, sys
+  # With --interrupt-on TEXT, the command gets SIGINT once it has printed TEXT, with the server
+  # held stopped (SIGSTOP) meanwhile: an upload it interrupts cannot finish first.
+  QLINEAR_TEST_SERVER_PID="$server_pid" python3 -c 'import os, pty, signal, sys, time
 args, text = sys.argv[1:], None
 if args[0] == "--interrupt-on":
     text, args = args[1].encode(), args[2:]
+server = int(os.environ["QLINEAR_TEST_SERVER_PID"]) if text is not None else 0
 pid, fd = pty.fork()
 if pid == 0:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -110,12 +113,16 @@ while True:
         break
     out += data
     if text is not None and not sent and text in out:
+        os.kill(server, signal.SIGSTOP)
         os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(server, signal.SIGCONT)
         sent = True
 _, status = os.waitpid(pid, 0)
 sys.stdout.buffer.write(out.replace(b"\r", b"\n"))
 sys.exit(os.waitstatus_to_exitcode(status))' "${interrupt[@]}" "$cli_bin" "$@" >"$work/out" 2>&1 ||
     rc=$?
+  kill -CONT "$server_pid" 2>/dev/null || true
 }
 
 free_port() {

@@ -602,8 +602,8 @@ TEST_F(BatcherTest, TheHeadLeavingWhileTheWorkerWaitsForCompany) {
 }
 
 // Waiting for company stops ahead of a queued request's deadline (by the layer's last batch time
-// and 5 ms), so that the request runs and is answered in time, not when the queue delay (here 5 s)
-// ends, nor failed at its deadline.
+// and 20 ms), so that the request runs and is answered in time, not when the queue delay (here
+// 5 s) ends, nor failed at its deadline.
 TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   BatchOptions b;
   b.max_batch_rows = 64;
@@ -613,7 +613,7 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   const std::string x = random_x(rng, 1, 96, DType::kF32);
   const InferInput in = input_for(x, 1, DType::kF32, DType::kF32);
   CallContext call;
-  call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  call.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   std::string y;
   InferOutput out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -622,8 +622,8 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(y, reference_y(layer_, x, DType::kF32, 1, DType::kF32));
-  EXPECT_LT(waited_s, 0.1) << "answered after its deadline";
-  EXPECT_GT(waited_s, 0.05) << "did not wait for company";
+  EXPECT_LT(waited_s, 0.3) << "answered after its deadline";
+  EXPECT_GT(waited_s, 0.15) << "did not wait for company";
 
   // One that arrives while the head waits, with a deadline before the head's delay ends, too.
   absl::Status head_status;
@@ -634,14 +634,14 @@ TEST_F(BatcherTest, WaitingForCompanyEndsAtAQueuedRequestsDeadline) {
   });
   while (queue_depth() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CallContext late;
-  late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   const auto t1 = std::chrono::steady_clock::now();
   const absl::Status s2 = engine_->infer(in, late, &y, &out);
   const double waited2_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   head.join();
   EXPECT_TRUE(s2.ok()) << s2;
-  EXPECT_LT(waited2_s, 0.1) << "answered after its deadline";
+  EXPECT_LT(waited2_s, 0.3) << "answered after its deadline";
   EXPECT_EQ(out.batch_requests, 2) << "not run with the head";
   EXPECT_TRUE(head_status.ok()) << head_status;
 }
