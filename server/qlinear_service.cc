@@ -269,6 +269,10 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
   // a while): the client is waiting for the server then.
   if (watch->finish()) return idle_status();
   if (!got_header) {
+    if (ctx->IsCancelled()) {  // (a client that gave up before its header reached the server)
+      log_info("upload cancelled before its header arrived; nothing kept");
+      return grpc::Status(grpc::StatusCode::CANCELLED, "upload cancelled");
+    }
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload ended before its header");
   }
   if (msg.part_case() != v1::LoadLayerRequest::kHeader) {

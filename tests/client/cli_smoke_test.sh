@@ -147,6 +147,15 @@ await_log_re() {  # the same for a line matching the regular expression $2
   for _ in $(seq 100); do grep -q -- "$2" "$1" && return 0; sleep 0.1; done
   fail "$1 has no line matching '$2'"
 }
+# The log line of an upload cancelled by its client: with its name and bytes, or, where the server
+# had not read its header yet (held stopped when Ctrl-C landed), without.
+cancelled_upload_re() {
+  echo "upload of layer '$1[0-9a-f-]*' cancelled after [0-9]* of $2 bytes; nothing kept\|upload cancelled before its header arrived; nothing kept"
+}
+await_one_more() {  # up to 10 s for the log $1 to hold more than $3 lines matching $2
+  for _ in $(seq 100); do (($(grep -c -- "$2" "$1") > $3)) && return 0; sleep 0.1; done
+  fail "$1 has no new line matching '$2'"
+}
 # SIGHUP reads the TLS files again; without TLS it says so and the server goes on.
 kill -HUP "$server_pid"
 await_log "$work/server.log" "received SIGHUP: no TLS files to read (plaintext)"
@@ -190,14 +199,15 @@ expect 0 layers
 grep_out 'no layers loaded'
 # An upload over 4 MiB shows its progress on a terminal, and Ctrl-C stops it there: the call is
 # cancelled, the server keeps nothing of it, and the schemes after it do not run.
+re=$(cancelled_upload_re smoke-dynamic_symmetric- 67108864)
+before=$(grep -c -- "$re" "$work/server.log" || true)
 on_terminal --interrupt-on "upload smoke-dynamic_symmetric-" smoke --n 8192 --k 8192 \
   --batches 1 --max-m 1 --schemes dynamic_symmetric,static_symmetric
 [[ $rc -eq 1 ]] || fail "smoke interrupted during its upload exited $rc, expected 1"
 grep_out '^upload smoke-dynamic_symmetric-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
 grep_out '  dynamic_symmetric: interrupted (Ctrl-C) while uploading smoke-dynamic_symmetric-[0-9a-f-]*; nothing was loaded$'
 grep_out '  static_symmetric: not run: interrupted (Ctrl-C)$'
-await_log_re "$work/server.log" \
-  "upload of layer 'smoke-dynamic_symmetric-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
+await_one_more "$work/server.log" "$re" "$before"
 expect 0 layers
 grep_out 'no layers loaded'
 
@@ -576,12 +586,13 @@ grep_out '^  kernels     cpu\.'
 grep_err '^bench: .* req/s  0 errors$'  # the progress line, plain lines when not a terminal
 # The random layer's upload, over 4 MiB, shows its progress on a terminal, and Ctrl-C stops it:
 # the call is cancelled and the server keeps nothing of it.
+re=$(cancelled_upload_re bench- 67108864)
+before=$(grep -c -- "$re" "$work/server.log" || true)
 on_terminal --interrupt-on "upload bench-" bench --n 8192 --k 8192 --m 1 --requests 5 --warmup 0
 [[ $rc -eq 1 ]] || fail "bench interrupted during its upload exited $rc, expected 1"
 grep_out '^upload bench-[0-9a-f-]*: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
 grep_out "^qlinear-cli: CANCELLED: interrupted (Ctrl-C) while uploading layer 'bench-[0-9a-f-]*'; nothing was loaded"
-await_log_re "$work/server.log" \
-  "upload of layer 'bench-[0-9a-f-]*' cancelled after [0-9]* of 67108864 bytes; nothing kept"
+await_one_more "$work/server.log" "$re" "$before"
 expect 0 layers
 grep_out '^cli-test/random '
 grep -q '^bench-' "$work/out" && fail "the interrupted upload left its layer loaded"
