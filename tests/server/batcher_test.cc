@@ -749,7 +749,8 @@ TEST_F(BatcherTest, ARequestThatExpiredInAFailedBatchIsNotRunAgain) {
   std::thread blocker = hold_one_batch();
   absl::Status sb, sg;
   CallContext soon;
-  soon.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  // (Far enough that the request is still live when the batch starts on a loaded host.)
+  soon.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   std::thread tb([&] {
     std::string y;
     InferOutput o;

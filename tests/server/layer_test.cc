@@ -1304,7 +1304,7 @@ TEST_F(LayerTest, AKernelNeedingMoreHostMemoryThanIsLeftIsNotPrepared) {
 // A load after them, with the room back, is prepared.
 TEST_F(LayerTest, KernelsPreparedAtOnceShareTheHostMemoryLeft) {
   Fake packing{"cpu.avx2", unmeasurable(), nullptr, MRange{}, 1 << 20};
-  packing.prepare_time = absl::Milliseconds(300);  // the copy's pages not taken yet meanwhile
+  packing.prepare_time = absl::Seconds(1);  // the copy's pages not taken yet meanwhile
   add(std::move(packing));
   add({"cpu.reference"});
   EngineOptions eo;
@@ -1319,7 +1319,8 @@ TEST_F(LayerTest, KernelsPreparedAtOnceShareTheHostMemoryLeft) {
       results[i] = engine.load(req, std::vector<int8_t>(kN * kK, 1)).status();
     });
   }
-  absl::SleepFor(absl::Milliseconds(100));
+  // Once one load is preparing its copy (its reservation held until the prepare returns, 1 s on):
+  while (log_->prepare_count("cpu.avx2") == 0) absl::SleepFor(absl::Milliseconds(1));
   LoadRequest up = load_request();
   up.name = "up";
   up.spec.n = 1024;
