@@ -817,14 +817,9 @@ absl::StatusOr<v1::LayerInfo> upload_random_layer(Client& client, const Config& 
   if (max_batch_rows >= 0) h.set_max_batch_rows(max_batch_rows);
   if (max_queue_delay_us >= 0) h.set_max_queue_delay_us(max_queue_delay_us);
   const auto start = Clock::now();
-  UploadProgress progress(c.layer);
-  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
-  auto resp = client.load_layer(std::move(h), w, [&](int64_t sent, int64_t total) {
-    if (show) progress.update(sent, total);
-    return !sigint_received();  // Ctrl-C stops the upload (the caller has a CatchSigint)
-  });
+  // (Ctrl-C stops the upload: the caller has a CatchSigint.)
+  auto resp = upload_with_progress(client, std::move(h), w);
   if (!resp.ok()) {
-    progress.end_line();
     if (sigint_received()) {
       return absl::CancelledError(absl::StrCat("interrupted (Ctrl-C) while uploading layer '",
                                                c.layer, "'; nothing was loaded"));

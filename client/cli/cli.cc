@@ -117,6 +117,18 @@ void UploadProgress::end_line() {
   open_line_ = false;
 }
 
+absl::StatusOr<v1::LoadLayerResponse> upload_with_progress(Client& client, v1::LayerHeader header,
+                                                           absl::Span<const int8_t> weights) {
+  UploadProgress progress(header.name());
+  const bool show = static_cast<int64_t>(weights.size()) > kProgressThreshold;
+  auto resp = client.load_layer(std::move(header), weights, [&](int64_t sent, int64_t total) {
+    if (show) progress.update(sent, total);
+    return !sigint_received();
+  });
+  if (!resp.ok()) progress.end_line();
+  return resp;
+}
+
 std::string layer_name_suffix() {
   std::random_device entropy;  // the OS's: nothing another process would draw alike
   return absl::StrFormat("%d-%08x", static_cast<int>(getpid()), static_cast<uint32_t>(entropy()));

@@ -131,6 +131,12 @@ class UploadProgress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// Uploads `weights` under `header` (named `name` in the progress line), with an UploadProgress
+// line where they are over kProgressThreshold; a Ctrl-C caught by a CatchSigint meanwhile stops it
+// (CANCELLED, nothing loaded: sigint_received() then tells why).
+absl::StatusOr<v1::LoadLayerResponse> upload_with_progress(Client& client, v1::LayerHeader header,
+                                                           absl::Span<const int8_t> weights);
+
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...
 std::string scheme_cli_name(v1::Scheme s);
 absl::StatusOr<v1::Scheme> parse_scheme(absl::string_view name);

@@ -114,16 +114,8 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
     std::vector<int8_t> weights;
     if (absl::Status s = read_manifest_layer(l, &h, &weights, &headers); !s.ok()) return failed(s);
     h.set_replace(replace);
-    UploadProgress progress(h.name());
-    std::function<void(int64_t, int64_t)> on_chunk;
-    if (static_cast<int64_t>(weights.size()) > kProgressThreshold) {
-      on_chunk = [&progress](int64_t sent, int64_t total) { progress.update(sent, total); };
-    }
-    auto resp = client->load_layer(std::move(h), weights, on_chunk);
-    if (!resp.ok()) {
-      progress.end_line();
-      return failed(resp.status());
-    }
+    auto resp = upload_with_progress(*client, std::move(h), weights);
+    if (!resp.ok()) return failed(resp.status());
     bytes += static_cast<int64_t>(weights.size());
     const v1::LayerInfo& info = resp->layer();
     std::printf("[%zu/%zu] %s layer '%s' N=%lld K=%lld %s on %s in %.1f ms\n", i + 1,

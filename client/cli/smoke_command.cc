@@ -281,14 +281,8 @@ void run_scheme(Client& client, const SmokeOptions& o, v1::Scheme scheme, size_t
   // The upload comes once the inputs are made (a failure making them leaves nothing on the
   // server); cmd_smoke unloads every layer that loaded, whatever happens next.
   // Ctrl-C stops the upload too (CANCELLED, nothing loaded): a large layer takes a while.
-  UploadProgress progress(res->layer);
-  const bool show = static_cast<int64_t>(w.size()) > kProgressThreshold;
-  auto loaded = client.load_layer(h, w, [&](int64_t sent, int64_t total) {
-    if (show) progress.update(sent, total);
-    return !sigint_received();
-  });
+  auto loaded = upload_with_progress(client, h, w);
   if (!loaded.ok()) {
-    progress.end_line();
     res->rpc_error = loaded.status();
     res->problems.push_back(
         sigint_received() ? absl::StrCat("interrupted (Ctrl-C) while uploading ", res->layer,

@@ -184,10 +184,12 @@ absl::Status BatchQueue::wait_queued(Pending* p) {
 }
 
 void BatchQueue::set_busy(bool busy, absl::string_view forced) {
-  if (busy) {
-    busy_since_ns_ = steady_now_ns();
-  } else if (busy_) {
-    last_batch_ns_ = steady_now_ns() - busy_since_ns_;
+  if (options_.max_queue_delay_us > 0) {  // (only the wait for company reads the batch time)
+    if (busy) {
+      busy_since_ns_ = steady_now_ns();
+    } else if (busy_) {
+      last_batch_ns_ = steady_now_ns() - busy_since_ns_;
+    }
   }
   busy_ = busy;
   const absl::string_view kernel =

@@ -127,8 +127,8 @@ class BatchQueue {
   uint64_t queue_changes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing (worker or caller thread)
-  // When the batch executing started, and how long the last one took (set with busy_): how long
-  // before a queued request's deadline the wait for company ends.
+  // When the batch executing started, and how long the last one took (set with busy_ where the
+  // queue waits for company): how long before a queued request's deadline that wait ends.
   int64_t busy_since_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_ns_ ABSL_GUARDED_BY(mu_) = 0;
   static constexpr int64_t kDeadlineLeadNs = 20'000'000;
