@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -103,6 +102,7 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
   const auto start = Clock::now();
   int64_t bytes = 0;
   SafetensorsHeaderCache headers;  // each file's header parsed once for all its layers
+  const CatchSigint sigint;        // Ctrl-C stops the upload under way, then says what loaded
   for (size_t i = 0; i < layers->size(); ++i) {
     const ManifestLayer& l = (*layers)[i];
     auto failed = [&](const absl::Status& s) {
@@ -110,12 +110,21 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
           s.code(), absl::StrCat(path, ": ", l.describe(), ": ", s.message(), " (", i, " of ",
                                  layers->size(), " layers uploaded before it)")));
     };
+    if (sigint_received()) {
+      return failed(absl::CancelledError("interrupted (Ctrl-C) before its upload began"));
+    }
     v1::LayerHeader h;
     std::vector<int8_t> weights;
     if (absl::Status s = read_manifest_layer(l, &h, &weights, &headers); !s.ok()) return failed(s);
     h.set_replace(replace);
     auto resp = upload_with_progress(*client, std::move(h), weights);
-    if (!resp.ok()) return failed(resp.status());
+    if (!resp.ok()) {
+      return failed(sigint_received() && resp.status().code() == absl::StatusCode::kCancelled
+                        ? absl::CancelledError(absl::StrCat(
+                              "interrupted (Ctrl-C) while uploading it; nothing of it was ",
+                              replace ? "loaded or replaced" : "loaded"))
+                        : resp.status());
+    }
     bytes += static_cast<int64_t>(weights.size());
     const v1::LayerInfo& info = resp->layer();
     std::printf("[%zu/%zu] %s layer '%s' N=%lld K=%lld %s on %s in %.1f ms\n", i + 1,
@@ -154,11 +163,12 @@ int cmd_load(const CommandArgs& raw_args) {
       "width) and optionally --bias FILE (.npy float32/float16 [N]).\n"
       "Bare --bias / --no-bias turn the random bias on or off (on for random layers, off when\n"
       "--weights is given). Static schemes need --input-scale, static_asymmetric also\n"
-      "--input-zero-point. Uploads over 4 MiB show a progress line on stderr. Prints the\n"
+      "--input-zero-point. Uploads over 4 MiB show a progress line on stderr (on a terminal);\n"
+      "Ctrl-C stops an upload, and the server keeps nothing of it. Prints the\n"
       "layer's device, load time and kernel per M bucket.\n"
       "--manifest FILE uploads every layer of a layer manifest (the JSON file that\n"
       "qlinear-server --layer-manifest loads; see the README) in its order, a line each, and\n"
-      "stops at the first that fails.");
+      "stops at the first that fails or at Ctrl-C, saying how many layers were uploaded.");
   p.add("name", &name, "Layer name ([A-Za-z0-9_.:/-], up to 128 characters)");
   p.add("n", &n, "Output features N (0: from --weights, else 1024)");
   p.add("k", &k, "Input features K (0: from --weights, else 1024)");
@@ -306,16 +316,16 @@ int cmd_load(const CommandArgs& raw_args) {
   }
 
   auto client = make_client(args, options);
-  UploadProgress progress(name);
-  std::function<void(int64_t, int64_t)> on_chunk;
-  if (static_cast<int64_t>(weights.size()) > kProgressThreshold) {
-    on_chunk = [&progress](int64_t sent, int64_t total) { progress.update(sent, total); };
-  }
+  const CatchSigint sigint;  // Ctrl-C stops the upload: CANCELLED, nothing loaded
   const auto start = Clock::now();
-  auto resp = client->load_layer(std::move(h), weights, on_chunk);
+  auto resp = upload_with_progress(*client, std::move(h), weights);
   const double client_s = seconds_since(start);
   if (!resp.ok()) {
-    progress.end_line();
+    if (sigint_received() && resp.status().code() == absl::StatusCode::kCancelled) {
+      return fail(absl::CancelledError(absl::StrCat("interrupted (Ctrl-C) while uploading layer '",
+                                                    name, "'; nothing was ",
+                                                    replace ? "loaded or replaced" : "loaded")));
+    }
     return fail(resp.status());
   }
 

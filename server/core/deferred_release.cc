@@ -5,6 +5,8 @@
 
 namespace qlinear {
 
+thread_local int DeferredRelease::depth_ = 0;
+
 DeferredRelease::DeferredRelease() : thread_([this] { run(); }) {}
 
 DeferredRelease::~DeferredRelease() {
@@ -25,7 +27,18 @@ void DeferredRelease::release(std::shared_ptr<const void> p) {
   }
 }
 
+void DeferredRelease::release_owned(const void* p, void (*destroy)(const void*)) {
+  std::shared_ptr<const void> owned;
+  try {
+    owned = std::shared_ptr<const void>(p, destroy);
+  } catch (const std::bad_alloc&) {
+    return;  // (shared_ptr's constructor destroyed p with `destroy`, on this thread)
+  }
+  release(std::move(owned));
+}
+
 void DeferredRelease::run() {
+  ReleaseHere here;  // an object dropped here whose own drops would come back is destroyed here
   for (;;) {
     std::vector<std::shared_ptr<const void>> batch;
     {

@@ -174,10 +174,13 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
   if (request.max_batch_rows >= 0)
     batching.max_batch_rows = std::max<int64_t>(1, request.max_batch_rows);
   if (request.max_queue_delay_us >= 0) batching.max_queue_delay_us = request.max_queue_delay_us;
-  auto served = std::make_shared<ServedLayer>();
+  std::shared_ptr<ServedLayer> served =
+      DeferredRelease::own(std::make_unique<ServedLayer>(), released_);
   served->layer = layer;
   LoadResult result;
-  // Released after the lock: a replaced layer's queue first runs what it holds.
+  // Released after the lock, here where the engine's is the last reference: a replaced layer's
+  // queue first runs what it holds, and its memory is free before the load answers.
+  DeferredRelease::ReleaseHere release_here;
   std::shared_ptr<const ServedLayer> previous;
   {
     // The store and the gauges change together, so that two loads or unloads of one name leave
@@ -206,7 +209,6 @@ absl::StatusOr<LoadResult> Engine::publish(const LoadRequest& request, std::vect
                        e.what(), "); nothing was loaded or replaced"));
     }
     ASSIGN_OR_RETURN(result.replaced, store_.put(served, request.replace, &previous));
-    if (previous != nullptr) previous->retired.store(true, std::memory_order_release);
     {
       absl::MutexLock watched(&watched_mu_);
       prune_watched();  // (also here: a server without the watchdog never reads the list)
@@ -267,10 +269,10 @@ std::optional<Engine::RunningBatch> Engine::longest_running_batch() const {
 }
 
 absl::Status Engine::unload(absl::string_view name) {
+  DeferredRelease::ReleaseHere release_here;
   std::shared_ptr<const ServedLayer> removed;  // released after the lock (see publish)
   absl::MutexLock lock(&publish_mu_);
   RETURN_IF_ERROR(store_.remove(name, &removed));
-  removed->retired.store(true, std::memory_order_release);
   if (metrics_ != nullptr) metrics_->layer_unloaded(removed->layer.get(), removed->name());
   return absl::OkStatus();
 }
@@ -298,12 +300,8 @@ absl::Status Engine::infer(const InferInput& in, const CallContext& call, std::s
                                status);
     }
   }
-  // A layer replaced or unloaded meanwhile: this may be its last reference, which is dropped off
-  // this thread (destroying the layer joins its queue and frees its weights, on a GPU too). (Not
-  // use_count() == 1: two holders dropping theirs at once would each see the other's.)
-  if (served.ok() && (*served)->retired.load(std::memory_order_acquire)) {
-    released_.release(*std::move(served));
-  }
+  // (A layer replaced or unloaded meanwhile, whose last reference this may be, is destroyed on
+  // the release thread: its queue joined and its weights freed, on a GPU too, after the answer.)
   return status;
 }
 

@@ -206,7 +206,9 @@ class Engine {
   const std::shared_ptr<HostMemoryLedger> host_memory_;
   LayerStore store_;
   // Last: destroyed first, releasing what it holds while the rest of the engine is still whole.
-  mutable DeferredRelease released_;
+  // Every served layer is made by DeferredRelease::own on it, so that a request dropping a
+  // replaced or unloaded layer's last reference never destroys it on the request's thread.
+  const std::shared_ptr<DeferredRelease> released_ = std::make_shared<DeferredRelease>();
 };
 
 }  // namespace qlinear

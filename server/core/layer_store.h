@@ -3,7 +3,6 @@
 // memory under a request: the last holder releases it.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +22,6 @@ namespace qlinear {
 struct ServedLayer {
   std::shared_ptr<const Layer> layer;
   std::unique_ptr<BatchQueue> queue;
-  // Set once the store no longer holds it (replaced or unloaded), before the engine drops its own
-  // reference: whoever holds one then hands it to the release thread (see Engine::infer).
-  mutable std::atomic<bool> retired{false};
   const std::string& name() const { return layer->name(); }
 };
 

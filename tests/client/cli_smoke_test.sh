@@ -211,6 +211,20 @@ await_one_more "$work/server.log" "$re" "$before"
 expect 0 layers
 grep_out 'no layers loaded'
 
+# load: the same on a terminal, and the layer it would have replaced stays served.
+expect 0 load --name cli-test/interrupted --n 64 --k 64
+re=$(cancelled_upload_re cli-test/interrupted 67108864)
+before=$(grep -c -- "$re" "$work/server.log" || true)
+on_terminal --interrupt-on "upload cli-test/interrupted" load --name cli-test/interrupted \
+  --n 8192 --k 8192 --replace
+[[ $rc -eq 1 ]] || fail "load interrupted during its upload exited $rc, expected 1"
+grep_out '^upload cli-test/interrupted: [0-9.]* [KM]iB / 64.0 MiB ([0-9]*%)'
+grep_out "^qlinear-cli: CANCELLED: interrupted (Ctrl-C) while uploading layer 'cli-test/interrupted'; nothing was loaded or replaced$"
+await_one_more "$work/server.log" "$re" "$before"
+expect 0 describe cli-test/interrupted
+grep_out 'N=64 K=64'
+expect 0 unload cli-test/interrupted
+
 # --- versions, kernels, load, layers, describe --------------------------------------------------
 server_version=$("$server_bin" --version) || fail "qlinear-server --version exited $?"
 [[ $server_version =~ ^qlinear-server\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ [A-Za-z0-9._+-]+\)$ ]] ||
@@ -370,6 +384,37 @@ expect 0 load --manifest "$work/layers.json" --replace
 grep_out "^\[2/2\] replaced layer 'cli-test/manifest-b'"
 expect 2 load --manifest "$work/layers.json" --name other
 grep_err 'manifest takes every layer.s settings from the file'
+# Ctrl-C during a manifest's second upload: that layer is not loaded, the first one is, and the
+# error says so.
+python3 - "$work" <<'EOF'
+import struct, sys
+def save(name, descr, shape, nbytes, data=b""):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    header = header.ljust((10 + len(header) + 1 + 63) // 64 * 64 - 10 - 1) + "\n"
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data)
+        f.truncate(f.tell() + nbytes - len(data))
+save("w64m.npy", "|i1", "(8192, 8192)", 1 << 26)
+save("s1.npy", "<f4", "(1,)", 4, struct.pack("<f", 1e-3))
+EOF
+cat >"$work/big.json" <<'EOF'
+{"layers": [
+  {"name": "cli-test/manifest-small", "weights": "w.npy", "weight_scale": "s.npy"},
+  {"name": "cli-test/manifest-big", "weights": "w64m.npy", "weight_scale": "s1.npy"}
+]}
+EOF
+re=$(cancelled_upload_re cli-test/manifest-big 67108864)
+before=$(grep -c -- "$re" "$work/server.log" || true)
+on_terminal --interrupt-on "upload cli-test/manifest-big" load --manifest "$work/big.json"
+[[ $rc -eq 1 ]] || fail "load --manifest interrupted during its upload exited $rc, expected 1"
+grep_out "^\[1/2\] loaded layer 'cli-test/manifest-small' N=40 K=72 "
+grep_out "^qlinear-cli: CANCELLED: $work/big.json: layer 'cli-test/manifest-big' (layers\[1\]): interrupted (Ctrl-C) while uploading it; nothing of it was loaded (1 of 2 layers uploaded before it)$"
+await_one_more "$work/server.log" "$re" "$before"
+expect 0 layers
+grep_out '^cli-test/manifest-small '
+grep -q '^cli-test/manifest-big' "$work/out" && fail "the interrupted manifest upload left its layer loaded"
+expect 0 unload cli-test/manifest-small
+rm "$work/w64m.npy"
 printf '{"layers": [{"name": "x", "weights": "w.npy", "weight_scale": "s.npy", "bais": "b.npy"}]}' \
   >"$work/bad.json"
 expect 1 load --manifest "$work/bad.json"

@@ -39,7 +39,8 @@ class GateKernel final : public Kernel {
     int running = 0;
     int want = 0;  // wait_running's target
     std::vector<int64_t> batch_rows;
-    std::string device = "cpu";  // where the prepared kernel says it runs
+    std::string device = "cpu";                 // where the prepared kernel says it runs
+    std::vector<std::thread::id> destroyed_on;  // each prepared copy's, as it is destroyed
   };
   explicit GateKernel(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
   absl::string_view name() const override { return "cpu.avx512_vnni"; }  // a slot in the order
@@ -55,6 +56,10 @@ class GateKernel final : public Kernel {
   class Prepared final : public PreparedKernel {
    public:
     Prepared(const LayerWeights& w, std::shared_ptr<Gate> g) : w_(w), gate_(std::move(g)) {}
+    ~Prepared() override {
+      absl::MutexLock lock(&gate_->mu);
+      gate_->destroyed_on.push_back(std::this_thread::get_id());
+    }
     std::string device() const override { return gate_->device; }
     absl::Status run(const RunArgs& args, RunTimings* t) const override {
       {
@@ -806,6 +811,57 @@ TEST_F(BatcherTest, QueuedWorkFinishesAfterUnload) {
   set_gate(true);
   for (auto& t : th) t.join();
   EXPECT_EQ(ok.load(), 3);
+}
+
+// Whoever drops the last reference to a replaced or unloaded layer, it is destroyed on the
+// engine's release thread (its queue joined, its weights freed), never on a request's; where the
+// engine's own reference is the last, the replace or unload frees it before returning.
+TEST_F(BatcherTest, ALayersLastReferenceIsDroppedOnTheReleaseThread) {
+  start(BatchOptions{}, /*gated=*/true);
+  auto destroyed = [this] {
+    absl::MutexLock lock(&gate_->mu);
+    return gate_->destroyed_on;
+  };
+  const std::thread::id here = std::this_thread::get_id();
+  ASSERT_TRUE(destroyed().empty());
+  LoadRequest r;
+  r.name = "b";
+  r.spec = layer_.spec;
+  r.replace = true;
+  auto loaded = engine_->load(r, layer_.weights);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  // The first layer, held by nothing else, was freed by the replace.
+  std::vector<std::thread::id> first = destroyed();
+  ASSERT_FALSE(first.empty());
+  for (const std::thread::id& t : first) EXPECT_EQ(t, here);
+  // The second, unloaded while a holder keeps it, is freed when that one lets go, elsewhere.
+  std::shared_ptr<const ServedLayer> holder = std::move(loaded->served);
+  ASSERT_TRUE(engine_->unload("b").ok());
+  EXPECT_EQ(destroyed().size(), first.size());
+  std::thread::id dropper;
+  std::thread([&] {
+    dropper = std::this_thread::get_id();
+    holder.reset();
+  }).join();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (destroyed().size() == first.size() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<std::thread::id> all = destroyed();
+  ASSERT_GT(all.size(), first.size()) << "the unloaded layer was never destroyed";
+  for (size_t i = first.size(); i < all.size(); ++i) {
+    EXPECT_NE(all[i], dropper) << "destroyed on the thread that dropped the last reference";
+    EXPECT_NE(all[i], here);
+  }
+  // A layer unloaded with no other holder is freed before the unload returns.
+  auto again = engine_->load(r, layer_.weights);
+  ASSERT_TRUE(again.ok()) << again.status();
+  again->served.reset();
+  const size_t before = destroyed().size();
+  ASSERT_TRUE(engine_->unload("b").ok());
+  all = destroyed();
+  ASSERT_GT(all.size(), before);
+  for (size_t i = before; i < all.size(); ++i) EXPECT_EQ(all[i], here);
 }
 
 // A host at its limit of threads: a load whose batching thread cannot start fails with

@@ -1,10 +1,12 @@
 // DeferredRelease (server/core/deferred_release.h): what it is given is dropped on its own thread,
-// never on the caller's, and nothing is left when it is destroyed.
+// never on the caller's, and nothing is left when it is destroyed; what own() makes goes there by
+// itself, but inside a ReleaseHere, on the release thread and once it is gone.
 #include "server/core/deferred_release.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -47,6 +49,87 @@ TEST(DeferredRelease, NothingIsLeftAfterItIsDestroyed) {
     for (auto& c : callers) c.join();
   }
   EXPECT_EQ(dropped.load(), 1000);
+}
+
+// Records the thread that destroys it.
+struct Probe {
+  explicit Probe(absl::Notification* done, std::thread::id* where) : done(done), where(where) {}
+  ~Probe() {
+    *where = std::this_thread::get_id();
+    done->Notify();
+  }
+  absl::Notification* done;
+  std::thread::id* where;
+};
+
+TEST(DeferredRelease, AnOwnedObjectIsDestroyedOnTheReleaseThreadWhoeverDropsIt) {
+  auto d = std::make_shared<DeferredRelease>();
+  for (bool other_thread : {false, true}) {
+    absl::Notification done;
+    std::thread::id where;
+    std::shared_ptr<Probe> p = DeferredRelease::own(std::make_unique<Probe>(&done, &where), d);
+    std::shared_ptr<Probe> second = p;
+    std::thread::id dropper = std::this_thread::get_id();
+    p.reset();
+    EXPECT_FALSE(done.HasBeenNotified());  // (not the last reference)
+    if (other_thread) {
+      std::thread([&] {
+        dropper = std::this_thread::get_id();
+        second.reset();
+      }).join();
+    } else {
+      second.reset();
+    }
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_NE(where, dropper) << "other thread: " << other_thread;
+    EXPECT_NE(where, std::this_thread::get_id());
+  }
+}
+
+TEST(DeferredRelease, AnOwnedObjectIsDestroyedHereInsideAReleaseHere) {
+  auto d = std::make_shared<DeferredRelease>();
+  absl::Notification done;
+  std::thread::id where;
+  std::shared_ptr<Probe> p = DeferredRelease::own(std::make_unique<Probe>(&done, &where), d);
+  {
+    DeferredRelease::ReleaseHere here;
+    p.reset();
+  }
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_EQ(where, std::this_thread::get_id());
+  // Outside it, away again.
+  absl::Notification done2;
+  std::shared_ptr<Probe> q = DeferredRelease::own(std::make_unique<Probe>(&done2, &where), d);
+  q.reset();
+  ASSERT_TRUE(done2.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_NE(where, std::this_thread::get_id());
+}
+
+TEST(DeferredRelease, AnOwnedObjectOutlivingItsReleaseThreadIsDestroyedByItsLastHolder) {
+  auto d = std::make_shared<DeferredRelease>();
+  absl::Notification done;
+  std::thread::id where;
+  std::shared_ptr<Probe> p = DeferredRelease::own(std::make_unique<Probe>(&done, &where), d);
+  d.reset();
+  p.reset();
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_EQ(where, std::this_thread::get_id());
+}
+
+// Handed to the release thread as it is, an owned object is destroyed there, not sent back to
+// itself; and one whose release thread loses its last other reference meanwhile is destroyed
+// all the same (the release thread's end must not wait for itself).
+TEST(DeferredRelease, AnOwnedObjectDroppedOnTheReleaseThreadIsDestroyedThere) {
+  for (int round = 0; round < 50; ++round) {
+    auto d = std::make_shared<DeferredRelease>();
+    absl::Notification done;
+    std::thread::id where;
+    std::shared_ptr<Probe> p = DeferredRelease::own(std::make_unique<Probe>(&done, &where), d);
+    d->release(std::move(p));
+    if (round % 2 == 1) d.reset();  // (joins the release thread, which drops p first)
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10))) << round;
+    EXPECT_NE(where, std::this_thread::get_id()) << round;
+  }
 }
 
 }  // namespace
