@@ -24,6 +24,15 @@ inline size_t grpc_message_bytes(char c) {
   return u >= 0x20 && u <= 0x7e && u != '%' ? 1 : 3;
 }
 
+// The longest start of `s` of at most `max_bytes` that ends at a UTF-8 character boundary (a
+// protobuf string field must hold whole characters: a parser refuses the message otherwise).
+inline absl::string_view utf8_prefix(absl::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
 // `message`, cut to kMaxStatusMessageBytes as sent, at a UTF-8 character boundary (the stream's
 // answers carry it in a protobuf string), and saying how long it was.
 inline std::string bounded_status_message(absl::string_view message) {
@@ -38,8 +47,7 @@ inline std::string bounded_status_message(absl::string_view message) {
     used += grpc_message_bytes(message[cut]);
     if (used > kMaxStatusMessageBytes - tail.size()) break;
   }
-  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
-  return absl::StrCat(message.substr(0, cut), tail);
+  return absl::StrCat(utf8_prefix(message, cut), tail);
 }
 
 inline grpc::Status to_grpc_status(const absl::Status& s) {

@@ -25,14 +25,15 @@ int64_t now_us() { return steady_now_ns() / 1000; }
 // A request id is echoed in its response, within the kResponseMetadataBytes the engine keeps free
 // beside y. One longer than kMaxRequestIdBytes is INVALID_ARGUMENT, answered with its first
 // kEchoedBadIdBytes, so that no answer can outgrow the message limit (on a stream a failed send
-// would end the stream).
+// would end the stream), cut at a character boundary (a client's parser refuses a string field
+// holding part of one, which would end the stream on its side).
 constexpr size_t kMaxRequestIdBytes = 4096;
 constexpr size_t kEchoedBadIdBytes = 128;
 static_assert(kMaxRequestIdBytes <= kResponseMetadataBytes / 8);
 
 std::string echoed_request_id(const v1::InferRequest& request) {
   const std::string& id = request.request_id();
-  return id.size() <= kMaxRequestIdBytes ? id : id.substr(0, kEchoedBadIdBytes);
+  return id.size() <= kMaxRequestIdBytes ? id : std::string(utf8_prefix(id, kEchoedBadIdBytes));
 }
 
 absl::StatusOr<DType> dtype_from_proto(v1::DType t, absl::string_view field) {
@@ -248,6 +249,14 @@ grpc::Status QLinearService::take_slot() {
   return grpc::Status::OK;
 }
 
+grpc::Status QLinearService::refused(grpc::Status s) const {
+  if (Metrics* m = engine_->metrics()) {
+    m->request_failed(
+        "", "", absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+  }
+  return s;
+}
+
 grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
@@ -422,8 +431,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
 
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
-  if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
+  if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
@@ -433,8 +442,8 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
 grpc::Status QLinearService::InferStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
-  if (auto s = unavailable_if_draining(); !s.ok()) return s;
-  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
+  if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
   v1::InferRequest request;
   v1::InferResponse response;
@@ -443,11 +452,10 @@ grpc::Status QLinearService::InferStream(
     // Once the server drains, a stream ends at its next message, which is not run: the client
     // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
     if (auto s = unavailable_if_draining(); !s.ok()) {
-      return grpc::Status(
-          s.error_code(),
-          absl::StrCat(s.error_message(), "; request '",
-                       absl::string_view(request.request_id()).substr(0, kEchoedBadIdBytes),
-                       "' and any after it on this stream were not run"));
+      return refused(grpc::Status(s.error_code(),
+                                  absl::StrCat(s.error_message(), "; request '",
+                                               utf8_prefix(request.request_id(), kEchoedBadIdBytes),
+                                               "' and any after it on this stream were not run")));
     }
     // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
     // and the kernel overwrites all of it. A failed request's response is cleared below, so no

@@ -76,6 +76,9 @@ class QLinearService final : public v1::QLinear::Service {
   // taken) when all are taken.
   grpc::Status take_slot();
   void release_slot() { slots_used_.fetch_sub(1, std::memory_order_relaxed); }
+  // `s`, an inference call refused before it reached the engine (draining, no slot), counted
+  // among the failed requests first, as the engine counts those it refuses.
+  grpc::Status refused(grpc::Status s) const;
 
   Engine* engine_;
   const bool enable_echo_;

@@ -20,7 +20,9 @@
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/qlinear_client.h"
 #include "common/npy.h"
 #include "common/version.h"
@@ -353,6 +355,24 @@ TEST_F(ServerTest, OverlongRequestIdsAreRefusedAndTheStreamGoesOn) {
   EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
       << resp.status_message();
   EXPECT_EQ(resp.request_id(), near_limit.substr(0, 128));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.request_id(), "after");
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+
+  // An id of three-byte characters is echoed with the whole characters of its first 128 bytes
+  // (42 of them): a character cut in two would make the answer one the client cannot parse,
+  // ending the stream there.
+  std::string euros;
+  while (euros.size() <= 4096) euros += "\xe2\x82\xac";  // U+20AC
+  stream = client_->open_stream();
+  ASSERT_TRUE(stream->write(make_request("rid", x, DType::kBF16, 1, DType::kBF16, euros)));
+  ASSERT_TRUE(stream->write(make_request("rid", x, DType::kBF16, 1, DType::kBF16, "after")));
+  stream->writes_done();
+  ASSERT_TRUE(stream->read(&resp)) << "the stream ended at an id cut within a character";
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(resp.request_id(), euros.substr(0, 126));
   ASSERT_TRUE(stream->read(&resp));
   EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
   EXPECT_EQ(resp.request_id(), "after");
@@ -1500,6 +1520,7 @@ TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {
 TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   ServerOptions o = loopback_server_options();
   o.max_threads = 8;
+  o.metrics_port = testing::free_port();
   const int slots = call_slots_for(o.max_threads).max_calls;
   ASSERT_EQ(slots, 4);
   auto server = QLinearServer::start(o);
@@ -1534,6 +1555,18 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_EQ(unary.status().code(), absl::StatusCode::kResourceExhausted) << unary.status();
   EXPECT_EQ(unary.status().message(), busy);
+  // Both refusals are among the failed requests, by code: the overload an operator watches for.
+  {
+    const std::string text = http_get((*server)->metrics_port(), "/metrics");
+    double refused = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (!absl::StartsWith(line, "qlinear_requests_total{code=\"RESOURCE_EXHAUSTED\"")) continue;
+      double v = 0;
+      ASSERT_TRUE(absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) << line;
+      refused += v;
+    }
+    EXPECT_EQ(refused, 2) << text;
+  }
   auto health = client.health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_TRUE(*health);
@@ -1581,7 +1614,9 @@ TEST(GpuStagingTest, GrownStagingIsGivenBackOnceIdle) {
   };
   if (info->device() == "cpu") {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past a housekeeping period
-    if (host_info().gpus.empty()) EXPECT_EQ(gauges(), std::make_pair(-1.0, -1.0));
+    if (host_info().gpus.empty()) {
+      EXPECT_EQ(gauges(), std::make_pair(-1.0, -1.0));
+    }
     GTEST_SKIP() << "the layer is served on the CPU: no GPU staging to watch";
   }
   // x 4 MiB, y 16 MiB (bf16): more than the layer's load left in any context.
