@@ -490,6 +490,10 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
                         "Echo is off; start qlinear-server with --enable-echo");
   }
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
+  // A slot as an inference call takes: Echo stands for one in load tests, and its payload, as
+  // large as a y, holds a thread alike.
+  if (grpc::Status s = take_slot(); !s.ok()) return s;
+  absl::Cleanup slot = [this] { release_slot(); };
   // A payload over the send limit could not be sent: it is refused before it is allocated.
   const int64_t most =
       std::min(engine_->options().max_output_bytes - kEchoFramingBytes, int64_t{1} << 30);

@@ -1521,6 +1521,7 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   ServerOptions o = loopback_server_options();
   o.max_threads = 8;
   o.metrics_port = testing::free_port();
+  o.enable_echo = true;
   const int slots = call_slots_for(o.max_threads).max_calls;
   ASSERT_EQ(slots, 4);
   auto server = QLinearServer::start(o);
@@ -1555,6 +1556,15 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_EQ(unary.status().code(), absl::StatusCode::kResourceExhausted) << unary.status();
   EXPECT_EQ(unary.status().message(), busy);
+  {
+    v1::EchoRequest req;
+    req.set_response_bytes(1024);
+    v1::EchoResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status echo = client.stub().Echo(&ctx, req, &resp);
+    EXPECT_EQ(echo.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << echo.error_message();
+    EXPECT_EQ(echo.error_message(), busy);
+  }
   // Both refusals are among the failed requests, by code: the overload an operator watches for.
   {
     const std::string text = http_get((*server)->metrics_port(), "/metrics");
@@ -1581,6 +1591,14 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   streams.pop_back();
   auto again = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_TRUE(again.ok()) << again.status();
+  {
+    v1::EchoRequest req;
+    req.set_response_bytes(1024);
+    v1::EchoResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(client.stub().Echo(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.payload().size(), 1024u);
+  }
   for (auto& st : streams) {
     st->writes_done();
     EXPECT_FALSE(st->read(&resp));
