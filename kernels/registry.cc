@@ -25,6 +25,7 @@ const std::vector<std::string>& kernel_priority_order() {
       "cuda.cutlass_sm90",  // Hopper, every M, fused epilogue
       "cuda.cublaslt",      // any NVIDIA GPU; separate epilogue kernel
       // CPUs.
+      "cpu.amx",          // AMX tiles (TDPBUSD), for CPUs with AMX-INT8
       "cpu.avx512_vnni",  // VPDPBUSD micro-kernels, small-M weight streaming
       "cpu.onednn",       // oneDNN int8 matmul
       "cpu.avx2",         // VPMADDWD micro-kernels, for hosts without AVX-512 VNNI

@@ -1,5 +1,5 @@
 // qlinear_cpu_bench: the full W8A8 op (bf16 x in, per-token quantization, int8 GEMM, epilogue,
-// bf16 y out) of the CPU kernels this host runs (cpu.avx512_vnni, cpu.avx2, cpu.onednn,
+// bf16 y out) of the CPU kernels this host runs (cpu.amx, cpu.avx512_vnni, cpu.avx2, cpu.onednn,
 // cpu.reference) and the kernel the registry dispatches to, side by side on the Llama-3-8B
 // projection shapes (N, K) = (6144, 4096) qkv, (4096, 4096) o, (28672, 4096) gate+up,
 // (4096, 14336) down, for M in {1, 4, 16, 64, 256, 1024}.
@@ -7,8 +7,8 @@
 // Why: oneDNN is what vLLM's CPU backend runs; this says how our kernels compare with it and how
 // far each is from this machine's ceilings, which the same run measures first: the DRAM read
 // bandwidth of all cores (the bound for small M, where the op streams its weights) and the
-// multiply rate of all cores (the bound for large M): VPDPBUSD on AVX-512 VNNI hosts, else
-// cpu.avx2's VPMADDWD + VPADDD pair.
+// multiply rate of all cores (the bound for large M): TDPBUSD for cpu.amx (and oneDNN) on AMX
+// hosts, VPDPBUSD on AVX-512 VNNI hosts, else cpu.avx2's VPMADDWD + VPADDD pair.
 //
 // The anchor: cpu.onednn (the whole op, exact) where it runs. On hosts without AVX-512 VNNI it
 // cannot (oneDNN's int8 GEMM saturates there), and the anchor is oneDNN's int8 GEMM alone
@@ -66,6 +66,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/cpu/onednn_anchor.h"
+#if QLINEAR_BENCH_HAVE_AMX
+#include "bench/cpu/roofline_amx.h"
+#endif
 #if QLINEAR_BENCH_HAVE_AVX2
 #include "bench/cpu/roofline_avx2.h"
 #endif
@@ -76,6 +79,7 @@
 #include "common/random.h"
 #include "kernels/core/host_info.h"
 #include "kernels/core/weights.h"
+#include "kernels/cpu/amx_kernel.h"
 #include "kernels/cpu/avx2_kernel.h"
 #include "kernels/cpu/avx512_vnni_kernel.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -106,7 +110,7 @@ int64_t llc_bytes() {
 }
 
 // Which ISA the ceilings are measured with: the host's best.
-enum class Isa { kAvx512Vnni, kAvx2 };
+enum class Isa { kAmx, kAvx512Vnni, kAvx2 };
 
 uint64_t read_stream(Isa isa, const uint8_t* data, size_t bytes) {
 #if QLINEAR_BENCH_HAVE_AVX512
@@ -142,18 +146,25 @@ double measure_read_bandwidth(Isa isa, size_t bytes, int reps) {
 }
 
 // The multiply rate of all pool threads together, in int8 operations/s (2 per multiply-add):
-// VPDPBUSD (64 multiply-adds, 24 per iteration) on AVX-512 VNNI, else VPMADDWD (16 multiply-adds,
-// 12 per iteration, each with its VPADDD).
+// TDPBUSD (16 x 16 x 64 multiply-adds, 4 per iteration) on AMX, VPDPBUSD (64 multiply-adds, 24
+// per iteration) on AVX-512 VNNI, else VPMADDWD (16 multiply-adds, 12 per iteration, each with its
+// VPADDD).
 double measure_peak(Isa isa) {
   cpu::ThreadPool& pool = cpu::ThreadPool::global();
   const int t = pool.threads();
-  const int64_t iters = 2000000;  // ~20 ms at the issue rate
-  const double ops_per_iter = isa == Isa::kAvx512Vnni ? 24.0 * 128 : 12.0 * 32;
+  // ~20 ms at the issue rate
+  const int64_t iters = isa == Isa::kAmx ? 40000 : 2000000;
+  const double ops_per_iter = isa == Isa::kAmx          ? 4.0 * 32768
+                              : isa == Isa::kAvx512Vnni ? 24.0 * 128
+                                                        : 12.0 * 32;
   double best = 0;
   volatile uint64_t sink = 0;
   for (int r = 0; r < 10; ++r) {
     const auto t0 = Clock::now();
     pool.parallel_for(t, [&](int64_t) {
+#if QLINEAR_BENCH_HAVE_AMX
+      if (isa == Isa::kAmx) sink = sink + tdpbusd_loop_amx(iters);
+#endif
 #if QLINEAR_BENCH_HAVE_AVX512
       if (isa == Isa::kAvx512Vnni) sink = sink + vpdpbusd_loop_avx512(iters);
 #endif
@@ -416,6 +427,7 @@ int run(const Options& opt) {
   std::printf("host: %s\n", host.cpu_description().c_str());
   const absl::Status vnni_status = cpu::avx512_vnni_isa_status(host);
   const absl::Status avx2_status = cpu::avx2_isa_status(host);
+  const absl::Status amx_status = cpu::amx_supported(host);
   if (!vnni_status.ok() && !avx2_status.ok()) {
     std::printf("no optimized CPU kernel runs here (cpu.avx512_vnni: %s; cpu.avx2: %s)\n",
                 std::string(vnni_status.message()).c_str(),
@@ -438,9 +450,11 @@ int run(const Options& opt) {
   // right after the VPDPBUSD loop would run at the lowered clock.
   const double avx2_peak = avx2_status.ok() ? measure_peak(Isa::kAvx2) : NAN;
   const double peak = isa == Isa::kAvx2 ? avx2_peak : measure_peak(isa);
+  const double amx_peak = amx_status.ok() ? measure_peak(Isa::kAmx) : NAN;
   std::printf("threads: %d   last-level cache: %lld MiB\n", threads,
               static_cast<long long>(llc >> 20));
   std::string peaks;
+  if (amx_status.ok()) absl::StrAppendFormat(&peaks, "   TDPBUSD peak: %.0f GOPS", amx_peak / 1e9);
   if (isa == Isa::kAvx512Vnni)
     absl::StrAppendFormat(&peaks, "   VPDPBUSD peak: %.0f GOPS", peak / 1e9);
   if (avx2_status.ok()) {
@@ -472,6 +486,11 @@ int run(const Options& opt) {
 
   // The optimized kernels this host runs, in priority order, and the anchor last.
   std::vector<Timed> columns;
+  if (amx_status.ok()) {
+    columns.push_back({"amx", {"cpu.amx", {}, {}, {}, NAN}, cpu::make_amx_kernel(), amx_peak});
+  } else {
+    std::printf("cpu.amx not timed: %s\n", std::string(amx_status.message()).c_str());
+  }
   if (vnni_status.ok()) {
     columns.push_back(
         {"vnni", {"cpu.avx512_vnni", {}, {}, {}, NAN}, cpu::make_avx512_vnni_kernel(), peak});
@@ -489,10 +508,13 @@ int run(const Options& opt) {
     columns.push_back({"avx2", {"cpu.avx2", {}, {}, {}, NAN}, cpu::make_avx2_kernel(), avx2_peak});
   }
   const size_t n_opt = columns.size();
+  // (oneDNN runs AMX where the host has it: its %roof is against that peak then.)
+  const double best_peak = amx_status.ok() ? amx_peak : peak;
   if (have_dnnl) {
-    columns.push_back({"dnnl", {"cpu.onednn", {}, {}, {}, NAN}, cpu::make_onednn_kernel(), peak});
+    columns.push_back(
+        {"dnnl", {"cpu.onednn", {}, {}, {}, NAN}, cpu::make_onednn_kernel(), best_peak});
   } else if (gemm_anchor) {
-    columns.push_back({"dnnl", {"onednn gemm", {}, {}, {}, NAN}, nullptr, peak});
+    columns.push_back({"dnnl", {"onednn gemm", {}, {}, {}, NAN}, nullptr, best_peak});
   }
 
   std::vector<int64_t> ms;

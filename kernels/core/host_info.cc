@@ -41,6 +41,8 @@ HostInfo detect_host_info() {
   h.avx512vl = __builtin_cpu_supports("avx512vl");
   h.avx512_vnni = __builtin_cpu_supports("avx512vnni");
   h.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+  // (Whether the OS gives this process the tiles' state is asked when an AMX kernel is checked.)
+  h.amx_int8 = __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8");
   detect_cuda_devices(&h);
   return h;
 }
@@ -60,6 +62,7 @@ std::string HostInfo::cpu_description() const {
   if (avx512vl) isa.push_back("avx512vl");
   if (avx512_vnni) isa.push_back("avx512_vnni");
   if (avx512_bf16) isa.push_back("avx512_bf16");
+  if (amx_int8) isa.push_back("amx_int8");
   return absl::StrCat(cpu_model, " (", cpu_threads, " threads; ",
                       isa.empty() ? "no AVX2/AVX-512" : absl::StrJoin(isa, " "), ")");
 }

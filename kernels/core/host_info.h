@@ -26,6 +26,7 @@ struct HostInfo {
   bool avx512vl = false;
   bool avx512_vnni = false;
   bool avx512_bf16 = false;
+  bool amx_int8 = false;       // AMX tiles with int8 multiplies (TDPBUSD), as the CPU reports them
   bool cuda_compiled = false;  // the binary holds CUDA code
   std::string cuda_error;      // why no GPU is usable, when `gpus` is empty
   std::vector<GpuInfo> gpus;

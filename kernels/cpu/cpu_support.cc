@@ -1,12 +1,15 @@
 #include "kernels/cpu/cpu_support.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -91,6 +94,32 @@ absl::Status avx512_vnni_isa_status(const HostInfo& host) {
   if (!missing.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("needs AVX-512 VNNI; this CPU lacks ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+#endif
+}
+
+absl::Status amx_isa_status(const HostInfo& host) {
+#if !QLINEAR_HAVE_AMX
+  (void)host;
+  return absl::FailedPreconditionError(
+      "not compiled in (the compiler that built this binary lacks -mamx-int8, or AVX-512 VNNI)");
+#else
+  if (!host.amx_int8) {
+    return absl::FailedPreconditionError("needs AMX-INT8; this CPU lacks amx_int8");
+  }
+  if (absl::Status s = avx512_vnni_isa_status(host); !s.ok()) return s;
+  // The tiles' state is off in every process until it asks (Linux 5.16 and later); asked once.
+  static const int asked = [] {
+    constexpr int kArchReqXcompPerm = 0x1023;
+    constexpr int kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0 ? 0 : errno;
+  }();
+  if (asked != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the OS did not give this process the AMX tiles' state (arch_prctl "
+                     "ARCH_REQ_XCOMP_PERM: ",
+                     std::strerror(asked), "; Linux 5.16 or later is needed)"));
   }
   return absl::OkStatus();
 #endif

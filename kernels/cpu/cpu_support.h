@@ -62,6 +62,12 @@ absl::Status avx512_vnni_isa_status(const HostInfo& host);
 // those files may run before this passed.
 absl::Status avx2_isa_status(const HostInfo& host);
 
+// OK when this binary holds the AMX code of kernels/cpu (amx_gemm) and the AVX-512 code, the host
+// passes avx512_vnni_isa_status and has AMX-INT8, and Linux gave this process the AMX tiles'
+// state (asked once, process-wide: arch_prctl ARCH_REQ_XCOMP_PERM); otherwise the reason, for
+// users. Nothing in amx_gemm may run before this passed.
+absl::Status amx_isa_status(const HostInfo& host);
+
 // The layer's bias rounded to each output dtype and widened back (`bias_f` of SPEC section 4),
 // indexed by DType; empty when the layer has no bias.
 struct RoundedBias {

@@ -1,5 +1,6 @@
 #include "kernels/cpu/vnni_pack.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace qlinear::cpu {
@@ -35,8 +36,9 @@ void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int
     }
     for (; s < k_pad / 4; ++s) {
       int8_t* out = panel + s * step_bytes;
-      // The last step of a K that is not a multiple of 4 holds K % 4 values and zeros.
-      const int64_t take = s < whole_steps ? 4 : k - 4 * s;
+      // The last step of a K that is not a multiple of 4 holds K % 4 values and zeros; steps
+      // past K (a k_pad beyond round_up(K, 4)) hold zeros.
+      const int64_t take = s < whole_steps ? 4 : std::max<int64_t>(0, k - 4 * s);
       for (int64_t c = 0; c < real; ++c) {
         int8_t v[4] = {0, 0, 0, 0};
         std::memcpy(v, w + (n0 + c) * k + 4 * s, static_cast<size_t>(take));

@@ -2,7 +2,8 @@
 // C++ built with the generic flags: it runs, and is tested, on any host.
 //
 // Packed weight layout:
-//   K is padded with zero weights to k_pad = round_up(K, 4) and N to n_pad = round_up(N, 16).
+//   K is padded with zero weights to k_pad (round_up(K, 4) for cpu.avx512_vnni, round_up(K, 64)
+//   for cpu.amx's tiles; any multiple of 4 at least K) and N to n_pad = round_up(N, 16).
 //   Columns are grouped in panels of 64 (the last panel may hold 16, 32 or 48). Panel p starts at
 //   byte p * 64 * k_pad and holds, for each k-step s = 0 .. k_pad/4 - 1, its nv (<= 4) vectors of
 //   64 bytes: vector v, lane l (column 64p + 16v + l) holds W[n, 4s .. 4s+3]. That is the operand

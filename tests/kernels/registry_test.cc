@@ -83,7 +83,7 @@ CanImplement k_multiple_of(int64_t q) {
 }
 
 const std::vector<std::string> kPinnedOrder = {
-    "cuda.gemv_s8",    "cuda.stream_s8", "cuda.cutlass_sm90", "cuda.cublaslt",
+    "cuda.gemv_s8",    "cuda.stream_s8", "cuda.cutlass_sm90", "cuda.cublaslt", "cpu.amx",
     "cpu.avx512_vnni", "cpu.onednn",     "cpu.avx2",          "cpu.reference"};
 
 LayerConfig layer(int64_t k) {
@@ -108,6 +108,8 @@ Registry typical_registry() {
   EXPECT_TRUE(r.add(make({"cuda.cutlass_sm90", old_gpu, nullptr, {}, 2})).ok());
   EXPECT_TRUE(r.add(make({"cuda.stream_s8", old_gpu, nullptr, {}, 7})).ok());
   EXPECT_TRUE(r.add(make({"cpu.avx2", absl::OkStatus(), nullptr, {}, 8})).ok());
+  const absl::Status no_amx = absl::FailedPreconditionError("needs AMX-INT8");
+  EXPECT_TRUE(r.add(make({"cpu.amx", no_amx, nullptr, {}, 9})).ok());
   return r;
 }
 
@@ -121,9 +123,9 @@ TEST(PriorityOrder, IsPinned) {
 }
 
 TEST(Registration, OrderOfAddCallsDoesNotMatter) {
-  // Every permutation of the eight names, each registered twice (the second copy after all
+  // Every permutation of the nine names, each registered twice (the second copy after all
   // first copies, in reverse). The result is always the pinned order, holding the first copies.
-  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6, 7, 8};
   int permutations = 0;
   do {
     Registry r;
@@ -137,7 +139,7 @@ TEST(Registration, OrderOfAddCallsDoesNotMatter) {
     for (const Kernel* k : r.kernels()) ASSERT_EQ(tag_of(k), 1) << k->name();
     ++permutations;
   } while (std::next_permutation(perm.begin(), perm.end()));
-  EXPECT_EQ(permutations, 40320);
+  EXPECT_EQ(permutations, 362880);
 }
 
 TEST(Registration, DuplicateRegistrationKeepsTheFirst) {
@@ -184,7 +186,7 @@ TEST(Registration, BuiltinsAreExactlyThisBuildsKernelsInTheOrder) {
 #if QLINEAR_HAVE_CUDA
   want = {"cuda.stream_s8", "cuda.cutlass_sm90", "cuda.cublaslt"};
 #endif
-  for (const char* n : {"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2", "cpu.reference"}) {
+  for (const char* n : {"cpu.amx", "cpu.avx512_vnni", "cpu.onednn", "cpu.avx2", "cpu.reference"}) {
     want.emplace_back(n);
   }
   Registry r;
@@ -285,10 +287,10 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
   expect_explanation(
       *sel, kPinnedOrder,
       {"no CUDA device: driver not found", "compute capability 8.0, needs 9.0",
-       "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "",
+       "compute capability 8.0, needs 9.0", "K=17 is not a multiple of 16", "needs AMX-INT8", "",
        "a higher-priority kernel was selected", "a higher-priority kernel was selected",
        "a higher-priority kernel was selected"},
-      4);
+      5);
   // K = 32: cuBLASLt can implement it and comes first.
   sel = r.select(HostInfo{}, layer(32), shape(5, 32), "", 2, 16);
   ASSERT_TRUE(sel.ok()) << sel.status();
@@ -298,7 +300,7 @@ TEST(Select, FirstFitWithAReasonForEveryCandidate) {
       *sel, kPinnedOrder,
       {"no CUDA device", "needs 9.0", "needs 9.0", "", "a higher-priority kernel was selected",
        "a higher-priority kernel was selected", "a higher-priority kernel was selected",
-       "a higher-priority kernel was selected"},
+       "a higher-priority kernel was selected", "a higher-priority kernel was selected"},
       3);
 }
 
@@ -308,11 +310,12 @@ TEST(Select, DisabledKernelsAreSkippedWithTheReason) {
   auto sel = r.select(HostInfo{}, layer(17), shape(5, 17), "", 2, 16);
   ASSERT_TRUE(sel.ok()) << sel.status();
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
-  expect_explanation(*sel, kPinnedOrder,
-                     {"no CUDA device", "needs 9.0", "needs 9.0", "not a multiple of 16",
-                      "disabled by the operator", "", "a higher-priority kernel was selected",
-                      "a higher-priority kernel was selected"},
-                     5);
+  expect_explanation(
+      *sel, kPinnedOrder,
+      {"no CUDA device", "needs 9.0", "needs 9.0", "not a multiple of 16", "needs AMX-INT8",
+       "disabled by the operator", "", "a higher-priority kernel was selected",
+       "a higher-priority kernel was selected"},
+      6);
 }
 
 TEST(Select, PreferredMBuckets) {
@@ -396,9 +399,9 @@ TEST(Force, ForcedKernelIsUsedEvenIfAnotherComesFirst) {
   EXPECT_EQ(sel->kernel->name(), "cpu.onednn");
   EXPECT_EQ(tag_of(sel->kernel), 5);
   expect_explanation(*sel, kPinnedOrder,
-                     {"not forced", "not forced", "not forced", "not forced", "not forced", "",
-                      "not forced", "not forced"},
-                     5);
+                     {"not forced", "not forced", "not forced", "not forced", "not forced",
+                      "not forced", "", "not forced", "not forced"},
+                     6);
 }
 
 TEST(Force, ForcingOverridesTheMPreference) {

@@ -43,7 +43,7 @@ class GateKernel final : public Kernel {
     std::vector<std::thread::id> destroyed_on;  // each prepared copy's, as it is destroyed
   };
   explicit GateKernel(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
-  absl::string_view name() const override { return "cpu.avx512_vnni"; }  // a slot in the order
+  absl::string_view name() const override { return "cpu.amx"; }  // the first CPU slot in the order
   absl::Status is_supported(const HostInfo&) const override { return absl::OkStatus(); }
   absl::Status can_implement(const LayerConfig&, const ProblemShape&) const override {
     return absl::OkStatus();
@@ -164,7 +164,7 @@ class BatcherTest : public ::testing::Test {
     for (size_t i = 0; i < rows.size(); ++i) {
       ins.push_back(input_for(xs[i], rows[i], DType::kBF16, DType::kBF16));
       ins.back().layer = layer;
-      ins.back().forced_kernel = "cpu.avx512_vnni";  // the gate, whatever the load ranked first
+      ins.back().forced_kernel = "cpu.amx";  // the gate, whatever the load ranked first
     }
     std::vector<std::string> ys(rows.size());
     std::vector<InferOutput> all(rows.size());

@@ -296,7 +296,7 @@ TEST(ProcessTest, DisabledKernelsComeFromTheEnvironmentAndTheFlag) {
         EXPECT_EQ(k.reason(), "disabled by the operator") << k.name();
       }
     }
-    for (const char* cpu : {"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
+    for (const char* cpu : {"cpu.amx", "cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
       EXPECT_EQ(std::count(disabled.begin(), disabled.end(), cpu), 1) << cpu;
     }
     auto info = server.client().describe_layer("demo");

@@ -869,7 +869,7 @@ TEST(DisabledKernelsTest, DisabledKernelsAreListedNeverChosenAndCannotBeForced) 
   }
   EXPECT_EQ(std::vector<std::string>(kernels->disabled().begin(), kernels->disabled().end()),
             disabled);
-  for (const char* cpu : {"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
+  for (const char* cpu : {"cpu.amx", "cpu.avx512_vnni", "cpu.onednn", "cpu.avx2"}) {
     EXPECT_EQ(std::count(disabled.begin(), disabled.end(), cpu), 1) << cpu;
   }
 

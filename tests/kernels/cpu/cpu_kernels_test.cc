@@ -1,9 +1,10 @@
-// cpu.avx512_vnni, cpu.onednn and cpu.avx2 against cpu.reference through the Kernel interface: the
-// whole W8A8 op (quantize, GEMM, epilogue) bit for bit on y, sa and azp; accumulators bit for bit
-// through an identity epilogue; every scheme x input dtype x output dtype x bias, per-channel,
-// per-tensor and per-partition scales, M = 1..67 and N, K with odd tails; non-finite rows rejected
-// with the reference's message; several threads on one prepared kernel. Each test runs once per
-// kernel (CpuKernelTest), and skips with the reason where this host cannot run that kernel.
+// cpu.amx, cpu.avx512_vnni, cpu.onednn and cpu.avx2 against cpu.reference through the Kernel
+// interface: the whole W8A8 op (quantize, GEMM, epilogue) bit for bit on y, sa and azp;
+// accumulators bit for bit through an identity epilogue; every scheme x input dtype x output dtype
+// x bias, per-channel, per-tensor and per-partition scales, M = 1..67 and N, K with odd tails;
+// non-finite rows rejected with the reference's message; several threads on one prepared kernel.
+// Each test runs once per kernel (CpuKernelTest), and skips with the reason where this host cannot
+// run that kernel.
 //
 // Combinations are sampled, not crossed, to keep the suite fast: every M in 1..67 on small
 // layers, a spread of M (tile edges 1, 6, 7, 12, 13, 16, 17 and 67 included) on large ones, and
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/amx_kernel.h"
 #include "kernels/cpu/avx2_kernel.h"
 #include "kernels/cpu/avx512_vnni_kernel.h"
 #include "kernels/cpu/cpu_support.h"
@@ -43,7 +45,8 @@ struct KernelUnderTest {
   const char* name;  // the instance's name
   std::unique_ptr<Kernel> (*make)();
 };
-const KernelUnderTest kKernels[] = {{"avx512_vnni", make_avx512_vnni_kernel},
+const KernelUnderTest kKernels[] = {{"amx", make_amx_kernel},
+                                    {"avx512_vnni", make_avx512_vnni_kernel},
                                     {"onednn", make_onednn_kernel},
                                     {"avx2", make_avx2_kernel}};
 void PrintTo(const KernelUnderTest& k, std::ostream* os) { *os << k.name; }
@@ -522,7 +525,7 @@ TEST(CpuKernels, RegisteredInPriorityOrderOnce) {
   ASSERT_TRUE(r.add(reference::make_reference_kernel()).ok());
   std::vector<std::string> names;
   for (const Kernel* k : r.kernels()) names.emplace_back(k->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"cpu.avx512_vnni", "cpu.onednn", "cpu.avx2",
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu.amx", "cpu.avx512_vnni", "cpu.onednn", "cpu.avx2",
                                              "cpu.reference"}));
 }
 

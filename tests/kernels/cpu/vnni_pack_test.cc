@@ -19,8 +19,9 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 
 struct Layout {
   int64_t k_pad, n_pad, panels;
-  Layout(int64_t n, int64_t k)
-      : k_pad(round_up(k, 4)),
+  // k_to: K's padding, 4 (cpu.avx512_vnni) or 64 (cpu.amx).
+  Layout(int64_t n, int64_t k, int64_t k_to = 4)
+      : k_pad(round_up(k, k_to)),
         n_pad(round_up(n, 16)),
         panels((round_up(n, 16) + kVnniPanel - 1) / kVnniPanel) {}
 };
@@ -53,22 +54,26 @@ TEST(VnniPack, MatchesTheDocumentedLayoutOverTailsAndPanelRanges) {
   QL_SEEDED_RNG(rng);
   for (int64_t n : {1, 15, 16, 17, 33, 48, 63, 64, 65, 100, 130, 192, 971}) {
     for (int64_t k : {1, 2, 3, 4, 5, 15, 16, 17, 19, 64, 67, 496, 1025}) {
-      SCOPED_TRACE(::testing::Message() << "N=" << n << " K=" << k);
-      const Layout L(n, k);
-      const std::vector<int8_t> w = random_int8(rng, n * k);
-      std::vector<int8_t> want;
-      std::vector<int32_t> want_comp;
-      expected(w, n, k, L, &want, &want_comp);
-      // Garbage first: the packer writes every byte of its panels, padding included.
-      std::vector<int8_t> got(want.size(), 0x5a);
-      std::vector<int32_t> got_comp(want_comp.size(), 0x5a5a5a5a);
-      // Two or three ranges, as the thread pool deals them (an empty one included sometimes).
-      const int64_t a = rng.range(0, L.panels), b = rng.range(a, L.panels);
-      pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), b, L.panels);
-      pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), 0, a);
-      pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), a, b);
-      ASSERT_EQ(got, want);
-      ASSERT_EQ(got_comp, want_comp);
+      for (int64_t k_to : {4, 64}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "N=" << n << " K=" << k << " K padded to a multiple of " << k_to);
+        const Layout L(n, k, k_to);
+        const std::vector<int8_t> w = random_int8(rng, n * k);
+        std::vector<int8_t> want;
+        std::vector<int32_t> want_comp;
+        expected(w, n, k, L, &want, &want_comp);
+        // Garbage first: the packer writes every byte of its panels, padding included.
+        std::vector<int8_t> got(want.size(), 0x5a);
+        std::vector<int32_t> got_comp(want_comp.size(), 0x5a5a5a5a);
+        // Two or three ranges, as the thread pool deals them (an empty one included sometimes).
+        const int64_t a = rng.range(0, L.panels), b = rng.range(a, L.panels);
+        pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), b,
+                          L.panels);
+        pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), 0, a);
+        pack_weights_vnni(w.data(), n, k, L.k_pad, L.n_pad, got.data(), got_comp.data(), a, b);
+        ASSERT_EQ(got, want);
+        ASSERT_EQ(got_comp, want_comp);
+      }
     }
   }
 }
