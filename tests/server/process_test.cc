@@ -279,8 +279,8 @@ TEST(ProcessTest, RequireGpuStopsAServerWithoutAUsableCudaKernel) {
 TEST(ProcessTest, DisabledKernelsComeFromTheEnvironmentAndTheFlag) {
   const std::string gpu = "cuda.gemv_s8,cuda.stream_s8,cuda.cutlass_sm90,cuda.cublaslt";
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{}, "QLINEAR_DISABLED_KERNELS=" + gpu + ",cpu.avx512_vnni,cpu.onednn,cpu.avx2"},
-      {{"--disabled-kernels=" + gpu + ",cpu.onednn"},
+      {{}, "QLINEAR_DISABLED_KERNELS=" + gpu + ",cpu.amx,cpu.avx512_vnni,cpu.onednn,cpu.avx2"},
+      {{"--disabled-kernels=" + gpu + ",cpu.onednn,cpu.amx"},
        "QLINEAR_DISABLED_KERNELS=cpu.avx2, cpu.avx512_vnni"},
   };
   for (const auto& [flags, env] : cases) {
