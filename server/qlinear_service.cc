@@ -365,7 +365,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
     if (request.request_id().size() > kMaxRequestIdBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("request_id is ", request.request_id().size(), " bytes, above the limit of ",
-                       kMaxRequestIdBytes, " (answered with its first ", kEchoedBadIdBytes, ")"));
+                       kMaxRequestIdBytes, " (answered with its first ", kEchoedBadIdBytes,
+                       " bytes, whole characters)"));
     }
     RETURN_IF_ERROR(validate_layer_name(request.layer()));
     in.layer = request.layer();

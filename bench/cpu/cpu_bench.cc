@@ -153,7 +153,7 @@ double measure_peak(Isa isa) {
   cpu::ThreadPool& pool = cpu::ThreadPool::global();
   const int t = pool.threads();
   // ~20 ms at the issue rate
-  const int64_t iters = isa == Isa::kAmx ? 40000 : 2000000;
+  const int64_t iters = isa == Isa::kAmx ? 1000000 : 2000000;
   const double ops_per_iter = isa == Isa::kAmx          ? 4.0 * 32768
                               : isa == Isa::kAvx512Vnni ? 24.0 * 128
                                                         : 12.0 * 32;

@@ -73,21 +73,46 @@ std::string transport_hint(const absl::Status& status) {
 namespace {
 volatile std::sig_atomic_t g_sigint = 0;
 extern "C" void on_sigint(int) { g_sigint = 1; }
-}  // namespace
+CatchSigint* g_active = nullptr;
 
-CatchSigint::CatchSigint() {
-  g_sigint = 0;
-  sigaction(SIGINT, nullptr, &old_);
-  // A job that a script started in the background ignores SIGINT, and goes on ignoring it.
-  if (old_.sa_handler == SIG_IGN) return;
+void catch_sigint() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
 }
+}  // namespace
 
-CatchSigint::~CatchSigint() { sigaction(SIGINT, &old_, nullptr); }
+CatchSigint::CatchSigint() {
+  g_sigint = 0;
+  g_active = this;
+  sigaction(SIGINT, nullptr, &old_);
+  // A job that a script started in the background ignores SIGINT, and goes on ignoring it.
+  if (old_.sa_handler == SIG_IGN) return;
+  installed_ = true;
+  catch_sigint();
+}
+
+CatchSigint::~CatchSigint() {
+  sigaction(SIGINT, &old_, nullptr);
+  g_active = nullptr;
+}
+
+CatchSigint* CatchSigint::active() { return g_active; }
+
+void CatchSigint::pause() {
+  if (!installed_ || paused_) return;
+  paused_ = true;
+  sigaction(SIGINT, &old_, nullptr);
+}
+
+void CatchSigint::resume() {
+  if (!paused_) return;
+  paused_ = false;
+  // (One that came before the pause reset the action itself: SA_RESETHAND.)
+  if (!sigint_received()) catch_sigint();
+}
 
 bool sigint_received() { return g_sigint != 0; }
 
@@ -118,13 +143,19 @@ void UploadProgress::end_line() {
 }
 
 absl::StatusOr<v1::LoadLayerResponse> upload_with_progress(Client& client, v1::LayerHeader header,
-                                                           absl::Span<const int8_t> weights) {
+                                                           absl::Span<const int8_t> weights,
+                                                           bool end_while_built) {
   UploadProgress progress(header.name());
   const bool show = static_cast<int64_t>(weights.size()) > kProgressThreshold;
+  CatchSigint* const sigint = end_while_built ? CatchSigint::active() : nullptr;
   auto resp = client.load_layer(std::move(header), weights, [&](int64_t sent, int64_t total) {
     if (show) progress.update(sent, total);
+    // (Paused before the flag is read: a Ctrl-C just before it stops the upload, one after it
+    // ends the program.)
+    if (sent >= total && sigint != nullptr) sigint->pause();
     return !sigint_received();
   });
+  if (sigint != nullptr) sigint->resume();
   if (!resp.ok()) progress.end_line();
   return resp;
 }

@@ -98,8 +98,18 @@ class CatchSigint {
   CatchSigint(const CatchSigint&) = delete;
   CatchSigint& operator=(const CatchSigint&) = delete;
 
+  // The one alive, or null.
+  static CatchSigint* active();
+  // Gives SIGINT its previous action until resume(), which catches it again unless one came
+  // meanwhile: a wait in which the command has nothing to stop or tidy, where a Ctrl-C should
+  // end it at once.
+  void pause();
+  void resume();
+
  private:
   struct sigaction old_ {};
+  bool installed_ = false;
+  bool paused_ = false;
 };
 // Whether a SIGINT came while a CatchSigint was alive (async-signal-safe to read).
 bool sigint_received();
@@ -133,9 +143,13 @@ class UploadProgress {
 
 // Uploads `weights` under `header` (named `name` in the progress line), with an UploadProgress
 // line where they are over kProgressThreshold; a Ctrl-C caught by a CatchSigint meanwhile stops it
-// (CANCELLED, nothing loaded: sigint_received() then tells why).
+// (CANCELLED, nothing loaded: sigint_received() then tells why). With `end_while_built`, the
+// CatchSigint pauses once every byte is sent, while the server builds the layer: a Ctrl-C then
+// ends the program, and the server, its call cancelled, keeps nothing (for `load`, which has
+// nothing to tidy; `smoke` and `bench` rather let the build end, then unload what they loaded).
 absl::StatusOr<v1::LoadLayerResponse> upload_with_progress(Client& client, v1::LayerHeader header,
-                                                           absl::Span<const int8_t> weights);
+                                                           absl::Span<const int8_t> weights,
+                                                           bool end_while_built = false);
 
 // Command-line names of the wire enums: "dynamic_symmetric", "bf16", ...
 std::string scheme_cli_name(v1::Scheme s);

@@ -102,7 +102,9 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
   const auto start = Clock::now();
   int64_t bytes = 0;
   SafetensorsHeaderCache headers;  // each file's header parsed once for all its layers
-  const CatchSigint sigint;        // Ctrl-C stops the upload under way, then says what loaded
+  // Ctrl-C stops the upload under way, then says what loaded; while the server builds a layer
+  // it ends the CLI (that layer not loaded, the lines above say which were).
+  const CatchSigint sigint;
   for (size_t i = 0; i < layers->size(); ++i) {
     const ManifestLayer& l = (*layers)[i];
     auto failed = [&](const absl::Status& s) {
@@ -117,7 +119,7 @@ int load_manifest(const CommandArgs& args, const std::string& path, bool replace
     std::vector<int8_t> weights;
     if (absl::Status s = read_manifest_layer(l, &h, &weights, &headers); !s.ok()) return failed(s);
     h.set_replace(replace);
-    auto resp = upload_with_progress(*client, std::move(h), weights);
+    auto resp = upload_with_progress(*client, std::move(h), weights, /*end_while_built=*/true);
     if (!resp.ok()) {
       return failed(sigint_received() && resp.status().code() == absl::StatusCode::kCancelled
                         ? absl::CancelledError(absl::StrCat(
@@ -164,7 +166,8 @@ int cmd_load(const CommandArgs& raw_args) {
       "Bare --bias / --no-bias turn the random bias on or off (on for random layers, off when\n"
       "--weights is given). Static schemes need --input-scale, static_asymmetric also\n"
       "--input-zero-point. Uploads over 4 MiB show a progress line on stderr (on a terminal);\n"
-      "Ctrl-C stops an upload, and the server keeps nothing of it. Prints the\n"
+      "Ctrl-C stops an upload, or ends the CLI while the server builds the layer, and the\n"
+      "server keeps nothing of it. Prints the\n"
       "layer's device, load time and kernel per M bucket.\n"
       "--manifest FILE uploads every layer of a layer manifest (the JSON file that\n"
       "qlinear-server --layer-manifest loads; see the README) in its order, a line each, and\n"
@@ -316,9 +319,11 @@ int cmd_load(const CommandArgs& raw_args) {
   }
 
   auto client = make_client(args, options);
-  const CatchSigint sigint;  // Ctrl-C stops the upload: CANCELLED, nothing loaded
+  // Ctrl-C stops the upload (CANCELLED, nothing loaded), and ends the CLI while the server builds
+  // the layer (its call cancelled, the server keeps nothing).
+  const CatchSigint sigint;
   const auto start = Clock::now();
-  auto resp = upload_with_progress(*client, std::move(h), weights);
+  auto resp = upload_with_progress(*client, std::move(h), weights, /*end_while_built=*/true);
   const double client_s = seconds_since(start);
   if (!resp.ok()) {
     if (sigint_received() && resp.status().code() == absl::StatusCode::kCancelled) {

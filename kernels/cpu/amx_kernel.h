@@ -2,14 +2,14 @@
 // prefill sizes where the multiplies bound a call on CPUs with AMX-INT8 (Intel Xeon from
 // Sapphire Rapids on).
 //
-// This file pair is generic code (no ISA flags), as cpu.avx512_vnni's: it answers is_supported /
-// can_implement, packs the weights at load and splits each call over the thread pool; the AMX
-// GEMM (amx_gemm) and the AVX-512 quantization and epilogue are compiled for their ISAs only and
-// are never entered on a host that failed is_supported.
+// This file pair is generic code (no ISA flags): it answers is_supported / can_implement; its
+// prepared form is cpu.avx512_vnni's (prepare_panels, avx512_vnni_kernel.h) with the AMX GEMM
+// (amx_gemm), which, as the AVX-512 quantization and epilogue, is compiled for its ISA only and
+// never entered on a host that failed is_supported.
 //
 // Per call: quantize x to xq + 128 (uint8) per row, then the tile GEMM over cpu.avx512_vnni's
 // packed panels (K padded to 64) with the epilogue fused per tile, split over 64-column panels
-// and, where the panels are too few for the threads, over row ranges.
+// and, where the panels are too few for the threads, over row ranges of 16-row tiles.
 #pragma once
 
 #include <memory>

@@ -10,6 +10,9 @@
 #include "kernels/cpu/avx512_vnni_gemm.h"
 #include "kernels/cpu/quantize_avx512.h"
 #endif
+#if QLINEAR_HAVE_AMX
+#include "kernels/cpu/amx_gemm.h"
+#endif
 
 namespace qlinear::cpu {
 
@@ -42,13 +45,18 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 // - stream_max_m 128, block_max_m 256: at M = 128 whole rows and blocks took 1.05-1.57x less time
 //   than neither, at M = 256 blocks with rows split 0.96-1.24x; at M = 1024 blocks were slower on
 //   three of four layers (docs/kernels.md, "Past M = 64").
-class Avx512VnniPrepared final : public MeasuredCpuKernel {
+//
+// cpu.amx runs the same class with PanelGemm::kAmx: K padded to 64 so that its tiles take whole
+// k-steps, and amx_gemm's tiles in place of the register tiles (the streaming and blocking
+// settings above are the VNNI GEMM's and do not apply to it).
+class PanelPrepared final : public MeasuredCpuKernel {
  public:
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w,
-                                                                const VnniTuning& tuning) {
-    std::unique_ptr<Avx512VnniPrepared> p(new Avx512VnniPrepared(w, tuning));
+                                                                const VnniTuning& tuning,
+                                                                PanelGemm gemm) {
+    std::unique_ptr<PanelPrepared> p(new PanelPrepared(w, tuning, gemm));
     const LayerConfig& c = w.config;
-    p->k_pad_ = round_up(c.k, 4);
+    p->k_pad_ = round_up(c.k, gemm == PanelGemm::kAmx ? 64 : 4);
     p->n_pad_ = round_up(c.n, 16);
     p->panels_ = (p->n_pad_ + kVnniPanel - 1) / kVnniPanel;
     p->ldx_ = round_up(p->k_pad_, 64);
@@ -56,8 +64,8 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     p->packed_ = allocate_buffer(packed_bytes);
     p->comp_ = allocate_buffer(static_cast<size_t>(p->n_pad_) * 4);
     if (p->packed_ == nullptr || p->comp_ == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cpu.avx512_vnni: cannot allocate ",
-                                                       packed_bytes, " bytes for packed weights"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(p->name(), ": cannot allocate ", packed_bytes, " bytes for packed weights"));
     }
     pack_panels_on_pool(ThreadPool::global(), p->panels_, [&](int64_t p0, int64_t p1) {
       pack_weights_vnni(w.w.data(), c.n, c.k, p->k_pad_, p->n_pad_,
@@ -89,7 +97,8 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     const size_t xu_bytes = static_cast<size_t>(round_up(m * ldx_, 64));
     uint8_t* buf = scratch.get(xu_bytes + static_cast<size_t>(8 * m));
     if (buf == nullptr) {
-      return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate activation scratch");
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name(), ": cannot allocate activation scratch"));
     }
     auto* xu = buf;
     auto* sa = reinterpret_cast<float*>(buf + xu_bytes);
@@ -121,13 +130,26 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
     g.prefetch_next_block = blocks && tuning_.prefetch_next_block;
     g.epi = epilogue_args_for(weights_, bias_, args, sa, azp);
 
-    const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, tuning_.tasks_per_thread,
-                          stream ? tuning_.whole_rows_min_panels : 0);
-    if (!run_gemm_tasks(pool, split, kVnniMaxRows * kVnniPanel * 4,
-                        [&](const GemmSplit::Range& r, int32_t* acc) {
-                          gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
-                        })) {
-      return absl::ResourceExhaustedError("cpu.avx512_vnni: cannot allocate accumulator scratch");
+    bool scratch_ok = false;
+    if (gemm_ == PanelGemm::kAmx) {
+#if QLINEAR_HAVE_AMX
+      const GemmSplit split(m, panels_, kAmxRows, kAmxMaxRows, threads, tuning_.tasks_per_thread);
+      scratch_ok = run_gemm_tasks(pool, split, kAmxRows * kVnniPanel * 4,
+                                  [&](const GemmSplit::Range& r, int32_t* tile) {
+                                    gemm_u8s8_amx(g, r.r0, r.r1, r.p0, r.p1, tile);
+                                  });
+#endif
+    } else {
+      const GemmSplit split(m, panels_, kVnniMr, kVnniMaxRows, threads, tuning_.tasks_per_thread,
+                            stream ? tuning_.whole_rows_min_panels : 0);
+      scratch_ok = run_gemm_tasks(pool, split, kVnniMaxRows * kVnniPanel * 4,
+                                  [&](const GemmSplit::Range& r, int32_t* acc) {
+                                    gemm_u8s8_vnni_avx512(g, r.r0, r.r1, r.p0, r.p1, acc);
+                                  });
+    }
+    if (!scratch_ok) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name(), ": cannot allocate accumulator scratch"));
     }
     const int64_t t2 = now_ns();
 
@@ -136,11 +158,13 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
   }
 
  private:
-  Avx512VnniPrepared(const LayerWeights& w, const VnniTuning& tuning)
-      : weights_(w), tuning_(tuning) {}
+  PanelPrepared(const LayerWeights& w, const VnniTuning& tuning, PanelGemm gemm)
+      : weights_(w), tuning_(tuning), gemm_(gemm) {}
+  const char* name() const { return gemm_ == PanelGemm::kAmx ? "cpu.amx" : "cpu.avx512_vnni"; }
 
   const LayerWeights& weights_;
   const VnniTuning tuning_;
+  const PanelGemm gemm_;
   int64_t k_pad_ = 0, n_pad_ = 0, panels_ = 0, ldx_ = 0;
   std::unique_ptr<uint8_t[], FreeDeleter> packed_;
   std::unique_ptr<uint8_t[], FreeDeleter> comp_;
@@ -150,6 +174,22 @@ class Avx512VnniPrepared final : public MeasuredCpuKernel {
 
 }  // namespace
 #endif  // QLINEAR_HAVE_AVX512_VNNI
+
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_panels(const LayerWeights& weights,
+                                                               const VnniTuning& tuning,
+                                                               PanelGemm gemm) {
+#if QLINEAR_HAVE_AVX512_VNNI
+#if !QLINEAR_HAVE_AMX
+  if (gemm == PanelGemm::kAmx) return amx_isa_status(host_info());
+#endif
+  return PanelPrepared::create(weights, tuning, gemm);
+#else
+  (void)weights;
+  (void)tuning;
+  (void)gemm;
+  return avx512_vnni_isa_status(host_info());
+#endif
+}
 
 namespace {
 
@@ -187,7 +227,7 @@ class Avx512VnniKernel final : public Kernel {
       const LayerWeights& weights) const override {
 #if QLINEAR_HAVE_AVX512_VNNI
     RETURN_IF_ERROR(avx512_vnni_supported(host_info()));
-    return Avx512VnniPrepared::create(weights, tuning_);
+    return prepare_panels(weights, tuning_, PanelGemm::kVnni);
 #else
     (void)weights;
     return avx512_vnni_supported(host_info());

@@ -49,6 +49,14 @@ struct VnniTuning {
 };
 
 std::unique_ptr<Kernel> make_avx512_vnni_kernel();
+
+// The prepared form cpu.avx512_vnni and cpu.amx share: the weights packed in 64-column panels
+// (vnni_pack.h), x quantized per row to xq + 128, then the GEMM's tiles with the epilogue fused,
+// split over the thread pool. Call only after the kernel's own is_supported passed.
+enum class PanelGemm { kVnni, kAmx };
+absl::StatusOr<std::unique_ptr<PreparedKernel>> prepare_panels(const LayerWeights& weights,
+                                                               const VnniTuning& tuning,
+                                                               PanelGemm gemm);
 // The kernel with other tuning (benchmarks and tests; the server runs the defaults).
 std::unique_ptr<Kernel> make_avx512_vnni_kernel(const VnniTuning& tuning);
 

@@ -41,7 +41,7 @@ void pack_weights_vnni(const int8_t* w, int64_t n, int64_t k, int64_t k_pad, int
       const int64_t take = s < whole_steps ? 4 : std::max<int64_t>(0, k - 4 * s);
       for (int64_t c = 0; c < real; ++c) {
         int8_t v[4] = {0, 0, 0, 0};
-        std::memcpy(v, w + (n0 + c) * k + 4 * s, static_cast<size_t>(take));
+        if (take > 0) std::memcpy(v, w + (n0 + c) * k + 4 * s, static_cast<size_t>(take));
         std::memcpy(out + 4 * c, v, 4);
         sum[c] += static_cast<uint32_t>(v[0] + v[1] + v[2] + v[3]);
       }

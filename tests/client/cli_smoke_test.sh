@@ -224,6 +224,15 @@ await_one_more "$work/server.log" "$re" "$before"
 expect 0 describe cli-test/interrupted
 grep_out 'N=64 K=64'
 expect 0 unload cli-test/interrupted
+# Ctrl-C once every byte is sent, while the server builds the layer: the CLI ends (by the signal,
+# or, where it landed before the last chunk's callback returned, CANCELLED), and the server, its
+# call cancelled, keeps nothing.
+on_terminal --interrupt-on "upload cli-test/built: 64.0 MiB / 64.0 MiB (100%)" load \
+  --name cli-test/built --n 8192 --k 8192
+[[ $rc -ne 0 ]] || fail "load interrupted while its layer was built exited 0"
+await_log_re "$work/server.log" "layer 'cli-test/built'.*\(nothing kept\|CANCELLED\)"
+expect 0 layers
+grep -q '^cli-test/built' "$work/out" && fail "a load interrupted while its layer was built left it loaded"
 
 # --- versions, kernels, load, layers, describe --------------------------------------------------
 server_version=$("$server_bin" --version) || fail "qlinear-server --version exited $?"

@@ -132,5 +132,42 @@ TEST(DeferredRelease, AnOwnedObjectDroppedOnTheReleaseThreadIsDestroyedThere) {
   }
 }
 
+// An owned object whose destructor, running on the release thread, drops the last reference to
+// another: that one is destroyed there and then (the release thread destroys what it drops), not
+// queued behind the first, where it would wait on a release thread that may be ending.
+struct Outer {
+  std::shared_ptr<Probe> inner;
+  absl::Notification* inner_done = nullptr;
+  bool* inner_destroyed_first = nullptr;
+  absl::Notification* done = nullptr;
+  std::thread::id* where = nullptr;
+  ~Outer() {
+    inner.reset();
+    *inner_destroyed_first = inner_done->HasBeenNotified();
+    *where = std::this_thread::get_id();
+    done->Notify();
+  }
+};
+
+TEST(DeferredRelease, WhatTheReleaseThreadDropsIsDestroyedThere) {
+  auto d = std::make_shared<DeferredRelease>();
+  absl::Notification inner_done, outer_done;
+  std::thread::id inner_where, outer_where;
+  bool inner_destroyed_first = false;
+  auto o = std::make_unique<Outer>();
+  o->inner = DeferredRelease::own(std::make_unique<Probe>(&inner_done, &inner_where), d);
+  o->inner_done = &inner_done;
+  o->inner_destroyed_first = &inner_destroyed_first;
+  o->done = &outer_done;
+  o->where = &outer_where;
+  std::shared_ptr<Outer> outer = DeferredRelease::own(std::move(o), d);
+  outer.reset();
+  ASSERT_TRUE(outer_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(inner_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(inner_destroyed_first) << "the inner object was queued, not destroyed at once";
+  EXPECT_EQ(inner_where, outer_where);
+  EXPECT_NE(outer_where, std::this_thread::get_id());
+}
+
 }  // namespace
 }  // namespace qlinear

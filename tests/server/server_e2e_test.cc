@@ -348,7 +348,8 @@ TEST_F(ServerTest, OverlongRequestIdsAreRefusedAndTheStreamGoesOn) {
   ASSERT_TRUE(stream->read(&resp));
   EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(resp.status_message(),
-            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128)");
+            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128 bytes, "
+            "whole characters)");
   EXPECT_EQ(resp.request_id(), over.substr(0, 128));
   EXPECT_TRUE(resp.y().empty());
   ASSERT_TRUE(stream->read(&resp)) << "the stream ended at the id near the message limit";
@@ -384,7 +385,8 @@ TEST_F(ServerTest, OverlongRequestIdsAreRefusedAndTheStreamGoesOn) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128)");
+            "request_id is 4097 bytes, above the limit of 4096 (answered with its first 128 bytes, "
+            "whole characters)");
 }
 
 // An error that quotes what the client sent (here a forced kernel's name) is cut to

@@ -45,6 +45,12 @@ inline uint64_t base_seed() { return qlinear::testing::test_seed(); }
     if (!_s.ok()) GTEST_SKIP() << "cpu.avx512_vnni unavailable: " << _s.message(); \
   } while (0)
 
+#define QL_REQUIRE_AMX()                                                   \
+  do {                                                                     \
+    const absl::Status _s = ::qlinear::cpu::amx_isa_status(host_info());   \
+    if (!_s.ok()) GTEST_SKIP() << "cpu.amx unavailable: " << _s.message(); \
+  } while (0)
+
 inline constexpr Scheme kAllSchemes[] = {Scheme::kDynamicSymmetric, Scheme::kStaticSymmetric,
                                          Scheme::kDynamicAsymmetric, Scheme::kStaticAsymmetric};
 inline constexpr DType kAllDTypes[] = {DType::kBF16, DType::kF16, DType::kF32};
