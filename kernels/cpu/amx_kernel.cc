@@ -29,8 +29,11 @@ class AmxKernel final : public Kernel {
   // there too, over this kernel's, same run; docs/kernels.md, "The AMX kernel"):
   //   (6144, 4096): M = 1 0.93, 16 1.28, 64 1.24, 256 1.19, 1024 1.16
   //   (4096, 4096): M = 1 1.20, 16 1.43, 64 1.26, 256 1.24, 1024 1.12
-  // where cpu.avx512_vnni was 1.04-1.14 at M = 16 and 0.44-0.71 from M = 64. So it comes first
-  // in the priority order from M = 2; autotune still measures it on each layer and host.
+  // where cpu.avx512_vnni was 1.04-1.14 at M = 16 and 0.44-0.71 from M = 64. In a second run on
+  // (4096, 4096): M = 2 1.34, 4 1.36, 8 1.41, 16 1.44, cpu.avx512_vnni 1.64, 1.55, 1.19, 1.15: it
+  // leads from M = 8 and trails cpu.avx512_vnni by 0.1 ms at M = 2-4, inside the one bucket
+  // 2..16. So it comes first in the priority order from M = 2; autotune measures it against the
+  // others on each layer, host and bucket.
   MRange preferred_m() const override { return MRange{2}; }
   // Its packed copy of the weights: N and K padded to 16 and 64.
   int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
