@@ -23,7 +23,7 @@ class AmxKernel final : public Kernel {
     if (shape.m < 1) return absl::InvalidArgumentError("M must be >= 1");
     return absl::OkStatus();
   }
-  // From M = 2: a tile multiplies 16 rows whatever the call holds, and at M = 1 the weights'
+  // From M = 17: a tile multiplies 16 rows whatever the call holds, and at small M the weights'
   // stream bounds every CPU kernel. Measured with bench/cpu/qlinear_cpu_bench --quick on a
   // 2-core Intel Xeon with AMX (weights rotated past the L3; time of cpu.onednn, which runs AMX
   // there too, over this kernel's, same run; docs/kernels.md, "The AMX kernel"):
@@ -31,10 +31,13 @@ class AmxKernel final : public Kernel {
   //   (4096, 4096): M = 1 1.20, 16 1.43, 64 1.26, 256 1.24, 1024 1.12
   // where cpu.avx512_vnni was 1.04-1.14 at M = 16 and 0.44-0.71 from M = 64. In a second run on
   // (4096, 4096): M = 2 1.34, 4 1.36, 8 1.41, 16 1.44, cpu.avx512_vnni 1.64, 1.55, 1.19, 1.15: it
-  // leads from M = 8 and trails cpu.avx512_vnni by 0.1 ms at M = 2-4, inside the one bucket
-  // 2..16. So it comes first in the priority order from M = 2; autotune measures it against the
-  // others on each layer, host and bucket.
-  MRange preferred_m() const override { return MRange{2}; }
+  // leads from M = 8 and trails cpu.avx512_vnni by 0.1 ms at M = 2-4. On a GPU host's 16-thread
+  // Xeon with AMX (157 GB/s), --quick, (6144, 4096): M = 16 0.99 against cpu.avx512_vnni's 1.39
+  // (it streams the weights at 65 GB/s, cpu.avx512_vnni at 91), M = 256 1.22 against 1.01; where
+  // the cores share more bandwidth the VNNI kernel's streaming leads through M = 16. So it comes
+  // first in the priority order from M = 17; autotune measures it against the others on each
+  // layer, host and bucket (it picked cpu.avx512_vnni at M = 16 and cpu.amx at 256 there).
+  MRange preferred_m() const override { return MRange{17}; }
   // Its packed copy of the weights: N and K padded to 16 and 64.
   int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
     return (config.n + 15) / 16 * 16 * ((config.k + 63) / 64 * 64);
