@@ -15,7 +15,7 @@
 #   5. with QLINEAR_CPU_SERVING=1, the host's CPU kernels served with autotune against the
 #      priority order (bench/cpu_serving.sh, the CUDA kernels turned off; cpu-serving/),
 #   6. with QLINEAR_CPU=1, on the host's CPU: the CPU kernel tests in the bundle (the AVX-512
-#      VNNI ones skip on other hosts) and qlinear_cpu_bench --quick (about 45 s on the H200 host,
+#      VNNI and AMX ones skip on hosts without them) and qlinear_cpu_bench --quick (about 45 s on the H200 host,
 #      plus its autotune check).
 # Each step has a time limit, so that a hung kernel cannot hold the machine. Full logs go to $OUT
 # (else ./gpu-logs); a short summary is printed last, and the exit status is 1 where a step
@@ -213,7 +213,8 @@ cpu_bench_rc=-
 if [ "${QLINEAR_CPU:-0}" = "1" ]; then
   echo "=== CPU kernel tests and qlinear_cpu_bench --quick"
   cpu_tests=""
-  for t in kernels_cpu_vnni_pack_test kernels_cpu_avx512_vnni_gemm_test kernels_cpu_cpu_kernels_test; do
+  for t in kernels_cpu_vnni_pack_test kernels_cpu_avx512_vnni_gemm_test kernels_cpu_amx_gemm_test \
+      kernels_cpu_cpu_kernels_test; do
     have "$t" || continue
     timeout 120 "$BUNDLE/run" "$t" --gtest_color=no >"$LOG/$t.log" 2>&1
     rc=$?
