@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace qlinear::cpu {
 namespace {
@@ -107,14 +106,7 @@ void gemm_u8s8_amx(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_
           _mm512_store_si512(t, _mm512_add_epi32(_mm512_load_si512(t), c));
         }
       }
-      if (g.acc_out != nullptr) {
-        for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(g.acc_out + (m + r) * g.ld_acc + n0, tile + r * kVnniPanel,
-                      static_cast<size_t>(cols) * 4);
-        }
-      } else {
-        epilogue_s32_avx512(g.epi, tile, kVnniPanel, m, rows, n0, cols);
-      }
+      finish_vnni_rows(g, tile, m, rows, n0, cols);
     }
   }
   if (configured != 0) _tile_release();

@@ -125,20 +125,6 @@ TileFn tile_for(Pf pf, int mr, int nv) {
 
 static_assert(kVnniMr == 6, "tile_for covers MR = 1..6");
 
-// Writes finished accumulator rows [m, m + rows) of panel columns [n0, n0 + cols): through the
-// epilogue to y, or raw to acc_out.
-void finish_rows(const VnniGemmArgs& g, const int32_t* tile, int64_t m, int64_t rows, int64_t n0,
-                 int64_t cols) {
-  if (g.acc_out != nullptr) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(g.acc_out + (m + r) * g.ld_acc + n0, tile + r * kVnniPanel,
-                  static_cast<size_t>(cols) * 4);
-    }
-  } else {
-    epilogue_s32_avx512(g.epi, tile, kVnniPanel, m, rows, n0, cols);
-  }
-}
-
 // K blocking, for long K only unless args.k_block asks for it. A 6-row tile re-reads its panel
 // (64 x K bytes) from L2 for every row tile; up to K = 4096 (256 KiB) that is fast enough and the
 // whole K stays in registers. A longer panel no longer fits L2 next to the activations, so it is
@@ -153,6 +139,20 @@ constexpr int64_t kVnniLongKBlock = 4096;
 Pf far_stream(int64_t lines) { return lines <= 1 ? Pf::kFar1 : lines <= 2 ? Pf::kFar2 : Pf::kFar4; }
 
 }  // namespace
+
+// (avx512_vnni_gemm.h.) Writes finished accumulator rows [m, m + rows) of panel columns [n0, n0 +
+// cols): through the epilogue to y, or raw to acc_out.
+void finish_vnni_rows(const VnniGemmArgs& g, const int32_t* tile, int64_t m, int64_t rows,
+                      int64_t n0, int64_t cols) {
+  if (g.acc_out != nullptr) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(g.acc_out + (m + r) * g.ld_acc + n0, tile + r * kVnniPanel,
+                  static_cast<size_t>(cols) * 4);
+    }
+  } else {
+    epilogue_s32_avx512(g.epi, tile, kVnniPanel, m, rows, n0, cols);
+  }
+}
 
 void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_t p_begin,
                            int64_t p_end, int32_t* acc) {
@@ -185,7 +185,7 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
         const int mr = static_cast<int>(m_end - m < kVnniMr ? m_end - m : kVnniMr);
         tile_for(near, mr, nv)(g.xu + m * g.ldx, g.ldx, b, b_step, ksteps, g.comp + n0, acc,
                                b + g.prefetch_bytes);
-        finish_rows(g, acc, m, mr, n0, cols);
+        finish_vnni_rows(g, acc, m, mr, n0, cols);
       }
       continue;
     }
@@ -227,7 +227,7 @@ void gemm_u8s8_vnni_avx512(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end
       }
       covered = far_tiles > 0 && far_tiles * steps * far_step >= next_bytes;
     }
-    finish_rows(g, acc, m_begin, m_end - m_begin, n0, cols);
+    finish_vnni_rows(g, acc, m_begin, m_end - m_begin, n0, cols);
   }
 }
 

@@ -58,6 +58,12 @@ struct VnniGemmArgs {
   int64_t ld_acc = 0;
 };
 
+// Writes finished accumulator rows [m, m + rows) of columns [n0, n0 + cols) (tile: their int32
+// sums, kVnniPanel apart): through the epilogue to y, or raw to args.acc_out. Shared with the
+// AMX GEMM, whose tiles end in the same form.
+void finish_vnni_rows(const VnniGemmArgs& args, const int32_t* tile, int64_t m, int64_t rows,
+                      int64_t n0, int64_t cols);
+
 // y[m, n] (or acc_out) for rows [m_begin, m_end) (at most kVnniMaxRows) and the columns of
 // panels [p_begin, p_end). acc_scratch: kVnniMaxRows x kVnniPanel int32, 64-byte aligned, private
 // to the calling thread.
