@@ -47,8 +47,9 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 //   three of four layers (docs/kernels.md, "Past M = 64").
 //
 // cpu.amx runs the same class with PanelGemm::kAmx: K padded to 64 so that its tiles take whole
-// k-steps, and amx_gemm's tiles in place of the register tiles (the streaming and blocking
-// settings above are the VNNI GEMM's and do not apply to it).
+// k-steps, x quantized into A tiles, and amx_gemm's tiles in place of the register tiles (the
+// streaming and blocking settings above are the VNNI GEMM's and do not apply to it; its tasks per
+// thread are its own, amx_kernel.cc).
 class PanelPrepared final : public MeasuredCpuKernel {
  public:
   static absl::StatusOr<std::unique_ptr<PreparedKernel>> create(const LayerWeights& w,
@@ -94,7 +95,9 @@ class PanelPrepared final : public MeasuredCpuKernel {
     // Per-thread scratch: xu [M, ldx], sa [M], azp [M].
     thread_local ScratchBuffer scratch;
     absl::Cleanup trim = [] { scratch.release_if_larger(kKeepScratchBytes); };
-    const size_t xu_bytes = static_cast<size_t>(round_up(m * ldx_, 64));
+    // (cpu.amx's xu is in tiles of 16 rows: the last one whole.)
+    const int64_t xu_rows = gemm_ == PanelGemm::kAmx ? round_up(m, 16) : m;
+    const size_t xu_bytes = static_cast<size_t>(round_up(xu_rows * ldx_, 64));
     uint8_t* buf = scratch.get(xu_bytes + static_cast<size_t>(8 * m));
     if (buf == nullptr) {
       return absl::ResourceExhaustedError(
@@ -109,6 +112,7 @@ class PanelPrepared final : public MeasuredCpuKernel {
     q.xq = reinterpret_cast<int8_t*>(xu);
     q.xq_stride = ldx_;
     q.shift_to_u8 = true;
+    q.xq_tiles = gemm_ == PanelGemm::kAmx;
     const int64_t bad_row = quantize_rows_on_pool(
         pool, m, m * c.k >= tuning_.parallel_quantize_min_elems,
         [&](int64_t r0, int64_t r1) { return quantize_rows_avx512(q, r0, r1); });
@@ -134,7 +138,7 @@ class PanelPrepared final : public MeasuredCpuKernel {
     if (gemm_ == PanelGemm::kAmx) {
 #if QLINEAR_HAVE_AMX
       const GemmSplit split(m, panels_, kAmxRows, kAmxMaxRows, threads, tuning_.tasks_per_thread);
-      scratch_ok = run_gemm_tasks(pool, split, kAmxRows * kVnniPanel * 4,
+      scratch_ok = run_gemm_tasks(pool, split, kAmxScratchBytes,
                                   [&](const GemmSplit::Range& r, int32_t* tile) {
                                     gemm_u8s8_amx(g, r.r0, r.r1, r.p0, r.p1, tile);
                                   });

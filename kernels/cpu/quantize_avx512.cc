@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/avx512_util.h"
 
@@ -166,12 +167,24 @@ template <DType T>
 int64_t quantize_rows(const QuantizeArgs& a, int64_t row_begin, int64_t row_end) {
   const size_t in_row = static_cast<size_t>(a.k) * (T == DType::kF32 ? 4 : 2);
   const int pad_value = a.shift_to_u8 ? 0x80 : 0;
+  // In tiles, each row is quantized into this thread's row buffer, then dealt out 64 bytes a tile
+  // (a copy from L1, small beside the quantization).
+  thread_local std::vector<int8_t> row_buffer;
+  if (a.xq_tiles && row_buffer.size() < static_cast<size_t>(a.xq_stride)) {
+    row_buffer.resize(static_cast<size_t>(a.xq_stride));
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const void* x = static_cast<const uint8_t*>(a.x) + static_cast<size_t>(r) * in_row;
-    int8_t* out = a.xq + r * a.xq_stride;
+    int8_t* out = a.xq_tiles ? row_buffer.data() : a.xq + r * a.xq_stride;
     if (!quantize_row<T>(a, x, out, a.sa + r, a.azp == nullptr ? nullptr : a.azp + r)) return r;
     if (a.xq_stride > a.k) {
       std::memset(out + a.k, pad_value, static_cast<size_t>(a.xq_stride - a.k));
+    }
+    if (a.xq_tiles) {
+      int8_t* tile_row = a.xq + r / 16 * 16 * a.xq_stride + r % 16 * 64;
+      for (int64_t j = 0; j < a.xq_stride / 64; ++j) {
+        _mm512_storeu_si512(tile_row + j * 1024, _mm512_loadu_si512(out + j * 64));
+      }
     }
   }
   return -1;

@@ -240,6 +240,65 @@ TEST_P(QuantizeSimd, ReportsTheFirstNonFiniteRow) {
   }
 }
 
+// The AMX GEMM's layout (QuantizeArgs::xq_tiles): every row's bytes, padding included, where the
+// plain layout has them, dealt into tiles of 16 rows x 64 bytes; bytes of rows past M untouched.
+#if QLINEAR_HAVE_AVX512_VNNI
+TEST(QuantizeAvx512, TilesHoldWhatThePlainLayoutHolds) {
+  const Impl& impl = kImpls[0];
+  const absl::Status supported = impl.supported(host_info());
+  if (!supported.ok()) GTEST_SKIP() << "AVX-512 cannot run here: " << supported.message();
+  QL_SEEDED_RNG(rng);
+  for (Scheme scheme : kAllSchemes) {
+    for (int64_t k : {1, 63, 64, 65, 200, 4099}) {
+      const int64_t m = rng.range(1, 40);
+      const int64_t stride = (k + 63) / 64 * 64 + 64 * rng.range(0, 1);
+      const DType dtype = kAllDTypes[rng.range(0, std::size(kAllDTypes) - 1)];
+      const LayerConfig c = config_for(rng, scheme, k);
+      const std::vector<uint8_t> x = testing::random_x(rng, m, k, dtype);
+      const Quantized plain = run_quantizer(impl, c, x, dtype, m, stride, true);
+      ASSERT_EQ(plain.bad_row, -1);
+      const int64_t m16 = (m + 15) / 16 * 16;
+      std::vector<int8_t> tiles(static_cast<size_t>(m16 * stride), 0x55);
+      std::vector<float> sa(m, -1.f);
+      std::vector<int32_t> azp(m, -7);
+      QuantizeArgs a;
+      a.scheme = c.scheme;
+      a.input_scale = c.input_scale;
+      a.input_zero_point = c.input_zero_point;
+      a.x = x.data();
+      a.x_dtype = dtype;
+      a.k = k;
+      a.xq = tiles.data();
+      a.xq_stride = stride;
+      a.xq_tiles = true;
+      a.shift_to_u8 = true;
+      a.sa = sa.data();
+      a.azp = azp.data();
+      // Two calls, as two threads would quantize two ranges.
+      const int64_t split = rng.range(0, m);
+      ASSERT_EQ(quantize(impl, a, nullptr, 0, split), -1);
+      ASSERT_EQ(quantize(impl, a, nullptr, split, m), -1);
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " K=" << k << " stride " << stride
+                                        << " scheme " << scheme_name(scheme) << " x "
+                                        << dtype_name(dtype) << ", rows split at " << split);
+      for (int64_t r = 0; r < m16; ++r) {
+        for (int64_t i = 0; i < stride; ++i) {
+          const int8_t got = tiles[r / 16 * 16 * stride + i / 64 * 1024 + r % 16 * 64 + i % 64];
+          const int8_t want = r < m ? plain.xq[r * stride + i] : int8_t{0x55};
+          ASSERT_EQ(got, want) << "row " << r << ", byte " << i;
+        }
+      }
+      for (int64_t r = 0; r < m; ++r) {
+        ASSERT_EQ(f32_bits(sa[r]), f32_bits(plain.sa[r])) << "sa of row " << r;
+        if (is_asymmetric(scheme)) {
+          ASSERT_EQ(azp[r], plain.azp[r]) << "azp of row " << r;
+        }
+      }
+    }
+  }
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Isa, QuantizeSimd, ::testing::ValuesIn(kImpls),
                          [](const ::testing::TestParamInfo<Impl>& info) {
                            return std::string(info.param.name);
