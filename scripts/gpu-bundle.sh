@@ -72,7 +72,8 @@ grep -E '^-- qlinear' "$log" || true
 # are optional.
 targets=(qlinear_cuda_test qlinear_server_e2e_test qlinear_gpu_bench qlinear-server)
 for optional in qlinear-cli qlinear_cpu_bench kernels_cpu_cpu_kernels_test \
-    kernels_cpu_avx512_vnni_gemm_test kernels_cpu_amx_gemm_test kernels_cpu_vnni_pack_test; do
+    kernels_cpu_avx512_vnni_gemm_test kernels_cpu_amx_gemm_test kernels_cpu_vnni_pack_test \
+    kernels_cpu_quantize_simd_test; do
   if grep -qs "$optional" "$BUILD/build.ninja" "$BUILD/Makefile"; then
     targets+=("$optional")
   fi

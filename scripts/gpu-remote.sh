@@ -213,8 +213,8 @@ cpu_bench_rc=-
 if [ "${QLINEAR_CPU:-0}" = "1" ]; then
   echo "=== CPU kernel tests and qlinear_cpu_bench --quick"
   cpu_tests=""
-  for t in kernels_cpu_vnni_pack_test kernels_cpu_avx512_vnni_gemm_test kernels_cpu_amx_gemm_test \
-      kernels_cpu_cpu_kernels_test; do
+  for t in kernels_cpu_vnni_pack_test kernels_cpu_quantize_simd_test \
+      kernels_cpu_avx512_vnni_gemm_test kernels_cpu_amx_gemm_test kernels_cpu_cpu_kernels_test; do
     have "$t" || continue
     timeout 120 "$BUNDLE/run" "$t" --gtest_color=no >"$LOG/$t.log" 2>&1
     rc=$?

@@ -13,10 +13,12 @@ namespace {
 
 // Only tasks_per_thread applies to cpu.amx (the rest is the VNNI GEMM's streaming): 4, not 16.
 // Every task reads its panels' weights whole, so fewer row ranges per panel read them fewer times.
-// On a 16-core Xeon with AMX (amx_gemm alone, medians of 50 calls, the settings in turns, ms at
-// M = 64 / 256 / 1024): 6144 x 4096, 16 tasks per thread 1.740 / 1.394 / 2.329, 4 0.300 / 0.823
-// / 2.063, 2 0.379 / 0.695 / 1.791; 4096 x 14336 (M = 256 / 1024), 16 3.224 / 5.552, 4 1.551 /
-// 5.157, 2 2.956 / 7.603. 4 was never far from the fastest.
+// On a 16-core Xeon with AMX (amx_gemm alone, medians of 36 calls, the settings in turns, ms at
+// M = 64 / 256 / 1024): 6144 x 4096 with 16 tasks per thread 1.155 / 1.540 / 4.448 and 4 tasks
+// 0.621 / 1.471 / 4.834 for the GEMM before its row pairs and A tiles, 0.531 / 1.314 / 4.078 for
+// the GEMM now; 4096 x 14336, 3.284 / 3.907 / 9.201, 1.079 / 2.895 / 8.790 and 0.856 / 2.483 /
+// 8.549. (2 tasks per thread measured faster on 6144 x 4096 at M = 256 and 1024, and up to 1.5x
+// slower on 4096 x 14336.)
 VnniTuning amx_tuning() {
   VnniTuning t;
   t.tasks_per_thread = 4;
@@ -36,19 +38,18 @@ class AmxKernel final : public Kernel {
     return absl::OkStatus();
   }
   // From M = 17: a tile multiplies 16 rows whatever the call holds, and at small M the weights'
-  // stream bounds every CPU kernel. Measured with bench/cpu/qlinear_cpu_bench --quick on a
-  // 2-core Intel Xeon with AMX (weights rotated past the L3; time of cpu.onednn, which runs AMX
-  // there too, over this kernel's, same run; docs/kernels.md, "The AMX kernel"):
-  //   (6144, 4096): M = 1 0.93, 16 1.28, 64 1.24, 256 1.19, 1024 1.16
-  //   (4096, 4096): M = 1 1.20, 16 1.43, 64 1.26, 256 1.24, 1024 1.12
-  // where cpu.avx512_vnni was 1.04-1.14 at M = 16 and 0.44-0.71 from M = 64. In a second run on
-  // (4096, 4096): M = 2 1.34, 4 1.36, 8 1.41, 16 1.44, cpu.avx512_vnni 1.64, 1.55, 1.19, 1.15: it
-  // leads from M = 8 and trails cpu.avx512_vnni by 0.1 ms at M = 2-4. On a GPU host's 16-thread
-  // Xeon with AMX (157 GB/s), --quick, (6144, 4096): M = 16 0.99 against cpu.avx512_vnni's 1.39
-  // (it streams the weights at 65 GB/s, cpu.avx512_vnni at 91), M = 256 1.22 against 1.01; where
-  // the cores share more bandwidth the VNNI kernel's streaming leads through M = 16. So it comes
-  // first in the priority order from M = 17; autotune measures it against the others on each
-  // layer, host and bucket (it picked cpu.avx512_vnni at M = 16 and cpu.amx at 256 there).
+  // stream bounds every CPU kernel. Measured with bench/cpu/qlinear_cpu_bench --quick (weights
+  // rotated past the L3; time of cpu.onednn, which runs AMX there too, over this kernel's, same
+  // run; docs/kernels.md, "The AMX kernel"). On a 2-core Intel Xeon with AMX:
+  //   (6144, 4096): M = 1 1.14, 16 1.22, 64 1.12, 256 1.30, 1024 1.31
+  //   (4096, 4096): M = 1 1.31, 16 1.32, 64 1.25, 256 1.29, 1024 1.24
+  // where cpu.avx512_vnni was 0.97-1.11 at M = 16 and 0.45-0.71 from M = 64. On a GPU host's
+  // 16-thread Xeon with AMX (121-139 GB/s read), M = 16 / 256: (6144, 4096) 1.05 / 1.58,
+  // (4096, 4096) 0.90 / 1.21, (28672, 4096) 1.11 / 1.63, (4096, 14336) 1.34 / 1.55, against
+  // cpu.avx512_vnni's 1.32 / 0.97, 1.27 / 0.88, 1.51 / 0.97, 1.43 / 1.01: where the cores share
+  // more bandwidth the VNNI kernel's streaming leads through M = 16. So it comes first in the
+  // priority order from M = 17; autotune measures it against the others on each layer, host and
+  // bucket.
   MRange preferred_m() const override { return MRange{17}; }
   // Its packed copy of the weights: N and K padded to 16 and 64.
   int64_t host_bytes_to_prepare(const LayerConfig& config) const override {
