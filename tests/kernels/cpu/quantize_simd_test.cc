@@ -69,13 +69,8 @@ struct Quantized {
   int64_t bad_row = -1;
 };
 
-Quantized run_quantizer(const Impl& impl, const LayerConfig& c, const std::vector<uint8_t>& x,
-                        DType dtype, int64_t m, int64_t stride, bool shift) {
-  Quantized q;
-  q.xq.assign(static_cast<size_t>(m * stride), 0x55);
-  std::vector<int16_t> xq16(static_cast<size_t>(m * stride), 0x5555);
-  q.sa.assign(m, -1.f);
-  q.azp.assign(m, -7);
+// The layer's scheme and x's rows; the output fields are the caller's.
+QuantizeArgs args_for(const LayerConfig& c, const std::vector<uint8_t>& x, DType dtype) {
   QuantizeArgs a;
   a.scheme = c.scheme;
   a.input_scale = c.input_scale;
@@ -83,6 +78,17 @@ Quantized run_quantizer(const Impl& impl, const LayerConfig& c, const std::vecto
   a.x = x.data();
   a.x_dtype = dtype;
   a.k = c.k;
+  return a;
+}
+
+Quantized run_quantizer(const Impl& impl, const LayerConfig& c, const std::vector<uint8_t>& x,
+                        DType dtype, int64_t m, int64_t stride, bool shift) {
+  Quantized q;
+  q.xq.assign(static_cast<size_t>(m * stride), 0x55);
+  std::vector<int16_t> xq16(static_cast<size_t>(m * stride), 0x5555);
+  q.sa.assign(m, -1.f);
+  q.azp.assign(m, -7);
+  QuantizeArgs a = args_for(c, x, dtype);
   a.xq = q.xq.data();
   a.xq_stride = stride;
   a.shift_to_u8 = shift;
@@ -219,13 +225,7 @@ TEST_P(QuantizeSimd, ReportsTheFirstNonFiniteRow) {
       const Quantized q = run_quantizer(GetParam(), c, x, dtype, m, k, false);
       EXPECT_EQ(q.bad_row, row);
       // Rows after the first bad one are not looked at; a range starting there finds it too.
-      QuantizeArgs a;
-      a.scheme = c.scheme;
-      a.input_scale = c.input_scale;
-      a.input_zero_point = c.input_zero_point;
-      a.x = x.data();
-      a.x_dtype = dtype;
-      a.k = k;
+      QuantizeArgs a = args_for(c, x, dtype);
       std::vector<int8_t> xq(m * k);
       std::vector<int16_t> xq16(m * k);
       std::vector<float> sa(m);
@@ -261,13 +261,7 @@ TEST(QuantizeAvx512, TilesHoldWhatThePlainLayoutHolds) {
       std::vector<int8_t> tiles(static_cast<size_t>(m16 * stride), 0x55);
       std::vector<float> sa(m, -1.f);
       std::vector<int32_t> azp(m, -7);
-      QuantizeArgs a;
-      a.scheme = c.scheme;
-      a.input_scale = c.input_scale;
-      a.input_zero_point = c.input_zero_point;
-      a.x = x.data();
-      a.x_dtype = dtype;
-      a.k = k;
+      QuantizeArgs a = args_for(c, x, dtype);
       a.xq = tiles.data();
       a.xq_stride = stride;
       a.xq_tiles = true;
