@@ -35,9 +35,9 @@ constexpr int64_t kCStride = kVnniPanel * 4;  // bytes between rows of the C scr
 constexpr int64_t kATileBytes = kAmxRows * kAmxKStep;
 
 // The next panel's weights, prefetched into L2 while this panel is multiplied: per_tile cache
-// lines at each tile step. (_MM_HINT_T2 fetches into L2 on these cores; on a 16-core Xeon it
-// measured as fast as T1 or a little faster, and without the prefetch the GEMM took up to 10%
-// longer at M = 64-1024.)
+// lines at each tile step. On a 16-core Xeon with AMX (16 threads), without the prefetch the GEMM
+// took 4-8% longer at M = 64-1024 in one run and moved within the noise in another; with
+// _MM_HINT_T1 instead of T2 (both fetch into L2 on these cores) it took 1-20% longer in both.
 struct NextPanel {
   const char* next = nullptr;
   const char* end = nullptr;
