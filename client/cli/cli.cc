@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -116,25 +118,57 @@ void CatchSigint::resume() {
 
 bool sigint_received() { return g_sigint != 0; }
 
+double progress_log_seconds() {
+  static const double seconds = [] {
+    const char* env = std::getenv("QLINEAR_PROGRESS_S");
+    double s = kDefaultProgressLogSeconds;
+    if (env == nullptr || *env == '\0') return s;
+    if (!absl::SimpleAtod(env, &s) || !(s >= 0) || s > 86400) {
+      std::fprintf(stderr,
+                   "qlinear-cli: ignoring QLINEAR_PROGRESS_S='%s' (seconds, 0-86400); upload "
+                   "progress lines every %g s\n",
+                   env, kDefaultProgressLogSeconds);
+      return kDefaultProgressLogSeconds;
+    }
+    return s;
+  }();
+  return seconds;
+}
+
 UploadProgress::UploadProgress(std::string name)
     : tty_(isatty(fileno(stderr)) == 1),
+      log_seconds_(tty_ ? 0 : progress_log_seconds()),
       name_(std::move(name)),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
 
-void UploadProgress::update(int64_t sent, int64_t total) {
-  if (!tty_) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (sent < total && now - last_ < std::chrono::milliseconds(100)) return;
-  last_ = now;
-  open_line_ = sent < total;
+void UploadProgress::print(int64_t sent, int64_t total, std::chrono::steady_clock::time_point now,
+                           const char* start, const char* end) {
   const double rate = static_cast<double>(sent) /
                       std::max(1e-6, std::chrono::duration<double>(now - start_).count());
-  std::fprintf(stderr, "\rupload %s: %s / %s (%d%%), %s/s   ", name_.c_str(),
+  std::fprintf(stderr, "%supload %s: %s / %s (%d%%), %s/s%s", start, name_.c_str(),
                human_bytes(sent).c_str(), human_bytes(total).c_str(),
                static_cast<int>(100 * sent / std::max<int64_t>(1, total)),
-               human_bytes(static_cast<int64_t>(rate)).c_str());
-  if (sent >= total) std::fprintf(stderr, "\n");
+               human_bytes(static_cast<int64_t>(rate)).c_str(), end);
   std::fflush(stderr);
+}
+
+void UploadProgress::update(int64_t sent, int64_t total) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool done = sent >= total;
+  if (!tty_) {
+    if (log_seconds_ <= 0) return;
+    const auto every = std::chrono::duration<double>(log_seconds_);
+    // The last line only where the upload ran a whole interval: a shorter one prints nothing.
+    if (done ? now - start_ < every : now - last_ < every) return;
+    last_ = now;
+    print(sent, total, now, "", "\n");
+    return;
+  }
+  if (!done && now - last_ < std::chrono::milliseconds(100)) return;
+  last_ = now;
+  open_line_ = !done;
+  print(sent, total, now, "\r", done ? "   \n" : "   ");
 }
 
 void UploadProgress::end_line() {

@@ -122,9 +122,15 @@ std::string layer_name_suffix();
 // Uploads larger than this show an UploadProgress line.
 inline constexpr int64_t kProgressThreshold = int64_t{4} << 20;
 
-// An upload's progress on stderr: "\rupload NAME: 12.0 MiB / 64.0 MiB (18%), 45.1 MiB/s", redrawn
-// at most every 100 ms, on a terminal only (elsewhere, a log or CI, a line redrawn with carriage
-// returns is noise).
+// Seconds between an upload's progress lines where stderr is not a terminal: $QLINEAR_PROGRESS_S
+// (a number of seconds, 0 for none), else 10.
+inline constexpr double kDefaultProgressLogSeconds = 10;
+double progress_log_seconds();
+
+// An upload's progress on stderr: "upload NAME: 12.0 MiB / 64.0 MiB (18%), 45.1 MiB/s". On a
+// terminal one line, redrawn at most every 100 ms. Elsewhere (a log, CI), where a line redrawn
+// with carriage returns is noise, a whole line every progress_log_seconds() and a last one when
+// the bytes are all sent, for an upload that ran that long (a shorter one prints nothing).
 class UploadProgress {
  public:
   explicit UploadProgress(std::string name);
@@ -134,7 +140,11 @@ class UploadProgress {
   void end_line();
 
  private:
+  void print(int64_t sent, int64_t total, std::chrono::steady_clock::time_point now,
+             const char* start, const char* end);
+
   const bool tty_;
+  const double log_seconds_;
   bool open_line_ = false;
   std::string name_;
   std::chrono::steady_clock::time_point start_;

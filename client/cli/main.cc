@@ -37,43 +37,46 @@ std::string overview() {
     name.resize(12, ' ');
     out += absl::StrCat("  ", name, c.summary, "\n");
   }
-  out += absl::StrCat("  help        Show this overview, or a command's options\n\n",
-                      "Global options:\n",
-                      "  --server=HOST:PORT  Server address (default: $QLINEAR_SERVER, else ",
-                      kDefaultServer, ")\n",
-                      "  --max-message-mb=N  Largest message the client sends or takes, in MiB "
-                      "(1-2047, default 64;\n"
-                      "                      as large as the server's --max-message-mb for "
-                      "larger outputs)\n",
-                      "  --timeout-s=S       Deadline of each call, in seconds (0-86400, 0: none; "
-                      "default 60;\n"
-                      "                      also of each smoke scheme's stream and each bench "
-                      "request; an upload,\n"
-                      "                      `load` or smoke's and bench's own layers, has none "
-                      "unless given)\n",
-                      "  --tls               Connect over TLS, verifying the server with gRPC's "
-                      "default roots\n"
-                      "                      ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else the "
-                      "system's; implied by\n"
-                      "                      any --tls-* option)\n",
-                      "  --tls-ca=FILE       PEM certificate authorities that verify the server "
-                      "instead\n",
-                      "  --tls-cert=FILE     PEM client certificate, for a server that asks for "
-                      "one (mutual TLS;\n"
-                      "                      with --tls-key)\n",
-                      "  --tls-key=FILE      PEM private key of --tls-cert (not encrypted)\n",
-                      "  --tls-server-name=NAME\n"
-                      "                      Name the server's certificate must bear, where the "
-                      "server's address\n"
-                      "                      is not it (an IP address, a tunnel)\n"
-                      "                      ($QLINEAR_TLS_CA, $QLINEAR_TLS_CERT, $QLINEAR_TLS_KEY "
-                      "and\n"
-                      "                      $QLINEAR_TLS_SERVER_NAME give the --tls-* defaults)\n",
-                      "  --version           Print the version (and the commit built) and exit\n",
-                      "  --help              Show this overview\n\n",
-                      "Run `qlinear-cli <command> --help` for the options of a command.\n",
-                      "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
-                      "2 usage error (bad command line, TLS file missing or unusable).\n");
+  out += absl::StrCat(
+      "  help        Show this overview, or a command's options\n\n", "Global options:\n",
+      "  --server=HOST:PORT  Server address (default: $QLINEAR_SERVER, else ", kDefaultServer,
+      ")\n",
+      "  --max-message-mb=N  Largest message the client sends or takes, in MiB "
+      "(1-2047, default 64;\n"
+      "                      as large as the server's --max-message-mb for "
+      "larger outputs)\n",
+      "  --timeout-s=S       Deadline of each call, in seconds (0-86400, 0: none; "
+      "default 60;\n"
+      "                      also of each smoke scheme's stream and each bench "
+      "request; an upload,\n"
+      "                      `load` or smoke's and bench's own layers, has none "
+      "unless given)\n",
+      "  --tls               Connect over TLS, verifying the server with gRPC's "
+      "default roots\n"
+      "                      ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else the "
+      "system's; implied by\n"
+      "                      any --tls-* option)\n",
+      "  --tls-ca=FILE       PEM certificate authorities that verify the server "
+      "instead\n",
+      "  --tls-cert=FILE     PEM client certificate, for a server that asks for "
+      "one (mutual TLS;\n"
+      "                      with --tls-key)\n",
+      "  --tls-key=FILE      PEM private key of --tls-cert (not encrypted)\n",
+      "  --tls-server-name=NAME\n"
+      "                      Name the server's certificate must bear, where the "
+      "server's address\n"
+      "                      is not it (an IP address, a tunnel)\n"
+      "                      ($QLINEAR_TLS_CA, $QLINEAR_TLS_CERT, $QLINEAR_TLS_KEY "
+      "and\n"
+      "                      $QLINEAR_TLS_SERVER_NAME give the --tls-* defaults)\n",
+      "  --version           Print the version (and the commit built) and exit\n",
+      "  --help              Show this overview\n\n",
+      "An upload over 4 MiB shows its progress on a terminal, elsewhere a line every "
+      "$QLINEAR_PROGRESS_S\n"
+      "seconds (default 10, 0: none).\n\n",
+      "Run `qlinear-cli <command> --help` for the options of a command.\n",
+      "Exit status: 0 ok, 1 failure (RPC error, not serving, mismatch), "
+      "2 usage error (bad command line, TLS file missing or unusable).\n");
   return out;
 }
 

@@ -233,6 +233,17 @@ on_terminal --interrupt-on "upload cli-test/built: 64.0 MiB / 64.0 MiB (100%)" l
 await_log_re "$work/server.log" "layer 'cli-test/built'.*\(nothing kept\|CANCELLED\)"
 expect 0 layers
 grep -q '^cli-test/built' "$work/out" && fail "a load interrupted while its layer was built left it loaded"
+# Elsewhere (stderr a file) an upload's progress comes as whole lines, one every
+# $QLINEAR_PROGRESS_S seconds and the last once every byte is sent; none with 0; a bad value is
+# named and the default kept.
+QLINEAR_PROGRESS_S=0.001 expect 0 load --name cli-test/logged --n 8192 --k 8192
+grep_err '^upload cli-test/logged: 64.0 MiB / 64.0 MiB (100%), .*/s$'
+grep -q $'\r' "$work/err" && fail "an upload's progress line for a log holds a carriage return"
+QLINEAR_PROGRESS_S=0 expect 0 load --name cli-test/logged --n 8192 --k 8192 --replace
+grep -q '^upload ' "$work/err" && fail "QLINEAR_PROGRESS_S=0 printed an upload progress line"
+QLINEAR_PROGRESS_S=soon expect 0 load --name cli-test/logged --n 8192 --k 8192 --replace
+grep_err "^qlinear-cli: ignoring QLINEAR_PROGRESS_S='soon' (seconds, 0-86400); upload progress lines every 10 s$"
+expect 0 unload cli-test/logged
 
 # --- versions, kernels, load, layers, describe --------------------------------------------------
 server_version=$("$server_bin" --version) || fail "qlinear-server --version exited $?"
