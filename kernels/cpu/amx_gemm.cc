@@ -95,9 +95,15 @@ void pair_tiles(const uint8_t* a0, const uint8_t* a1, const int8_t* b, int64_t b
 }
 
 // Quad layout: a panel's NV vectors (b as above) for one row tile (its A tile at a), C at c.
+// With `stream` (the panel comes from memory), each tile step prefetches the panel's bytes of the
+// tile of K two steps ahead into L1: on a 16-core Xeon with AMX this took the GEMM at M = 1-16
+// from 0.226-0.243 to 0.179-0.198 ms on 6144 x 4096, 0.824-1.067 to 0.661-0.679 on 28672 x 4096
+// and 0.391-0.413 to 0.327-0.344 on 4096 x 14336 (medians in turns; one tile step ahead or
+// four measured alike, eight slower, and T2 instead of T0 up to 11% slower).
 template <int NV>
 void quad_tiles(const uint8_t* a, const int8_t* b, int64_t b_step, int64_t kt, bool first,
-                int32_t* c, NextPanel& pf) {
+                int32_t* c, NextPanel& pf, bool stream) {
+  const int64_t tile_bytes = 16 * b_step;  // the panel's bytes per tile of K
   if (first) {
     _tile_zero(0);
     if constexpr (NV > 1) _tile_zero(1);
@@ -110,8 +116,12 @@ void quad_tiles(const uint8_t* a, const int8_t* b, int64_t b_step, int64_t kt, b
     if constexpr (NV > 3) _tile_loadd(3, c + 48, kCStride);
   }
   for (int64_t t = 0; t < kt; ++t) {
-    const int8_t* bt = b + t * 16 * b_step;
+    const int8_t* bt = b + t * tile_bytes;
     pf.step();
+    if (stream) {
+      const char* ahead = reinterpret_cast<const char*>(bt) + 2 * tile_bytes;
+      for (int64_t i = 0; i < tile_bytes; i += 64) _mm_prefetch(ahead + i, _MM_HINT_T0);
+    }
     _tile_loadd(4, a + t * kATileBytes, kAmxKStep);
     _tile_loadd(5, bt, b_step);
     _tile_dpbusd(0, 4, 5);
@@ -203,16 +213,16 @@ void gemm_u8s8_amx(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_
             configure_for(false, r, 0);
             switch (nv) {
               case 1:
-                quad_tiles<1>(a, b, b_step, kt, first, cm, pf);
+                quad_tiles<1>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
                 break;
               case 2:
-                quad_tiles<2>(a, b, b_step, kt, first, cm, pf);
+                quad_tiles<2>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
                 break;
               case 3:
-                quad_tiles<3>(a, b, b_step, kt, first, cm, pf);
+                quad_tiles<3>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
                 break;
               default:
-                quad_tiles<4>(a, b, b_step, kt, first, cm, pf);
+                quad_tiles<4>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
                 break;
             }
           }

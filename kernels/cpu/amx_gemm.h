@@ -19,7 +19,8 @@
 // activations stay in L2 while the panels pass. From kAmxReuseRows rows, while a panel is
 // multiplied the next one is prefetched into L2, spread over its tile steps; a shorter block
 // streams each panel from memory with its first row tile alone, which reads each k-step's bytes
-// whole and in order (a pair's two vectors read half of them).
+// whole and in order (a pair's two vectors read half of them), prefetching them into L1 two tile
+// steps ahead.
 //
 // Compiled with AMX and AVX-512 flags: call only after amx_isa_status() passed on this host (the
 // CPU has AMX-INT8 and the OS gave this process the tiles' state). Each call configures the tiles
@@ -43,6 +44,9 @@ inline constexpr int64_t kAmxKBlock = 4096;
 // From this many rows in a block, a panel is reused from L2 by its row pairs and the next panel is
 // prefetched while they multiply; fewer rows stream the panel from memory (amx_gemm.cc).
 inline constexpr int64_t kAmxReuseRows = 128;
+// Tasks per thread where a call has one row tile (M <= 16) and streams the weights: smaller
+// tasks spread the stream more evenly (kernels/cpu/amx_kernel.cc).
+inline constexpr int64_t kAmxStreamTasksPerThread = 16;
 // The accumulator scratch of one call: a row block of a panel's int32 sums.
 inline constexpr int64_t kAmxScratchBytes = kAmxRowBlock * kVnniPanel * 4;
 

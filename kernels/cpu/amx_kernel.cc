@@ -18,7 +18,10 @@ namespace {
 // 0.621 / 1.471 / 4.834 for the GEMM before its row pairs and A tiles, 0.531 / 1.314 / 4.078 for
 // the GEMM now; 4096 x 14336, 3.284 / 3.907 / 9.201, 1.079 / 2.895 / 8.790 and 0.856 / 2.483 /
 // 8.549. (2 tasks per thread measured faster on 6144 x 4096 at M = 256 and 1024, and up to 1.5x
-// slower on 4096 x 14336.)
+// slower on 4096 x 14336.) A call of one row tile (M <= 16) streams the weights and takes
+// kAmxStreamTasksPerThread (16) instead: at M = 1 / 4 / 16 on 6144 x 4096 0.173 / 0.172 / 0.181
+// ms against 0.181 / 0.179 / 0.198 with 4, at M = 1 / 16 on 28672 x 4096 0.598 / 0.652 against
+// 0.661 / 0.679, on 4096 x 14336 0.333 / 0.349 against 0.344 / 0.327.
 VnniTuning amx_tuning() {
   VnniTuning t;
   t.tasks_per_thread = 4;

@@ -137,7 +137,9 @@ class PanelPrepared final : public MeasuredCpuKernel {
     bool scratch_ok = false;
     if (gemm_ == PanelGemm::kAmx) {
 #if QLINEAR_HAVE_AMX
-      const GemmSplit split(m, panels_, kAmxRows, kAmxMaxRows, threads, tuning_.tasks_per_thread);
+      // One row tile (M <= 16) streams the weights: more, smaller tasks spread the stream.
+      const GemmSplit split(m, panels_, kAmxRows, kAmxMaxRows, threads,
+                            m <= kAmxRows ? kAmxStreamTasksPerThread : tuning_.tasks_per_thread);
       scratch_ok = run_gemm_tasks(pool, split, kAmxScratchBytes,
                                   [&](const GemmSplit::Range& r, int32_t* tile) {
                                     gemm_u8s8_amx(g, r.r0, r.r1, r.p0, r.p1, tile);
