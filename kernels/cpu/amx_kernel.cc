@@ -47,10 +47,11 @@ class AmxKernel final : public Kernel {
   //   (6144, 4096): M = 1 1.14, 16 1.22, 64 1.12, 256 1.30, 1024 1.31
   //   (4096, 4096): M = 1 1.31, 16 1.32, 64 1.25, 256 1.29, 1024 1.24
   // where cpu.avx512_vnni was 0.97-1.11 at M = 16 and 0.45-0.71 from M = 64. On a GPU host's
-  // 16-thread Xeon with AMX (121-139 GB/s read), M = 16 / 256: (6144, 4096) 1.05 / 1.58,
-  // (4096, 4096) 0.90 / 1.21, (28672, 4096) 1.11 / 1.63, (4096, 14336) 1.34 / 1.55, against
-  // cpu.avx512_vnni's 1.32 / 0.97, 1.27 / 0.88, 1.51 / 0.97, 1.43 / 1.01: where the cores share
-  // more bandwidth the VNNI kernel's streaming leads through M = 16. So it comes first in the
+  // 16-thread Xeon with AMX (125-147 GB/s read), M = 1 / 16 / 256: (6144, 4096) 1.53 / 1.46 /
+  // 1.35, (4096, 4096) 1.40 / 1.32 / 1.66, (28672, 4096) 1.58 / 1.60 / 1.95, (4096, 14336) 1.49 /
+  // 1.59 / 1.62, against cpu.avx512_vnni's 1.69 / 1.43 / 0.90, 1.67 / 1.33 / 1.04, 1.69 / 1.50 /
+  // 1.05, 1.71 / 1.67 / 1.11: where the cores share more bandwidth the VNNI kernel streams the
+  // weights fastest at M = 1, and the two are level through M = 16. So it comes first in the
   // priority order from M = 17; autotune measures it against the others on each layer, host and
   // bucket.
   MRange preferred_m() const override { return MRange{17}; }
