@@ -44,9 +44,9 @@ class AmxKernel final : public Kernel {
   // stream bounds every CPU kernel. Measured with bench/cpu/qlinear_cpu_bench --quick (weights
   // rotated past the L3; time of cpu.onednn, which runs AMX there too, over this kernel's, same
   // run; docs/kernels.md, "The AMX kernel"). On a 2-core Intel Xeon with AMX:
-  //   (6144, 4096): M = 1 1.14, 16 1.22, 64 1.12, 256 1.30, 1024 1.31
-  //   (4096, 4096): M = 1 1.31, 16 1.32, 64 1.25, 256 1.29, 1024 1.24
-  // where cpu.avx512_vnni was 0.97-1.11 at M = 16 and 0.45-0.71 from M = 64. On a GPU host's
+  //   (6144, 4096): M = 1 1.24, 16 1.27, 64 1.12, 256 1.30, 1024 1.31
+  //   (4096, 4096): M = 1 1.08, 16 1.41, 64 1.25, 256 1.29, 1024 1.24
+  // where cpu.avx512_vnni was 0.94-1.06 at M = 16 and 0.45-0.71 from M = 64. On a GPU host's
   // 16-thread Xeon with AMX (125-147 GB/s read), M = 1 / 16 / 256: (6144, 4096) 1.53 / 1.46 /
   // 1.35, (4096, 4096) 1.40 / 1.32 / 1.66, (28672, 4096) 1.58 / 1.60 / 1.95, (4096, 14336) 1.49 /
   // 1.59 / 1.62, against cpu.avx512_vnni's 1.69 / 1.43 / 0.90, 1.67 / 1.33 / 1.04, 1.69 / 1.50 /
