@@ -51,26 +51,21 @@ struct NextPanel {
 
 // Pair layout: NV (1 or 2) vectors from b (the first vector's bytes at the block's first k-step,
 // b_step the panel's bytes per k-step) for two row tiles of xu (their A tiles at a0 and a1 for
-// the block's first tile of K) over kt tiles of K. The C tiles start at zero (first) or from c
-// (the first row tile's) and c + 16 rows, and end there.
+// the block's first tile of K) over kt tiles of K. The C tiles start from init (the first vector's
+// comp, in every row: a tile load with a row stride of 0) in K's first block, else from c (the
+// first row tile's) and c + 16 rows, and end there.
 template <int NV>
 void pair_tiles(const uint8_t* a0, const uint8_t* a1, const int8_t* b, int64_t b_step, int64_t kt,
-                bool first, int32_t* c, NextPanel& pf) {
+                const int32_t* init, int32_t* c, NextPanel& pf) {
   int32_t* c1 = c + kAmxRows * kVnniPanel;
-  if (first) {
-    _tile_zero(0);
-    _tile_zero(2);
-    if constexpr (NV > 1) {
-      _tile_zero(1);
-      _tile_zero(3);
-    }
-  } else {
-    _tile_loadd(0, c, kCStride);
-    _tile_loadd(2, c1, kCStride);
-    if constexpr (NV > 1) {
-      _tile_loadd(1, c + 16, kCStride);
-      _tile_loadd(3, c1 + 16, kCStride);
-    }
+  const int32_t* s0 = init != nullptr ? init : c;
+  const int32_t* s1 = init != nullptr ? init : c1;
+  const int64_t stride = init != nullptr ? 0 : kCStride;
+  _tile_loadd(0, s0, stride);
+  _tile_loadd(2, s1, stride);
+  if constexpr (NV > 1) {
+    _tile_loadd(1, s0 + 16, stride);
+    _tile_loadd(3, s1 + 16, stride);
   }
   for (int64_t t = 0; t < kt; ++t) {
     const int8_t* bt = b + t * 16 * b_step;
@@ -94,27 +89,23 @@ void pair_tiles(const uint8_t* a0, const uint8_t* a1, const int8_t* b, int64_t b
   }
 }
 
-// Quad layout: a panel's NV vectors (b as above) for one row tile (its A tile at a), C at c.
+// Quad layout: a panel's NV vectors (b as above) for one row tile (its A tile at a), C from init
+// (the panel's comp) or c as above.
 // With `stream` (the panel comes from memory), each tile step prefetches the panel's bytes of the
 // tile of K two steps ahead into L1: on a 16-core Xeon with AMX this took the GEMM at M = 1-16
 // from 0.226-0.243 to 0.179-0.198 ms on 6144 x 4096, 0.824-1.067 to 0.661-0.679 on 28672 x 4096
 // and 0.391-0.413 to 0.327-0.344 on 4096 x 14336 (medians in turns; one tile step ahead or
 // four measured alike, eight slower, and T2 instead of T0 up to 11% slower).
 template <int NV>
-void quad_tiles(const uint8_t* a, const int8_t* b, int64_t b_step, int64_t kt, bool first,
+void quad_tiles(const uint8_t* a, const int8_t* b, int64_t b_step, int64_t kt, const int32_t* init,
                 int32_t* c, NextPanel& pf, bool stream) {
   const int64_t tile_bytes = 16 * b_step;  // the panel's bytes per tile of K
-  if (first) {
-    _tile_zero(0);
-    if constexpr (NV > 1) _tile_zero(1);
-    if constexpr (NV > 2) _tile_zero(2);
-    if constexpr (NV > 3) _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, kCStride);
-    if constexpr (NV > 1) _tile_loadd(1, c + 16, kCStride);
-    if constexpr (NV > 2) _tile_loadd(2, c + 32, kCStride);
-    if constexpr (NV > 3) _tile_loadd(3, c + 48, kCStride);
-  }
+  const int32_t* s = init != nullptr ? init : c;
+  const int64_t stride = init != nullptr ? 0 : kCStride;
+  _tile_loadd(0, s, stride);
+  if constexpr (NV > 1) _tile_loadd(1, s + 16, stride);
+  if constexpr (NV > 2) _tile_loadd(2, s + 32, stride);
+  if constexpr (NV > 3) _tile_loadd(3, s + 48, stride);
   for (int64_t t = 0; t < kt; ++t) {
     const int8_t* bt = b + t * tile_bytes;
     pf.step();
@@ -193,7 +184,8 @@ void gemm_u8s8_amx(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_
       }
       for (int64_t t0 = 0; t0 < k_tiles; t0 += kBlockTiles) {
         const int64_t kt = std::min(kBlockTiles, k_tiles - t0);
-        const bool first = t0 == 0;
+        // K's first block starts from comp: the sums of xq + 128 back to those of xq (wrapping).
+        const int32_t* comp = t0 == 0 ? g.comp + n0 : nullptr;
         const int8_t* b = panel + t0 * 16 * b_step;
         for (int64_t m = mb; m < mb_end; m += group_rows(m)) {
           const int64_t r = group_rows(m);
@@ -204,36 +196,30 @@ void gemm_u8s8_amx(const VnniGemmArgs& g, int64_t m_begin, int64_t m_end, int64_
             const uint8_t* a1 = a + kAmxRows * g.ldx;
             for (int v = 0; v < nv; v += 2) {
               if (nv - v >= 2) {
-                pair_tiles<2>(a, a1, b + 64 * v, b_step, kt, first, cm + 16 * v, pf);
+                pair_tiles<2>(a, a1, b + 64 * v, b_step, kt,
+                              comp != nullptr ? comp + 16 * v : nullptr, cm + 16 * v, pf);
               } else {
-                pair_tiles<1>(a, a1, b + 64 * v, b_step, kt, first, cm + 16 * v, pf);
+                pair_tiles<1>(a, a1, b + 64 * v, b_step, kt,
+                              comp != nullptr ? comp + 16 * v : nullptr, cm + 16 * v, pf);
               }
             }
           } else {
             configure_for(false, r, 0);
             switch (nv) {
               case 1:
-                quad_tiles<1>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
+                quad_tiles<1>(a, b, b_step, kt, comp, cm, pf, streamed && m == mb);
                 break;
               case 2:
-                quad_tiles<2>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
+                quad_tiles<2>(a, b, b_step, kt, comp, cm, pf, streamed && m == mb);
                 break;
               case 3:
-                quad_tiles<3>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
+                quad_tiles<3>(a, b, b_step, kt, comp, cm, pf, streamed && m == mb);
                 break;
               default:
-                quad_tiles<4>(a, b, b_step, kt, first, cm, pf, streamed && m == mb);
+                quad_tiles<4>(a, b, b_step, kt, comp, cm, pf, streamed && m == mb);
                 break;
             }
           }
-        }
-      }
-      // The sums of xq + 128 back to those of xq: comp added (wrapping) to every row.
-      for (int v = 0; v < nv; ++v) {
-        const __m512i cv = _mm512_loadu_si512(g.comp + n0 + 16 * v);
-        for (int64_t i = 0; i < rows; ++i) {
-          int32_t* t = c + i * kVnniPanel + 16 * v;
-          _mm512_store_si512(t, _mm512_add_epi32(_mm512_load_si512(t), cv));
         }
       }
       finish_vnni_rows(g, c, mb, rows, n0, cols);
