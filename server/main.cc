@@ -3,7 +3,8 @@
 // Usage: qlinear-server [--address=0.0.0.0] [--port=50051] [--no-demo-layer] ...
 // SIGINT/SIGTERM stop it gracefully: health goes NOT_SERVING (with --shutdown-delay-ms, calls are
 // still served that long), new calls get UNAVAILABLE, queued and running calls finish (up to
-// --drain-timeout-ms), then it exits 0. Received while the
+// --drain-timeout-ms; calls open with nothing in flight, such as a stream between requests, end
+// once no call has work in flight), then it exits 0. Received while the
 // layers of --layer-manifest load, they stop the start-up once the layer being loaded is done
 // (exit 0). SIGHUP reads the TLS files again at once (as --tls-reload-interval-s does).
 #include <pthread.h>
@@ -108,7 +109,9 @@ int main(int argc, char** argv) {
            "what it grew past --gpu-staging-mb (all of it where that reservation failed; 0 = "
            "kept for good)");
   args.add("drain-timeout-ms", &drain_timeout_ms,
-           "On SIGINT/SIGTERM, how long queued and running calls may take to finish");
+           "On SIGINT/SIGTERM, how long queued and running calls may take to finish (calls open "
+           "with nothing in flight, such as a stream between requests, end as soon as no call "
+           "has work in flight)");
   args.add("shutdown-delay-ms", &shutdown_delay_ms,
            "On SIGINT/SIGTERM, how long health reports NOT_SERVING while every call is still "
            "served, before the drain (for load balancers and Kubernetes endpoints to stop sending "

@@ -260,6 +260,7 @@ grpc::Status QLinearService::refused(grpc::Status s) const {
 grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
+  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (grpc::Status s = take_slot(); !s.ok()) return s;
   absl::Cleanup slot = [this] { release_slot(); };
@@ -331,6 +332,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
 grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*,
                                          const v1::UnloadLayerRequest* request,
                                          v1::UnloadLayerResponse*) {
+  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
   absl::Status s = engine_->unload(request->name());
@@ -340,6 +342,7 @@ grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*,
 
 grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLayersRequest*,
                                         v1::ListLayersResponse* response) {
+  const InFlight in_flight(in_flight_);
   for (const auto& served : engine_->store().list()) {
     fill_layer_info(*served, response->add_layers());
   }
@@ -349,6 +352,7 @@ grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLaye
 grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
                                            const v1::DescribeLayerRequest* request,
                                            v1::LayerInfo* response) {
+  const InFlight in_flight(in_flight_);
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
   auto served = engine_->store().get(request->name());
   if (!served.ok()) return to_grpc_status(served.status());
@@ -432,6 +436,7 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
 
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
+  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
@@ -443,13 +448,23 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
 grpc::Status QLinearService::InferStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
+  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
   v1::InferRequest request;
   v1::InferResponse response;
   bool first = true;
-  while (stream->Read(&request)) {
+  // Waiting for the client's next message, the stream is not in flight (see calls_in_flight).
+  auto next = [&] {
+    idle_streams_.fetch_add(1);
+    in_flight_.fetch_sub(1);
+    const bool got = stream->Read(&request);
+    in_flight_.fetch_add(1);
+    idle_streams_.fetch_sub(1);
+    return got;
+  };
+  while (next()) {
     // Once the server drains, a stream ends at its next message, which is not run: the client
     // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
     if (auto s = unavailable_if_draining(); !s.ok()) {
@@ -486,6 +501,7 @@ constexpr int64_t kEchoFramingBytes = 16;
 
 grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
                                   v1::EchoResponse* response) {
+  const InFlight in_flight(in_flight_);
   if (!enable_echo_) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "Echo is off; start qlinear-server with --enable-echo");
@@ -511,6 +527,7 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
 
 grpc::Status QLinearService::ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
                                          v1::ListKernelsResponse* response) {
+  const InFlight in_flight(in_flight_);
   const Registry& reg = engine_->registry();
   const HostInfo& host = engine_->host();
   int prio = 0;

@@ -48,6 +48,12 @@ class QLinearService final : public v1::QLinear::Service {
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
+  // The service's calls in flight, for a drain to wait for: every call while its handler runs,
+  // but an InferStream while it waits for its client's next message (a stream left open between
+  // requests holds no work; once the server drains, that next message is refused unrun anyway).
+  int calls_in_flight() const { return in_flight_.load(); }
+  // Of the calls open, the InferStreams waiting for their client's next message.
+  int idle_streams() const { return idle_streams_.load(); }
 
   grpc::Status LoadLayer(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadLayerRequest>* reader,
                          v1::LoadLayerResponse* response) override;
@@ -80,9 +86,26 @@ class QLinearService final : public v1::QLinear::Service {
   // among the failed requests first, as the engine counts those it refuses.
   grpc::Status refused(grpc::Status s) const;
 
+  // Counts a handler's run in in_flight_ (one at the top of each handler).
+  class InFlight {
+   public:
+    explicit InFlight(std::atomic<int>& n) : n_(n) { n_.fetch_add(1); }
+    ~InFlight() { n_.fetch_sub(1); }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    std::atomic<int>& n_;
+  };
+
   Engine* engine_;
   const bool enable_echo_;
+  // draining_ and in_flight_ are sequentially consistent: a handler counts itself in flight and
+  // then reads draining_, a drain sets draining_ and then reads in_flight_, so either the handler
+  // sees the drain (and refuses its work) or the drain sees the handler (and waits for it).
   std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> idle_streams_{0};
   UploadWatchdog upload_watchdog_;
   const CallSlots slots_;
   std::atomic<int> slots_used_{0};

@@ -1,9 +1,11 @@
 #include "server/server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -336,7 +338,51 @@ void QLinearServer::shutdown(std::chrono::milliseconds grace) {
   stopped_ = true;
   stop_serving_health();
   service_->start_draining();
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  const auto deadline = std::chrono::system_clock::now() + grace;
+  // gRPC's shutdown starts here: clients are told to go elsewhere and no new call is taken. It
+  // ends when every call has, or at the deadline, when server_->Shutdown cancels what is left. A
+  // call that holds no work (an InferStream waiting for its client, a health Watch) would hold
+  // the stop until the deadline: once the service has had none in flight for
+  // kDrainIdleSettle, those are ended at once instead, as the deadline would end them (their
+  // clients see UNAVAILABLE, which they retry elsewhere). gRPC allows a shutdown to notify
+  // several queues; this one tells the wait below that every call has ended by itself.
+  // (gRPC's C API: a C++ completion queue takes only its own kinds of tags.)
+  grpc_completion_queue* ended = grpc_completion_queue_create_for_next(nullptr);
+  int tag = 0;
+  grpc_server_shutdown_and_notify(server_->c_server(), ended, &tag);
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> idle_since;
+  for (;;) {
+    const auto now = std::chrono::system_clock::now();
+    if (now >= deadline) break;  // (server_->Shutdown cancels the calls left)
+    const auto step = std::min(deadline, now + kDrainPoll);
+    const grpc_event e = grpc_completion_queue_next(
+        ended, grpc::TimePoint<std::chrono::system_clock::time_point>(step).raw_time(), nullptr);
+    if (e.type == GRPC_OP_COMPLETE) break;
+    if (service_->calls_in_flight() > 0) {
+      idle_since.reset();
+      continue;
+    }
+    const auto idle_now = std::chrono::steady_clock::now();
+    if (!idle_since.has_value()) idle_since = idle_now;
+    if (idle_now - *idle_since < kDrainIdleSettle) continue;
+    const int idle_streams = service_->idle_streams();
+    log_info(absl::StrCat(
+        "no call in flight after ",
+        std::chrono::duration_cast<std::chrono::milliseconds>(idle_now - started).count(),
+        " ms of the drain; ending the calls still open (", idle_streams,
+        idle_streams == 1 ? " stream waiting for its client's"
+                          : " streams waiting for their clients'",
+        " next message)"));
+    grpc_server_cancel_all_calls(server_->c_server());
+    break;
+  }
+  server_->Shutdown(deadline);
+  grpc_completion_queue_shutdown(ended);
+  while (grpc_completion_queue_next(ended, gpr_inf_future(GPR_CLOCK_REALTIME), nullptr).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(ended);
 }
 
 void QLinearServer::stop_serving_health() {

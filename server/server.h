@@ -70,6 +70,13 @@ struct ServerOptions {
   std::chrono::milliseconds gpu_staging_idle{std::chrono::seconds(30)};
 };
 
+// How long a drain waits with no call in flight before it ends the calls still open: longer than a
+// request takes to reach the server from a client that wrote it as the drain began (which is then
+// refused unrun, with a message saying so), and than a last answer's bytes take to leave.
+inline constexpr std::chrono::milliseconds kDrainIdleSettle{200};
+// How often a drain looks at the calls in flight.
+inline constexpr std::chrono::milliseconds kDrainPoll{10};
+
 class QLinearServer {
  public:
   static absl::StatusOr<std::unique_ptr<QLinearServer>> start(const ServerOptions& options);
@@ -82,7 +89,9 @@ class QLinearServer {
   const Registry& registry() const { return registry_; }
 
   // Graceful stop: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight get up
-  // to `grace` to finish, then the server stops.
+  // to `grace` to finish, then the server stops. Calls open without work in flight (a stream
+  // waiting for its client's next message) do not hold it: once none has had work in flight for
+  // kDrainIdleSettle, they end with UNAVAILABLE.
   void shutdown(std::chrono::milliseconds grace);
   // Health turns NOT_SERVING; every call is still served (the stop before a shutdown, while load
   // balancers take the server out). A device fault (kernels/core/device_fault.h) does the same

@@ -444,6 +444,43 @@ TEST(ProcessTest, SigtermDrainsInFlightRequestsThenExits) {
   EXPECT_EQ(refused.load(), 6);
 }
 
+// A client that keeps its stream open between requests does not hold up the stop: with nothing in
+// flight the server ends such streams (UNAVAILABLE, which clients retry elsewhere) and exits, well
+// before its drain timeout (10 s here), saying so in its log.
+TEST(ProcessTest, AnIdleStreamDoesNotHoldTheStop) {
+  char log_tmpl[] = "/tmp/qlinear_idle_stream_XXXXXX";
+  const int log_fd = mkstemp(log_tmpl);
+  ASSERT_GE(log_fd, 0);
+  close(log_fd);
+  const std::string log_path = log_tmpl;
+  std::chrono::milliseconds took{0};
+  absl::Status ended;
+  {
+    ServerProcess server({}, {}, log_path);
+    Client c(server.target());
+    SplitMix64 rng(12);
+    const std::string x = random_x(rng, 1, 512, DType::kBF16);
+    auto stream = c.open_stream();
+    ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16)));
+    v1::InferResponse resp;
+    ASSERT_TRUE(stream->read(&resp));
+    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+    const int status = server.terminate(&took);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_FALSE(stream->read(&resp));
+    ended = stream->finish();
+  }
+  const std::string log = read_file(log_path);
+  std::remove(log_path.c_str());
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
+  EXPECT_LT(took.count(), 3000) << "the stop waited for the idle stream";
+  EXPECT_NE(
+      log.find("ending the calls still open (1 stream waiting for its client's next message)"),
+      std::string::npos)
+      << log;
+  EXPECT_NE(log.find("stopped"), std::string::npos) << log;
+}
+
 // With --shutdown-delay-ms, SIGTERM turns health NOT_SERVING while calls are still served for the
 // delay; then the server drains and exits 0.
 TEST(ProcessTest, ShutdownDelayKeepsServingWhileHealthIsNotServing) {

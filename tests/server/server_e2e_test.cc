@@ -1117,16 +1117,34 @@ TEST_F(ServerTest, ClientTimeoutsPastTheClocksRangeAreNone) {
 }
 
 TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
-  // New calls are refused; a stream opened before shutdown ends at its next message, which is not
-  // run, with UNAVAILABLE.
-  auto stream = client_->open_stream();
+  // New calls are refused. While a call in flight (an upload) holds the drain, a stream opened
+  // before it ends at its next message, which is not run, with UNAVAILABLE, and the upload
+  // completes. Then the drain ends at once, not at its deadline: the stream left open without a
+  // message in flight ends with UNAVAILABLE.
   SplitMix64 rng(5);
   const std::string x = random_x(rng, 1, 64, DType::kBF16);
   v1::InferResponse resp;
+  auto stream = client_->open_stream();
   ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "before")));
   ASSERT_TRUE(stream->read(&resp));
-  std::thread stopper([&] { server_->shutdown(std::chrono::milliseconds(5000)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto idle = client_->open_stream();
+  ASSERT_TRUE(idle->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "idle")));
+  ASSERT_TRUE(idle->read(&resp));
+  const TestLayer t = make_test_layer("drained", 64, 256, Scheme::kDynamicSymmetric, true, seed_++);
+  grpc::ClientContext upload_ctx;
+  v1::LoadLayerResponse upload_resp;
+  auto upload = start_upload(t, &upload_ctx, &upload_resp);
+  ASSERT_NE(upload, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (its handler runs)
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point stopped;
+  std::thread stopper([&] {
+    server_->shutdown(std::chrono::milliseconds(8000));
+    stopped = std::chrono::steady_clock::now();
+  });
+  // (Past kDrainIdleSettle: the upload holds the drain, so the stream is still open.)
+  std::this_thread::sleep_for(kDrainIdleSettle + std::chrono::milliseconds(300));
   auto r = client_->infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
@@ -1137,7 +1155,26 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   EXPECT_EQ(ended.message(),
             "server is shutting down; request 'during' and any after it on this stream were not "
             "run");
+
+  v1::LoadLayerRequest rest;
+  rest.set_weight_chunk(
+      std::string(reinterpret_cast<const char*>(t.weights.data()) + 4096, t.weights.size() - 4096));
+  EXPECT_TRUE(upload->Write(rest));
+  upload->WritesDone();
+  const grpc::Status uploaded = upload->Finish();
+  EXPECT_TRUE(uploaded.ok()) << uploaded.error_message();
+  const auto upload_done = std::chrono::steady_clock::now();
+
+  EXPECT_FALSE(idle->read(&resp));
+  const absl::Status idle_ended = idle->finish();
+  EXPECT_EQ(idle_ended.code(), absl::StatusCode::kUnavailable) << idle_ended;
   stopper.join();
+  const auto ms = [](auto d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  // The upload held the drain; the idle stream did not (the deadline was 8 s away).
+  EXPECT_GE(ms(stopped - t0), ms(upload_done - t0) - 50);
+  EXPECT_LT(ms(stopped - upload_done), 3000) << "the drain waited for an idle stream";
 }
 
 // A client trickling its request in one byte at a time holds the metrics port's thread for 2 s at
