@@ -89,6 +89,7 @@
 #include "absl/strings/str_replace.h"
 #include "bench/gpu/copy_kernel.h"
 #include "bench/gpu/gpu_power.h"
+#include "bench/gpu/vllm_sm90.h"
 #include "common/args.h"
 #include "common/random.h"
 #include "kernels/core/dtype.h"
@@ -436,6 +437,9 @@ struct Point {
   double read_us = 0;
   std::map<std::string, double> op_us;  // kernel name -> op time
   std::string dispatched;               // what the server runs at this M (see run_shape)
+  // The "vLLM" anchor's op (vllm_sm90.h: the quantize kernel, then vLLM's GEMM for this M and N),
+  // timed as the ops are; 0 where it is not compiled in or cannot run the shape.
+  double vllm_us = 0;
 };
 
 double floor_us(int64_t m, int64_t n, int64_t k) {
@@ -3610,6 +3614,19 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   // The weights read alone (see Point::read_us), once per shape.
   ASSIGN_OR_RETURN(const double read_us, print_weights_read(sc, b, o, stream));
 
+#if QLINEAR_HAVE_CUTLASS
+  // The "vLLM" anchor's own bias (in y's type, as vLLM holds it) and output.
+  DeviceBuffer vllm_bias, vllm_y;
+  {
+    std::vector<uint16_t> bias16(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) bias16[i] = f32_to_bf16(weights->bias[i]);
+    RETURN_IF_ERROR(vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(vllm_bias.get(), bias16.data(), vllm_bias.size(), cudaMemcpyHostToDevice));
+    RETURN_IF_ERROR(vllm_y.allocate(static_cast<size_t>(max_m * n) * 2, "vLLM anchor y"));
+  }
+#endif
+
   for (int64_t m : ms) {
     const int slots = m <= 64 ? b.copies : 1;
     Point pt;
@@ -3641,15 +3658,40 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
         return p->run_device(a, b.scratch.get(), stream, nullptr);
       };
     };
+    // The "vLLM" anchor (vllm_sm90.h): the quantize kernel, then vLLM's GEMM for this M and N.
+    std::function<absl::Status(int)> vllm_call;
+#if QLINEAR_HAVE_CUTLASS
+    vllm_sm90::Args va;
+    va.xq = b.xq.as<int8_t>();
+    va.sa = b.sa.as<float>();
+    va.sb = b.sb.as<float>();
+    va.bias = vllm_bias.as<uint16_t>();
+    va.y = vllm_y.as<uint16_t>();
+    va.m = static_cast<int>(m);
+    va.n = static_cast<int>(n);
+    va.k = static_cast<int>(k);
+    va.sm_count = host_info().gpus[0].sm_count;
+    if (k % 16 == 0 && n % 16 == 0 && vllm_sm90::workspace_bytes(va) <= b.workspace.size()) {
+      vllm_call = [&, va](int s) -> absl::Status {
+        vllm_sm90::Args a = va;
+        a.w = b.w[s].as<int8_t>();
+        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, true));
+        RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
+        return absl::OkStatus();
+      };
+    }
+#endif
     if (slots == 1) {
       // The bare GEMM and every op in turns (see above).
       std::vector<std::function<absl::Status(int)>> calls = {bare_call};
       for (const KernelCopies* kc : able) calls.push_back(op_call(*kc));
+      if (vllm_call) calls.push_back(vllm_call);
       ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, 1, o, calls));
       pt.gemm_us = us[0];
       for (size_t j = 0; j < able.size(); ++j) {
         pt.op_us[std::string(able[j]->kernel->name())] = us[j + 1];
       }
+      if (vllm_call) pt.vllm_us = us.back();
     } else {
       // Rotating weights: each alone, so that no op finds another's weights in L2.
       ASSIGN_OR_RETURN(pt.gemm_us, median_us(stream, slots, o, bare_call));
@@ -3658,6 +3700,9 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
             const double op_us,
             median_us(stream, std::min<int>(slots, kc->prepared.size()), o, op_call(*kc)));
         pt.op_us[std::string(kc->kernel->name())] = op_us;
+      }
+      if (vllm_call) {
+        ASSIGN_OR_RETURN(pt.vllm_us, median_us(stream, slots, o, vllm_call));
       }
     }
     const MBucket& bucket = m_buckets()[m_bucket_index(m)];
@@ -3708,6 +3753,33 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
                   name == pt.dispatched ? "  <- dispatched" : "", how.empty() ? "" : "  ",
                   how.c_str());
     }
+#if QLINEAR_HAVE_CUTLASS
+    if (vllm_call) {
+      // Its y against the dispatched op's, on the same weights: the same function for this
+      // scheme, so bit for bit.
+      std::string same = "not compared";
+      for (const auto& kc : kernels) {
+        if (kc.kernel->name() != pt.dispatched) continue;
+        RETURN_IF_ERROR(op_call(kc)(0));
+        RETURN_IF_ERROR(vllm_call(0));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        const size_t bytes = static_cast<size_t>(m * n) * 2;
+        std::vector<uint16_t> ours(bytes / 2), theirs(bytes / 2);
+        RETURN_IF_CUDA_ERROR(cudaMemcpy(ours.data(), b.y.get(), bytes, cudaMemcpyDeviceToHost));
+        RETURN_IF_CUDA_ERROR(
+            cudaMemcpy(theirs.data(), vllm_y.get(), bytes, cudaMemcpyDeviceToHost));
+        size_t differ = 0;
+        for (size_t i = 0; i < ours.size(); ++i) differ += ours[i] != theirs[i];
+        same = differ == 0 ? "y equals the dispatched op's"
+                           : absl::StrFormat("y DIFFERS from the dispatched op's in %zu of %zu",
+                                             differ, ours.size());
+      }
+      std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f  %s; %s\n",
+                  pt.shape.c_str(), static_cast<long long>(m), "vLLM", pt.vllm_us,
+                  ops / (pt.vllm_us * 1e-6) / 1e12, n * k / (pt.vllm_us * 1e-6) / 1e12,
+                  pt.vllm_us / fl, vllm_sm90::config_name(va), same.c_str());
+    }
+#endif
     std::fflush(stdout);
     points->push_back(std::move(pt));
   }
@@ -4066,10 +4138,12 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
       "ceilings this run: SM copy %.2f TB/s, SM read %.2f TB/s; floor uses %.1f TB/s and "
       "%.0f TOPS\n",
       ceil.copy_tbps, ceil.read_tbps, kCopyBytesPerS / 1e12, kInt8OpsPerS / 1e12);
-  std::printf("%-21s %5s %-17s %8s %7s %6s %6s %6s %7s %7s %s\n", "shape", "M", "kernel", "us",
-              "TOPS", "W_TB/s", "xfloor", "xread", "vs_gemm", "vs_lt+e", "best other");
+  std::printf("%-21s %5s %-17s %8s %7s %6s %6s %6s %7s %7s %7s %s\n", "shape", "M", "kernel", "us",
+              "TOPS", "W_TB/s", "xfloor", "xread", "vs_gemm", "vs_lt+e", "vs_vllm", "best other");
   int met = 0, missed = 0, below_read = 0;
   std::string misses;
+  int vllm_rows = 0, vllm_slower = 0;
+  double vllm_min = 1e30, vllm_max = 0;
   for (const Point& p : points) {
     auto it = p.op_us.find(p.dispatched);
     if (it == p.op_us.end()) continue;
@@ -4087,9 +4161,17 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
       }
     }
     const std::string xread = p.read_us > 0 ? absl::StrFormat("%.2f", us / p.read_us) : "-";
-    std::printf("%-21s %5lld %-17s %8.1f %7.1f %6.2f %6.2f %6s %7.2f %7.2f %s\n", p.shape.c_str(),
-                static_cast<long long>(p.m), p.dispatched.c_str(), us, tops, tbps,
-                us / floor_us(p.m, p.n, p.k), xread.c_str(), p.gemm_us / us, vs_lt, other.c_str());
+    const std::string vs_vllm = p.vllm_us > 0 ? absl::StrFormat("%.2f", p.vllm_us / us) : "-";
+    if (p.vllm_us > 0) {
+      ++vllm_rows;
+      vllm_slower += p.vllm_us > us;
+      vllm_min = std::min(vllm_min, p.vllm_us / us);
+      vllm_max = std::max(vllm_max, p.vllm_us / us);
+    }
+    std::printf("%-21s %5lld %-17s %8.1f %7.1f %6.2f %6.2f %6s %7.2f %7.2f %7s %s\n",
+                p.shape.c_str(), static_cast<long long>(p.m), p.dispatched.c_str(), us, tops, tbps,
+                us / floor_us(p.m, p.n, p.k), xread.c_str(), p.gemm_us / us, vs_lt, vs_vllm.c_str(),
+                other.c_str());
     // The targets, each with the op time it asks for.
     struct Check {
       bool ok;
@@ -4135,6 +4217,12 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
         below_read);
   }
   std::printf("\n%s", misses.c_str());
+  if (vllm_rows > 0) {
+    std::printf(
+        "against vLLM's W8A8 GEMM configurations (the quantize kernel, then vLLM's CUTLASS GEMM "
+        "for the row's M and N): the dispatched op faster on %d of %d rows, %.2f-%.2fx\n",
+        vllm_rows - vllm_slower, vllm_rows, vllm_min, vllm_max);
+  }
 }
 
 int bench_main(int argc, char** argv) {
