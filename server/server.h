@@ -98,6 +98,10 @@ class QLinearServer {
   // for good, and fails /healthz, so that the process is restarted.
   void stop_serving_health();
   void wait();
+  // The service's calls with work in flight, and its streams waiting for their client's next
+  // message (QLinearService::calls_in_flight, idle_streams).
+  int calls_in_flight() const { return service_->calls_in_flight(); }
+  int idle_streams() const { return service_->idle_streams(); }
   // Reads the TLS files again now (as every --tls-reload-interval-s does), logging and counting
   // what it finds as the polling does; returns a short summary ("TLS files unchanged", "TLS
   // files reloaded", ...; "no TLS files to read (plaintext)" without TLS). For SIGHUP.

@@ -1130,12 +1130,23 @@ TEST_F(ServerTest, DrainingRejectsNewCallsWithUnavailable) {
   auto idle = client_->open_stream();
   ASSERT_TRUE(idle->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "idle")));
   ASSERT_TRUE(idle->read(&resp));
+  // Both streams wait for their next message, and nothing is in flight.
+  const auto settled = [&](int in_flight, int idle_streams) {
+    for (int i = 0; i < 500; ++i) {
+      if (server_->calls_in_flight() == in_flight && server_->idle_streams() == idle_streams) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(settled(0, 2));
   const TestLayer t = make_test_layer("drained", 64, 256, Scheme::kDynamicSymmetric, true, seed_++);
   grpc::ClientContext upload_ctx;
   v1::LoadLayerResponse upload_resp;
   auto upload = start_upload(t, &upload_ctx, &upload_resp);
   ASSERT_NE(upload, nullptr);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // (its handler runs)
+  ASSERT_TRUE(settled(1, 2));  // (the upload's handler runs)
 
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point stopped;
