@@ -4142,7 +4142,7 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
               "TOPS", "W_TB/s", "xfloor", "xread", "vs_gemm", "vs_lt+e", "vs_vllm", "best other");
   int met = 0, missed = 0, below_read = 0;
   std::string misses;
-  int vllm_rows = 0, vllm_slower = 0;
+  int vllm_rows = 0, faster_than_vllm = 0;
   double vllm_min = 1e30, vllm_max = 0;
   for (const Point& p : points) {
     auto it = p.op_us.find(p.dispatched);
@@ -4164,7 +4164,7 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
     const std::string vs_vllm = p.vllm_us > 0 ? absl::StrFormat("%.2f", p.vllm_us / us) : "-";
     if (p.vllm_us > 0) {
       ++vllm_rows;
-      vllm_slower += p.vllm_us > us;
+      faster_than_vllm += us < p.vllm_us;
       vllm_min = std::min(vllm_min, p.vllm_us / us);
       vllm_max = std::max(vllm_max, p.vllm_us / us);
     }
@@ -4221,7 +4221,7 @@ void print_summary(const std::vector<Point>& points, const Ceilings& ceil) {
     std::printf(
         "against vLLM's W8A8 GEMM configurations (the quantize kernel, then vLLM's CUTLASS GEMM "
         "for the row's M and N): the dispatched op faster on %d of %d rows, %.2f-%.2fx\n",
-        vllm_rows - vllm_slower, vllm_rows, vllm_min, vllm_max);
+        faster_than_vllm, vllm_rows, vllm_min, vllm_max);
   }
 }
 
