@@ -140,6 +140,7 @@ struct Options {
   bool scheduler = false;
   bool stream_prefetch = false;
   bool weights_hint = false;
+  bool vllm = false;
   bool pad_rows = false;
   bool swap = false;
   bool tail = false;
@@ -1902,7 +1903,12 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 // start, up to 0, 2, 4, 8 or 16 MB over all of them ("t0" ... "t16"; CutlassSm90Args::
 // tail_prefetch_bytes; served: "t4"), and with no prefetch but the grid cut to as few CTAs as keep
 // the same number of waves, so that every CTA streams as many tiles ("bal": CutlassSm90Args::
-// sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid.
+// sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid. With --vllm instead: at
+// M = 64, 128 and 256, the two tiles that are vLLM's configurations there (64 x 128 x 128 in a 2 x
+// 1 cluster, 128 x 128 x 128 in one), the op as served and with one of its launch's parts
+// changed at a time: the launch that is not served ("flip"), that without the evict-first hint
+// ("flip noef"), the served launch without the hint ("noef") and without its weights issued before
+// the wait ("noahead"); beside them the "vLLM" anchor (vllm_sm90.h), whose y is compared too.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream) {
 #if QLINEAR_HAVE_CUTLASS
@@ -1919,7 +1925,20 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int prefetch_kb = 64;     // CutlassSm90Args::weight_prefetch_bytes / 1024
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
     bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
+    bool no_ahead = false;    // no weights issued before the wait (CutlassSm90Args::weights_ahead)
   };
+  // The "vLLM" anchor's bias, in y's type (--vllm).
+  DeviceBuffer vllm_bias;
+  if (o.vllm) {
+    std::vector<float> bias(static_cast<size_t>(sc.n));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(bias.data(), b.bias.get(), bias.size() * 4,
+                                    cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> bias16(bias.size());
+    for (size_t i = 0; i < bias.size(); ++i) bias16[i] = f32_to_bf16(bias[i]);
+    RETURN_IF_ERROR(vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(vllm_bias.get(), bias16.data(), vllm_bias.size(), cudaMemcpyHostToDevice));
+  }
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
                      std::initializer_list<Hint> hints, int rounds,
@@ -1952,6 +1971,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
         g.weights_evict_first = h.read_once;
+        g.weights_ahead = !h.no_ahead;
         g.weights_ahead_stages = h.ahead_stages;
         g.weight_prefetch_bytes = int64_t{h.prefetch_kb} << 10;
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
@@ -1974,6 +1994,41 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         first = false;
         cands.push_back(op);
         names.push_back(absl::StrFormat("tile%d%s", static_cast<int>(tile), h.name));
+      }
+    }
+    if (o.vllm && !cands.empty()) {
+      // The "vLLM" anchor, writing the same y.
+      vllm_sm90::Args va;
+      va.xq = b.xq.as<int8_t>();
+      va.sa = b.sa.as<float>();
+      va.sb = b.sb.as<float>();
+      va.bias = vllm_bias.as<uint16_t>();
+      va.y = b.y.as<uint16_t>();
+      va.m = static_cast<int>(m);
+      va.n = static_cast<int>(sc.n);
+      va.k = static_cast<int>(sc.k);
+      va.sm_count = sms;
+      const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+      auto op = [&, va, split](int s) -> absl::Status {
+        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+        vllm_sm90::Args a = va;
+        a.w = b.w[s].as<int8_t>();
+        RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
+        return absl::OkStatus();
+      };
+      if (vllm_sm90::workspace_bytes(va) <= b.workspace.size()) {
+        std::vector<uint8_t> y_first(y_bytes), y_vllm(y_bytes);
+        RETURN_IF_ERROR(cands.front()(0));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        RETURN_IF_CUDA_ERROR(
+            cudaMemcpy(y_first.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
+        RETURN_IF_ERROR(op(0));
+        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+        RETURN_IF_CUDA_ERROR(
+            cudaMemcpy(y_vllm.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
+        if (y_vllm != y_first) same = false;
+        cands.push_back(op);
+        names.push_back(absl::StrFormat("vLLM(%s)", vllm_sm90::config_name(va)));
       }
     }
     if (cands.empty()) return absl::OkStatus();
@@ -2043,6 +2098,19 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
                    {" alone zf", true, false, true, true},
                    {" alone", true, false, false, true}},
                   3, o));
+    }
+    return absl::OkStatus();
+  }
+  if (o.vllm) {
+    for (int64_t m : {int64_t{64}, int64_t{128}, int64_t{256}}) {
+      RETURN_IF_ERROR(compare(
+          m, {CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong},
+          {{" served", true},
+           {" flip", true, true},
+           {" flip noef", false, true},
+           {" noef", false},
+           {" noahead", true, false, false, false, false, 0, 64, 0, false, true}},
+          3, o));
     }
     return absl::OkStatus();
   }
@@ -3551,7 +3619,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.setup_quant) return compare_setup_quant(sc, b, o, stream);
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
-  if (o.weights_hint || o.pad_rows || o.swap || o.tail) {
+  if (o.weights_hint || o.vllm || o.pad_rows || o.swap || o.tail) {
     return compare_weights_hint(sc, b, o, stream);
   }
   if (o.streamk) return compare_streamk(sc, b, o, stream);
@@ -4263,6 +4331,10 @@ int bench_main(int argc, char** argv) {
   args.add("weights_hint", &o.weights_hint,
            "Only cuda.cutlass_sm90's ops at M = 1-256 with and without the weights' evict-first L2 "
            "hint, and the tiles with a cluster with the launch that is not served, in turns");
+  args.add("vllm", &o.vllm,
+           "Only cuda.cutlass_sm90's ops at M = 64-256 on the tiles that are vLLM's "
+           "configurations there, as served and with each part of their launch changed, beside "
+           "the \"vLLM\" anchor, in turns");
   args.add("pad_rows", &o.pad_rows,
            "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
            "the token block's rows past M read from the activations' buffer or zero-filled, and "
