@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/steady_clock.h"
@@ -222,6 +223,44 @@ void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info) {
   }
 }
 
+namespace {
+
+// One call of the service, counted in flight from its start (before its handler runs) until its
+// end (its answer sent, or the call cancelled).
+class InFlightInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit InFlightInterceptor(std::atomic<int>* n) : n_(n) { n_->fetch_add(1); }
+  ~InFlightInterceptor() override { n_->fetch_sub(1); }
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  std::atomic<int>* n_;
+};
+
+class InFlightCounter final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit InFlightCounter(std::atomic<int>* n) : n_(n) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    // The service's own calls only: health checks, watches and reflection hold no work.
+    constexpr absl::string_view kPrefix = "/qlinear.v1.QLinear/";
+    if (info->method() == nullptr || !absl::StartsWith(info->method(), kPrefix)) return nullptr;
+    return new InFlightInterceptor(n_);
+  }
+
+ private:
+  std::atomic<int>* n_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+QLinearService::in_flight_counter() {
+  return std::make_unique<InFlightCounter>(&in_flight_);
+}
+
 grpc::Status QLinearService::unavailable_if_draining() const {
   if (draining_.load()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
@@ -260,7 +299,6 @@ grpc::Status QLinearService::refused(grpc::Status s) const {
 grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        grpc::ServerReader<v1::LoadLayerRequest>* reader,
                                        v1::LoadLayerResponse* response) {
-  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (grpc::Status s = take_slot(); !s.ok()) return s;
   absl::Cleanup slot = [this] { release_slot(); };
@@ -332,7 +370,6 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
 grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*,
                                          const v1::UnloadLayerRequest* request,
                                          v1::UnloadLayerResponse*) {
-  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
   absl::Status s = engine_->unload(request->name());
@@ -342,7 +379,6 @@ grpc::Status QLinearService::UnloadLayer(grpc::ServerContext*,
 
 grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLayersRequest*,
                                         v1::ListLayersResponse* response) {
-  const InFlight in_flight(in_flight_);
   for (const auto& served : engine_->store().list()) {
     fill_layer_info(*served, response->add_layers());
   }
@@ -352,7 +388,6 @@ grpc::Status QLinearService::ListLayers(grpc::ServerContext*, const v1::ListLaye
 grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
                                            const v1::DescribeLayerRequest* request,
                                            v1::LayerInfo* response) {
-  const InFlight in_flight(in_flight_);
   if (absl::Status s = validate_layer_name(request->name()); !s.ok()) return to_grpc_status(s);
   auto served = engine_->store().get(request->name());
   if (!served.ok()) return to_grpc_status(served.status());
@@ -436,7 +471,6 @@ absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::Infer
 
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
-  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
@@ -448,7 +482,6 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
 grpc::Status QLinearService::InferStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
-  const InFlight in_flight(in_flight_);
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
   absl::Cleanup slot = [this] { release_slot(); };
@@ -501,7 +534,6 @@ constexpr int64_t kEchoFramingBytes = 16;
 
 grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
                                   v1::EchoResponse* response) {
-  const InFlight in_flight(in_flight_);
   if (!enable_echo_) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "Echo is off; start qlinear-server with --enable-echo");
@@ -527,7 +559,6 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
 
 grpc::Status QLinearService::ListKernels(grpc::ServerContext*, const v1::ListKernelsRequest*,
                                          v1::ListKernelsResponse* response) {
-  const InFlight in_flight(in_flight_);
   const Registry& reg = engine_->registry();
   const HostInfo& host = engine_->host();
   int prio = 0;

@@ -3,7 +3,10 @@
 // number of calls in flight.
 #pragma once
 
+#include <grpcpp/support/server_interceptor.h>
+
 #include <atomic>
+#include <memory>
 
 #include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
@@ -48,10 +51,16 @@ class QLinearService final : public v1::QLinear::Service {
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
-  // The service's calls in flight, for a drain to wait for: every call while its handler runs,
-  // but an InferStream while it waits for its client's next message (a stream left open between
-  // requests holds no work; once the server drains, that next message is refused unrun anyway).
+  // The service's calls in flight, for a drain to wait for: every call from its start until its
+  // answer has left (counted by the interceptor that in_flight_counter makes, which the server
+  // must install), but an InferStream while it waits for its client's next message (a stream left
+  // open between requests holds no work; once the server drains, that next message is refused
+  // unrun anyway).
   int calls_in_flight() const { return in_flight_.load(); }
+  // The interceptor factory that counts this service's calls in calls_in_flight: a handler
+  // returns before a unary call's answer is sent (a large y can take a while), so the count
+  // follows the call itself, from its start to its end.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> in_flight_counter();
   // Of the calls open, the InferStreams waiting for their client's next message.
   int idle_streams() const { return idle_streams_.load(); }
 
@@ -86,23 +95,11 @@ class QLinearService final : public v1::QLinear::Service {
   // among the failed requests first, as the engine counts those it refuses.
   grpc::Status refused(grpc::Status s) const;
 
-  // Counts a handler's run in in_flight_ (one at the top of each handler).
-  class InFlight {
-   public:
-    explicit InFlight(std::atomic<int>& n) : n_(n) { n_.fetch_add(1); }
-    ~InFlight() { n_.fetch_sub(1); }
-    InFlight(const InFlight&) = delete;
-    InFlight& operator=(const InFlight&) = delete;
-
-   private:
-    std::atomic<int>& n_;
-  };
-
   Engine* engine_;
   const bool enable_echo_;
-  // draining_ and in_flight_ are sequentially consistent: a handler counts itself in flight and
-  // then reads draining_, a drain sets draining_ and then reads in_flight_, so either the handler
-  // sees the drain (and refuses its work) or the drain sees the handler (and waits for it).
+  // draining_ and in_flight_ are sequentially consistent: a call is counted in flight before its
+  // handler reads draining_, a drain sets draining_ and then reads in_flight_, so either the
+  // handler sees the drain (and refuses its work) or the drain sees the call (and waits for it).
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<int> idle_streams_{0};

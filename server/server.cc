@@ -276,6 +276,11 @@ absl::StatusOr<std::unique_ptr<QLinearServer>> QLinearServer::start(const Server
   grpc::ServerBuilder builder;
   builder.AddListeningPort(host_port(o.address, o.port), credentials.credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> counters;
+    counters.push_back(s->service_->in_flight_counter());
+    builder.experimental().SetInterceptorCreators(std::move(counters));
+  }
   builder.SetMaxReceiveMessageSize(o.max_message_mb << 20);
   builder.SetMaxSendMessageSize(o.max_message_mb << 20);
   // gRPC sets SO_REUSEPORT by default: a second server on this port would then bind as well, and
