@@ -455,6 +455,7 @@ struct ShapeBuffers {
   int copies = 1;
   std::vector<DeviceBuffer> w;
   DeviceBuffer x, xq, y, acc, workspace, scratch, sb, bias, sa, azp, adj;
+  DeviceBuffer vllm_bias;  // the "vLLM" anchor's bias, in y's type (as vLLM holds it)
   // Zeros for the tiles that sum shared tiles in a workspace (which they leave zeroed).
   DeviceBuffer zero_workspace;
 };
@@ -1880,6 +1881,40 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
   return static_cast<int>((tiles + waves - 1) / waves);
 }
 
+#if QLINEAR_HAVE_CUTLASS
+// The "vLLM" anchor (vllm_sm90.h) at m tokens, writing y: its arguments, and its call on weight
+// copy s (the quantize kernel, splitting rows as `split` says, then vLLM's GEMM), empty where it
+// cannot run the shape.
+struct VllmAnchor {
+  vllm_sm90::Args args;
+  std::function<absl::Status(int)> call;
+};
+VllmAnchor vllm_anchor(const ShapeCase& sc, ShapeBuffers& b, int64_t m, void* y, bool split,
+                       cudaStream_t stream) {
+  VllmAnchor v;
+  v.args.xq = b.xq.as<int8_t>();
+  v.args.sa = b.sa.as<float>();
+  v.args.sb = b.sb.as<float>();
+  v.args.bias = b.vllm_bias.as<uint16_t>();
+  v.args.y = static_cast<uint16_t*>(y);
+  v.args.m = static_cast<int>(m);
+  v.args.n = static_cast<int>(sc.n);
+  v.args.k = static_cast<int>(sc.k);
+  v.args.sm_count = host_info().gpus[0].sm_count;
+  if (sc.k % 16 != 0 || sc.n % 16 != 0 || vllm_sm90::workspace_bytes(v.args) > b.workspace.size()) {
+    return v;
+  }
+  v.call = [&sc, &b, m, split, stream, args = v.args](int s) -> absl::Status {
+    vllm_sm90::Args a = args;
+    a.w = b.w[s].as<int8_t>();
+    RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+    RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
+    return absl::OkStatus();
+  };
+  return v;
+}
+#endif
+
 // --weights_hint: cuda.cutlass_sm90's op (the quantize kernel, then the GEMM launched as served:
 // the programmatic dependent up to M = 64, and with a cluster up to 128 or while the tile's token
 // blocks fit in one cluster, the tiles without one then issuing their first stages' weights and
@@ -1927,18 +1962,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
     bool no_ahead = false;    // no weights issued before the wait (CutlassSm90Args::weights_ahead)
   };
-  // The "vLLM" anchor's bias, in y's type (--vllm).
-  DeviceBuffer vllm_bias;
-  if (o.vllm) {
-    std::vector<float> bias(static_cast<size_t>(sc.n));
-    RETURN_IF_CUDA_ERROR(cudaMemcpy(bias.data(), b.bias.get(), bias.size() * 4,
-                                    cudaMemcpyDeviceToHost));
-    std::vector<uint16_t> bias16(bias.size());
-    for (size_t i = 0; i < bias.size(); ++i) bias16[i] = f32_to_bf16(bias[i]);
-    RETURN_IF_ERROR(vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(vllm_bias.get(), bias16.data(), vllm_bias.size(), cudaMemcpyHostToDevice));
-  }
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
                      std::initializer_list<Hint> hints, int rounds,
@@ -1998,37 +2021,20 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     }
     if (o.vllm && !cands.empty()) {
       // The "vLLM" anchor, writing the same y.
-      vllm_sm90::Args va;
-      va.xq = b.xq.as<int8_t>();
-      va.sa = b.sa.as<float>();
-      va.sb = b.sb.as<float>();
-      va.bias = vllm_bias.as<uint16_t>();
-      va.y = b.y.as<uint16_t>();
-      va.m = static_cast<int>(m);
-      va.n = static_cast<int>(sc.n);
-      va.k = static_cast<int>(sc.k);
-      va.sm_count = sms;
-      const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-      auto op = [&, va, split](int s) -> absl::Status {
-        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
-        vllm_sm90::Args a = va;
-        a.w = b.w[s].as<int8_t>();
-        RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
-        return absl::OkStatus();
-      };
-      if (vllm_sm90::workspace_bytes(va) <= b.workspace.size()) {
+      const VllmAnchor v =
+          vllm_anchor(sc, b, m, b.y.get(), cutlass_sm90::split_quantize_rows(m, sc.k, sms), stream);
+      if (v.call) {
         std::vector<uint8_t> y_first(y_bytes), y_vllm(y_bytes);
         RETURN_IF_ERROR(cands.front()(0));
         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
         RETURN_IF_CUDA_ERROR(
             cudaMemcpy(y_first.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
-        RETURN_IF_ERROR(op(0));
+        RETURN_IF_ERROR(v.call(0));
         RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-        RETURN_IF_CUDA_ERROR(
-            cudaMemcpy(y_vllm.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
+        RETURN_IF_CUDA_ERROR(cudaMemcpy(y_vllm.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
         if (y_vllm != y_first) same = false;
-        cands.push_back(op);
-        names.push_back(absl::StrFormat("vLLM(%s)", vllm_sm90::config_name(va)));
+        cands.push_back(v.call);
+        names.push_back(absl::StrFormat("vLLM(%s)", vllm_sm90::config_name(v.args)));
       }
     }
     if (cands.empty()) return absl::OkStatus();
@@ -3599,6 +3605,15 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   RETURN_IF_ERROR(b.bias.allocate(static_cast<size_t>(n) * 4, "bias"));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(b.bias.get(), weights->bias.data(), b.bias.size(), cudaMemcpyHostToDevice));
+#if QLINEAR_HAVE_CUTLASS
+  {
+    std::vector<uint16_t> bias16(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) bias16[i] = f32_to_bf16(weights->bias[i]);
+    RETURN_IF_ERROR(b.vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(b.vllm_bias.get(), bias16.data(), b.vllm_bias.size(), cudaMemcpyHostToDevice));
+  }
+#endif
   RETURN_IF_ERROR(b.sa.allocate(static_cast<size_t>(max_m) * 4, "sa"));
   RETURN_IF_CUDA_ERROR(cudaMemcpy(b.sa.get(), sa_host.data(), b.sa.size(), cudaMemcpyHostToDevice));
   RETURN_IF_ERROR(b.azp.allocate(static_cast<size_t>(max_m) * 4, "azp"));
@@ -3683,16 +3698,9 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   ASSIGN_OR_RETURN(const double read_us, print_weights_read(sc, b, o, stream));
 
 #if QLINEAR_HAVE_CUTLASS
-  // The "vLLM" anchor's own bias (in y's type, as vLLM holds it) and output.
-  DeviceBuffer vllm_bias, vllm_y;
-  {
-    std::vector<uint16_t> bias16(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) bias16[i] = f32_to_bf16(weights->bias[i]);
-    RETURN_IF_ERROR(vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
-    RETURN_IF_CUDA_ERROR(
-        cudaMemcpy(vllm_bias.get(), bias16.data(), vllm_bias.size(), cudaMemcpyHostToDevice));
-    RETURN_IF_ERROR(vllm_y.allocate(static_cast<size_t>(max_m * n) * 2, "vLLM anchor y"));
-  }
+  // The "vLLM" anchor's own output.
+  DeviceBuffer vllm_y;
+  RETURN_IF_ERROR(vllm_y.allocate(static_cast<size_t>(max_m * n) * 2, "vLLM anchor y"));
 #endif
 
   for (int64_t m : ms) {
@@ -3729,25 +3737,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     // The "vLLM" anchor (vllm_sm90.h): the quantize kernel, then vLLM's GEMM for this M and N.
     std::function<absl::Status(int)> vllm_call;
 #if QLINEAR_HAVE_CUTLASS
-    vllm_sm90::Args va;
-    va.xq = b.xq.as<int8_t>();
-    va.sa = b.sa.as<float>();
-    va.sb = b.sb.as<float>();
-    va.bias = vllm_bias.as<uint16_t>();
-    va.y = vllm_y.as<uint16_t>();
-    va.m = static_cast<int>(m);
-    va.n = static_cast<int>(n);
-    va.k = static_cast<int>(k);
-    va.sm_count = host_info().gpus[0].sm_count;
-    if (k % 16 == 0 && n % 16 == 0 && vllm_sm90::workspace_bytes(va) <= b.workspace.size()) {
-      vllm_call = [&, va](int s) -> absl::Status {
-        vllm_sm90::Args a = va;
-        a.w = b.w[s].as<int8_t>();
-        RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, true));
-        RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
-        return absl::OkStatus();
-      };
-    }
+    const VllmAnchor vllm = vllm_anchor(sc, b, m, vllm_y.get(), true, stream);
+    vllm_call = vllm.call;
 #endif
     if (slots == 1) {
       // The bare GEMM and every op in turns (see above).
@@ -3845,7 +3836,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
       std::printf("%-22s %5lld  %-18s %9.1f us %7.1f TOPS %6.2f TB/s x_floor %5.2f  %s; %s\n",
                   pt.shape.c_str(), static_cast<long long>(m), "vLLM", pt.vllm_us,
                   ops / (pt.vllm_us * 1e-6) / 1e12, n * k / (pt.vllm_us * 1e-6) / 1e12,
-                  pt.vllm_us / fl, vllm_sm90::config_name(va), same.c_str());
+                  pt.vllm_us / fl, vllm_sm90::config_name(vllm.args), same.c_str());
     }
 #endif
     std::fflush(stdout);
