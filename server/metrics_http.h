@@ -1,7 +1,7 @@
 // Serves the Prometheus text exposition of a registry at http://ADDRESS:PORT/metrics, a liveness
 // check at /healthz and a readiness check at /readyz, each 200 unless the check the owner gives
 // says why not (503 with the reason). Neither goes through gRPC's threads: a liveness probe is
-// answered while streams hold every one of them, and readiness where probes cannot speak gRPC over
+// answered while calls hold every one of them, and readiness where probes cannot speak gRPC over
 // TLS.
 //
 // A deliberately small HTTP/1.0 responder on one thread, which serves up to 64 clients at once

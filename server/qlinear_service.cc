@@ -280,7 +280,7 @@ grpc::Status QLinearService::take_slot() {
     return grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("server busy: all ", slots_.max_calls,
-                     " slots for inference calls, streams and uploads are taken (qlinear-server "
+                     " slots for inference requests and uploads are taken (qlinear-server "
                      "--threads=",
                      slots_.threads, " keeps ", slots_.threads - slots_.max_calls,
                      " threads for health checks and layer management); retry later"));
@@ -395,7 +395,8 @@ grpc::Status QLinearService::DescribeLayer(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-absl::Status QLinearService::infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
+absl::Status QLinearService::infer_one(grpc::ServerContextBase* ctx,
+                                       const v1::InferRequest& request,
                                        v1::InferResponse* response) {
   const int64_t t0 = now_us();
   response->set_request_id(echoed_request_id(request));
@@ -479,54 +480,109 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
   return to_grpc_status(s);
 }
 
-grpc::Status QLinearService::InferStream(
-    grpc::ServerContext* ctx,
-    grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) {
-  if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
-  if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
-  absl::Cleanup slot = [this] { release_slot(); };
-  v1::InferRequest request;
-  v1::InferResponse response;
-  bool first = true;
-  // Waiting for the client's next message, the stream is not in flight (see calls_in_flight).
-  auto next = [&] {
-    idle_streams_.fetch_add(1);
-    in_flight_.fetch_sub(1);
-    const bool got = stream->Read(&request);
-    in_flight_.fetch_add(1);
-    idle_streams_.fetch_sub(1);
-    return got;
-  };
-  while (next()) {
+// One InferStream: reads a message, runs it on the service's WorkerPool, writes its answer, reads
+// the next. One operation is outstanding at a time (a read, the message's work or a write), so the
+// members need no lock. A stream waiting for its client's next message holds no thread and no
+// call slot, and is not in flight (see calls_in_flight).
+class QLinearService::StreamReactor final
+    : public grpc::ServerBidiReactor<v1::InferRequest, v1::InferResponse> {
+ public:
+  StreamReactor(QLinearService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx) {
+    if (grpc::Status s = service_->unavailable_if_draining(); !s.ok()) {
+      Finish(service_->refused(s));
+      return;
+    }
+    read_next();
+  }
+
+  void OnReadDone(bool ok) override {
+    service_->in_flight_.fetch_add(1);
+    service_->idle_streams_.fetch_sub(1);
+    if (!ok) {  // the client half-closed, went away, or the call was cancelled
+      finish();
+      return;
+    }
     // Once the server drains, a stream ends at its next message, which is not run: the client
     // takes it and what follows elsewhere, and the drain does not wait for a stream that stays.
-    if (auto s = unavailable_if_draining(); !s.ok()) {
-      return refused(grpc::Status(s.error_code(),
-                                  absl::StrCat(s.error_message(), "; request '",
-                                               utf8_prefix(request.request_id(), kEchoedBadIdBytes),
-                                               "' and any after it on this stream were not run")));
+    if (grpc::Status s = service_->unavailable_if_draining(); !s.ok()) {
+      Finish(service_->refused(grpc::Status(
+          s.error_code(), absl::StrCat(s.error_message(), "; request '",
+                                       utf8_prefix(request_.request_id(), kEchoedBadIdBytes),
+                                       "' and any after it on this stream were not run"))));
+      return;
     }
-    // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
-    // and the kernel overwrites all of it. A failed request's response is cleared below, so no
-    // stale y goes out.
-    response.Clear();
-    // The stream's first answer carries the selection explanation: the first message's, or,
-    // where that fails, the first that succeeds.
-    if (first) request.set_explain(true);
-    absl::Status s = infer_one(ctx, request, &response);
-    if (s.ok()) first = false;
-    if (!s.ok()) {
-      response.Clear();
-      response.set_request_id(echoed_request_id(request));
-      response.set_status_code(static_cast<int>(s.code()));
-      response.set_status_message(bounded_status_message(s.message()));
+    // Every slot taken: this message is answered RESOURCE_EXHAUSTED, and the stream goes on.
+    if (grpc::Status s = service_->take_slot(); !s.ok()) {
+      service_->refused(s);
+      answer_error(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+      StartWrite(&response_);
+      return;
     }
-    // A client that went away or cancelled fails this Write or the next Read. (IsCancelled would
-    // poll the call's completion queue, tens of microseconds per message.)
-    if (!stream->Write(response)) break;
+    service_->stream_workers_.run([this] { run_message(); });
   }
-  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
-  return grpc::Status::OK;
+
+  void OnWriteDone(bool ok) override {
+    // A client that went away or cancelled fails this write or the next read.
+    if (!ok) {
+      finish();
+      return;
+    }
+    read_next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void read_next() {
+    service_->idle_streams_.fetch_add(1);
+    service_->in_flight_.fetch_sub(1);
+    StartRead(&request_);
+  }
+
+  void run_message() {
+    {
+      absl::Cleanup slot = [this] { service_->release_slot(); };
+      // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
+      // and the kernel overwrites all of it. A failed request's response is cleared below, so no
+      // stale y goes out.
+      response_.Clear();
+      // The stream's first answer carries the selection explanation: the first message's, or,
+      // where that fails, the first that succeeds.
+      if (first_) request_.set_explain(true);
+      const absl::Status s = service_->infer_one(ctx_, request_, &response_);
+      if (s.ok()) {
+        first_ = false;
+      } else {
+        answer_error(s);
+      }
+    }
+    StartWrite(&response_);
+  }
+
+  // The message's answer is `s`, with its request id.
+  void answer_error(const absl::Status& s) {
+    response_.Clear();
+    response_.set_request_id(echoed_request_id(request_));
+    response_.set_status_code(static_cast<int>(s.code()));
+    response_.set_status_message(bounded_status_message(s.message()));
+  }
+
+  void finish() {
+    Finish(ctx_->IsCancelled() ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
+                               : grpc::Status::OK);
+  }
+
+  QLinearService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  v1::InferRequest request_;
+  v1::InferResponse response_;
+  bool first_ = true;
+};
+
+grpc::ServerBidiReactor<v1::InferRequest, v1::InferResponse>* QLinearService::InferStream(
+    grpc::CallbackServerContext* ctx) {
+  return new StreamReactor(this, ctx);
 }
 
 // An EchoResponse's bytes besides its payload: the field's tag and length.

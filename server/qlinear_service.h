@@ -1,6 +1,7 @@
 // The gRPC service: each handler validates the message, calls the Engine and converts the
-// status in one place (grpc_status.h). Synchronous API; the server's thread pool bounds the
-// number of calls in flight.
+// status in one place (grpc_status.h). Synchronous API, but for InferStream: a stream is a
+// callback-API reactor, which holds no thread while it waits for its client's next message, and
+// runs each message on the service's WorkerPool.
 #pragma once
 
 #include <grpcpp/support/server_interceptor.h>
@@ -12,15 +13,17 @@
 #include "qlinear/v1/qlinear.grpc.pb.h"
 #include "server/core/engine.h"
 #include "server/upload_watchdog.h"
+#include "server/worker_pool.h"
 
 namespace qlinear {
 
-// The calls that may hold a gRPC thread for long: Infer (while it waits in its layer's queue),
-// InferStream (while the stream is open) and LoadLayer (while the client uploads). Together they
-// take at most `max_calls` of the server's `threads`, so that the rest stay free for health
-// checks, listings and layer management: were every thread held, gRPC would answer those, and
-// every other client, with its own RESOURCE_EXHAUSTED. One beyond them is RESOURCE_EXHAUSTED at
-// once, saying so.
+// The work that may hold a thread for long: an Infer call (while it waits in its layer's queue),
+// an InferStream message (while it runs, on the service's WorkerPool; a stream between messages
+// holds nothing) and a LoadLayer call (while the client uploads). Together they take at most
+// `max_calls` slots, fewer than the server's `threads`, so that the rest stay free for health
+// checks, listings and layer management: were every gRPC thread held, gRPC would answer those,
+// and every other client, with its own RESOURCE_EXHAUSTED. A call or stream message beyond them is
+// RESOURCE_EXHAUSTED at once, saying so.
 struct CallSlots {
   int max_calls = 0;  // 0: no limit
   int threads = 0;    // what the server has, for the message
@@ -38,7 +41,8 @@ inline constexpr int kMinServerThreads = kMinThreadsKept + 1;
 // eighth of them, at least kMinThreadsKept and at most 16 kept back.
 CallSlots call_slots_for(int threads);
 
-class QLinearService final : public v1::QLinear::Service {
+class QLinearService final
+    : public v1::QLinear::WithCallbackMethod_InferStream<v1::QLinear::Service> {
  public:
   // `upload_idle_limit`: an upload that receives no message for this long is cancelled (zero or
   // less: never; see UploadWatchdog).
@@ -47,7 +51,8 @@ class QLinearService final : public v1::QLinear::Service {
       : engine_(engine),
         enable_echo_(enable_echo),
         upload_watchdog_(upload_idle_limit),
-        slots_(slots) {}
+        slots_(slots),
+        stream_workers_(slots.max_calls > 0 ? slots.max_calls : kStreamWorkersWithoutSlots) {}
 
   // After this, new calls are answered UNAVAILABLE; calls in flight complete.
   void start_draining() { draining_.store(true); }
@@ -74,17 +79,20 @@ class QLinearService final : public v1::QLinear::Service {
                              v1::LayerInfo* response) override;
   grpc::Status Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                      v1::InferResponse* response) override;
-  grpc::Status InferStream(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::InferResponse, v1::InferRequest>* stream) override;
+  grpc::ServerBidiReactor<v1::InferRequest, v1::InferResponse>* InferStream(
+      grpc::CallbackServerContext* ctx) override;
   grpc::Status ListKernels(grpc::ServerContext* ctx, const v1::ListKernelsRequest* request,
                            v1::ListKernelsResponse* response) override;
   grpc::Status Echo(grpc::ServerContext* ctx, const v1::EchoRequest* request,
                     v1::EchoResponse* response) override;
 
  private:
+  class StreamReactor;
+  // The stream messages' threads where the slots set no limit.
+  static constexpr int kStreamWorkersWithoutSlots = 64;
+
   // Runs one inference message; the returned status is the message's.
-  absl::Status infer_one(grpc::ServerContext* ctx, const v1::InferRequest& request,
+  absl::Status infer_one(grpc::ServerContextBase* ctx, const v1::InferRequest& request,
                          v1::InferResponse* response);
   grpc::Status unavailable_if_draining() const;
   // Takes one of the call slots, which release_slot() gives back; RESOURCE_EXHAUSTED (nothing
@@ -106,6 +114,9 @@ class QLinearService final : public v1::QLinear::Service {
   UploadWatchdog upload_watchdog_;
   const CallSlots slots_;
   std::atomic<int> slots_used_{0};
+  // Runs InferStream's messages (one thread per slot at most); last, so that its threads, which
+  // use the members above, are joined first.
+  WorkerPool stream_workers_;
 };
 
 // Proto <-> core conversions, shared with tests.

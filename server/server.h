@@ -28,7 +28,7 @@ inline constexpr int64_t kMaxDemoN = 1 << 20;
 struct ServerOptions {
   std::string address = "0.0.0.0";
   int port = 50051;         // 0 picks a free port
-  int max_threads = 256;    // gRPC worker threads (each open stream holds one)
+  int max_threads = 256;    // gRPC worker threads (call slots: call_slots_for)
   int max_message_mb = 64;  // largest request or response message
   bool demo_layer = true;   // load the deterministic layer "demo" at start-up
   int64_t demo_n = 4096;    // 1-kMaxDemoN

@@ -1564,10 +1564,11 @@ TEST(AddressTest, AnIpv6AddressServesGrpcAndMetrics) {
   }
 }
 
-// Inference calls, streams and uploads take at most the server's call slots (with 8 threads, 4):
-// one more is RESOURCE_EXHAUSTED, saying so, while health checks and listings, which found every
-// thread held when streams could take them all, are still answered; a slot freed serves again.
-TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
+// Inference requests and uploads take at most the server's call slots (with 8 threads, 4): with
+// every slot held by an upload, one more upload, an Infer call, an Echo and a stream's message are
+// RESOURCE_EXHAUSTED, saying so (the stream's in its answer, the stream going on), while health
+// checks and listings are still answered; a slot freed serves again.
+TEST(CallSlotsTest, WorkBeyondTheSlotsIsRefusedAndHealthStillAnswers) {
   ServerOptions o = loopback_server_options();
   o.max_threads = 8;
   o.metrics_port = testing::free_port();
@@ -1579,29 +1580,42 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   Client client("127.0.0.1:" + std::to_string((*server)->port()));
   SplitMix64 rng(4);
   const std::string x = random_x(rng, 1, 64, DType::kBF16);
-  std::vector<std::unique_ptr<InferStream>> streams;
-  for (int i = 0; i < slots; ++i) {
-    streams.push_back(client.open_stream());
-    ASSERT_TRUE(streams.back()->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16)));
-    v1::InferResponse resp;
-    ASSERT_TRUE(streams.back()->read(&resp)) << "stream " << i;
-    EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  // Uploads held open after their header and first bytes, each holding a slot and a thread.
+  struct Upload {
+    TestLayer layer;
+    grpc::ClientContext ctx;
+    v1::LoadLayerResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::LoadLayerRequest>> writer;
+  };
+  auto start_upload = [&](int i) {
+    auto u = std::make_unique<Upload>();
+    u->layer = make_test_layer("held" + std::to_string(i), 16, 4096, Scheme::kDynamicSymmetric,
+                               false, 40 + i);
+    u->writer = client.stub().LoadLayer(&u->ctx, &u->resp);
+    v1::LoadLayerRequest msg;
+    *msg.mutable_header() = u->layer.header;
+    EXPECT_TRUE(u->writer->Write(msg));
+    msg.set_weight_chunk(std::string(reinterpret_cast<const char*>(u->layer.weights.data()), 4096));
+    EXPECT_TRUE(u->writer->Write(msg));
+    return u;
+  };
+  std::vector<std::unique_ptr<Upload>> uploads;
+  for (int i = 0; i < slots; ++i) uploads.push_back(start_upload(i));
+  for (int i = 0; i < 500 && (*server)->calls_in_flight() < slots; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ASSERT_EQ((*server)->calls_in_flight(), slots) << "the uploads' handlers did not all start";
+
   const std::string busy = absl::StrCat("server busy: all ", slots,
-                                        " slots for inference calls, streams and uploads are taken "
+                                        " slots for inference requests and uploads are taken "
                                         "(qlinear-server --threads=8 keeps 4 threads for health "
                                         "checks and layer management); retry later");
   {
-    auto extra = client.open_stream();
-    extra->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
-    v1::InferResponse resp;
-    EXPECT_FALSE(extra->read(&resp)) << "a stream beyond the slots was served";
-    extra->writes_done();
-    while (extra->read(&resp)) {
-    }
-    const absl::Status s = extra->finish();
-    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-    EXPECT_EQ(s.message(), busy);
+    auto extra = start_upload(slots);
+    extra->writer->WritesDone();
+    const grpc::Status s = extra->writer->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_EQ(s.error_message(), busy);
   }
   auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_EQ(unary.status().code(), absl::StatusCode::kResourceExhausted) << unary.status();
@@ -1615,7 +1629,16 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
     EXPECT_EQ(echo.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << echo.error_message();
     EXPECT_EQ(echo.error_message(), busy);
   }
-  // Both refusals are among the failed requests, by code: the overload an operator watches for.
+  auto stream = client.open_stream();
+  ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "busy")));
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp)) << "the stream ended instead of answering its message";
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(resp.status_message(), busy);
+  EXPECT_EQ(resp.request_id(), "busy");
+  EXPECT_TRUE(resp.y().empty());
+  // Both inference refusals are among the failed requests, by code: the overload an operator
+  // watches for.
   {
     const std::string text = http_get((*server)->metrics_port(), "/metrics");
     double refused = 0;
@@ -1634,20 +1657,73 @@ TEST(CallSlotsTest, OpenStreamsLeaveThreadsForHealthAndListings) {
   ASSERT_TRUE(layers.ok()) << layers.status();
   EXPECT_EQ(layers->layers_size(), 1);
 
-  streams.back()->writes_done();
-  v1::InferResponse resp;
-  EXPECT_FALSE(streams.back()->read(&resp));
-  EXPECT_TRUE(streams.back()->finish().ok());
-  streams.pop_back();
+  // One upload completes: its slot serves the stream's next message and a call.
+  {
+    Upload& u = *uploads.back();
+    v1::LoadLayerRequest rest;
+    rest.set_weight_chunk(std::string(reinterpret_cast<const char*>(u.layer.weights.data()) + 4096,
+                                      u.layer.weights.size() - 4096));
+    EXPECT_TRUE(u.writer->Write(rest));
+    u.writer->WritesDone();
+    const grpc::Status s = u.writer->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    uploads.pop_back();
+  }
+  ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "served")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.request_id(), "served");
+  EXPECT_FALSE(resp.y().empty());
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
   auto again = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
   EXPECT_TRUE(again.ok()) << again.status();
-  {
-    v1::EchoRequest req;
-    req.set_response_bytes(1024);
-    v1::EchoResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(client.stub().Echo(&ctx, req, &resp).ok());
-    EXPECT_EQ(resp.payload().size(), 1024u);
+  for (auto& u : uploads) {
+    u->ctx.TryCancel();
+    EXPECT_EQ(u->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+}
+
+// A stream between messages holds no thread and no call slot: 24 streams open on a server of 8
+// threads (4 slots), each having run a message, leave health checks, listings and calls served,
+// and each runs its next message.
+TEST(CallSlotsTest, IdleStreamsHoldNoThreadOrSlot) {
+  ServerOptions o = loopback_server_options();
+  o.max_threads = 8;
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  SplitMix64 rng(6);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  constexpr int kStreams = 24;
+  std::vector<std::unique_ptr<InferStream>> streams;
+  v1::InferResponse resp;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(client.open_stream());
+    ASSERT_TRUE(streams.back()->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16)));
+    ASSERT_TRUE(streams.back()->read(&resp)) << "stream " << i;
+    ASSERT_EQ(resp.status_code(), 0) << "stream " << i << ": " << resp.status_message();
+  }
+  for (int i = 0; i < 500 && (*server)->idle_streams() < kStreams; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ((*server)->idle_streams(), kStreams);
+  EXPECT_EQ((*server)->calls_in_flight(), 0);
+  auto health = client.health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_TRUE(*health);
+  auto layers = client.list_layers();
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_TRUE(unary.ok()) << unary.status();
+  for (int i = 0; i < kStreams; ++i) {
+    const std::string id = "again" + std::to_string(i);
+    ASSERT_TRUE(streams[i]->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, id)));
+    ASSERT_TRUE(streams[i]->read(&resp)) << id;
+    EXPECT_EQ(resp.status_code(), 0) << id << ": " << resp.status_message();
+    EXPECT_EQ(resp.request_id(), id);
+    EXPECT_EQ(resp.y(), unary->y()) << id;
   }
   for (auto& st : streams) {
     st->writes_done();
