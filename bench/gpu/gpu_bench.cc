@@ -86,6 +86,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "bench/gpu/copy_kernel.h"
 #include "bench/gpu/gpu_power.h"
@@ -1943,11 +1944,32 @@ VllmAnchor vllm_anchor(const ShapeCase& sc, ShapeBuffers& b, int64_t m, void* y,
 // 1 cluster, 128 x 128 x 128 in one), the op as served and with one of its launch's parts
 // changed at a time: the launch that is not served ("flip"), that without the evict-first hint
 // ("flip noef"), the served launch without the hint ("noef") and without its weights issued before
-// the wait ("noahead"); beside them the "vLLM" anchor (vllm_sm90.h), whose y is compared too.
+// the wait ("noahead"), and as served on a weight copy no other candidate reads ("served w1");
+// beside them the op as the summary's sweep times it ("op": the layer prepared, its tile timed at
+// load, run_device on its own weight copy and scratch), the "vLLM" anchor (vllm_sm90.h) and the
+// anchor on the copy of its own ("vLLM w1"). Every y is compared with the first one's; a line
+// names the candidates whose y differs.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, const Registry& registry,
+                                  const LayerWeights& weights) {
 #if QLINEAR_HAVE_CUTLASS
   const int sms = host_info().gpus[0].sm_count;
+  // With --vllm: cuda.cutlass_sm90 prepared on the layer (its tiles timed at load), whose op the
+  // summary's sweep times (run_device, on its own device copy of the weights and its scratch).
+  std::unique_ptr<PreparedKernel> served;
+  DeviceBuffer served_scratch;
+  if (o.vllm) {
+    if (const Kernel* kern = registry.find("cuda.cutlass_sm90");
+        kern != nullptr && registry.usable(*kern, host_info()).ok()) {
+      ASSIGN_OR_RETURN(served, kern->prepare_with_tuning(weights, PrepareContext{nullptr}));
+      const auto* p = dynamic_cast<const CudaPreparedKernel*>(served.get());
+      if (p == nullptr) {
+        served.reset();
+      } else {
+        RETURN_IF_ERROR(served_scratch.allocate(p->device_scratch_bytes(256), "op scratch"));
+      }
+    }
+  }
   const size_t w_bytes = static_cast<size_t>(sc.n * sc.k);
   struct Hint {
     const char* name;
@@ -1961,6 +1983,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     int tail_mb = 0;          // CutlassSm90Args::tail_prefetch_bytes / 2^20
     bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
     bool no_ahead = false;    // no weights issued before the wait (CutlassSm90Args::weights_ahead)
+    int copy = -1;            // the weight copy read (-1: the rotation's; see ShapeBuffers::w)
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -1970,7 +1993,27 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
     std::vector<std::function<absl::Status(int)>> cands;
     std::vector<std::string> names;
-    bool same = true;
+    // Every candidate's y against the first one's: the candidates that differ, and in how many of
+    // its values the first that differs does.
+    std::vector<uint8_t> y_ref;
+    std::vector<std::string> differ;
+    int64_t differ_values = 0;
+    auto check_y = [&](const std::string& name) -> absl::Status {
+      std::vector<uint8_t> y(y_bytes);
+      RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
+      RETURN_IF_CUDA_ERROR(cudaMemcpy(y.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
+      if (y_ref.empty()) {
+        y_ref = std::move(y);
+      } else if (y != y_ref) {
+        if (differ.empty()) {
+          for (size_t i = 0; i + 1 < y_bytes; i += 2) {
+            differ_values += std::memcmp(&y[i], &y_ref[i], 2) != 0;
+          }
+        }
+        differ.push_back(name);
+      }
+      return absl::OkStatus();
+    };
     for (CutlassSm90Tile tile : tiles) {
       const cutlass_sm90::TileOps* ops = cutlass_sm90::tile_ops(tile, ElemType::kBF16);
       RETURN_IF_CUDA_ERROR(ops->prepare());
@@ -1988,8 +2031,6 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         }
         workspace = b.zero_workspace.get();
       }
-      std::vector<uint8_t> y_first(y_bytes), y_other(y_bytes);
-      bool first = true;
       for (const Hint& h : hints) {
         if (h.flip_pdl && (m <= 64 || ops->cluster_ctas == 1)) continue;  // (tiles with a cluster)
         g.pdl = (served_pdl != h.flip_pdl) && !h.alone;
@@ -2002,39 +2043,54 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.xq_rows = h.zero_fill ? 0 : read_rows;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-        auto op = [&, g, ops, alone, split, workspace](int s) -> absl::Status {
+        if (h.copy >= static_cast<int>(b.w.size()) || (h.copy >= 0 && slots > 1)) continue;
+        const int copy = h.copy;
+        auto op = [&, g, ops, alone, split, workspace, copy](int s) -> absl::Status {
           if (!alone) RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
           CutlassSm90Args gs = g;
-          gs.w = b.w[s].as<int8_t>();
+          gs.w = b.w[copy >= 0 ? copy : s].as<int8_t>();
           RETURN_IF_CUDA_ERROR(ops->launch(gs, workspace, stream));
           return absl::OkStatus();
         };
-        RETURN_IF_ERROR(op(0));
-        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-        RETURN_IF_CUDA_ERROR(cudaMemcpy((first ? y_first : y_other).data(), b.y.get(), y_bytes,
-                                        cudaMemcpyDeviceToHost));
-        if (!first && y_other != y_first) same = false;
-        first = false;
-        cands.push_back(op);
         names.push_back(absl::StrFormat("tile%d%s", static_cast<int>(tile), h.name));
+        RETURN_IF_ERROR(op(0));
+        RETURN_IF_ERROR(check_y(names.back()));
+        cands.push_back(op);
       }
     }
+    if (served != nullptr && !cands.empty()) {
+      // The op as the summary's sweep times it ("op": the tile the load chose, on the layer's
+      // own weight copy).
+      const auto* p = static_cast<const CudaPreparedKernel*>(served.get());
+      auto op = [&, p, m](int) -> absl::Status {
+        DeviceRunArgs a;
+        a.x = b.x.get();
+        a.x_dtype = DType::kBF16;
+        a.m = m;
+        a.y = b.y.get();
+        a.y_dtype = DType::kBF16;
+        return p->run_device(a, served_scratch.get(), stream, nullptr);
+      };
+      names.push_back("op");
+      RETURN_IF_ERROR(op(0));
+      RETURN_IF_ERROR(check_y(names.back()));
+      cands.push_back(op);
+    }
     if (o.vllm && !cands.empty()) {
-      // The "vLLM" anchor, writing the same y.
+      // The "vLLM" anchor, writing the same y; beside it where the rotation has a second weight
+      // copy (M > 64 reads the first), the anchor on that copy ("w1"), which no other candidate
+      // reads.
       const VllmAnchor v =
           vllm_anchor(sc, b, m, b.y.get(), cutlass_sm90::split_quantize_rows(m, sc.k, sms), stream);
       if (v.call) {
-        std::vector<uint8_t> y_first(y_bytes), y_vllm(y_bytes);
-        RETURN_IF_ERROR(cands.front()(0));
-        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-        RETURN_IF_CUDA_ERROR(
-            cudaMemcpy(y_first.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
-        RETURN_IF_ERROR(v.call(0));
-        RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(stream));
-        RETURN_IF_CUDA_ERROR(cudaMemcpy(y_vllm.data(), b.y.get(), y_bytes, cudaMemcpyDeviceToHost));
-        if (y_vllm != y_first) same = false;
-        cands.push_back(v.call);
         names.push_back(absl::StrFormat("vLLM(%s)", vllm_sm90::config_name(v.args)));
+        RETURN_IF_ERROR(v.call(0));
+        RETURN_IF_ERROR(check_y(names.back()));
+        cands.push_back(v.call);
+        if (slots == 1 && b.w.size() > 1) {
+          cands.push_back([call = v.call](int) { return call(1); });
+          names.push_back("vLLM w1");
+        }
       }
     }
     if (cands.empty()) return absl::OkStatus();
@@ -2045,9 +2101,13 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       for (size_t c = 0; c < cands.size(); ++c) {
         absl::StrAppendFormat(&line, " %s %7.1f", names[c], us[c]);
       }
-      absl::StrAppendFormat(&line, " us | best %.2f TB/s | y %s",
-                            w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
-                            same ? "identical" : "DIFFERENT");
+      absl::StrAppendFormat(
+          &line, " us | best %.2f TB/s | y %s",
+          w_bytes / (*std::min_element(us.begin(), us.end()) * 1e-6) / 1e12,
+          differ.empty()
+              ? "identical"
+              : absl::StrCat("DIFFERENT from ", names.front(), "'s: ", absl::StrJoin(differ, ", "),
+                             " (the first in ", differ_values, " values)"));
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
@@ -2115,7 +2175,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
            {" flip", true, true},
            {" flip noef", false, true},
            {" noef", false},
-           {" noahead", true, false, false, false, false, 0, 64, 0, false, true}},
+           {" noahead", true, false, false, false, false, 0, 64, 0, false, true},
+           {" served w1", true, false, false, false, false, 0, 64, 0, false, false, 1}},
           3, o));
     }
     return absl::OkStatus();
@@ -3635,7 +3696,7 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   if (o.energy) return compare_energy(sc, b, stream, lt);
   if (o.stream_prefetch) return compare_stream_prefetch(sc, b, o, stream);
   if (o.weights_hint || o.vllm || o.pad_rows || o.swap || o.tail) {
-    return compare_weights_hint(sc, b, o, stream);
+    return compare_weights_hint(sc, b, o, stream, registry, *weights);
   }
   if (o.streamk) return compare_streamk(sc, b, o, stream);
   if (o.claim) return compare_claim(sc, b, o, stream);
