@@ -1732,6 +1732,82 @@ TEST(CallSlotsTest, IdleStreamsHoldNoThreadOrSlot) {
   }
 }
 
+// Streams at once beyond the slots: 24 streams on a server of 4 slots each send 20 messages, a
+// third of them cancelling after their 5th answer. Every message that is sent is answered, in
+// order, with its id: the layer's y (the same for every one) or RESOURCE_EXHAUSTED "server busy";
+// the cancelled streams end CANCELLED, the others OK, and afterwards nothing is left in flight or
+// waiting and the server still answers.
+TEST(CallSlotsTest, ManyStreamsAtOnceAnswerEveryMessage) {
+  ServerOptions o = loopback_server_options();
+  o.max_threads = 8;
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  SplitMix64 rng(7);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  auto expected = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  constexpr int kStreams = 24, kMessages = 20, kCancelAfter = 5;
+  std::atomic<int> served{0}, busy{0}, wrong{0};
+  std::vector<std::string> failures(kStreams);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kStreams; ++t) {
+    threads.emplace_back([&, t] {
+      const bool cancels = t % 3 == 0;
+      auto stream = client.open_stream();
+      v1::InferResponse resp;
+      for (int i = 0; i < kMessages; ++i) {
+        if (cancels && i == kCancelAfter) {
+          stream->cancel();
+          break;
+        }
+        const std::string id = absl::StrCat(t, "/", i);
+        if (!stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, id)) ||
+            !stream->read(&resp)) {
+          failures[t] = absl::StrCat("message ", id, " unanswered: ", stream->finish().ToString());
+          return;
+        }
+        if (resp.request_id() != id) {
+          ++wrong;
+          failures[t] = absl::StrCat("answer '", resp.request_id(), "' for ", id);
+        } else if (resp.status_code() == 0 && resp.y() == expected->y()) {
+          ++served;
+        } else if (resp.status_code() == static_cast<int>(absl::StatusCode::kResourceExhausted) &&
+                   absl::StartsWith(resp.status_message(), "server busy: all 4 slots")) {
+          ++busy;
+        } else {
+          ++wrong;
+          failures[t] = absl::StrCat(id, ": ", resp.status_code(), " ", resp.status_message());
+        }
+      }
+      if (!cancels) stream->writes_done();
+      while (stream->read(&resp)) {
+      }
+      const absl::Status end = stream->finish();
+      if (end.code() != (cancels ? absl::StatusCode::kCancelled : absl::StatusCode::kOk)) {
+        failures[t] = absl::StrCat("stream ended ", end.ToString());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kStreams; ++t) EXPECT_EQ(failures[t], "") << "stream " << t;
+  EXPECT_EQ(wrong.load(), 0);
+  constexpr int kSent = (kStreams / 3) * kCancelAfter + (kStreams - kStreams / 3) * kMessages;
+  EXPECT_EQ(served.load() + busy.load(), kSent);
+  EXPECT_GT(served.load(), 0);
+  RecordProperty("served", served.load());
+  RecordProperty("busy", busy.load());
+  for (int i = 0; i < 500 && ((*server)->calls_in_flight() != 0 || (*server)->idle_streams() != 0);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ((*server)->calls_in_flight(), 0);
+  EXPECT_EQ((*server)->idle_streams(), 0);
+  auto again = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->y(), expected->y());
+}
+
 // On a GPU: a request larger than the stream contexts hold grows one context's staging, which
 // the gauges show; once no request has needed it for the idle time it is given back (all of it:
 // this process reserves none at start-up), and a request after that grows it again and answers
