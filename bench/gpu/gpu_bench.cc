@@ -3663,9 +3663,17 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   RETURN_IF_ERROR(b.sb.allocate(static_cast<size_t>(n) * 4, "sb"));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(b.sb.get(), weights->sb.data(), b.sb.size(), cudaMemcpyHostToDevice));
-  RETURN_IF_ERROR(b.bias.allocate(static_cast<size_t>(n) * 4, "bias"));
-  RETURN_IF_CUDA_ERROR(
-      cudaMemcpy(b.bias.get(), weights->bias.data(), b.bias.size(), cudaMemcpyHostToDevice));
+  // The bias as the kernels take it for a bf16 y (bias_v: rounded to y's type and widened back,
+  // as a layer prepares it), so that the sections' direct calls write the served op's y.
+  {
+    std::vector<float> bias_v(weights->bias.size());
+    for (size_t i = 0; i < bias_v.size(); ++i) {
+      bias_v[i] = round_to_dtype(weights->bias[i], DType::kBF16);
+    }
+    RETURN_IF_ERROR(b.bias.allocate(static_cast<size_t>(n) * 4, "bias"));
+    RETURN_IF_CUDA_ERROR(
+        cudaMemcpy(b.bias.get(), bias_v.data(), b.bias.size(), cudaMemcpyHostToDevice));
+  }
 #if QLINEAR_HAVE_CUTLASS
   {
     std::vector<uint16_t> bias16(static_cast<size_t>(n));
