@@ -1587,20 +1587,24 @@ TEST(CallSlotsTest, WorkBeyondTheSlotsIsRefusedAndHealthStillAnswers) {
     v1::LoadLayerResponse resp;
     std::unique_ptr<grpc::ClientWriter<v1::LoadLayerRequest>> writer;
   };
-  auto start_upload = [&](int i) {
+  // (`held`: the writes must succeed; one refused may find its call already ended by the server.)
+  auto start_upload = [&](int i, bool held) {
     auto u = std::make_unique<Upload>();
     u->layer = make_test_layer("held" + std::to_string(i), 16, 4096, Scheme::kDynamicSymmetric,
                                false, 40 + i);
     u->writer = client.stub().LoadLayer(&u->ctx, &u->resp);
     v1::LoadLayerRequest msg;
     *msg.mutable_header() = u->layer.header;
-    EXPECT_TRUE(u->writer->Write(msg));
+    const bool header = u->writer->Write(msg);
     msg.set_weight_chunk(std::string(reinterpret_cast<const char*>(u->layer.weights.data()), 4096));
-    EXPECT_TRUE(u->writer->Write(msg));
+    const bool chunk = header && u->writer->Write(msg);
+    if (held) {
+      EXPECT_TRUE(header && chunk) << "upload " << i;
+    }
     return u;
   };
   std::vector<std::unique_ptr<Upload>> uploads;
-  for (int i = 0; i < slots; ++i) uploads.push_back(start_upload(i));
+  for (int i = 0; i < slots; ++i) uploads.push_back(start_upload(i, true));
   for (int i = 0; i < 500 && (*server)->calls_in_flight() < slots; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -1611,7 +1615,7 @@ TEST(CallSlotsTest, WorkBeyondTheSlotsIsRefusedAndHealthStillAnswers) {
                                         "(qlinear-server --threads=8 keeps 4 threads for health "
                                         "checks and layer management); retry later");
   {
-    auto extra = start_upload(slots);
+    auto extra = start_upload(slots, false);
     extra->writer->WritesDone();
     const grpc::Status s = extra->writer->Finish();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
