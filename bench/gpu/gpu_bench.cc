@@ -1590,6 +1590,18 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
 
 // A cuda.cutlass_sm90 call's arguments on the shape's buffers at M = m (bf16 y, xq from b.xq);
 // the weights, the launch mode and the rest are the caller's.
+// A prepared layer's op as served on the shape's first m rows of x (bf16 in, bf16 y into b.y).
+absl::Status run_served_op(const CudaPreparedKernel& p, ShapeBuffers& b, int64_t m, void* scratch,
+                           cudaStream_t stream) {
+  DeviceRunArgs a;
+  a.x = b.x.get();
+  a.x_dtype = DType::kBF16;
+  a.m = m;
+  a.y = b.y.get();
+  a.y_dtype = DType::kBF16;
+  return p.run_device(a, scratch, stream, nullptr);
+}
+
 CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m) {
   CutlassSm90Args g;
   g.xq = b.xq.as<int8_t>();
@@ -2062,15 +2074,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       // The op as the summary's sweep times it ("op": the tile the load chose, on the layer's
       // own weight copy).
       const auto* p = static_cast<const CudaPreparedKernel*>(served.get());
-      auto op = [&, p, m](int) -> absl::Status {
-        DeviceRunArgs a;
-        a.x = b.x.get();
-        a.x_dtype = DType::kBF16;
-        a.m = m;
-        a.y = b.y.get();
-        a.y_dtype = DType::kBF16;
-        return p->run_device(a, served_scratch.get(), stream, nullptr);
-      };
+      auto op = [&, p, m](int) { return run_served_op(*p, b, m, served_scratch.get(), stream); };
       names.push_back("op");
       RETURN_IF_ERROR(op(0));
       RETURN_IF_ERROR(check_y(names.back()));
@@ -3793,14 +3797,8 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
     }
     auto op_call = [&](const KernelCopies& kc) -> std::function<absl::Status(int)> {
       return [&, prepared = &kc.prepared](int s) {
-        const auto* p = static_cast<const CudaPreparedKernel*>((*prepared)[s].get());
-        DeviceRunArgs a;
-        a.x = b.x.get();
-        a.x_dtype = DType::kBF16;
-        a.m = m;
-        a.y = b.y.get();
-        a.y_dtype = DType::kBF16;
-        return p->run_device(a, b.scratch.get(), stream, nullptr);
+        return run_served_op(*static_cast<const CudaPreparedKernel*>((*prepared)[s].get()), b, m,
+                             b.scratch.get(), stream);
       };
     };
     // The "vLLM" anchor (vllm_sm90.h): the quantize kernel, then vLLM's GEMM for this M and N.
