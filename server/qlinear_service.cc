@@ -489,6 +489,7 @@ class QLinearService::StreamReactor final
  public:
   StreamReactor(QLinearService* service, grpc::CallbackServerContext* ctx)
       : service_(service), ctx_(ctx) {
+    if (Metrics* m = service_->engine_->metrics()) m->stream_opened();
     if (grpc::Status s = service_->unavailable_if_draining(); !s.ok()) {
       Finish(service_->refused(s));
       return;
@@ -531,7 +532,10 @@ class QLinearService::StreamReactor final
     read_next();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (Metrics* m = service_->engine_->metrics()) m->stream_closed();
+    delete this;
+  }
 
  private:
   void read_next() {

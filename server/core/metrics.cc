@@ -86,7 +86,12 @@ Metrics::Metrics(size_t max_layer_labels)
       device_fault_(prometheus::BuildGauge()
                         .Name("qlinear_device_fault")
                         .Help("1 once a GPU's CUDA context is lost (the process must restart)")
-                        .Register(*registry_)) {
+                        .Register(*registry_)),
+      streams_open_(prometheus::BuildGauge()
+                        .Name("qlinear_infer_streams_open")
+                        .Help("InferStreams open, between messages or running one")
+                        .Register(*registry_)
+                        .Add({})) {
   layers_loaded_.Add({}).Set(0);
   device_fault_.Add({}).Set(0);
   prometheus::BuildGauge()
@@ -98,6 +103,10 @@ Metrics::Metrics(size_t max_layer_labels)
 }
 
 void Metrics::device_fault() { device_fault_.Add({}).Set(1); }
+
+void Metrics::stream_opened() { streams_open_.Increment(); }
+
+void Metrics::stream_closed() { streams_open_.Decrement(); }
 
 Metrics::TlsSeries& Metrics::tls_series() {
   absl::MutexLock lock(&tls_mu_);

@@ -97,6 +97,11 @@ class Metrics {
   void layer_bytes(const void* owner, const std::string& layer, int64_t bytes);
   // qlinear_device_fault: 1 once a device fault is recorded (kernels/core/device_fault.h).
   void device_fault();
+  // qlinear_infer_streams_open: the InferStreams open, between messages or running one (they
+  // hold no thread or call slot between messages, so nothing else bounds them but gRPC's
+  // connection limits).
+  void stream_opened();
+  void stream_closed();
   // qlinear_tls_certificate_expiry_timestamp_seconds: when the served certificate's validity
   // ends (Unix time), to alert on before it does. Set at start-up and at each reload.
   void tls_certificate_expiry(int64_t unix_seconds);
@@ -130,6 +135,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& layers_loaded_;
   prometheus::Family<prometheus::Gauge>& layer_bytes_;
   prometheus::Family<prometheus::Gauge>& device_fault_;
+  prometheus::Gauge& streams_open_;
   // The TLS series, registered with TLS only (the first tls_* call).
   struct TlsSeries {
     prometheus::Gauge* expiry;

@@ -1714,6 +1714,17 @@ TEST(CallSlotsTest, IdleStreamsHoldNoThreadOrSlot) {
   }
   EXPECT_EQ((*server)->idle_streams(), kStreams);
   EXPECT_EQ((*server)->calls_in_flight(), 0);
+  // The gauge of open streams (-1: not found).
+  const auto streams_open = [&] {
+    const std::string text = (*server)->metrics().serialize();
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (!absl::StartsWith(line, "qlinear_infer_streams_open ")) continue;
+      double v = -1;
+      if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) return v;
+    }
+    return -1.0;
+  };
+  EXPECT_EQ(streams_open(), kStreams);
   auto health = client.health();
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_TRUE(*health);
@@ -1734,6 +1745,10 @@ TEST(CallSlotsTest, IdleStreamsHoldNoThreadOrSlot) {
     EXPECT_FALSE(st->read(&resp));
     EXPECT_TRUE(st->finish().ok());
   }
+  for (int i = 0; i < 500 && streams_open() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(streams_open(), 0);
 }
 
 // Streams at once beyond the slots: 24 streams on a server of 4 slots each send 20 messages, a
