@@ -1,4 +1,5 @@
-// The one place where an absl::Status becomes a grpc::Status (Abseil codes are gRPC codes).
+// The one place where an absl::Status becomes a grpc::Status and back (Abseil codes are gRPC
+// codes).
 #pragma once
 
 #include <grpcpp/support/status.h>
@@ -53,6 +54,11 @@ inline std::string bounded_status_message(absl::string_view message) {
 inline grpc::Status to_grpc_status(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), bounded_status_message(s.message()));
+}
+
+// A status the service made as a grpc::Status (a refusal), where the engine's are absl::Status.
+inline absl::Status from_grpc_status(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
 }  // namespace qlinear

@@ -79,9 +79,11 @@ int main(int argc, char** argv) {
       "Environment: QLINEAR_DISABLED_KERNELS=a,b turns kernels off (added to --disabled-kernels).");
   args.add("address", &address, "Address to listen on");
   args.add("port", &port, "Port to listen on (0 picks a free one)");
-  args.add("threads", &threads, "Maximum gRPC worker threads; all but an eighth of them (4-16 kept) are the call slots that "
-           "uploads, Infer calls and stream messages running take (a stream between messages "
-           "takes none)");
+  args.add(
+      "threads", &threads,
+      "Maximum gRPC worker threads; all but an eighth of them (4-16 kept) are the call slots that "
+      "uploads, Infer calls and stream messages running take (a stream between messages "
+      "takes none)");
   args.add("max-message-mb", &max_message_mb, "Largest request/response message in MiB");
   args.add("demo-layer", &demo_layer, "Load the deterministic demo layer 'demo' at start-up");
   args.add("demo-n", &demo_n, "Output features of the demo layer");

@@ -290,8 +290,7 @@ grpc::Status QLinearService::take_slot() {
 
 grpc::Status QLinearService::refused(grpc::Status s) const {
   if (Metrics* m = engine_->metrics()) {
-    m->request_failed(
-        "", "", absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+    m->request_failed("", "", from_grpc_status(s));
   }
   return s;
 }
@@ -516,7 +515,7 @@ class QLinearService::StreamReactor final
     // Every slot taken: this message is answered RESOURCE_EXHAUSTED, and the stream goes on.
     if (grpc::Status s = service_->take_slot(); !s.ok()) {
       service_->refused(s);
-      answer_error(absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+      answer_error(from_grpc_status(s));
       StartWrite(&response_);
       return;
     }

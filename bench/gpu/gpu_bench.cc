@@ -1588,8 +1588,6 @@ absl::Status diagnose_stream(const ShapeCase& sc, ShapeBuffers& b, const Options
   return absl::OkStatus();
 }
 
-// A cuda.cutlass_sm90 call's arguments on the shape's buffers at M = m (bf16 y, xq from b.xq);
-// the weights, the launch mode and the rest are the caller's.
 // A prepared layer's op as served on the shape's first m rows of x (bf16 in, bf16 y into b.y).
 absl::Status run_served_op(const CudaPreparedKernel& p, ShapeBuffers& b, int64_t m, void* scratch,
                            cudaStream_t stream) {
@@ -1602,6 +1600,8 @@ absl::Status run_served_op(const CudaPreparedKernel& p, ShapeBuffers& b, int64_t
   return p.run_device(a, scratch, stream, nullptr);
 }
 
+// A cuda.cutlass_sm90 call's arguments on the shape's buffers at M = m (bf16 y, xq from b.xq);
+// the weights, the launch mode and the rest are the caller's.
 CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m) {
   CutlassSm90Args g;
   g.xq = b.xq.as<int8_t>();
@@ -3668,25 +3668,24 @@ absl::Status run_shape(const ShapeCase& sc, const Registry& registry, const Opti
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(b.sb.get(), weights->sb.data(), b.sb.size(), cudaMemcpyHostToDevice));
   // The bias as the kernels take it for a bf16 y (bias_v: rounded to y's type and widened back,
-  // as a layer prepares it), so that the sections' direct calls write the served op's y.
+  // as a layer prepares it), so that the sections' direct calls write the served op's y; and the
+  // same values in bf16 for the "vLLM" anchor, which holds its bias in y's type.
   {
     std::vector<float> bias_v(weights->bias.size());
     for (size_t i = 0; i < bias_v.size(); ++i) {
       bias_v[i] = round_to_dtype(weights->bias[i], DType::kBF16);
     }
-    RETURN_IF_ERROR(b.bias.allocate(static_cast<size_t>(n) * 4, "bias"));
+    RETURN_IF_ERROR(b.bias.allocate(bias_v.size() * 4, "bias"));
     RETURN_IF_CUDA_ERROR(
         cudaMemcpy(b.bias.get(), bias_v.data(), b.bias.size(), cudaMemcpyHostToDevice));
-  }
 #if QLINEAR_HAVE_CUTLASS
-  {
-    std::vector<uint16_t> bias16(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) bias16[i] = f32_to_bf16(weights->bias[i]);
+    std::vector<uint16_t> bias16(bias_v.size());
+    for (size_t i = 0; i < bias_v.size(); ++i) bias16[i] = f32_to_bf16(bias_v[i]);
     RETURN_IF_ERROR(b.vllm_bias.allocate(bias16.size() * 2, "vLLM anchor bias"));
     RETURN_IF_CUDA_ERROR(
         cudaMemcpy(b.vllm_bias.get(), bias16.data(), b.vllm_bias.size(), cudaMemcpyHostToDevice));
-  }
 #endif
+  }
   RETURN_IF_ERROR(b.sa.allocate(static_cast<size_t>(max_m) * 4, "sa"));
   RETURN_IF_CUDA_ERROR(cudaMemcpy(b.sa.get(), sa_host.data(), b.sa.size(), cudaMemcpyHostToDevice));
   RETURN_IF_ERROR(b.azp.allocate(static_cast<size_t>(max_m) * 4, "azp"));
