@@ -146,7 +146,9 @@ inline constexpr int64_t quantizing_tile_counters(int64_t m) {
 // quantizer's output (0 for symmetric schemes, the zero point for static asymmetric) and
 // adj = the weights' column sums, this is every row of SPEC section 4 in its exact order;
 // bias_v is bias_f, or +0 (asymmetric) / -0 (symmetric, where fma(a, b, -0) = a * b exactly) when
-// the layer has none. Device pointers; k % 16 == 0, n % 16 == 0.
+// the layer has none. adj null (the symmetric schemes, whose azp is 0) makes the zero-point term
+// 0 without a load: the epilogue then reads neither azp nor adj. Device pointers; k % 16 == 0,
+// n % 16 == 0.
 struct CutlassSm90Args {
   const int8_t* xq = nullptr;
   const int8_t* w = nullptr;

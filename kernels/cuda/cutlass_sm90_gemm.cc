@@ -779,16 +779,19 @@ absl::Status CutlassSm90Prepared::init(const PrepareContext& context) {
 
   const size_t n = static_cast<size_t>(c.n);
 
-  // Column sums for every scheme (see the header: the quantizer's azp selects what they do).
-  std::vector<int32_t> colsum(n, 0);
-  for (size_t r = 0; r < n; ++r) {
-    const int8_t* row = weights_.w.data() + r * static_cast<size_t>(c.k);
-    int32_t s = 0;
-    for (int64_t i = 0; i < c.k; ++i) s += row[i];
-    colsum[r] = s;
+  // Column sums for the schemes with zero points (see the header: the quantizer's azp selects
+  // what they do); a symmetric layer's epilogue has no zero-point term (layer_args).
+  if (is_asymmetric(c.scheme)) {
+    std::vector<int32_t> colsum(n, 0);
+    for (size_t r = 0; r < n; ++r) {
+      const int8_t* row = weights_.w.data() + r * static_cast<size_t>(c.k);
+      int32_t s = 0;
+      for (int64_t i = 0; i < c.k; ++i) s += row[i];
+      colsum[r] = s;
+    }
+    RETURN_IF_ERROR(adj_.allocate(n * 4, "the weights' column sums"));
+    RETURN_IF_CUDA_ERROR(cudaMemcpy(adj_.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice));
   }
-  RETURN_IF_ERROR(adj_.allocate(n * 4, "the weights' column sums"));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(adj_.get(), colsum.data(), n * 4, cudaMemcpyHostToDevice));
 
   // bias_v per output type: bias_f (the bias rounded to the output type and widened back), or
   // the zero that makes the fma the SPEC's expression for a layer without bias.
@@ -924,7 +927,8 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.n = c.n;
   g.k = c.k;
   g.sb = dev_->sb.as<float>();
-  g.adj = adj_.as<int32_t>();
+  // The zero-point term only where the scheme has zero points (CutlassSm90Args::adj).
+  g.adj = is_asymmetric(c.scheme) ? adj_.as<int32_t>() : nullptr;
   g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(y)) * c.n;
   g.y_type = static_cast<ElemType>(y);
   g.sm_count = sm_count_;

@@ -212,9 +212,10 @@ struct FusedGemm {
         {
             {a.sb},  // sb [n]
             {
-                {},                      // acc
-                {{a.azp}, {a.adj}, {}},  // azp[m] * adj[n]
-                {},                      // acc - that, to f32
+                {},  // acc
+                // azp[m] * adj[n]; without adj (symmetric schemes) 0, read from neither
+                {{a.adj != nullptr ? a.azp : nullptr}, {a.adj}, {}},
+                {},  // acc - that, to f32
             },
             {},  // sb * t
         },

@@ -9,8 +9,9 @@
 // (cutlass_sm90_gemm.cuh), so y is bit-exact with the reference, as is everything else: xq, sa
 // and azp come from cuda.quantize, acc is exact int32. One form serves every scheme:
 //   y = out(fma(sa[m], sb[n] * f32(acc - azp[m] * colsum[n]), bias_v[n]))
-// with the quantizer's azp (0 for symmetric schemes, the zero point for static asymmetric, where
-// azp * colsum is the folded azp_adj), and bias_v = bias_f, or +0 for asymmetric and -0 for
+// with the quantizer's azp (the dynamic zero point, or the static one, where azp * colsum is the
+// folded azp_adj; symmetric layers have no such term, and their epilogue reads neither azp nor
+// colsum), and bias_v = bias_f, or +0 for asymmetric and -0 for
 // symmetric layers without bias (fma(a, b, -0) is exactly a * b, as the SPEC's symmetric row).
 //
 // Tile configurations (one translation unit each): each layer times them on its own weights at
