@@ -1611,7 +1611,7 @@ CutlassSm90Args tile_args(const ShapeCase& sc, const ShapeBuffers& b, int64_t m)
   g.sa = b.sa.as<float>();
   g.azp = b.azp.as<int32_t>();
   g.sb = b.sb.as<float>();
-  g.adj = b.adj.as<int32_t>();
+  g.adj = nullptr;  // as served on the benchmark's symmetric layer: no zero-point term
   g.bias_v = b.bias.as<float>();
   g.y = b.y.get();
   g.y_type = ElemType::kBF16;
@@ -1953,14 +1953,16 @@ VllmAnchor vllm_anchor(const ShapeCase& sc, ShapeBuffers& b, int64_t m, void* y,
 // the same number of waves, so that every CTA streams as many tiles ("bal": CutlassSm90Args::
 // sm_count lowered); the GEMM alone with 0 and 4 MB and with the cut grid. With --vllm instead: at
 // M = 64, 128 and 256, the two tiles that are vLLM's configurations there (64 x 128 x 128 in a 2 x
-// 1 cluster, 128 x 128 x 128 in one), the op as served and with one of its launch's parts
-// changed at a time: the launch that is not served ("flip"), that without the evict-first hint
-// ("flip noef"), the served launch without the hint ("noef") and without its weights issued before
-// the wait ("noahead"), and as served on a weight copy no other candidate reads ("served w1");
-// beside them the op as the summary's sweep times it ("op": the layer prepared, its tile timed at
-// load, run_device on its own weight copy and scratch), the "vLLM" anchor (vllm_sm90.h) and the
-// anchor on the copy of its own ("vLLM w1"). Every y is compared with the first one's; a line
-// names the candidates whose y differs.
+// 1 cluster, 128 x 128 x 128 in one), the op as served and with one of its parts changed at a
+// time: its epilogue with the zero-point term read (zeros: "zp"; a symmetric layer's has none),
+// the launch that is not served and without the evict-first hint ("flip noef", and "flip noef zp"),
+// the served launch without the hint ("noef"), and as served on a weight copy no other candidate
+// reads ("served w1"); beside them the op as the summary's sweep times it ("op": the layer
+// prepared, its tile timed at load, run_device on its own weight copy and scratch), the "vLLM"
+// anchor (vllm_sm90.h), the anchor on the copy of its own ("vLLM w1"), and at M = 128 vLLM's GEMM
+// with our epilogue in place of its own ("vLLM ourepi", and "vLLM ourepi zp" with the zero-point
+// term read), which sets the epilogues' cost apart from the mainloops'. Every y is compared with
+// the first one's; a line names the candidates whose y differs.
 absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Options& o,
                                   cudaStream_t stream, const Registry& registry,
                                   const LayerWeights& weights) {
@@ -1996,6 +1998,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool balanced = false;    // the grid cut to as few CTAs as keep the waves (sm_count)
     bool no_ahead = false;    // no weights issued before the wait (CutlassSm90Args::weights_ahead)
     int copy = -1;            // the weight copy read (-1: the rotation's; see ShapeBuffers::w)
+    bool zp_terms = false;    // the epilogue's zero-point term read (zeros; served: none)
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
@@ -2053,6 +2056,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         g.tail_prefetch_bytes = int64_t{h.tail_mb} << 20;
         g.sm_count = h.balanced ? balanced_grid(cutlass_sm90::tile_count(m, sc.n, *ops), sms) : sms;
         g.xq_rows = h.zero_fill ? 0 : read_rows;
+        g.adj = h.zp_terms ? b.adj.as<int32_t>() : nullptr;
         const bool alone = h.alone,
                    split = !h.whole_rows && cutlass_sm90::split_quantize_rows(m, sc.k, sms);
         if (h.copy >= static_cast<int>(b.w.size()) || (h.copy >= 0 && slots > 1)) continue;
@@ -2094,6 +2098,28 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         if (slots == 1 && b.w.size() > 1) {
           cands.push_back([call = v.call](int) { return call(1); });
           names.push_back("vLLM w1");
+        }
+      }
+      // Where vLLM runs configuration M128 (M = 65-128): the same GEMM with our epilogue, with
+      // the zero-point term read ("vLLM ourepi zp") and without it, as served ("vLLM ourepi").
+      if (v.call && m > 64 && m <= 128) {
+        for (const bool zp : {false, true}) {
+          vllm_sm90::Args a = v.args;
+          a.azp = b.azp.as<int32_t>();
+          a.adj = zp ? b.adj.as<int32_t>() : nullptr;
+          a.bias_f = b.bias.as<float>();
+          const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+          auto call = [&sc, &b, m, split, stream, a](int s) -> absl::Status {
+            vllm_sm90::Args as = a;
+            as.w = b.w[s].as<int8_t>();
+            RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
+            RETURN_IF_CUDA_ERROR(vllm_sm90::run_m128_our_epilogue(as, b.workspace.get(), stream));
+            return absl::OkStatus();
+          };
+          names.push_back(zp ? "vLLM ourepi zp" : "vLLM ourepi");
+          RETURN_IF_ERROR(call(0));
+          RETURN_IF_ERROR(check_y(names.back()));
+          cands.push_back(call);
         }
       }
     }
@@ -2176,10 +2202,10 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       RETURN_IF_ERROR(compare(
           m, {CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong},
           {{" served", true},
-           {" flip", true, true},
+           {" zp", true, false, false, false, false, 0, 64, 0, false, false, -1, true},
            {" flip noef", false, true},
+           {" flip noef zp", false, true, false, false, false, 0, 64, 0, false, false, -1, true},
            {" noef", false},
-           {" noahead", true, false, false, false, false, 0, 64, 0, false, true},
            {" served w1", true, false, false, false, false, 0, 64, 0, false, false, 1}},
           3, o));
     }

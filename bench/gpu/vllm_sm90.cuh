@@ -15,10 +15,14 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "kernels/cuda/cutlass_sm90_gemm.cuh"
 
 namespace qlinear::gpu::vllm_sm90 {
 
-template <class TileShape, class ClusterShape, class KernelSchedule>
+// kOurEpilogue: the same GEMM with cuda.cutlass_sm90's epilogue visitor tree in place of vLLM's
+// (cutlass_sm90::FusedGemm::Out: the zero-point term azp[m] * adj[n], read where adj is set, and
+// the bias in f32), which tells the two epilogues' cost apart from the mainloops'.
+template <class TileShape, class ClusterShape, class KernelSchedule, bool kOurEpilogue = false>
 struct VllmGemm {
   using ElementD = cutlass::bfloat16_t;
   static constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
@@ -30,9 +34,14 @@ struct VllmGemm {
   using Scaled = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>, ScaleB,
       Acc>;
-  using Out = cutlass::epilogue::fusion::Sm90EVT<
+  using VllmOut = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, ElementD, float, kRound>,
       ScaleA, Scaled, Bias>;
+  using OurOut = typename cutlass_sm90::FusedGemm<
+      cutlass_sm90::TileConfig<TileShape, ClusterShape, KernelSchedule,
+                               cutlass::epilogue::TmaWarpSpecialized>,
+      ElementD>::Out;
+  using Out = std::conditional_t<kOurEpilogue, OurOut, VllmOut>;
 
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -55,12 +64,20 @@ struct VllmGemm {
     using StrideB = typename Kernel::StrideB;
     using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
-    typename Out::Arguments evt{
-        {a.sa},                                       // sa [m]
-        {{a.sb}, {}, {}},                             // sb [n] * acc
-        {reinterpret_cast<const ElementD*>(a.bias)},  // bias [n]
-        {},                                           // multiply_add
-    };
+    typename Out::Arguments evt;
+    if constexpr (kOurEpilogue) {  // (as cutlass_sm90::FusedGemm::arguments)
+      evt = {{a.sa},
+             {{a.sb}, {{}, {{a.adj != nullptr ? a.azp : nullptr}, {a.adj}, {}}, {}}, {}},
+             {a.bias_f},
+             {}};
+    } else {
+      evt = {
+          {a.sa},                                       // sa [m]
+          {{a.sb}, {}, {}},                             // sb [n] * acc
+          {reinterpret_cast<const ElementD*>(a.bias)},  // bias [n]
+          {},                                           // multiply_add
+      };
+    }
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = a.sm_count;
@@ -105,6 +122,8 @@ using M128 = VllmGemm<cute::Shape<cute::_64, cute::_128, cute::_128>,
                       cute::Shape<cute::_2, cute::_1, cute::_1>, PingPong>;
 using Default = VllmGemm<cute::Shape<cute::_128, cute::_128, cute::_128>,
                          cute::Shape<cute::_2, cute::_1, cute::_1>, PingPong>;
+using M128OurEpilogue = VllmGemm<cute::Shape<cute::_64, cute::_128, cute::_128>,
+                                 cute::Shape<cute::_2, cute::_1, cute::_1>, PingPong, true>;
 
 // Defines a configuration's entry points (declared in vllm_sm90.h).
 #define QLINEAR_VLLM_DEFINE(name, type)                                             \

@@ -37,6 +37,11 @@ struct Args {
   const float* sb = nullptr;       // [n]
   const uint16_t* bias = nullptr;  // [n], bf16
   uint16_t* y = nullptr;           // [m, n], bf16
+  // run_m128_our_epilogue only: cuda.cutlass_sm90's epilogue operands (CutlassSm90Args: the
+  // zero-point term where adj is set, the bias in f32).
+  const int32_t* azp = nullptr;   // [m]
+  const int32_t* adj = nullptr;   // [n]
+  const float* bias_f = nullptr;  // [n]
   int m = 0, n = 0, k = 0;
   int sm_count = 0;
 };
@@ -59,6 +64,9 @@ QLINEAR_VLLM_CONFIG(m32_nbig)
 QLINEAR_VLLM_CONFIG(m64)
 QLINEAR_VLLM_CONFIG(m128)
 QLINEAR_VLLM_CONFIG(default)
+// Configuration M128 with cuda.cutlass_sm90's epilogue in place of vLLM's (not vLLM's; the
+// benchmark's --vllm sets the two epilogues apart with it).
+QLINEAR_VLLM_CONFIG(m128_our_epilogue)
 #undef QLINEAR_VLLM_CONFIG
 
 }  // namespace qlinear::gpu::vllm_sm90
