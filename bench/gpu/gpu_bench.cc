@@ -2001,10 +2001,11 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     bool zp_terms = false;    // the epilogue's zero-point term read (zeros; served: none)
   };
   // Times `hints` on `tiles` at m tokens and prints one line per round.
+  // (rotate: every call reads the next weight copy from M = 128 on too, as up to M = 64.)
   auto compare = [&](int64_t m, std::initializer_list<CutlassSm90Tile> tiles,
-                     std::initializer_list<Hint> hints, int rounds,
-                     const Options& to) -> absl::Status {
-    const int slots = m <= 64 ? b.copies : 1;
+                     std::initializer_list<Hint> hints, int rounds, const Options& to,
+                     bool rotate = false) -> absl::Status {
+    const int slots = m <= 64 || rotate ? b.copies : 1;
     const size_t y_bytes = static_cast<size_t>(m * sc.n) * 2;
     std::vector<std::function<absl::Status(int)>> cands;
     std::vector<std::string> names;
@@ -2074,9 +2075,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
         cands.push_back(op);
       }
     }
-    if (served != nullptr && !cands.empty()) {
+    if (served != nullptr && !cands.empty() && !rotate) {
       // The op as the summary's sweep times it ("op": the tile the load chose, on the layer's
-      // own weight copy).
+      // own weight copy; not where the others rotate theirs from M = 128).
       const auto* p = static_cast<const CudaPreparedKernel*>(served.get());
       auto op = [&, p, m](int) { return run_served_op(*p, b, m, served_scratch.get(), stream); };
       names.push_back("op");
@@ -2126,8 +2127,9 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
     if (cands.empty()) return absl::OkStatus();
     for (int round = 0; round < rounds; ++round) {
       ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, to, cands));
-      std::string line = absl::StrFormat("weights-hint %-22s M=%-5lld round %d |",
-                                         shape_name(sc).c_str(), static_cast<long long>(m), round);
+      std::string line =
+          absl::StrFormat("weights-hint %-22s M=%-5lld round %d%s |", shape_name(sc).c_str(),
+                          static_cast<long long>(m), round, m > 64 && slots > 1 ? " rotated" : "");
       for (size_t c = 0; c < cands.size(); ++c) {
         absl::StrAppendFormat(&line, " %s %7.1f", names[c], us[c]);
       }
@@ -2208,6 +2210,15 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
            {" noef", false},
            {" served w1", true, false, false, false, false, 0, 64, 0, false, false, 1}},
           3, o));
+      if (m > 64) {
+        // The same with the weights rotated past the L2, as a layer finds them between two calls
+        // of a model's step (its other layers read in between): without it, a candidate whose
+        // weights stay in the L2 from its previous call (the anchor's, read without a hint) is
+        // timed against one whose weights the evict-first hint lets go (the op's).
+        RETURN_IF_ERROR(compare(
+            m, {CutlassSm90Tile::k64x128x128PingpongC2, CutlassSm90Tile::k128x128x128Pingpong},
+            {{" served", true}, {" noef", false}}, 3, o, true));
+      }
     }
     return absl::OkStatus();
   }
