@@ -4427,8 +4427,9 @@ int bench_main(int argc, char** argv) {
            "hint, and the tiles with a cluster with the launch that is not served, in turns");
   args.add("vllm", &o.vllm,
            "Only cuda.cutlass_sm90's ops at M = 64-256 on the tiles that are vLLM's "
-           "configurations there, as served and with each part of their launch changed, beside "
-           "the \"vLLM\" anchor, in turns");
+           "configurations there, as served, with the zero-point term read and with each part of "
+           "their launch changed, beside the \"vLLM\" anchor and at M = 128 vLLM's GEMM with our "
+           "epilogue, in turns; from M = 128 again with the weights rotated past the L2");
   args.add("pad_rows", &o.pad_rows,
            "Only cuda.cutlass_sm90's 64-token tiles at M = 1-64, the op and the GEMM alone, with "
            "the token block's rows past M read from the activations' buffer or zero-filled, and "
