@@ -41,17 +41,26 @@ class CutlassSm90Test : public ::testing::Test {
 };
 
 // Every scheme at M past the medium-M rung (128 x 128 tiles), on N = 272 and K = 528 (tails of
-// the 128-wide tiles), and the largest M with other input and output types.
+// the 128-wide tiles), and the largest M with other input and output types. Only a layer with
+// zero points holds the weights' column sums for the tiles' epilogue.
 TEST_F(CutlassSm90Test, MatchesReferenceForLargeM) {
   SCOPED_TRACE(seed_note());
   SplitMix64 rng = test_rng();
+  int64_t symmetric_bytes = -1, asymmetric_bytes = -1;
   for (Scheme scheme : kSchemes) {
     const Prepared p = prepare(*kernel_, make_layer(rng, scheme, 272, 528, true));
     if (p.kernel == nullptr) return;
     for (int64_t m : {int64_t{257}, 1000 + rng.range(1, 200)}) {
       EXPECT_TRUE(check_call(p, make_x(rng, m, 528, DType::kBF16), DType::kBF16, m, DType::kBF16));
     }
+    if (scheme == Scheme::kDynamicSymmetric) symmetric_bytes = p.kernel->extra_bytes();
+    if (scheme == Scheme::kDynamicAsymmetric) asymmetric_bytes = p.kernel->extra_bytes();
   }
+  // The asymmetric layer's device copy holds azp_adj [N] int32 besides, and the tiles' column
+  // sums [N] int32; the symmetric layer's epilogue has no zero-point term and holds neither.
+  ASSERT_GE(symmetric_bytes, 0);
+  ASSERT_GE(asymmetric_bytes, 0);
+  EXPECT_EQ(asymmetric_bytes - symmetric_bytes, 2 * 272 * 4);
   const Prepared p =
       prepare(*kernel_, make_layer(rng, Scheme::kDynamicAsymmetric, 272, 528, false));
   if (p.kernel == nullptr) return;
