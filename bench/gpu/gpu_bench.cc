@@ -1895,9 +1895,23 @@ absl::Status compare_stream_prefetch(const ShapeCase& sc, ShapeBuffers& b, const
 }
 
 #if QLINEAR_HAVE_CUTLASS
+// A vLLM GEMM's op with `args` (vllm_sm90.h) on weight copy s: the quantize kernel on args.m rows,
+// splitting rows as `split` says, then `run`.
+std::function<absl::Status(int)> vllm_call(const ShapeCase& sc, ShapeBuffers& b, bool split,
+                                           cudaStream_t stream, const vllm_sm90::Args& args,
+                                           cudaError_t (*run)(const vllm_sm90::Args&, void*,
+                                                              cudaStream_t)) {
+  return [&sc, &b, split, stream, args, run](int s) -> absl::Status {
+    vllm_sm90::Args a = args;
+    a.w = b.w[s].as<int8_t>();
+    RETURN_IF_ERROR(quantize_x(sc, b, a.m, b.xq.as<int8_t>(), stream, split));
+    RETURN_IF_CUDA_ERROR(run(a, b.workspace.get(), stream));
+    return absl::OkStatus();
+  };
+}
+
 // The "vLLM" anchor (vllm_sm90.h) at m tokens, writing y: its arguments, and its call on weight
-// copy s (the quantize kernel, splitting rows as `split` says, then vLLM's GEMM), empty where it
-// cannot run the shape.
+// copy s (vllm_call with vLLM's configuration for the shape), empty where it cannot run the shape.
 struct VllmAnchor {
   vllm_sm90::Args args;
   std::function<absl::Status(int)> call;
@@ -1917,13 +1931,7 @@ VllmAnchor vllm_anchor(const ShapeCase& sc, ShapeBuffers& b, int64_t m, void* y,
   if (sc.k % 16 != 0 || sc.n % 16 != 0 || vllm_sm90::workspace_bytes(v.args) > b.workspace.size()) {
     return v;
   }
-  v.call = [&sc, &b, m, split, stream, args = v.args](int s) -> absl::Status {
-    vllm_sm90::Args a = args;
-    a.w = b.w[s].as<int8_t>();
-    RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
-    RETURN_IF_CUDA_ERROR(vllm_sm90::run(a, b.workspace.get(), stream));
-    return absl::OkStatus();
-  };
+  v.call = vllm_call(sc, b, split, stream, v.args, vllm_sm90::run);
   return v;
 }
 #endif
@@ -2089,8 +2097,8 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       // The "vLLM" anchor, writing the same y; beside it where the rotation has a second weight
       // copy (M > 64 reads the first), the anchor on that copy ("w1"), which no other candidate
       // reads.
-      const VllmAnchor v =
-          vllm_anchor(sc, b, m, b.y.get(), cutlass_sm90::split_quantize_rows(m, sc.k, sms), stream);
+      const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
+      const VllmAnchor v = vllm_anchor(sc, b, m, b.y.get(), split, stream);
       if (v.call) {
         names.push_back(absl::StrFormat("vLLM(%s)", vllm_sm90::config_name(v.args)));
         RETURN_IF_ERROR(v.call(0));
@@ -2109,14 +2117,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
           a.azp = b.azp.as<int32_t>();
           a.adj = zp ? b.adj.as<int32_t>() : nullptr;
           a.bias_f = b.bias.as<float>();
-          const bool split = cutlass_sm90::split_quantize_rows(m, sc.k, sms);
-          auto call = [&sc, &b, m, split, stream, a](int s) -> absl::Status {
-            vllm_sm90::Args as = a;
-            as.w = b.w[s].as<int8_t>();
-            RETURN_IF_ERROR(quantize_x(sc, b, m, b.xq.as<int8_t>(), stream, split));
-            RETURN_IF_CUDA_ERROR(vllm_sm90::run_m128_our_epilogue(as, b.workspace.get(), stream));
-            return absl::OkStatus();
-          };
+          auto call = vllm_call(sc, b, split, stream, a, vllm_sm90::run_m128_our_epilogue);
           names.push_back(zp ? "vLLM ourepi zp" : "vLLM ourepi");
           RETURN_IF_ERROR(call(0));
           RETURN_IF_ERROR(check_y(names.back()));
@@ -2129,7 +2130,7 @@ absl::Status compare_weights_hint(const ShapeCase& sc, ShapeBuffers& b, const Op
       ASSIGN_OR_RETURN(const std::vector<double> us, medians_in_turns(stream, slots, to, cands));
       std::string line =
           absl::StrFormat("weights-hint %-22s M=%-5lld round %d%s |", shape_name(sc).c_str(),
-                          static_cast<long long>(m), round, m > 64 && slots > 1 ? " rotated" : "");
+                          static_cast<long long>(m), round, rotate ? " rotated" : "");
       for (size_t c = 0; c < cands.size(); ++c) {
         absl::StrAppendFormat(&line, " %s %7.1f", names[c], us[c]);
       }

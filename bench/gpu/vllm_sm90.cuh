@@ -37,11 +37,11 @@ struct VllmGemm {
   using VllmOut = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::multiply_add, ElementD, float, kRound>,
       ScaleA, Scaled, Bias>;
-  using OurOut = typename cutlass_sm90::FusedGemm<
-      cutlass_sm90::TileConfig<TileShape, ClusterShape, KernelSchedule,
-                               cutlass::epilogue::TmaWarpSpecialized>,
-      ElementD>::Out;
-  using Out = std::conditional_t<kOurEpilogue, OurOut, VllmOut>;
+  using Ours =
+      cutlass_sm90::FusedGemm<cutlass_sm90::TileConfig<TileShape, ClusterShape, KernelSchedule,
+                                                       cutlass::epilogue::TmaWarpSpecialized>,
+                              ElementD>;
+  using Out = std::conditional_t<kOurEpilogue, typename Ours::Out, VllmOut>;
 
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -65,11 +65,14 @@ struct VllmGemm {
     using StrideC = typename Kernel::StrideC;
     using StrideD = typename Kernel::StrideD;
     typename Out::Arguments evt;
-    if constexpr (kOurEpilogue) {  // (as cutlass_sm90::FusedGemm::arguments)
-      evt = {{a.sa},
-             {{a.sb}, {{}, {{a.adj != nullptr ? a.azp : nullptr}, {a.adj}, {}}, {}}, {}},
-             {a.bias_f},
-             {}};
+    if constexpr (kOurEpilogue) {
+      CutlassSm90Args e;
+      e.sa = a.sa;
+      e.azp = a.azp;
+      e.sb = a.sb;
+      e.adj = a.adj;
+      e.bias_v = a.bias_f;
+      evt = Ours::epilogue_arguments(e);
     } else {
       evt = {
           {a.sa},                                       // sa [m]

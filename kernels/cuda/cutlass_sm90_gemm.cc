@@ -927,8 +927,9 @@ CutlassSm90Args CutlassSm90Prepared::layer_args(int64_t m, DType y) const {
   g.n = c.n;
   g.k = c.k;
   g.sb = dev_->sb.as<float>();
-  // The zero-point term only where the scheme has zero points (CutlassSm90Args::adj).
-  g.adj = is_asymmetric(c.scheme) ? adj_.as<int32_t>() : nullptr;
+  // Null for the symmetric schemes, whose layers hold no column sums (init): their epilogue has
+  // no zero-point term (CutlassSm90Args::adj).
+  g.adj = adj_.as<int32_t>();
   g.bias_v = bias_v_.as<float>() + static_cast<size_t>(y_index(y)) * c.n;
   g.y_type = static_cast<ElemType>(y);
   g.sm_count = sm_count_;

@@ -198,16 +198,9 @@ struct FusedGemm {
   static_assert(Kernel::SharedStorageSize <= kSm90MaxSmem, "the kernel's shared memory");
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  // (workspace: the launch's, where a claiming tile's producer signals; null elsewhere.)
-  static typename Gemm::Arguments arguments(const CutlassSm90Args& a, void* workspace = nullptr) {
-    const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
-    // The GEMM's own M and N (swapped: channels, then tokens).
-    const int gm = Config::kSwapAB ? n : m, gn = Config::kSwapAB ? m : n;
-    using StrideA = typename Kernel::StrideA;
-    using StrideB = typename Kernel::StrideB;
-    using StrideC = typename Kernel::StrideC;
-    using StrideD = typename Kernel::StrideD;
-    typename Out::Arguments evt{
+  // The epilogue's operands (sa, azp, sb, adj, bias_v of `a`).
+  static typename Out::Arguments epilogue_arguments(const CutlassSm90Args& a) {
+    return {
         {a.sa},  // sa [m]
         {
             {a.sb},  // sb [n]
@@ -222,6 +215,17 @@ struct FusedGemm {
         {a.bias_v},  // bias_v [n]
         {},          // fma
     };
+  }
+
+  // (workspace: the launch's, where a claiming tile's producer signals; null elsewhere.)
+  static typename Gemm::Arguments arguments(const CutlassSm90Args& a, void* workspace = nullptr) {
+    const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
+    // The GEMM's own M and N (swapped: channels, then tokens).
+    const int gm = Config::kSwapAB ? n : m, gn = Config::kSwapAB ? m : n;
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideC = typename Kernel::StrideC;
+    using StrideD = typename Kernel::StrideD;
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = a.sm_count;
@@ -241,7 +245,8 @@ struct FusedGemm {
         cutlass::gemm::GemmUniversalMode::kGemm,
         {gm, gn, k, 1},
         mainloop_arguments(a, mainloop, workspace),
-        {evt, nullptr, cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(gm, gn, 1)),
+        {epilogue_arguments(a), nullptr,
+         cutlass::make_cute_packed_stride(StrideC{}, cute::make_shape(gm, gn, 1)),
          static_cast<ElementD*>(a.y),
          cutlass::make_cute_packed_stride(StrideD{}, cute::make_shape(gm, gn, 1))},
         hw,
