@@ -223,42 +223,85 @@ void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info) {
   }
 }
 
-namespace {
-
 // One call of the service, counted in flight from its start (before its handler runs) until its
-// end (its answer sent, or the call cancelled).
-class InFlightInterceptor final : public grpc::experimental::Interceptor {
+// end (its answer sent, or the call cancelled). A unary call that may take a slot is registered
+// under its context, for its handler's release_slot_to_send to start timing its send.
+class QLinearService::CallInterceptor final : public grpc::experimental::Interceptor {
  public:
-  explicit InFlightInterceptor(std::atomic<int>* n) : n_(n) { n_->fetch_add(1); }
-  ~InFlightInterceptor() override { n_->fetch_sub(1); }
+  CallInterceptor(QLinearService* service, const grpc::ServerContextBase* ctx)
+      : service_(service), ctx_(ctx) {
+    service_->in_flight_.fetch_add(1);
+    if (ctx_ != nullptr) {
+      absl::MutexLock lock(&service_->calls_mu_);
+      service_->unary_calls_[ctx_] = this;
+    }
+  }
+  ~CallInterceptor() override {
+    if (ctx_ != nullptr) {
+      absl::MutexLock lock(&service_->calls_mu_);
+      service_->unary_calls_.erase(ctx_);
+      if (sending_since_ns_ > 0) service_->sending_.fetch_sub(1);
+    }
+    service_->in_flight_.fetch_sub(1);
+  }
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     methods->Proceed();
   }
+  // Under calls_mu_: the handler has returned, the answer is being sent.
+  void sending() {
+    sending_since_ns_ = steady_now_ns();
+    service_->sending_.fetch_add(1);
+  }
+  // Under calls_mu_: whether the answer has been sent since before `ns`.
+  bool sending_since_before(int64_t ns) const {
+    return sending_since_ns_ > 0 && sending_since_ns_ <= ns;
+  }
 
  private:
-  std::atomic<int>* n_;
+  QLinearService* const service_;
+  const grpc::ServerContextBase* const ctx_;  // null: not registered
+  int64_t sending_since_ns_ = 0;              // 0: not sending
 };
 
-class InFlightCounter final : public grpc::experimental::ServerInterceptorFactoryInterface {
+class QLinearService::InFlightCounter final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit InFlightCounter(std::atomic<int>* n) : n_(n) {}
+  explicit InFlightCounter(QLinearService* service) : service_(service) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     // The service's own calls only: health checks, watches and reflection hold no work.
     constexpr absl::string_view kPrefix = "/qlinear.v1.QLinear/";
     if (info->method() == nullptr || !absl::StartsWith(info->method(), kPrefix)) return nullptr;
-    return new InFlightInterceptor(n_);
+    // The synchronous calls that take a slot: InferStream's messages, on the callback API, hold
+    // no thread while their answers are written.
+    const absl::string_view method = absl::string_view(info->method()).substr(kPrefix.size());
+    const bool unary = method == "Infer" || method == "Echo" || method == "LoadLayer";
+    return new CallInterceptor(service_, unary ? info->server_context() : nullptr);
   }
 
  private:
-  std::atomic<int>* n_;
+  QLinearService* const service_;
 };
-
-}  // namespace
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 QLinearService::in_flight_counter() {
-  return std::make_unique<InFlightCounter>(&in_flight_);
+  return std::make_unique<InFlightCounter>(this);
+}
+
+void QLinearService::release_slot_to_send(const grpc::ServerContextBase* ctx) {
+  {
+    absl::MutexLock lock(&calls_mu_);
+    if (auto it = unary_calls_.find(ctx); it != unary_calls_.end()) it->second->sending();
+  }
+  release_slot();
+}
+
+int QLinearService::slow_sends() {
+  const int64_t before = steady_now_ns() - absl::ToInt64Nanoseconds(kSlowSend);
+  absl::MutexLock lock(&calls_mu_);
+  int n = 0;
+  for (const auto& [ctx, call] : unary_calls_) n += call->sending_since_before(before);
+  return n;
 }
 
 grpc::Status QLinearService::unavailable_if_draining() const {
@@ -274,18 +317,25 @@ CallSlots call_slots_for(int threads) {
 }
 
 grpc::Status QLinearService::take_slot() {
-  if (slots_used_.fetch_add(1, std::memory_order_relaxed) >= slots_.max_calls &&
-      slots_.max_calls > 0) {
-    release_slot();
-    return grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat("server busy: all ", slots_.max_calls,
-                     " slots for inference requests and uploads are taken (qlinear-server "
-                     "--threads=",
-                     slots_.threads, " keeps ", slots_.threads - slots_.max_calls,
-                     " threads for health checks and layer management); retry later"));
-  }
-  return grpc::Status::OK;
+  const int used = slots_used_.fetch_add(1, std::memory_order_relaxed);
+  if (slots_.max_calls <= 0) return grpc::Status::OK;
+  // Answers still being sent hold threads too; the slow ones count (see CallSlots). The calls are
+  // looked through only where their sends could fill the slots.
+  const int slow =
+      used < slots_.max_calls && used + sending_.load() >= slots_.max_calls ? slow_sends() : 0;
+  if (used + slow < slots_.max_calls) return grpc::Status::OK;
+  release_slot();
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("server busy: all ", slots_.max_calls,
+                   " slots for inference requests and uploads are taken",
+                   slow > 0 ? absl::StrCat(", ", slow,
+                                           " of them by answers their clients have been slow to "
+                                           "read")
+                            : "",
+                   " (qlinear-server --threads=", slots_.threads, " keeps ",
+                   slots_.threads - slots_.max_calls,
+                   " threads for health checks and layer management); retry later"));
 }
 
 grpc::Status QLinearService::refused(grpc::Status s) const {
@@ -300,7 +350,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        v1::LoadLayerResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (grpc::Status s = take_slot(); !s.ok()) return s;
-  absl::Cleanup slot = [this] { release_slot(); };
+  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
   // Watched until its last message: a client that stops sending is cancelled (it would hold this
   // thread, and after the header the layer's N*K buffer).
   std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
@@ -473,7 +523,7 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
-  absl::Cleanup slot = [this] { release_slot(); };
+  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
@@ -591,7 +641,7 @@ grpc::ServerBidiReactor<v1::InferRequest, v1::InferResponse>* QLinearService::In
 // An EchoResponse's bytes besides its payload: the field's tag and length.
 constexpr int64_t kEchoFramingBytes = 16;
 
-grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
+grpc::Status QLinearService::Echo(grpc::ServerContext* ctx, const v1::EchoRequest* request,
                                   v1::EchoResponse* response) {
   if (!enable_echo_) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
@@ -601,7 +651,7 @@ grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* r
   // A slot as an inference call takes: Echo stands for one in load tests, and its payload, as
   // large as a y, holds a thread alike.
   if (grpc::Status s = take_slot(); !s.ok()) return s;
-  absl::Cleanup slot = [this] { release_slot(); };
+  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
   // A payload over the send limit could not be sent: it is refused before it is allocated.
   const int64_t most =
       std::min(engine_->options().max_output_bytes - kEchoFramingBytes, int64_t{1} << 30);

@@ -9,6 +9,9 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
 #include "server/core/engine.h"
@@ -23,11 +26,19 @@ namespace qlinear {
 // `max_calls` slots, fewer than the server's `threads`, so that the rest stay free for health
 // checks, listings and layer management: were every gRPC thread held, gRPC would answer those,
 // and every other client, with its own RESOURCE_EXHAUSTED. A call or stream message beyond them is
-// RESOURCE_EXHAUSTED at once, saying so.
+// RESOURCE_EXHAUSTED at once, saying so. A unary call (Infer, Echo, LoadLayer) gives its slot
+// back as its handler returns, but its thread stays held until its answer has been sent, which a
+// client that reads a large y slowly can draw out: an answer still being sent kSlowSend after its
+// handler returned counts against the slots too, so that such clients cannot take every thread. (A
+// send that has just begun does not: its client may already hold the answer and call again.) An
+// InferStream message's answer is written on the callback API, which holds no thread.
 struct CallSlots {
   int max_calls = 0;  // 0: no limit
   int threads = 0;    // what the server has, for the message
 };
+
+// How long an answer is sent before its call counts against the slots again (see CallSlots).
+inline constexpr absl::Duration kSlowSend = absl::Milliseconds(10);
 
 // The threads kept back at least: gRPC's synchronous server keeps up to two polling for new calls
 // (a poller that would leave none answers the call it took with its own RESOURCE_EXHAUSTED, and a
@@ -64,7 +75,8 @@ class QLinearService final
   int calls_in_flight() const { return in_flight_.load(); }
   // The interceptor factory that counts this service's calls in calls_in_flight: a handler
   // returns before a unary call's answer is sent (a large y can take a while), so the count
-  // follows the call itself, from its start to its end.
+  // follows the call itself, from its start to its end. Its interceptors also time the unary
+  // calls' sends for the slots (see CallSlots); without them, no send counts.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> in_flight_counter();
   // Of the calls open, the InferStreams waiting for their client's next message.
   int idle_streams() const { return idle_streams_.load(); }
@@ -88,6 +100,8 @@ class QLinearService final
 
  private:
   class StreamReactor;
+  class CallInterceptor;
+  class InFlightCounter;
   // The stream messages' threads where the slots set no limit.
   static constexpr int kStreamWorkersWithoutSlots = 64;
 
@@ -99,6 +113,11 @@ class QLinearService final
   // taken) when all are taken.
   grpc::Status take_slot();
   void release_slot() { slots_used_.fetch_sub(1, std::memory_order_relaxed); }
+  // For a unary call's handler, as it returns: gives its slot back, and the call's interceptor (if
+  // it has one) times its answer's send from now.
+  void release_slot_to_send(const grpc::ServerContextBase* ctx);
+  // The unary calls whose answers have been sent for kSlowSend or longer.
+  int slow_sends();
   // `s`, an inference call refused before it reached the engine (draining, no slot), counted
   // among the failed requests first, as the engine counts those it refuses.
   grpc::Status refused(grpc::Status s) const;
@@ -114,6 +133,12 @@ class QLinearService final
   UploadWatchdog upload_watchdog_;
   const CallSlots slots_;
   std::atomic<int> slots_used_{0};
+  // The unary calls whose handlers have returned and whose answers are being sent.
+  std::atomic<int> sending_{0};
+  // The interceptors of the unary calls that may take a slot, by the call's context.
+  absl::Mutex calls_mu_;
+  absl::flat_hash_map<const grpc::ServerContextBase*, CallInterceptor*> unary_calls_
+      ABSL_GUARDED_BY(calls_mu_);
   // Runs InferStream's messages (one thread per slot at most); last, so that its threads, which
   // use the members above, are joined first.
   WorkerPool stream_workers_;

@@ -1,5 +1,6 @@
 // End-to-end tests of qlinear-server over loopback, driven through the C++ client library.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -1687,6 +1688,181 @@ TEST(CallSlotsTest, WorkBeyondTheSlotsIsRefusedAndHealthStillAnswers) {
     u->ctx.TryCancel();
     EXPECT_EQ(u->writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
+}
+
+// A unary call through a generic stub whose answer its client reads only when told: the server's
+// send of a large answer waits on the stream's flow-control window until then.
+class UnreadCall {
+ public:
+  UnreadCall(grpc::GenericStub* stub, const std::string& method,
+             const google::protobuf::Message& request) {
+    call_ = stub->PrepareCall(&ctx_, method, &cq_);
+    call_->StartCall(tag(1));
+    next(1);
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call_->Write(buffer, tag(2));
+    next(2);
+    call_->WritesDone(tag(3));
+    next(3);
+  }
+  ~UnreadCall() {
+    cq_.Shutdown();
+    void* t;
+    bool ok;
+    while (cq_.Next(&t, &ok)) {
+    }
+  }
+  // Reads the answer into `response`, then the call's status.
+  grpc::Status read(google::protobuf::Message* response) {
+    grpc::ByteBuffer buffer;
+    call_->Read(&buffer, tag(4));
+    if (next(4)) {
+      std::vector<grpc::Slice> slices;
+      EXPECT_TRUE(buffer.Dump(&slices).ok());
+      std::string bytes;
+      for (const grpc::Slice& sl : slices) {
+        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+      EXPECT_TRUE(response->ParseFromString(bytes));
+    }
+    return finish();
+  }
+  grpc::Status cancel() {
+    ctx_.TryCancel();
+    return finish();
+  }
+
+ private:
+  static void* tag(intptr_t i) { return reinterpret_cast<void*>(i); }
+  bool next(intptr_t want) {
+    void* t = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq_.Next(&t, &ok));
+    EXPECT_EQ(t, tag(want));
+    return ok;
+  }
+  grpc::Status finish() {
+    grpc::Status s;
+    call_->Finish(&s, tag(5));
+    next(5);
+    return s;
+  }
+
+  grpc::ClientContext ctx_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+// An answer being sent holds its call's thread after its handler returns, and a slow one counts
+// against the slots: with every slot of a server (8 threads, 4 slots) taken by an Echo or Infer
+// whose large answer its client does not read, further calls are RESOURCE_EXHAUSTED, saying why,
+// for as long as the answers wait (not only while the handlers run), health checks are answered,
+// and the answers, once read, are whole; read or cancelled, the calls give their slots back.
+TEST(CallSlotsTest, ASlowlyReadAnswerCountsAgainstTheSlots) {
+  ServerOptions o = loopback_server_options(8192, 64);
+  o.max_threads = 8;
+  o.enable_echo = true;
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  Client client(address);
+  // The slow client's window stays at its initial 64 KB (no window growth from bandwidth probes).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetMaxReceiveMessageSize(-1);
+  grpc::GenericStub stub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  SplitMix64 rng(9);
+  constexpr int64_t kEchoBytes = int64_t{32} << 20;
+  constexpr int64_t kRows = 1024;  // y: 1024 x 8192 bf16, 16 MB
+  v1::EchoRequest big_echo;
+  big_echo.set_response_bytes(kEchoBytes);
+  const v1::InferRequest big_infer = make_request("demo", random_x(rng, kRows, 64, DType::kBF16),
+                                                  DType::kBF16, kRows, DType::kBF16);
+  std::vector<std::unique_ptr<UnreadCall>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::make_unique<UnreadCall>(&stub, "/qlinear.v1.QLinear/Echo", big_echo));
+  }
+  calls.push_back(std::make_unique<UnreadCall>(&stub, "/qlinear.v1.QLinear/Infer", big_infer));
+  for (int i = 0; i < 500 && (*server)->calls_in_flight() < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ((*server)->calls_in_flight(), 4) << "the four calls did not all start";
+
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  // The Echo handlers return at once and the Infer's within its GEMM; their answers wait on the
+  // client, and count against the slots once they have been sent for kSlowSend. Every call
+  // meanwhile is refused.
+  std::this_thread::sleep_for(absl::ToChronoMilliseconds(kSlowSend * 5));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int refusals = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+    ASSERT_EQ(unary.status().code(), absl::StatusCode::kResourceExhausted)
+        << "call " << refusals << ": " << unary.status();
+    EXPECT_TRUE(absl::StartsWith(unary.status().message(),
+                                 "server busy: all 4 slots for inference requests and uploads "
+                                 "are taken, "))
+        << unary.status();
+    EXPECT_TRUE(absl::StrContains(unary.status().message(),
+                                  "of them by answers their clients have been slow to read"))
+        << unary.status();
+    v1::EchoRequest req;
+    req.set_response_bytes(16);
+    v1::EchoResponse resp;
+    grpc::ClientContext ctx;
+    const grpc::Status echo = client.stub().Echo(&ctx, req, &resp);
+    ASSERT_EQ(echo.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << echo.error_message();
+    ++refusals;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(refusals, 5);
+  auto health = client.health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_TRUE(*health);
+  EXPECT_EQ((*server)->calls_in_flight(), 4);
+
+  // Read, the answers are whole; the Infer's y is the one a call of the same x gets.
+  {
+    v1::InferResponse resp;
+    const grpc::Status s = calls[3]->read(&resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(static_cast<int64_t>(resp.y().size()), kRows * 8192 * 2);
+    v1::EchoResponse echo;
+    const grpc::Status e = calls[0]->read(&echo);
+    ASSERT_TRUE(e.ok()) << e.error_message();
+    EXPECT_EQ(static_cast<int64_t>(echo.payload().size()), kEchoBytes);
+    // Their slots serve again (given back as the calls end, just after their answers).
+    absl::StatusOr<v1::InferResponse> again;
+    for (int i = 0; i < 500; ++i) {
+      again = client.infer(big_infer);
+      if (again.status().code() != absl::StatusCode::kResourceExhausted) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->y(), resp.y());
+  }
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(calls[i]->cancel().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  calls.clear();
+  for (int i = 0; i < 500 && (*server)->calls_in_flight() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ((*server)->calls_in_flight(), 0);
+  std::vector<std::thread> four;
+  std::atomic<int> served{0};
+  for (int i = 0; i < 4; ++i) {
+    four.emplace_back([&] {
+      auto r = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+      served += r.ok();
+    });
+  }
+  for (std::thread& t : four) t.join();
+  EXPECT_EQ(served.load(), 4);
 }
 
 // A stream between messages holds no thread and no call slot: 24 streams open on a server of 8
