@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/layer_name.h"
 #include "common/steady_clock.h"
 #include "common/version.h"
 #include "kernels/core/status.h"
@@ -288,12 +289,29 @@ QLinearService::in_flight_counter() {
   return std::make_unique<InFlightCounter>(this);
 }
 
-void QLinearService::release_slot_to_send(const grpc::ServerContextBase* ctx) {
+void QLinearService::release_slot_to_send(const grpc::ServerContextBase* ctx,
+                                          absl::string_view layer) {
   {
     absl::MutexLock lock(&calls_mu_);
     if (auto it = unary_calls_.find(ctx); it != unary_calls_.end()) it->second->sending();
   }
-  release_slot();
+  release_slot(layer);
+}
+
+namespace {
+// Whether take_slot counts a request naming `layer` by layer.
+bool counted_by_layer(const CallSlots& slots, absl::string_view layer) {
+  return slots.max_per_layer > 0 && !layer.empty() && validate_layer_name(layer).ok();
+}
+}  // namespace
+
+void QLinearService::release_slot(absl::string_view layer) {
+  if (counted_by_layer(slots_, layer)) {
+    absl::MutexLock lock(&layers_mu_);
+    auto it = layer_slots_.find(layer);
+    if (it != layer_slots_.end() && --it->second <= 0) layer_slots_.erase(it);
+  }
+  slots_used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 int QLinearService::slow_sends() {
@@ -313,29 +331,49 @@ grpc::Status QLinearService::unavailable_if_draining() const {
 
 CallSlots call_slots_for(int threads) {
   const int kept = std::clamp(threads / 8, kMinThreadsKept, 16);
-  return CallSlots{std::max(1, threads - kept), threads};
+  const int max_calls = std::max(1, threads - kept);
+  const int per_layer = max_calls > 1 ? max_calls - std::max(1, max_calls / 8) : max_calls;
+  return CallSlots{max_calls, threads, per_layer};
 }
 
-grpc::Status QLinearService::take_slot() {
+grpc::Status QLinearService::take_slot(absl::string_view layer) {
   const int used = slots_used_.fetch_add(1, std::memory_order_relaxed);
   if (slots_.max_calls <= 0) return grpc::Status::OK;
   // Answers still being sent hold threads too; the slow ones count (see CallSlots). The calls are
   // looked through only where their sends could fill the slots.
   const int slow =
       used < slots_.max_calls && used + sending_.load() >= slots_.max_calls ? slow_sends() : 0;
-  if (used + slow < slots_.max_calls) return grpc::Status::OK;
-  release_slot();
-  return grpc::Status(
-      grpc::StatusCode::RESOURCE_EXHAUSTED,
-      absl::StrCat("server busy: all ", slots_.max_calls,
-                   " slots for inference requests and uploads are taken",
-                   slow > 0 ? absl::StrCat(", ", slow,
-                                           " of them by answers their clients have been slow to "
-                                           "read")
-                            : "",
-                   " (qlinear-server --threads=", slots_.threads, " keeps ",
-                   slots_.threads - slots_.max_calls,
-                   " threads for health checks and layer management); retry later"));
+  const std::string kept = absl::StrCat(" (qlinear-server --threads=", slots_.threads, " keeps ",
+                                        slots_.threads - slots_.max_calls,
+                                        " threads for health checks and layer management)");
+  if (used + slow >= slots_.max_calls) {
+    slots_used_.fetch_sub(1, std::memory_order_relaxed);
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("server busy: all ", slots_.max_calls,
+                     " slots for inference requests and uploads are taken",
+                     slow > 0 ? absl::StrCat(", ", slow,
+                                             " of them by answers their clients have been slow to "
+                                             "read")
+                              : "",
+                     kept, "; retry later"));
+  }
+  if (counted_by_layer(slots_, layer)) {
+    absl::MutexLock lock(&layers_mu_);
+    int& held = layer_slots_[layer];
+    if (held >= slots_.max_per_layer) {
+      slots_used_.fetch_sub(1, std::memory_order_relaxed);
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("server busy: layer '", layer, "' has ", held, " requests in flight, ",
+                       "the most one layer may hold of the ", slots_.max_calls,
+                       " slots for inference requests and uploads (the others are kept for other "
+                       "layers and uploads)",
+                       kept, "; retry later"));
+    }
+    ++held;
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status QLinearService::refused(grpc::Status s) const {
@@ -522,8 +560,8 @@ absl::Status QLinearService::infer_one(grpc::ServerContextBase* ctx,
 grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequest* request,
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
-  if (grpc::Status s = take_slot(); !s.ok()) return refused(s);
-  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
+  if (grpc::Status s = take_slot(request->layer()); !s.ok()) return refused(s);
+  absl::Cleanup slot = [this, ctx, request] { release_slot_to_send(ctx, request->layer()); };
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
@@ -563,7 +601,7 @@ class QLinearService::StreamReactor final
       return;
     }
     // Every slot taken: this message is answered RESOURCE_EXHAUSTED, and the stream goes on.
-    if (grpc::Status s = service_->take_slot(); !s.ok()) {
+    if (grpc::Status s = service_->take_slot(request_.layer()); !s.ok()) {
       service_->refused(s);
       answer_error(from_grpc_status(s));
       StartWrite(&response_);
@@ -595,7 +633,7 @@ class QLinearService::StreamReactor final
 
   void run_message() {
     {
-      absl::Cleanup slot = [this] { service_->release_slot(); };
+      absl::Cleanup slot = [this] { service_->release_slot(request_.layer()); };
       // Clear() keeps y's allocation: the engine sizes y without a fill (resize_for_overwrite)
       // and the kernel overwrites all of it. A failed request's response is cleared below, so no
       // stale y goes out.

@@ -32,9 +32,15 @@ namespace qlinear {
 // handler returned counts against the slots too, so that such clients cannot take every thread. (A
 // send that has just begun does not: its client may already hold the answer and call again.) An
 // InferStream message's answer is written on the callback API, which holds no thread.
+//
+// One layer's inference calls and stream messages hold at most `max_per_layer` of the slots, all
+// but an eighth (at least one kept): a layer runs one batch at a time, so the calls that one
+// layer's clients pile up beyond that would only wait in its queue, while the slots kept serve the
+// other layers and uploads. One beyond is RESOURCE_EXHAUSTED, naming the layer.
 struct CallSlots {
-  int max_calls = 0;  // 0: no limit
-  int threads = 0;    // what the server has, for the message
+  int max_calls = 0;      // 0: no limit
+  int threads = 0;        // what the server has, for the message
+  int max_per_layer = 0;  // 0: no limit but max_calls
 };
 
 // How long an answer is sent before its call counts against the slots again (see CallSlots).
@@ -49,7 +55,8 @@ inline constexpr int kMinThreadsKept = 4;
 inline constexpr int kMinServerThreads = kMinThreadsKept + 1;
 
 // The call slots a server of `threads` (>= kMinServerThreads) gRPC threads gives: all but an
-// eighth of them, at least kMinThreadsKept and at most 16 kept back.
+// eighth of them, at least kMinThreadsKept and at most 16 kept back; of those, one layer may hold
+// all but an eighth, at least one kept (all where there is only one).
 CallSlots call_slots_for(int threads);
 
 class QLinearService final
@@ -110,12 +117,14 @@ class QLinearService final
                          v1::InferResponse* response);
   grpc::Status unavailable_if_draining() const;
   // Takes one of the call slots, which release_slot() gives back; RESOURCE_EXHAUSTED (nothing
-  // taken) when all are taken.
-  grpc::Status take_slot();
-  void release_slot() { slots_used_.fetch_sub(1, std::memory_order_relaxed); }
+  // taken) when all are taken, or, for an inference request (`layer`: the layer it names), when
+  // that layer's requests hold max_per_layer. A name that is not a layer's is not counted by layer
+  // (the request fails once it reaches the engine).
+  grpc::Status take_slot(absl::string_view layer = {});
+  void release_slot(absl::string_view layer = {});
   // For a unary call's handler, as it returns: gives its slot back, and the call's interceptor (if
   // it has one) times its answer's send from now.
-  void release_slot_to_send(const grpc::ServerContextBase* ctx);
+  void release_slot_to_send(const grpc::ServerContextBase* ctx, absl::string_view layer = {});
   // The unary calls whose answers have been sent for kSlowSend or longer.
   int slow_sends();
   // `s`, an inference call refused before it reached the engine (draining, no slot), counted
@@ -133,6 +142,9 @@ class QLinearService final
   UploadWatchdog upload_watchdog_;
   const CallSlots slots_;
   std::atomic<int> slots_used_{0};
+  // The slots each layer's requests hold (layers holding none are not listed).
+  absl::Mutex layers_mu_;
+  absl::flat_hash_map<std::string, int> layer_slots_ ABSL_GUARDED_BY(layers_mu_);
   // The unary calls whose handlers have returned and whose answers are being sent.
   std::atomic<int> sending_{0};
   // The interceptors of the unary calls that may take a slot, by the call's context.

@@ -1865,6 +1865,77 @@ TEST(CallSlotsTest, ASlowlyReadAnswerCountsAgainstTheSlots) {
   EXPECT_EQ(served.load(), 4);
 }
 
+// One layer's requests hold at most all but an eighth of the slots (with 8 threads, 3 of 4): with
+// three Infer calls waiting in a layer's queue (a batching delay of 2 s), a fourth call and a
+// stream's message for that layer are RESOURCE_EXHAUSTED naming the layer, while another layer's
+// call is served at once on the slot kept; the three are answered once their batch runs, and the
+// layer serves again.
+TEST(CallSlotsTest, OneLayerLeavesASlotForTheOthers) {
+  ServerOptions o = loopback_server_options();
+  o.max_threads = 8;
+  const CallSlots slots = call_slots_for(o.max_threads);
+  ASSERT_EQ(slots.max_calls, 4);
+  ASSERT_EQ(slots.max_per_layer, 3);
+  EXPECT_EQ(call_slots_for(kMinServerThreads).max_per_layer, 1);
+  EXPECT_EQ(call_slots_for(256).max_calls, 240);
+  EXPECT_EQ(call_slots_for(256).max_per_layer, 210);
+  auto server = QLinearServer::start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  Client client("127.0.0.1:" + std::to_string((*server)->port()));
+  TestLayer slow = make_test_layer("slow", 16, 64, Scheme::kDynamicSymmetric, false, 12);
+  slow.header.set_max_batch_rows(64);
+  slow.header.set_max_queue_delay_us(2'000'000);
+  ASSERT_TRUE(client.load_layer(slow.header, slow.weights).ok());
+  SplitMix64 rng(12);
+  const std::string x = random_x(rng, 1, 64, DType::kBF16);
+  std::vector<std::thread> waiting;
+  std::atomic<int> answered{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    waiting.emplace_back([&] {
+      auto r = client.infer(make_request("slow", x, DType::kBF16, 1, DType::kBF16));
+      EXPECT_TRUE(r.ok()) << r.status();
+      answered += r.ok();
+    });
+  }
+  for (int i = 0; i < 500 && (*server)->calls_in_flight() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ((*server)->calls_in_flight(), 3) << "the three calls did not all start";
+  const std::string busy =
+      "server busy: layer 'slow' has 3 requests in flight, the most one layer may hold of the 4 "
+      "slots for inference requests and uploads (the others are kept for other layers and "
+      "uploads) (qlinear-server --threads=8 keeps 4 threads for health checks and layer "
+      "management); retry later";
+  auto fourth = client.infer(make_request("slow", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted) << fourth.status();
+  EXPECT_EQ(fourth.status().message(), busy);
+  auto stream = client.open_stream();
+  ASSERT_TRUE(stream->write(make_request("slow", x, DType::kBF16, 1, DType::kBF16, "s1")));
+  v1::InferResponse resp;
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(resp.status_message(), busy);
+  // Another layer is served at once, on the unary call and on the same stream.
+  auto other = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+  EXPECT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(stream->write(make_request("demo", x, DType::kBF16, 1, DType::kBF16, "d1")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  EXPECT_EQ(resp.y(), other->y());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500))
+      << "the other layer's calls waited for the slow layer's batch";
+  EXPECT_EQ(answered.load(), 0);
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(answered.load(), 3);
+  ASSERT_TRUE(stream->write(make_request("slow", x, DType::kBF16, 1, DType::kBF16, "s2")));
+  ASSERT_TRUE(stream->read(&resp));
+  EXPECT_EQ(resp.status_code(), 0) << resp.status_message();
+  stream->writes_done();
+  EXPECT_FALSE(stream->read(&resp));
+  EXPECT_TRUE(stream->finish().ok());
+}
+
 // A stream between messages holds no thread and no call slot: 24 streams open on a server of 8
 // threads (4 slots), each having run a message, leave health checks, listings and calls served,
 // and each runs its next message.
@@ -1968,7 +2039,9 @@ TEST(CallSlotsTest, ManyStreamsAtOnceAnswerEveryMessage) {
         } else if (resp.status_code() == 0 && resp.y() == expected->y()) {
           ++served;
         } else if (resp.status_code() == static_cast<int>(absl::StatusCode::kResourceExhausted) &&
-                   absl::StartsWith(resp.status_message(), "server busy: all 4 slots")) {
+                   (absl::StartsWith(resp.status_message(), "server busy: all 4 slots") ||
+                    absl::StartsWith(resp.status_message(),
+                                     "server busy: layer 'demo' has 3 requests in flight"))) {
           ++busy;
         } else {
           ++wrong;
