@@ -343,9 +343,11 @@ grpc::Status QLinearService::take_slot(absl::string_view layer) {
   // looked through only where their sends could fill the slots.
   const int slow =
       used < slots_.max_calls && used + sending_.load() >= slots_.max_calls ? slow_sends() : 0;
-  const std::string kept = absl::StrCat(" (qlinear-server --threads=", slots_.threads, " keeps ",
-                                        slots_.threads - slots_.max_calls,
-                                        " threads for health checks and layer management)");
+  const auto kept = [&] {
+    return absl::StrCat(" (qlinear-server --threads=", slots_.threads, " keeps ",
+                        slots_.threads - slots_.max_calls,
+                        " threads for health checks and layer management); retry later");
+  };
   if (used + slow >= slots_.max_calls) {
     slots_used_.fetch_sub(1, std::memory_order_relaxed);
     return grpc::Status(
@@ -356,7 +358,7 @@ grpc::Status QLinearService::take_slot(absl::string_view layer) {
                                              " of them by answers their clients have been slow to "
                                              "read")
                               : "",
-                     kept, "; retry later"));
+                     kept()));
   }
   if (counted_by_layer(slots_, layer)) {
     absl::MutexLock lock(&layers_mu_);
@@ -369,7 +371,7 @@ grpc::Status QLinearService::take_slot(absl::string_view layer) {
                        "the most one layer may hold of the ", slots_.max_calls,
                        " slots for inference requests and uploads (the others are kept for other "
                        "layers and uploads)",
-                       kept, "; retry later"));
+                       kept()));
     }
     ++held;
   }
