@@ -1794,9 +1794,20 @@ TEST(CallSlotsTest, ASlowlyReadAnswerCountsAgainstTheSlots) {
 
   const std::string x = random_x(rng, 1, 64, DType::kBF16);
   // The Echo handlers return at once and the Infer's within its GEMM; their answers wait on the
-  // client, and count against the slots once they have been sent for kSlowSend. Every call
-  // meanwhile is refused.
-  std::this_thread::sleep_for(absl::ToChronoMilliseconds(kSlowSend * 5));
+  // client, and count against the slots once they have been sent for kSlowSend. (The handlers
+  // start as the server's threads get to them: on a loaded host, later.)
+  const std::string slow_text = "of them by answers their clients have been slow to read";
+  const auto refused_for_slow_answers = [&] {
+    auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
+    return unary.status().code() == absl::StatusCode::kResourceExhausted &&
+           absl::StrContains(unary.status().message(), slow_text);
+  };
+  bool filled = false;
+  for (int i = 0; i < 500 && !(filled = refused_for_slow_answers()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(filled) << "the unread answers never filled the slots";
+  // From then on, every call is refused.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   int refusals = 0;
   while (std::chrono::steady_clock::now() < until) {
@@ -1807,9 +1818,7 @@ TEST(CallSlotsTest, ASlowlyReadAnswerCountsAgainstTheSlots) {
                                  "server busy: all 4 slots for inference requests and uploads "
                                  "are taken, "))
         << unary.status();
-    EXPECT_TRUE(absl::StrContains(unary.status().message(),
-                                  "of them by answers their clients have been slow to read"))
-        << unary.status();
+    EXPECT_TRUE(absl::StrContains(unary.status().message(), slow_text)) << unary.status();
     v1::EchoRequest req;
     req.set_response_bytes(16);
     v1::EchoResponse resp;
