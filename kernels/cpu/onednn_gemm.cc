@@ -74,6 +74,12 @@ absl::StatusOr<const dnnl::engine*> cpu_engine() {
 // the same layout for every fixed M (a runtime M would fall back to its slower gemm path), so
 // primitives for other M reuse the reordered weights.
 constexpr int64_t kLayoutM = 256;
+// The GEMM's K, padded with zero weights to whole blocks of 64. oneDNN 2.6's AMX int8 matmul
+// (brg:avx512_core_amx_int8) executes an illegal instruction (SIGILL, a tileloadd in its brgemm
+// kernel) on some shapes with a K tail, e.g. M = 615, K = 4159, N = 527, which would end the
+// process; without a tail it takes none. The padded columns of x hold the encoding's zero
+// (QuantizeArgs::xq_stride), and with zero weights add nothing.
+int64_t padded_k(int64_t k) { return (k + 63) / 64 * 64; }
 // Distinct M values whose primitives are kept per layer; beyond that a call creates its own.
 constexpr size_t kMaxCachedPrimitives = 64;
 // Below these sizes quantization and epilogue stay on the calling thread.
@@ -94,18 +100,26 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
     ASSIGN_OR_RETURN(const dnnl::engine* engine, cpu_engine());
     std::unique_ptr<OneDnnPrepared> p(new OneDnnPrepared(w, *engine));
     const LayerConfig& c = w.config;
+    const int64_t kp = padded_k(c.k);
     RETURN_IF_ERROR(dnnl_call("weight reorder", [&] {
-      const memory::desc any({c.k, c.n}, Dt::s8, Tag::any);
+      const memory::desc any({kp, c.n}, Dt::s8, Tag::any);
       const dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(memory::desc({kLayoutM, c.k}, Dt::u8, Tag::ab), any,
+          dnnl::matmul::desc(memory::desc({kLayoutM, kp}, Dt::u8, Tag::ab), any,
                              memory::desc({kLayoutM, c.n}, Dt::s32, Tag::ab)),
           p->engine_);
       p->weights_md_ = pd.weights_desc();
       p->packed_ = allocate_buffer(p->weights_md_.get_size());
       if (p->packed_ == nullptr) throw std::bad_alloc();
-      // [N, K] row-major is K x N with strides {1, K}.
-      memory native(memory::desc({c.k, c.n}, Dt::s8, memory::dims{1, c.k}), p->engine_,
-                    const_cast<int8_t*>(w.w.data()));
+      // [N, K] row-major is K x N with strides {1, K}; with a tail, a copy padded to [N, kp].
+      std::vector<int8_t> padded;
+      if (kp != c.k) {
+        padded.assign(static_cast<size_t>(c.n * kp), 0);
+        for (int64_t n = 0; n < c.n; ++n) {
+          std::memcpy(padded.data() + n * kp, w.w.data() + n * c.k, static_cast<size_t>(c.k));
+        }
+      }
+      memory native(memory::desc({kp, c.n}, Dt::s8, memory::dims{1, kp}), p->engine_,
+                    kp != c.k ? padded.data() : const_cast<int8_t*>(w.w.data()));
       memory packed(p->weights_md_, p->engine_, p->packed_.get());
       dnnl::stream stream(p->engine_);
       dnnl::reorder(native, packed).execute(stream, native, packed);
@@ -139,7 +153,8 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
       scratch.release_if_larger(kKeepScratchBytes);
       pad.release_if_larger(kKeepScratchBytes);
     };
-    const size_t xu_bytes = static_cast<size_t>((m * c.k + 63) / 64 * 64);
+    const int64_t kp = padded_k(c.k);
+    const size_t xu_bytes = static_cast<size_t>(m * kp);
     const size_t acc_bytes = static_cast<size_t>(4 * m * c.n);
     uint8_t* buf = scratch.get(xu_bytes + acc_bytes + static_cast<size_t>(8 * m));
     uint8_t* pad_buf = pad.get(prim->scratchpad_bytes + 64);
@@ -154,7 +169,7 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
     const int64_t t0 = now_ns();
     QuantizeArgs q = quantize_args_for(c, args, sa, azp);
     q.xq = reinterpret_cast<int8_t*>(xu);
-    q.xq_stride = c.k;
+    q.xq_stride = kp;
     q.shift_to_u8 = true;
     int64_t bad_row = INT64_MAX;
     const int threads = m * c.k < kParallelMinElems ? 1 : omp_get_max_threads();
@@ -170,7 +185,7 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
 
     RETURN_IF_ERROR(dnnl_call("matmul", [&] {
       dnnl::stream stream(engine_);
-      memory src(memory::desc({m, c.k}, Dt::u8, Tag::ab), engine_, xu);
+      memory src(memory::desc({m, kp}, Dt::u8, Tag::ab), engine_, xu);
       memory wei(weights_md_, engine_, packed_.get());
       memory dst(memory::desc({m, c.n}, Dt::s32, Tag::ab), engine_, acc);
       memory scratchpad(
@@ -217,7 +232,7 @@ class OneDnnPrepared final : public MeasuredCpuKernel {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls, own scratch
       const dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(memory::desc({m, c.k}, Dt::u8, Tag::ab), weights_md_,
+          dnnl::matmul::desc(memory::desc({m, padded_k(c.k)}, Dt::u8, Tag::ab), weights_md_,
                              memory::desc({m, c.n}, Dt::s32, Tag::ab)),
           attr, engine_);
       prim->scratchpad_bytes = pd.scratchpad_desc().get_size();

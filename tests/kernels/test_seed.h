@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -18,6 +19,14 @@ inline uint64_t test_seed() {
     std::random_device rd;
     return (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }();
+  // Printed as it is first drawn, so that a run that crashes (where no assertion prints its
+  // trace) can be replayed too.
+  static const bool printed = [] {
+    std::fprintf(stderr, "QLINEAR_TEST_SEED=%llu replays this run's random data\n",
+                 static_cast<unsigned long long>(seed));
+    return true;
+  }();
+  (void)printed;
   return seed;
 }
 

@@ -236,6 +236,18 @@ TEST_P(CpuKernelTest, MoreRowsThanOneChunkOnLongK) {
   EXPECT_EQ(compared, 1);
 }
 
+// A shape with a K tail on which oneDNN 2.6's AMX int8 matmul executed an illegal instruction
+// (cpu.onednn now pads K to whole blocks of 64); every kernel must serve it.
+TEST_P(CpuKernelTest, AKTailThatOneDnnsAmxMatmulFailedOn) {
+  QL_SEEDED_RNG(rng);
+  const LayerOptions o{527, 4159, kAllSchemes[rng.range(0, 3)], true, ScaleMode::kPerChannel};
+  auto w = testing::random_layer(rng, o);
+  ASSERT_NE(w, nullptr);
+  int64_t compared = 0;
+  check_layer(rng, {kernel_.get()}, *w, {615}, &compared);
+  EXPECT_EQ(compared, 1);
+}
+
 // Static symmetric with input_scale 1, sb 1 and no bias makes y = f32(acc) in fp32: exact for
 // |acc| < 2^24, and for the extremes below, whose values are multiples of large powers of two.
 TEST_P(CpuKernelTest, AccumulatorsAreExactThroughAnIdentityEpilogue) {
