@@ -225,43 +225,36 @@ void fill_layer_info(const ServedLayer& served, v1::LayerInfo* info) {
 }
 
 // One call of the service, counted in flight from its start (before its handler runs) until its
-// end (its answer sent, or the call cancelled). A unary call that may take a slot is registered
-// under its context, for its handler's release_slot_to_send to start timing its send.
+// end (its answer sent, or the call cancelled). A unary call's interceptor also times its answer's
+// send, from the status's send (its handler has returned) to the call's end, for the slots.
 class QLinearService::CallInterceptor final : public grpc::experimental::Interceptor {
  public:
-  CallInterceptor(QLinearService* service, const grpc::ServerContextBase* ctx)
-      : service_(service), ctx_(ctx) {
+  CallInterceptor(QLinearService* service, bool unary) : service_(service), unary_(unary) {
     service_->in_flight_.fetch_add(1);
-    if (ctx_ != nullptr) {
-      absl::MutexLock lock(&service_->calls_mu_);
-      service_->unary_calls_[ctx_] = this;
-    }
   }
   ~CallInterceptor() override {
-    if (ctx_ != nullptr) {
+    {
       absl::MutexLock lock(&service_->calls_mu_);
-      service_->unary_calls_.erase(ctx_);
-      if (sending_since_ns_ > 0) service_->sending_.fetch_sub(1);
+      if (service_->sending_calls_.erase(this) > 0) service_->sending_.fetch_sub(1);
     }
     service_->in_flight_.fetch_sub(1);
   }
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (unary_ && methods->QueryInterceptionHookPoint(
+                      grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      absl::MutexLock lock(&service_->calls_mu_);
+      sending_since_ns_ = steady_now_ns();
+      if (service_->sending_calls_.insert(this).second) service_->sending_.fetch_add(1);
+    }
     methods->Proceed();
   }
-  // Under calls_mu_: the handler has returned, the answer is being sent.
-  void sending() {
-    sending_since_ns_ = steady_now_ns();
-    service_->sending_.fetch_add(1);
-  }
   // Under calls_mu_: whether the answer has been sent since before `ns`.
-  bool sending_since_before(int64_t ns) const {
-    return sending_since_ns_ > 0 && sending_since_ns_ <= ns;
-  }
+  bool sending_since_before(int64_t ns) const { return sending_since_ns_ <= ns; }
 
  private:
   QLinearService* const service_;
-  const grpc::ServerContextBase* const ctx_;  // null: not registered
-  int64_t sending_since_ns_ = 0;              // 0: not sending
+  const bool unary_;
+  int64_t sending_since_ns_ = 0;
 };
 
 class QLinearService::InFlightCounter final
@@ -276,8 +269,8 @@ class QLinearService::InFlightCounter final
     // The synchronous calls that take a slot: InferStream's messages, on the callback API, hold
     // no thread while their answers are written.
     const absl::string_view method = absl::string_view(info->method()).substr(kPrefix.size());
-    const bool unary = method == "Infer" || method == "Echo" || method == "LoadLayer";
-    return new CallInterceptor(service_, unary ? info->server_context() : nullptr);
+    return new CallInterceptor(service_,
+                               method == "Infer" || method == "Echo" || method == "LoadLayer");
   }
 
  private:
@@ -287,15 +280,6 @@ class QLinearService::InFlightCounter final
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 QLinearService::in_flight_counter() {
   return std::make_unique<InFlightCounter>(this);
-}
-
-void QLinearService::release_slot_to_send(const grpc::ServerContextBase* ctx,
-                                          absl::string_view layer) {
-  {
-    absl::MutexLock lock(&calls_mu_);
-    if (auto it = unary_calls_.find(ctx); it != unary_calls_.end()) it->second->sending();
-  }
-  release_slot(layer);
 }
 
 namespace {
@@ -318,7 +302,7 @@ int QLinearService::slow_sends() {
   const int64_t before = steady_now_ns() - absl::ToInt64Nanoseconds(kSlowSend);
   absl::MutexLock lock(&calls_mu_);
   int n = 0;
-  for (const auto& [ctx, call] : unary_calls_) n += call->sending_since_before(before);
+  for (const CallInterceptor* call : sending_calls_) n += call->sending_since_before(before);
   return n;
 }
 
@@ -390,7 +374,7 @@ grpc::Status QLinearService::LoadLayer(grpc::ServerContext* ctx,
                                        v1::LoadLayerResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return s;
   if (grpc::Status s = take_slot(); !s.ok()) return s;
-  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
+  absl::Cleanup slot = [this] { release_slot(); };
   // Watched until its last message: a client that stops sending is cancelled (it would hold this
   // thread, and after the header the layer's N*K buffer).
   std::unique_ptr<UploadWatchdog::Watch> watch = upload_watchdog_.watch(ctx);
@@ -563,7 +547,7 @@ grpc::Status QLinearService::Infer(grpc::ServerContext* ctx, const v1::InferRequ
                                    v1::InferResponse* response) {
   if (auto s = unavailable_if_draining(); !s.ok()) return refused(s);
   if (grpc::Status s = take_slot(request->layer()); !s.ok()) return refused(s);
-  absl::Cleanup slot = [this, ctx, request] { release_slot_to_send(ctx, request->layer()); };
+  absl::Cleanup slot = [this, request] { release_slot(request->layer()); };
   absl::Status s = infer_one(ctx, *request, response);
   if (!s.ok()) response->Clear();
   return to_grpc_status(s);
@@ -681,7 +665,7 @@ grpc::ServerBidiReactor<v1::InferRequest, v1::InferResponse>* QLinearService::In
 // An EchoResponse's bytes besides its payload: the field's tag and length.
 constexpr int64_t kEchoFramingBytes = 16;
 
-grpc::Status QLinearService::Echo(grpc::ServerContext* ctx, const v1::EchoRequest* request,
+grpc::Status QLinearService::Echo(grpc::ServerContext*, const v1::EchoRequest* request,
                                   v1::EchoResponse* response) {
   if (!enable_echo_) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
@@ -691,7 +675,7 @@ grpc::Status QLinearService::Echo(grpc::ServerContext* ctx, const v1::EchoReques
   // A slot as an inference call takes: Echo stands for one in load tests, and its payload, as
   // large as a y, holds a thread alike.
   if (grpc::Status s = take_slot(); !s.ok()) return s;
-  absl::Cleanup slot = [this, ctx] { release_slot_to_send(ctx); };
+  absl::Cleanup slot = [this] { release_slot(); };
   // A payload over the send limit could not be sent: it is refused before it is allocated.
   const int64_t most =
       std::min(engine_->options().max_output_bytes - kEchoFramingBytes, int64_t{1} << 30);

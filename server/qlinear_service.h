@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "qlinear/v1/qlinear.grpc.pb.h"
@@ -122,9 +123,6 @@ class QLinearService final
   // (the request fails once it reaches the engine).
   grpc::Status take_slot(absl::string_view layer = {});
   void release_slot(absl::string_view layer = {});
-  // For a unary call's handler, as it returns: gives its slot back, and the call's interceptor (if
-  // it has one) times its answer's send from now.
-  void release_slot_to_send(const grpc::ServerContextBase* ctx, absl::string_view layer = {});
   // The unary calls whose answers have been sent for kSlowSend or longer.
   int slow_sends();
   // `s`, an inference call refused before it reached the engine (draining, no slot), counted
@@ -147,10 +145,9 @@ class QLinearService final
   absl::flat_hash_map<std::string, int> layer_slots_ ABSL_GUARDED_BY(layers_mu_);
   // The unary calls whose handlers have returned and whose answers are being sent.
   std::atomic<int> sending_{0};
-  // The interceptors of the unary calls that may take a slot, by the call's context.
+  // The interceptors of those calls.
   absl::Mutex calls_mu_;
-  absl::flat_hash_map<const grpc::ServerContextBase*, CallInterceptor*> unary_calls_
-      ABSL_GUARDED_BY(calls_mu_);
+  absl::flat_hash_set<const CallInterceptor*> sending_calls_ ABSL_GUARDED_BY(calls_mu_);
   // Runs InferStream's messages (one thread per slot at most); last, so that its threads, which
   // use the members above, are joined first.
   WorkerPool stream_workers_;

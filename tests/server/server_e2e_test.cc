@@ -1795,12 +1795,13 @@ TEST(CallSlotsTest, ASlowlyReadAnswerCountsAgainstTheSlots) {
   const std::string x = random_x(rng, 1, 64, DType::kBF16);
   // The Echo handlers return at once and the Infer's within its GEMM; their answers wait on the
   // client, and count against the slots once they have been sent for kSlowSend. (The handlers
-  // start as the server's threads get to them: on a loaded host, later.)
+  // start as the server's threads get to them: on a loaded host, later.) Until all four are, a
+  // handler that has just returned leaves a slot free for kSlowSend.
   const std::string slow_text = "of them by answers their clients have been slow to read";
   const auto refused_for_slow_answers = [&] {
     auto unary = client.infer(make_request("demo", x, DType::kBF16, 1, DType::kBF16));
     return unary.status().code() == absl::StatusCode::kResourceExhausted &&
-           absl::StrContains(unary.status().message(), slow_text);
+           absl::StrContains(unary.status().message(), "taken, 4 " + slow_text);
   };
   bool filled = false;
   for (int i = 0; i < 500 && !(filled = refused_for_slow_answers()); ++i) {
